@@ -1,0 +1,111 @@
+"""The one error tree of atomq.
+
+Every error carries a stable snake_case ``code``, a message that states the
+rule that was broken, and ``details`` with the data a caller needs to act on
+it. The HTTP layer maps ``http_status`` and these three fields to the JSON
+error body in one place, so library and API users see the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AtomqError(Exception):
+    """Base of every error atomq raises on purpose."""
+
+    http_status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON error body's ``error`` member."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class InvalidInput(AtomqError):
+    """The request breaks a rule about its own content; ``details['field']`` names the field."""
+
+    http_status = 400
+    code = "invalid_input"
+
+
+class NotFound(AtomqError):
+    """The resource does not exist in the caller's keyspace (another tenant's looks the same)."""
+
+    http_status = 404
+    code = "not_found"
+
+
+class Conflict(AtomqError):
+    """The request contradicts the resource's current state."""
+
+    http_status = 409
+    code = "conflict"
+
+
+class TooLarge(AtomqError):
+    """The request or one of its parts is over a size limit."""
+
+    http_status = 413
+    code = "too_large"
+
+
+class RateLimited(AtomqError):
+    """A rate-limit window is full; ``retry_after`` is whole seconds until it closes."""
+
+    http_status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retry_after=retry_after, **details)
+        self.retry_after = retry_after
+
+
+class QuotaExceeded(AtomqError):
+    """Storing the request would pass a tenant quota or the server's disk limit."""
+
+    http_status = 507
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, *, limit: int, used: int, **details: Any) -> None:
+        super().__init__(message, limit=limit, used=used, **details)
+        self.limit = limit
+        self.used = used
+
+
+class StorageError(AtomqError):
+    """Redis refused or could not be reached; the request changed nothing it reports as done."""
+
+    http_status = 503
+    code = "storage_unavailable"
+
+
+class StorageFull(StorageError):
+    """Redis reached its ``maxmemory`` and refuses writes (it never evicts our keys)."""
+
+    code = "storage_full"
+
+
+class UnsafeStorage(AtomqError):
+    """The Redis server could lose data behind atomq's back (it may evict keys)."""
+
+    code = "unsafe_storage"
+
+
+class FormatVersionError(AtomqError):
+    """The stored data was written by a newer atomq whose format this one does not know."""
+
+    code = "format_version"
+
+
+class EmbeddedServerError(AtomqError):
+    """The embedded Valkey server could not be started or stopped."""
+
+    code = "embedded_server_error"

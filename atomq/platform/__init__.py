@@ -1,0 +1,36 @@
+"""The queue server core: per-tenant queues in Redis streams. Knows Redis, not HTTP.
+
+Use it as a library: ``QueueServer(redis_client)``.
+"""
+
+from atomq.platform.models import (
+    BrowsedMessage,
+    DeadLetter,
+    Delivery,
+    Document,
+    MessageState,
+    NackResult,
+    OutgoingDocument,
+    OutgoingMessage,
+    Page,
+    QueueInfo,
+    QueueModel,
+)
+from atomq.platform.queue_server import QueueServer
+from atomq.platform.settings import QueueSettings
+
+__all__ = [
+    "BrowsedMessage",
+    "DeadLetter",
+    "Delivery",
+    "Document",
+    "MessageState",
+    "NackResult",
+    "OutgoingDocument",
+    "OutgoingMessage",
+    "Page",
+    "QueueInfo",
+    "QueueModel",
+    "QueueServer",
+    "QueueSettings",
+]

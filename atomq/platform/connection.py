@@ -1,0 +1,137 @@
+"""Clients for an outside Redis or Valkey (``--redis-url``), checked before atomq trusts them.
+
+atomq keeps every message in Redis, so a server that may evict keys under
+memory pressure would lose messages silently: atomq refuses one unless told
+to accept the risk. Streams features atomq uses need Redis 7.0 or later.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.cluster
+from redis.exceptions import RedisClusterException
+
+from atomq.errors import StorageError, UnsafeStorage
+
+__all__ = ["open_redis", "check_server", "redact_url"]
+
+log = logging.getLogger("atomq")
+
+_MIN_VERSION = (7, 0)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (in the user part or a ``password=`` query parameter)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        username = userinfo.partition(":")[0]
+        netloc = f"{username}@{hostport}" if username else hostport
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def open_redis(
+    url: str, *, allow_eviction: bool = False, **kwargs: Any
+) -> redis.Redis | redis.cluster.RedisCluster:
+    """A checked client for ``url`` (``redis://``, ``rediss://``, ``unix://``).
+
+    A Redis Cluster (``cluster_enabled:1``) gets a ``RedisCluster`` client.
+    Raises StorageError when the server cannot be reached and UnsafeStorage
+    when it may evict keys (see :func:`check_server`).
+    """
+    client: redis.Redis | redis.cluster.RedisCluster | None = None
+    try:
+        client = redis.Redis.from_url(url, **kwargs)
+        if int(client.info("cluster").get("cluster_enabled", 0)) == 1:
+            client.close()
+            client = redis.cluster.RedisCluster.from_url(url, **kwargs)
+        check_server(client, allow_eviction=allow_eviction, name=redact_url(url))
+    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as e:
+        if client is not None:
+            client.close()
+        raise StorageError(
+            f"cannot use Redis at {redact_url(url)}: {type(e).__name__}: {e}", url=redact_url(url)
+        ) from None
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
+    return client
+
+
+def check_server(
+    client: redis.Redis | redis.cluster.RedisCluster, *, allow_eviction: bool = False, name: str = "Redis"
+) -> list[str]:
+    """Refuse a server atomq cannot trust with messages; return the warnings it logged.
+
+    Rules: version 7.0 or later, and ``maxmemory-policy noeviction`` (an
+    evicting server is accepted only with ``allow_eviction``, and loudly).
+    A cluster is checked node by node.
+    """
+    if isinstance(client, redis.cluster.RedisCluster):
+        warnings: list[str] = []
+        for node in client.get_nodes():
+            node_client = client.get_redis_connection(node)
+            warnings += check_server(node_client, allow_eviction=allow_eviction, name=f"{name} node {node.name}")
+        return warnings
+
+    warnings = []
+
+    def warn(message: str) -> None:
+        log.warning(message)
+        warnings.append(message)
+
+    try:
+        info = client.info("server")
+    except redis.ResponseError as e:  # INFO may be denied by an ACL
+        warn(f"WARNING: could not check the version of {name} ({e}); atomq needs Redis 7.0 or later.")
+        info = None
+    version = str(info.get("valkey_version") or info.get("redis_version") or "0") if info else ""
+    if info is not None and _version_tuple(version) < _MIN_VERSION:
+        raise UnsafeStorage(
+            f"{name} runs version {version}; atomq needs Redis 7.0 or later (or Valkey 7.2 or later)",
+            version=version,
+        )
+
+    try:
+        policy = _config_value(client.config_get("maxmemory-policy"), "maxmemory-policy")
+    except redis.ResponseError as e:  # CONFIG is often disabled on managed services
+        warn(
+            f"WARNING: could not check the maxmemory-policy of {name} ({e}). atomq needs "
+            "maxmemory-policy noeviction: a server that evicts keys loses messages silently. "
+            "Make sure the service is configured with noeviction."
+        )
+        return warnings
+    if policy != "noeviction":
+        rule = (
+            f"{name} has maxmemory-policy {policy}: when it runs out of memory it evicts keys "
+            "and atomq loses messages silently. atomq needs noeviction: run "
+            "`CONFIG SET maxmemory-policy noeviction` (and set it in the server's config file "
+            "so it survives a restart)"
+        )
+        if not allow_eviction:
+            raise UnsafeStorage(rule + ", or allow eviction explicitly to accept the risk", policy=policy)
+        warn(f"WARNING: eviction allowed, messages may be lost. {rule}.")
+    return warnings
+
+
+def _config_value(reply: Any, key: str) -> str:
+    """One value of a CONFIG GET reply, whether the client decodes responses or not."""
+    value = reply.get(key, reply.get(key.encode())) if isinstance(reply, dict) else None
+    if isinstance(value, bytes):
+        value = value.decode()
+    return str(value or "")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    numbers = []
+    for part in version.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        numbers.append(int(digits or 0))
+    return tuple(numbers)

@@ -1,0 +1,30 @@
+"""The stored format version: written on first start, checked on every start.
+
+A newer atomq migrates older data here before it serves; an older atomq
+refuses data written in a format it does not know, instead of misreading it.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from atomq.errors import FormatVersionError, StorageError
+from atomq.platform.keys import FORMAT_VERSION_KEY
+
+FORMAT_VERSION = 1
+
+
+def check_format(client: redis.Redis) -> int:
+    """Records the format version of new data and refuses data of an unknown one."""
+    try:
+        client.set(FORMAT_VERSION_KEY, FORMAT_VERSION, nx=True)
+        stored = int(client.get(FORMAT_VERSION_KEY))
+    except redis.RedisError as exc:
+        raise StorageError(f"Redis failed while reading the format version: {exc}") from None
+    if stored > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"the data was written in format {stored} by a newer atomq; this one reads format "
+            f"{FORMAT_VERSION} at most: upgrade atomq",
+            stored=stored, supported=FORMAT_VERSION,
+        )
+    return stored

@@ -1,0 +1,160 @@
+"""Every Redis key atomq uses, built in this one module.
+
+Layout (``T`` is a tenant id, ``Q`` a queue name, ``S`` a subscriber name;
+names are validated so none of them can contain ``{``, ``}`` or ``:``)::
+
+    aq:format                      the stored format version (string)
+    aq:tenants                     set of tenant ids that have queues (for the sweeps)
+    aq:{T}:seq                     counter that numbers messages (message ids)
+    aq:{T}:queues                  set of the tenant's queue names
+    aq:{T}:deleting                set of queue names whose removal is under way
+    aq:{T}:doc                     hash doc id -> content bytes
+    aq:{T}:docp                    hash doc id -> properties (JSON), only when not empty
+    aq:{T}:docr                    hash doc id -> reference count (copies that refer to it)
+    aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, subv
+    aq:{T}:q:Q:subs                set of subscriber names (publish/subscribe)
+    aq:{T}:q:Q:dd:<sha1>           de-duplication marker: message id, expires with the window
+
+A destination is what consumers read: the queue itself for point-to-point,
+one per subscriber (``D = aq:{T}:q:Q:s:S``) for publish/subscribe, else
+``D = aq:{T}:q:Q``. Each has::
+
+    D:ready     stream of ready messages (field m = message id)
+    D:all       sorted set (score 0) of every live message id, in id order:
+                browse cursor and retention index (ids start with the send time)
+    D:msg       hash id -> envelope (``<enqueued ms>|<document count>|<JSON>``)
+    D:state     hash id -> ``<delivery count>|<failures>|<where>``
+    D:inflight  sorted set id -> ack deadline (ms)
+    D:sched     sorted set id -> redelivery due time (ms)
+    D:dlq       stream of dead letters (fields m, r = reason, f = failed deliveries)
+
+Every tenant key carries the hash tag ``{T}`` so a tenant lives in one Redis
+Cluster slot and one Lua script may touch any of its keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+PREFIX = "aq"
+FORMAT_VERSION_KEY = f"{PREFIX}:format"
+TENANTS_KEY = f"{PREFIX}:tenants"
+
+
+def tenant_prefix(tenant: str) -> str:
+    """The prefix of all of a tenant's keys; ``{tenant}`` is its cluster hash tag."""
+    return f"{PREFIX}:{{{tenant}}}"
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    """The fixed per-tenant keys."""
+
+    tenant: str
+
+    @property
+    def _p(self) -> str:
+        return tenant_prefix(self.tenant)
+
+    @property
+    def seq(self) -> str:
+        return f"{self._p}:seq"
+
+    @property
+    def queues(self) -> str:
+        return f"{self._p}:queues"
+
+    @property
+    def deleting(self) -> str:
+        return f"{self._p}:deleting"
+
+    @property
+    def doc(self) -> str:
+        return f"{self._p}:doc"
+
+    @property
+    def doc_props(self) -> str:
+        return f"{self._p}:docp"
+
+    @property
+    def doc_refs(self) -> str:
+        return f"{self._p}:docr"
+
+    def queue(self, queue: str) -> QueueKeys:
+        return QueueKeys(self, queue)
+
+    def all_keys_pattern(self) -> str:
+        """A SCAN pattern matching every key of this tenant (used by removal and audits)."""
+        return f"{PREFIX}:{{{self.tenant}}}:*"
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue component."""
+
+    tenant_keys: TenantKeys
+    name: str
+
+    @property
+    def _p(self) -> str:
+        return f"{self.tenant_keys._p}:q:{self.name}"
+
+    @property
+    def config(self) -> str:
+        return f"{self._p}:cfg"
+
+    @property
+    def subscribers(self) -> str:
+        return f"{self._p}:subs"
+
+    def dedupe(self, dedupe_id: str) -> str:
+        """The marker of one de-duplication id; hashed so any string is a safe key part."""
+        digest = hashlib.sha1(dedupe_id.encode("utf-8")).hexdigest()
+        return f"{self._p}:dd:{digest}"
+
+    def destination(self, subscriber: str | None = None) -> DestinationKeys:
+        base = self._p if subscriber is None else f"{self._p}:s:{subscriber}"
+        return DestinationKeys(base)
+
+
+@dataclass(frozen=True)
+class DestinationKeys:
+    """The keys of one destination: a point-to-point queue or one subscriber."""
+
+    base: str
+
+    @property
+    def ready(self) -> str:
+        return f"{self.base}:ready"
+
+    @property
+    def all(self) -> str:
+        return f"{self.base}:all"
+
+    @property
+    def msg(self) -> str:
+        return f"{self.base}:msg"
+
+    @property
+    def state(self) -> str:
+        return f"{self.base}:state"
+
+    @property
+    def inflight(self) -> str:
+        return f"{self.base}:inflight"
+
+    @property
+    def sched(self) -> str:
+        return f"{self.base}:sched"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.base}:dlq"
+
+    def as_list(self) -> list[str]:
+        """The seven keys in the order every script expects them (``DEST_KEYS`` in scripts)."""
+        return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq]
+
+
+DEST_KEY_COUNT = 7

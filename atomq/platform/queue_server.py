@@ -1,0 +1,610 @@
+"""The queue server: per-tenant queues in Redis streams, used as a library.
+
+Every operation that changes more than one key is one Lua script, so a crash
+between any two calls leaves every count exact. Time comes from Redis
+``TIME`` inside the scripts, never from this process's clock, so several
+processes and restarts agree on deadlines and redelivery times.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+import redis
+
+from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, TooLarge
+from atomq.platform import keys as k
+from atomq.platform.codec import decode_messages, encode_document
+from atomq.platform.format import check_format
+from atomq.platform.models import (
+    BrowsedMessage,
+    DeadLetter,
+    Delivery,
+    DestinationCounts,
+    NackResult,
+    OutgoingMessage,
+    Page,
+    QueueInfo,
+    QueueModel,
+)
+from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.settings import QueueSettings
+from atomq.platform.storage import Storage
+
+MAX_SEND_RETRIES = 5
+MAX_DEDUPE_ID_LENGTH = 256
+
+
+class _StaleRoute(AtomqError):
+    """The send script saw another model or subscriber set than the caller passed."""
+
+
+def _not_found(queue: str) -> NotFound:
+    return NotFound(f"queue {queue!r} does not exist", queue=queue)
+
+
+class QueueServer:
+    """The queue server core, shared by every tenant.
+
+    Args:
+        client: a redis-py client (standalone or cluster) with
+            ``decode_responses=False``: documents may be bytes.
+        settings: server-wide settings; defaults as in API.md.
+    """
+
+    def __init__(self, client: redis.Redis, settings: QueueSettings | None = None) -> None:
+        self.settings = settings or QueueSettings()
+        self.storage = Storage(client)
+        check_format(client)
+        self.storage.scripts.load_all(client)
+        # (tenant, queue) -> (model, subscriber version, subscribers): what a send
+        # fans out to. Scripts verify it, so a stale entry costs one retry, never a wrong send.
+        self._routes: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
+        self._routes_lock = threading.Lock()
+
+    @property
+    def client(self) -> redis.Redis:
+        return self.storage.client
+
+    # -- keys -----------------------------------------------------------------
+
+    @staticmethod
+    def _queue_keys(tenant: str, queue: str) -> tuple[k.TenantKeys, k.QueueKeys]:
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        return tk, tk.queue(check_queue_name(queue, field="queue"))
+
+    @staticmethod
+    def _base(tk: k.TenantKeys, qk: k.QueueKeys) -> list[str]:
+        return [tk.doc, tk.doc_props, tk.doc_refs, qk.config]
+
+    # -- queue components -----------------------------------------------------
+
+    def put_queue(
+        self,
+        tenant: str,
+        name: str,
+        model: QueueModel | str,
+        max_redeliveries: int = 6,
+        ack_timeout_s: float = 30,
+    ) -> tuple[QueueInfo, bool]:
+        """Creates or updates a queue component; returns it and whether it was created."""
+        tk, qk = self._queue_keys(tenant, name)
+        try:
+            model = QueueModel(model)
+        except ValueError:
+            raise InvalidInput(
+                "model must be 'point_to_point' or 'publish_subscribe'", field="model"
+            ) from None
+        if not isinstance(max_redeliveries, int) or isinstance(max_redeliveries, bool) or not 0 <= max_redeliveries <= 1000:
+            raise InvalidInput("max_redeliveries must be an integer from 0 to 1000", field="max_redeliveries")
+        if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not 0.01 <= ack_timeout_s <= 86400:
+            raise InvalidInput("ack_timeout_s must be a number from 0.01 to 86400", field="ack_timeout_s")
+        self.storage.call(self.client.sadd, k.TENANTS_KEY, tk.tenant)
+        for attempt in range(2):
+            try:
+                created = self.storage.run(
+                    "queue_put",
+                    self._base(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.deleting],
+                    [name, model.value, max_redeliveries, round(ack_timeout_s * 1000)],
+                    errors={
+                        "CONFLICT": lambda: Conflict(
+                            "the model of a queue that holds messages or subscribers cannot change",
+                            queue=name,
+                        ),
+                        "DELETING": lambda: Conflict("the queue is still being removed", queue=name),
+                    },
+                )
+                break
+            except Conflict as exc:
+                if attempt or exc.message != "the queue is still being removed":
+                    raise
+                # A removal that crashed half-way finishes before the name is reused.
+                self._finish_removal(tk, name)
+        self._forget_route(tenant, name)
+        return self.get_queue(tenant, name), bool(created)
+
+    def get_queue(self, tenant: str, name: str) -> QueueInfo:
+        """A queue with its counts; publish/subscribe counts are summed over subscribers."""
+        tk, qk = self._queue_keys(tenant, name)
+        model, cfg, subs = self._read_config(qk)
+        if model is None:
+            raise _not_found(name)
+        dests = [None] if model == QueueModel.POINT_TO_POINT.value else sorted(subs)
+        pipe = self.client.pipeline(transaction=True)
+        for sub in dests:
+            d = qk.destination(sub)
+            pipe.xlen(d.ready)
+            pipe.zcard(d.sched)
+            pipe.zcard(d.inflight)
+            pipe.xlen(d.dlq)
+        raw = self.storage.call(pipe.execute)
+        per_sub: dict[str, DestinationCounts] = {}
+        total = [0, 0, 0]
+        for i, sub in enumerate(dests):
+            ready, sched, flight, dead = raw[i * 4 : i * 4 + 4]
+            counts = DestinationCounts(depth=ready + sched, in_flight=flight, dead_letters=dead)
+            total[0] += counts.depth
+            total[1] += counts.in_flight
+            total[2] += counts.dead_letters
+            if sub is not None:
+                per_sub[sub] = counts
+        return QueueInfo(
+            name=name,
+            model=QueueModel(model),
+            max_redeliveries=int(cfg[b"max_redeliveries"]),
+            ack_timeout_s=int(cfg[b"ack_timeout_ms"]) / 1000,
+            depth=total[0],
+            in_flight=total[1],
+            dead_letters=total[2],
+            subscribers=per_sub,
+        )
+
+    def list_queues(self, tenant: str) -> list[QueueInfo]:
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        names = sorted(n.decode() for n in self.storage.call(self.client.smembers, tk.queues))
+        out = []
+        for name in names:
+            try:
+                out.append(self.get_queue(tenant, name))
+            except NotFound:
+                continue  # removed while listing
+        return out
+
+    def delete_queue(self, tenant: str, name: str) -> None:
+        """Removes a queue with its messages, dead letters and subscribers."""
+        tk, qk = self._queue_keys(tenant, name)
+        existed = self.storage.run(
+            "unlink_component",
+            self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting],
+            ["queue", name, name],
+        )
+        self._forget_route(tenant, name)
+        if not existed:
+            raise _not_found(name)
+        self._finish_removal(tk, name)
+
+    def put_subscriber(self, tenant: str, queue: str, subscriber: str) -> bool:
+        """Creates a subscriber ahead of its first get; returns whether it was created."""
+        tk, qk = self._queue_keys(tenant, queue)
+        check_subscriber_name(subscriber)
+        marker = f"{queue}/{subscriber}"
+        for attempt in range(2):
+            try:
+                created = self.storage.run(
+                    "subscriber_put",
+                    self._base(tk, qk) + [qk.subscribers, tk.deleting],
+                    [subscriber, marker],
+                    errors=self._queue_errors(queue, DELETING=lambda: Conflict(
+                        "the subscriber is still being removed", queue=queue, subscriber=subscriber)),
+                )
+                break
+            except Conflict:
+                if attempt:
+                    raise
+                self._finish_removal(tk, marker)
+        self._forget_route(tenant, queue)
+        return bool(created)
+
+    def delete_subscriber(self, tenant: str, queue: str, subscriber: str) -> None:
+        """Removes a subscriber and its messages; later sends no longer copy to it."""
+        tk, qk = self._queue_keys(tenant, queue)
+        check_subscriber_name(subscriber)
+        marker = f"{queue}/{subscriber}"
+        existed = self.storage.run(
+            "unlink_component",
+            self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting],
+            ["subscriber", subscriber, marker],
+        )
+        self._forget_route(tenant, queue)
+        if not existed:
+            raise NotFound(f"subscriber {subscriber!r} of queue {queue!r} does not exist",
+                           queue=queue, subscriber=subscriber)
+        self._finish_removal(tk, marker)
+
+    def _finish_removal(self, tk: k.TenantKeys, marker: str) -> None:
+        """Drops a removed component's messages in chunks, then its keys and its marker.
+
+        Idempotent: an interrupted removal resumes from whatever is left.
+        """
+        queue, _, subscriber = marker.partition("/")
+        qk = tk.queue(queue)
+        if subscriber:
+            dests = [qk.destination(subscriber)]
+        else:
+            subs = self.storage.call(self.client.smembers, qk.subscribers)
+            dests = [qk.destination()] + [qk.destination(s.decode()) for s in subs]
+        for d in dests:
+            self._drain(tk, qk, d, "drop", "chunk")
+            self.storage.call(self.client.delete, *d.as_list())
+        if not subscriber:
+            self.storage.call(self.client.delete, qk.subscribers)
+        self.storage.call(self.client.srem, tk.deleting, marker)
+
+    def resume_removals(self, tenant: str) -> int:
+        """Finishes removals that a crash interrupted; returns how many it finished."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        markers = [m.decode() for m in self.storage.call(self.client.smembers, tk.deleting)]
+        for marker in markers:
+            self._finish_removal(tk, marker)
+        return len(markers)
+
+    # -- routes (what a send fans out to) -----------------------------------
+
+    def _read_config(self, qk: k.QueueKeys) -> tuple[str | None, dict[bytes, bytes], list[str]]:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(qk.config)
+        pipe.smembers(qk.subscribers)
+        cfg, subs = self.storage.call(pipe.execute)
+        model = cfg.get(b"model")
+        return (model.decode() if model else None), cfg, sorted(s.decode() for s in subs)
+
+    def _route(self, tenant: str, queue: str, qk: k.QueueKeys, refresh: bool) -> tuple[str, str, list[str]]:
+        key = (tenant, queue)
+        if not refresh:
+            cached = self._routes.get(key)
+            if cached is not None:
+                return cached
+        model, cfg, subs = self._read_config(qk)
+        if model is None:
+            self._forget_route(tenant, queue)
+            raise _not_found(queue)
+        route = (model, cfg.get(b"subv", b"0").decode(), subs)
+        with self._routes_lock:
+            if len(self._routes) > 10_000:
+                self._routes.clear()
+            self._routes[key] = route
+        return route
+
+    def _forget_route(self, tenant: str, queue: str) -> None:
+        with self._routes_lock:
+            self._routes.pop((tenant, queue), None)
+
+    @staticmethod
+    def _queue_errors(queue: str, **more: Any) -> dict[str, Any]:
+        errors: dict[str, Any] = {
+            "NOQUEUE": lambda: _not_found(queue),
+            "NOSUBSCRIBER": lambda: InvalidInput(
+                "subscriber is required for a publish/subscribe queue", field="subscriber"),
+            "SUBSCRIBERP2P": lambda: InvalidInput(
+                "a point-to-point queue has no subscribers; leave subscriber out", field="subscriber"),
+        }
+        errors.update(more)
+        return errors
+
+    # -- send -----------------------------------------------------------------
+
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage]) -> list[str]:
+        """Stores a batch of messages, all or nothing; returns their ids in order.
+
+        A message whose ``dedupe_id`` was sent to this queue within the
+        de-duplication window is not stored again; its original id comes back.
+        """
+        tk, qk = self._queue_keys(tenant, queue)
+        args_tail, dedupe_keys = self._encode_batch(qk, messages)
+        refresh = False
+        for _ in range(MAX_SEND_RETRIES):
+            model, subv, subs = self._route(tenant, queue, qk, refresh)
+            if model == QueueModel.POINT_TO_POINT.value:
+                dests, expected = [qk.destination()], f"{model}|"
+            else:
+                dests, expected = [qk.destination(s) for s in subs], f"{model}|{subv}"
+            keys = self._base(tk, qk) + [tk.seq, qk.subscribers]
+            for d in dests:
+                keys.extend(d.as_list())
+            keys.extend(dedupe_keys)
+            window_ms = round(self.settings.dedupe_window_s * 1000)
+            try:
+                ids = self.storage.run(
+                    "send",
+                    keys,
+                    [expected, len(dests), window_ms]
+                    + args_tail,
+                    errors={"NOQUEUE": lambda: _not_found(queue), "STALESUBS": lambda: _StaleRoute("stale")},
+                )
+            except NotFound:
+                self._forget_route(tenant, queue)
+                raise
+            except _StaleRoute:
+                refresh = True
+                continue
+            return [i.decode() for i in ids]
+        raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
+
+    def _encode_batch(self, qk: k.QueueKeys, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[str]]:
+        s = self.settings
+        if not messages:
+            raise InvalidInput("messages must hold at least one message", field="messages")
+        if len(messages) > s.max_messages_per_send:
+            raise TooLarge(
+                f"a send holds at most {s.max_messages_per_send} messages",
+                field="messages", limit=s.max_messages_per_send,
+            )
+        args: list[Any] = [len(messages)]
+        dedupe_index: dict[str, int] = {}
+        for i, m in enumerate(messages):
+            if not m.documents:
+                raise InvalidInput("a message refers to at least one document",
+                                   field=f"messages.{i}.documents")
+            dd = 0
+            if m.dedupe_id is not None:
+                if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= MAX_DEDUPE_ID_LENGTH:
+                    raise InvalidInput(f"dedupe_id must be a string of 1 to {MAX_DEDUPE_ID_LENGTH} characters",
+                                       field=f"messages.{i}.dedupe_id")
+                dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
+            args += [dd, m.envelope_json(), len(m.documents)]
+            for j, doc in enumerate(m.documents):
+                data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
+                args += [data, props]
+        return args, [qk.dedupe(d) for d in dedupe_index]
+
+    # -- get, ack, nack, extend -------------------------------------------------
+
+    def get(
+        self,
+        tenant: str,
+        queue: str,
+        max_messages: int = 10,
+        wait_ms: int = 0,
+        subscriber: str | None = None,
+    ) -> list[Delivery]:
+        """Delivers up to ``max_messages`` ready messages, waiting up to ``wait_ms`` for the first.
+
+        Each delivered message is in flight until acked, nacked or its
+        ``ack_timeout_s`` runs out (then it counts as a failed delivery).
+        """
+        tk, qk = self._queue_keys(tenant, queue)
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        s = self.settings
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or not 1 <= max_messages <= s.max_get:
+            raise InvalidInput(f"max must be an integer from 1 to {s.max_get}", field="max")
+        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= s.max_wait_ms:
+            raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
+        d = qk.destination(subscriber)
+        keys = self._base(tk, qk) + d.as_list() + [qk.subscribers]
+        args = [max_messages, s.delays_ms_arg, subscriber or ""]
+        if subscriber is not None:
+            self._forget_route(tenant, queue)
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            reply = self.storage.run("get", keys, args, errors=self._queue_errors(queue))
+            count, wake, last_id = reply[0], reply[1], reply[2]
+            if count:
+                return decode_messages(reply, 3, count, Delivery)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            block_ms = round(remaining * 1000)
+            if wake >= 0:
+                block_ms = min(block_ms, wake + 1)
+            # Blocks until an entry newer than the last one the script saw arrives,
+            # so a send between the script and this call is never missed.
+            self.storage.call(self.client.xread, {d.ready: last_id}, count=1, block=max(1, block_ms))
+
+    def ack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+            receipts: Sequence[str] | None = None, subscriber: str | None = None) -> int:
+        """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
+        return self._settle("ack", "", tenant, queue, ids, receipts, subscriber)[0]
+
+    def nack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+             receipts: Sequence[str] | None = None, subscriber: str | None = None,
+             reason: str = "") -> NackResult:
+        """Fails deliveries now: each is redelivered after its delay or dead-lettered."""
+        if not isinstance(reason, str) or len(reason) > 4096:
+            raise InvalidInput("reason must be a string of at most 4096 characters", field="reason")
+        done, dead = self._settle("nack", reason or "nacked", tenant, queue, ids, receipts, subscriber)
+        return NackResult(requeued=done, dead_lettered=dead)
+
+    def extend(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+               receipts: Sequence[str] | None = None, subscriber: str | None = None,
+               seconds: float | None = None) -> int:
+        """Moves the ack deadline of in-flight messages to ``seconds`` from now."""
+        if seconds is not None and (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                                    or not 0 < seconds <= 86400):
+            raise InvalidInput("seconds must be a number from 0 to 86400", field="seconds")
+        if seconds is None:
+            seconds = self.get_queue(tenant, queue).ack_timeout_s
+        return self._settle("extend", round(seconds * 1000), tenant, queue, ids, receipts, subscriber)[0]
+
+    def _settle(self, action: str, arg: Any, tenant: str, queue: str, ids: Sequence[str] | None,
+                receipts: Sequence[str] | None, subscriber: str | None) -> tuple[int, int]:
+        tk, qk = self._queue_keys(tenant, queue)
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        mode, items = _selector(ids, receipts)
+        d = qk.destination(subscriber)
+        done, dead = self.storage.run(
+            "settle",
+            self._base(tk, qk) + d.as_list(),
+            [action, arg, self.settings.delays_ms_arg, mode, *items],
+            errors=self._queue_errors(queue),
+        )
+        return int(done), int(dead)
+
+    # -- management -------------------------------------------------------------
+
+    def _destinations(self, tenant: str, queue: str, subscriber: str | None,
+                      require_subscriber: bool) -> tuple[k.TenantKeys, k.QueueKeys, list[k.DestinationKeys]]:
+        tk, qk = self._queue_keys(tenant, queue)
+        model, _, subs = self._read_config(qk)
+        if model is None:
+            raise _not_found(queue)
+        if model == QueueModel.POINT_TO_POINT.value:
+            if subscriber is not None:
+                raise InvalidInput("a point-to-point queue has no subscribers; leave subscriber out",
+                                   field="subscriber")
+            return tk, qk, [qk.destination()]
+        if subscriber is None:
+            if require_subscriber:
+                raise InvalidInput("subscriber is required for a publish/subscribe queue", field="subscriber")
+            return tk, qk, [qk.destination(s) for s in subs]
+        check_subscriber_name(subscriber)
+        if subscriber not in subs:
+            raise NotFound(f"subscriber {subscriber!r} of queue {queue!r} does not exist",
+                           queue=queue, subscriber=subscriber)
+        return tk, qk, [qk.destination(subscriber)]
+
+    def browse(self, tenant: str, queue: str, limit: int = 100, after: str | None = None,
+               subscriber: str | None = None) -> Page:
+        """Messages waiting or in flight, with their state, without consuming them."""
+        return self._list("queued", BrowsedMessage, tenant, queue, limit, after, subscriber)
+
+    def dead_letters(self, tenant: str, queue: str, limit: int = 100, after: str | None = None,
+                     subscriber: str | None = None) -> Page:
+        """The queue's dead letters with reason and failed deliveries."""
+        return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
+
+    def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
+              subscriber: str | None) -> Page:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be an integer from 1 to 1000", field="limit")
+        if after is not None and (not isinstance(after, str) or len(after) > 64):
+            raise InvalidInput("after must be a cursor returned as next", field="after")
+        tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
+        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(), [view, limit, after or ""],
+                                 errors=self._queue_errors(queue))
+        cursor, count = reply[0], reply[1]
+        items = decode_messages(reply, 2, count, cls)
+        return Page(items=items, next=cursor.decode() if cursor else None)
+
+    def delete_messages(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+                        all: bool = False, subscriber: str | None = None) -> int:
+        """Deletes selected or all waiting and in-flight messages."""
+        return self._manage("delete", tenant, queue, ids, all, subscriber)
+
+    def delete_dead_letters(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+                            all: bool = False, subscriber: str | None = None) -> int:
+        return self._manage("delete_dead", tenant, queue, ids, all, subscriber)
+
+    def resend_dead_letters(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+                            all: bool = False, subscriber: str | None = None) -> int:
+        """Puts dead letters back to ready: same id, a fresh redelivery budget."""
+        return self._manage("resend", tenant, queue, ids, all, subscriber)
+
+    def _manage(self, action: str, tenant: str, queue: str, ids: Sequence[str] | None, all: bool,
+                subscriber: str | None) -> int:
+        if (ids is None) == (not all):
+            raise InvalidInput("give either ids or all: true", field="ids")
+        if ids is not None:
+            _check_ids(ids, "ids")
+        tk, qk, dests = self._destinations(tenant, queue, subscriber, require_subscriber=False)
+        total = 0
+        for d in dests:
+            if ids is not None:
+                for start in range(0, len(ids), self.settings.chunk_size):
+                    chunk = list(ids[start : start + self.settings.chunk_size])
+                    total += int(self.storage.run("manage", self._base(tk, qk) + d.as_list(),
+                                                  [action, "ids", "", 0, *chunk])[0])
+            else:
+                total += self._drain(tk, qk, d, action, "chunk")
+        return total
+
+    def _drain(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, action: str, mode: str,
+               bound: str = "") -> int:
+        """Applies ``action`` chunk by chunk over a destination's messages; returns the count."""
+        total, cursor = 0, bound
+        while True:
+            count, nxt = self.storage.run(
+                "manage", self._base(tk, qk) + d.as_list(), [action, mode, cursor, self.settings.chunk_size]
+            )
+            total += int(count)
+            if not nxt:
+                return total
+            if mode == "chunk":
+                cursor = nxt.decode()
+
+    # -- maintenance --------------------------------------------------------------
+
+    def tenants(self) -> list[str]:
+        """Tenants that have (or had) queues: what the maintenance sweeps visit."""
+        return sorted(t.decode() for t in self.storage.call(self.client.smembers, k.TENANTS_KEY))
+
+    def _all_destinations(self, tk: k.TenantKeys) -> list[tuple[k.QueueKeys, k.DestinationKeys]]:
+        out = []
+        for raw in self.storage.call(self.client.smembers, tk.queues):
+            qk = tk.queue(raw.decode())
+            out.append((qk, qk.destination()))
+            for s in self.storage.call(self.client.smembers, qk.subscribers):
+                out.append((qk, qk.destination(s.decode())))
+        return out
+
+    def sweep(self, tenant: str) -> int:
+        """Moves due redeliveries to ready and fails expired deliveries of every queue.
+
+        Gets do this for their own queue too; the sweep keeps counts true for
+        queues nobody reads. Returns the number of messages moved.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        moved = 0
+        for qk, d in self._all_destinations(tk):
+            while True:
+                n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list(),
+                                         [self.settings.delays_ms_arg, self.settings.chunk_size],
+                                         errors={"NOQUEUE": lambda: _not_found(qk.name)}))
+                moved += n
+                if n < self.settings.chunk_size:
+                    break
+        return moved
+
+    def purge(self, tenant: str) -> int:
+        """Removes every message, queued or dead, whose documents are past the retention.
+
+        Documents are created with their message, so a message id (which
+        starts with its send time) dates its documents. Returns the count removed.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        seconds, micros = self.storage.call(self.client.time)
+        cutoff_ms = seconds * 1000 + micros // 1000 - round(self.settings.document_retention_s * 1000)
+        removed = 0
+        for qk, d in self._all_destinations(tk):
+            removed += self._drain(tk, qk, d, "drop", "older", bound=str(cutoff_ms))
+        return removed
+
+    def maintain(self, tenant: str) -> dict[str, int]:
+        """One round of every maintenance task for one tenant."""
+        return {
+            "removals": self.resume_removals(tenant),
+            "moved": self.sweep(tenant),
+            "purged": self.purge(tenant),
+        }
+
+
+def _check_ids(values: Sequence[str], field: str) -> None:
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
+        raise InvalidInput(f"{field} must be a list of message id strings", field=field)
+    if len(values) > 10_000:
+        raise TooLarge(f"{field} holds at most 10000 entries", field=field, limit=10_000)
+
+
+def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tuple[str, list[str]]:
+    if (ids is None) == (receipts is None):
+        raise InvalidInput("give either ids or receipts", field="ids")
+    if ids is not None:
+        _check_ids(ids, "ids")
+        return "id", list(ids)
+    _check_ids(receipts or [], "receipts")
+    return "receipt", list(receipts or [])
+
+

@@ -1,0 +1,53 @@
+"""The Lua scripts of the queue server, loaded once and called by name.
+
+Each ``<name>.lua`` beside this file documents its KEYS and ARGV in a header.
+Redis has no ``include``; the shared helpers of ``_lib.lua`` are prepended to
+every script here, so each script still arrives at Redis as one unit and its
+SHA is stable for EVALSHA.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Sequence
+
+import redis
+from redis.commands.core import Script
+
+NAMES = (
+    "send",
+    "get",
+    "settle",
+    "browse",
+    "manage",
+    "sweep",
+    "queue_put",
+    "subscriber_put",
+    "unlink_component",
+)
+
+
+def _source(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+class ScriptLibrary:
+    """The registered scripts of one Redis client.
+
+    redis-py's ``Script`` calls EVALSHA and reloads the script on ``NOSCRIPT``
+    (also after a Redis restart), and routes it by its first key on a cluster.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        lib = _source("_lib")
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(lib + "\n" + _source(name)) for name in NAMES
+        }
+
+    def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[name](keys=list(keys), args=list(args))
+
+    def load_all(self, client: redis.Redis) -> None:
+        """Loads every script now, so a syntax error shows at start and not on first use."""
+        for script in self._scripts.values():
+            script.sha = client.script_load(script.script)

@@ -1,0 +1,174 @@
+-- Shared prelude, prepended to every script by atomq.platform.scripts.
+-- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
+-- a destination is 7 consecutive KEYS: ready, all, msg, state, inflight, sched, dlq.
+-- State value: "<delivery count>|<failures>|<where>", where is
+--   r<stream id> ready, f in flight, s scheduled, d<stream id> dead.
+-- Envelope value: "<enqueued ms>|<document count>|<JSON>".
+
+local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function dest_at(i)
+  return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
+          inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6]}
+end
+
+local function require_queue()
+  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen')
+  if not cfg[1] then
+    return redis.error_reply('NOQUEUE queue does not exist')
+  end
+  return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4]}
+end
+
+local function parse_state(s)
+  local a = string.find(s, '|', 1, true)
+  local b = string.find(s, '|', a + 1, true)
+  return tonumber(string.sub(s, 1, a - 1)), tonumber(string.sub(s, a + 1, b - 1)), string.sub(s, b + 1)
+end
+
+local function fmt_state(dc, fails, where)
+  return dc .. '|' .. fails .. '|' .. where
+end
+
+local function parse_envelope(e)
+  local a = string.find(e, '|', 1, true)
+  local b = string.find(e, '|', a + 1, true)
+  return tonumber(string.sub(e, 1, a - 1)), tonumber(string.sub(e, a + 1, b - 1)), string.sub(e, b + 1)
+end
+
+-- Calls a variadic command in slices, so a large batch never overflows Lua's C stack.
+local function call_batched(cmd, key, args)
+  local n = #args
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+
+-- Delay in ms after failed delivery k (1-based); the last delay repeats.
+local function redelivery_delay(delays, k)
+  return delays[math.min(k, #delays)]
+end
+
+local function parse_delays(s)
+  local out = {}
+  for v in string.gmatch(s, '[^,]+') do
+    out[#out + 1] = tonumber(v)
+  end
+  return out
+end
+
+local function make_ready(d, id, dc, fails)
+  local entry = redis.call('XADD', d.ready, '*', 'm', id)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'r' .. entry))
+end
+
+-- Takes a message out of whatever structure holds it in the destination.
+local function unlink(d, id, where)
+  local tag = string.sub(where, 1, 1)
+  if tag == 'r' then
+    redis.call('XDEL', d.ready, string.sub(where, 2))
+  elseif tag == 'f' then
+    redis.call('ZREM', d.inflight, id)
+  elseif tag == 's' then
+    redis.call('ZREM', d.sched, id)
+  elseif tag == 'd' then
+    redis.call('XDEL', d.dlq, string.sub(where, 2))
+  end
+end
+
+-- Forgets a message copy and releases its documents; frees each document
+-- whose last reference this was. Returns the bytes of documents freed.
+local function forget(d, id)
+  local env = redis.call('HGET', d.msg, id)
+  redis.call('HDEL', d.msg, id)
+  redis.call('HDEL', d.state, id)
+  redis.call('ZREM', d.all, id)
+  if not env then
+    return
+  end
+  local _, ndocs = parse_envelope(env)
+  for k = 1, ndocs do
+    local doc = id .. '.' .. k
+    if redis.call('HINCRBY', DOCR, doc, -1) <= 0 then
+      redis.call('HDEL', DOCR, doc)
+      redis.call('HDEL', DOC, doc)
+      redis.call('HDEL', DOCP, doc)
+    end
+  end
+end
+
+-- One failed delivery (nack or ack time-out) of an in-flight message.
+-- Returns 'requeued' or 'dead'.
+local function fail_delivery(d, q, delays, id, dc, fails, reason, now)
+  fails = fails + 1
+  redis.call('ZREM', d.inflight, id)
+  if fails > q.max_redeliveries then
+    local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
+    redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+    return 'dead'
+  end
+  redis.call('ZADD', d.sched, now + redelivery_delay(delays, fails), id)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 's'))
+  return 'requeued'
+end
+
+-- Moves due redeliveries to ready and fails expired deliveries, at most
+-- `limit` of each. Returns the number of messages moved.
+local function sweep_destination(d, q, delays, now, limit)
+  local moved = 0
+  local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(expired) do
+    local dc, fails = parse_state(redis.call('HGET', d.state, id))
+    fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now)
+    moved = moved + 1
+  end
+  local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit)
+  if #due > 0 then
+    redis.call('ZREM', d.sched, unpack(due))
+    for _, id in ipairs(due) do
+      local dc, fails = parse_state(redis.call('HGET', d.state, id))
+      make_ready(d, id, dc, fails)
+    end
+    moved = moved + #due
+  end
+  return moved
+end
+
+-- Resolves ARGV selectors ("id" or "receipt" mode) into {id, receipt delivery count or false}.
+local function selected(mode, first)
+  local out = {}
+  for i = first, #ARGV do
+    local v = ARGV[i]
+    if mode == 'receipt' then
+      local p = string.find(v, '~', 1, true)
+      if p then
+        out[#out + 1] = {string.sub(v, 1, p - 1), tonumber(string.sub(v, p + 1))}
+      end
+    else
+      out[#out + 1] = {v, false}
+    end
+  end
+  return out
+end
+
+-- HMGET in slices (see call_batched); returns one list in the order of `fields`.
+local function hmget_batched(key, fields)
+  local out = {}
+  local n = #fields
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    local part = redis.call('HMGET', key, unpack(fields, i, j))
+    for k = 1, #part do out[#out + 1] = part[k] end
+    i = j + 1
+  end
+  return out
+end

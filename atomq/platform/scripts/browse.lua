@@ -1,0 +1,85 @@
+-- Lists messages without consuming them, in id (send) order.
+-- KEYS[1..4]   doc, docp, docr, cfg
+-- KEYS[5..11]  the destination
+-- ARGV[1]      view: queued (ready, in flight, scheduled) | dead
+-- ARGV[2]      limit
+-- ARGV[3]      cursor: the last id of the previous page, or ""
+-- Returns {next cursor or "", n, then per message: id, delivery count, failures,
+--          where, enqueued ms, envelope JSON, document count, then per document:
+--          id, data, properties; then for dead letters: reason, dead-lettered ms}.
+
+local q = require_queue()
+if q.err then return q end
+local d = dest_at(5)
+local dead_view = ARGV[1] == 'dead'
+local limit = tonumber(ARGV[2])
+local start = '-'
+if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
+
+local picked, wheres = {}, {}
+local scanned, last = 0, nil
+local more = false
+-- Bounded scan: skips messages of the other view, never reads more than ~10 pages.
+while #picked < limit and scanned < limit * 10 + 100 do
+  local ids = redis.call('ZRANGE', d.all, start, '+', 'BYLEX', 'LIMIT', 0, limit)
+  if #ids == 0 then break end
+  local states = redis.call('HMGET', d.state, unpack(ids))
+  for i, id in ipairs(ids) do
+    scanned = scanned + 1
+    last = id
+    local s = states[i]
+    if s then
+      local is_dead = string.find(s, '|d', 1, true) ~= nil
+      if is_dead == dead_view then
+        picked[#picked + 1] = id
+        wheres[#wheres + 1] = s
+        if #picked == limit then break end
+      end
+    end
+  end
+  start = '(' .. last
+  if #ids < limit then break end
+end
+if last and #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0 then
+  more = true
+end
+
+local out = {more and last or '', #picked}
+if #picked == 0 then return out end
+local envs = redis.call('HMGET', d.msg, unpack(picked))
+for i, id in ipairs(picked) do
+  local dc, fails, where = parse_state(wheres[i])
+  local enq, ndocs, json = parse_envelope(envs[i])
+  out[#out + 1] = id
+  out[#out + 1] = dc
+  out[#out + 1] = fails
+  out[#out + 1] = string.sub(where, 1, 1)
+  out[#out + 1] = enq
+  out[#out + 1] = json
+  out[#out + 1] = ndocs
+  if ndocs > 0 then
+    local docs = {}
+    for k = 1, ndocs do docs[k] = id .. '.' .. k end
+    local data = redis.call('HMGET', DOC, unpack(docs))
+    local props = redis.call('HMGET', DOCP, unpack(docs))
+    for k = 1, ndocs do
+      out[#out + 1] = docs[k]
+      out[#out + 1] = data[k] or ''
+      out[#out + 1] = props[k] or ''
+    end
+  end
+  if dead_view then
+    local entry = string.sub(where, 2)
+    local rec = redis.call('XRANGE', d.dlq, entry, entry)
+    local reason = ''
+    if #rec > 0 then
+      local f = rec[1][2]
+      for k = 1, #f, 2 do
+        if f[k] == 'r' then reason = f[k + 1] end
+      end
+    end
+    out[#out + 1] = reason
+    out[#out + 1] = tonumber(string.sub(entry, 1, string.find(entry, '-', 1, true) - 1))
+  end
+end
+return out

@@ -1,0 +1,96 @@
+-- Delivers up to ARGV[1] ready messages, after moving due redeliveries to
+-- ready and failing expired deliveries.
+-- KEYS[1..4]   doc, docp, docr, cfg
+-- KEYS[5..11]  the destination
+-- KEYS[12]     subs (publish/subscribe: the subscriber is created on its first get)
+-- ARGV[1]      max messages
+-- ARGV[2]      redelivery delays in ms, comma-separated
+-- ARGV[3]      subscriber name ("" for point-to-point)
+-- Returns {n, wake, last_id, then per message: id, delivery count, enqueued ms,
+--          envelope JSON, document count, then per document: id, data, properties}.
+-- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
+-- last_id: the ready stream's last id, to block on when nothing was delivered.
+
+local q = require_queue()
+if q.err then return q end
+local sub = ARGV[3]
+if q.model == 'publish_subscribe' then
+  if sub == '' then
+    return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
+  end
+  if redis.call('SADD', KEYS[12], sub) == 1 then
+    redis.call('HINCRBY', CFG, 'subv', 1)
+  end
+elseif sub ~= '' then
+  return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
+end
+
+local d = dest_at(5)
+local delays = parse_delays(ARGV[2])
+local now = now_ms()
+sweep_destination(d, q, delays, now, 1000)
+
+local out = {0, -1, '0-0'}
+local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', tonumber(ARGV[1]))
+local n = #entries
+if n == 0 then
+  local nexts = {}
+  local s = redis.call('ZRANGE', d.sched, 0, 0, 'WITHSCORES')
+  if #s > 0 then nexts[#nexts + 1] = tonumber(s[2]) end
+  local f = redis.call('ZRANGE', d.inflight, 0, 0, 'WITHSCORES')
+  if #f > 0 then nexts[#nexts + 1] = tonumber(f[2]) end
+  if #nexts > 0 then out[2] = math.max(0, math.min(unpack(nexts)) - now) end
+  if redis.call('EXISTS', d.ready) == 1 then
+    local info = redis.call('XINFO', 'STREAM', d.ready)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
+    end
+  end
+  return out
+end
+
+out[1] = n
+local entry_ids, ids = {}, {}
+for i, e in ipairs(entries) do
+  entry_ids[i] = e[1]
+  ids[i] = e[2][2]
+end
+redis.call('XDEL', d.ready, unpack(entry_ids))
+local states = redis.call('HMGET', d.state, unpack(ids))
+local envs = redis.call('HMGET', d.msg, unpack(ids))
+local deadline = now + q.ack_timeout_ms
+local state_args, flight_args, docs = {}, {}, {}
+for i, id in ipairs(ids) do
+  local dc, fails = parse_state(states[i])
+  dc = dc + 1
+  state_args[#state_args + 1] = id
+  state_args[#state_args + 1] = fmt_state(dc, fails, 'f')
+  flight_args[#flight_args + 1] = deadline
+  flight_args[#flight_args + 1] = id
+  states[i] = dc
+  local _, ndocs = parse_envelope(envs[i])
+  for k = 1, ndocs do docs[#docs + 1] = id .. '.' .. k end
+end
+call_batched('HSET', d.state, state_args)
+call_batched('ZADD', d.inflight, flight_args)
+local data, props = {}, {}
+if #docs > 0 then
+  data = hmget_batched(DOC, docs)
+  props = hmget_batched(DOCP, docs)
+end
+local j = 0
+for i, id in ipairs(ids) do
+  local enq, ndocs, json = parse_envelope(envs[i])
+  out[#out + 1] = id
+  out[#out + 1] = states[i]
+  out[#out + 1] = enq
+  out[#out + 1] = json
+  out[#out + 1] = ndocs
+  for _ = 1, ndocs do
+    j = j + 1
+    out[#out + 1] = docs[j]
+    out[#out + 1] = data[j] or ''
+    out[#out + 1] = props[j] or ''
+  end
+end
+return out

@@ -1,0 +1,44 @@
+-- Management actions on selected messages, or on one bounded chunk of all of them.
+-- KEYS[1..4]   doc, docp, docr, cfg
+-- KEYS[5..11]  the destination
+-- ARGV[1]      action: delete (queued messages) | delete_dead | resend (dead letters)
+--              | drop (any message: queue and subscriber removal, retention purge)
+-- ARGV[2]      mode: ids | chunk | older (drop messages sent before ARGV[3] ms)
+-- ARGV[3]      chunk: cursor (last id of the previous chunk, or "") | older: cut-off ms
+-- ARGV[4]      chunk size (chunk and older modes)
+-- ARGV[5..]    message ids (ids mode)
+-- Does not require the queue's config: removal runs after the queue is gone.
+-- Returns {count, cursor}; cursor is "" when the chunk reached the end.
+
+local d = dest_at(5)
+local action, mode = ARGV[1], ARGV[2]
+local ids, cursor = {}, ''
+if mode == 'ids' then
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  local size = tonumber(ARGV[4])
+  local start, stop = '-', '+'
+  if mode == 'chunk' and ARGV[3] ~= '' then start = '(' .. ARGV[3] end
+  if mode == 'older' then stop = '(' .. ARGV[3] end
+  ids = redis.call('ZRANGE', d.all, start, stop, 'BYLEX', 'LIMIT', 0, size)
+  if #ids == size then cursor = ids[#ids] end
+end
+
+local count = 0
+for _, id in ipairs(ids) do
+  local s = redis.call('HGET', d.state, id)
+  if s then
+    local dc, fails, where = parse_state(s)
+    local dead = string.sub(where, 1, 1) == 'd'
+    if action == 'drop' or (action == 'delete' and not dead) or (action == 'delete_dead' and dead) then
+      unlink(d, id, where)
+      forget(d, id)
+      count = count + 1
+    elseif action == 'resend' and dead then
+      unlink(d, id, where)
+      make_ready(d, id, dc, 0)
+      count = count + 1
+    end
+  end
+end
+return {count, cursor}

@@ -1,0 +1,62 @@
+"""The boundary to Redis: script calls with redis-py errors turned into atomq errors once.
+
+Scripts report rule violations as error replies whose first word is a code
+(``NOQUEUE``, ``CONFLICT``, ...); callers name the errors they expect and
+everything else from Redis becomes a StorageError, never a bare redis-py one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import redis
+
+from atomq.errors import AtomqError, StorageError, StorageFull
+from atomq.platform.scripts import ScriptLibrary
+
+ErrorMap = Mapping[str, Callable[[], AtomqError]]
+
+
+def script_code(exc: redis.ResponseError) -> str:
+    """The code word a script put first in its error reply."""
+    text = str(exc).strip()
+    return text.split(" ", 1)[0] if text else ""
+
+
+class Storage:
+    """A Redis client and the scripts registered on it."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.scripts = ScriptLibrary(client)
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None = None) -> Any:
+        """Runs script ``name``; error codes in ``errors`` raise the mapped error."""
+        try:
+            return self.scripts(name, keys, args)
+        except redis.ResponseError as exc:
+            code = script_code(exc)
+            if errors and code in errors:
+                raise errors[code]() from None
+            raise translate(exc) from None
+        except redis.RedisError as exc:
+            raise translate(exc) from None
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs a plain client call with the same error translation."""
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise translate(exc) from None
+
+
+def translate(exc: redis.RedisError) -> StorageError:
+    """One redis-py error as an atomq StorageError."""
+    text = str(exc)
+    if isinstance(exc, redis.ResponseError) and text.startswith("OOM"):
+        return StorageFull(
+            "Redis reached its maxmemory and refuses writes; free space (ack or delete messages) "
+            "or raise maxmemory",
+            redis_error=text,
+        )
+    return StorageError(f"Redis failed: {text}", redis_error=type(exc).__name__)

@@ -1,0 +1,1 @@
+"""The PySpark `atomq` data source and Spark executions of tenant listeners."""

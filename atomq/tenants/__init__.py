@@ -1,0 +1,1 @@
+"""Accounts, API keys and attachments (rate limit, disk quota): built on `atomq.platform`."""

@@ -1,0 +1,1 @@
+"""Listeners and forked executions (rq work horses) that run the tenants' processes."""

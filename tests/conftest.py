@@ -1,0 +1,60 @@
+"""Shared fixtures: a real Valkey per test session, fakeredis for fast runs of the same tests.
+
+Semantic tests take the ``backend`` fixture and run twice: against the real
+embedded Valkey and against fakeredis (with its Lua support). Tests of
+processes, crashes and durability use ``valkey`` alone.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis
+
+from atomq.platform import QueueServer, QueueSettings
+from atomq.platform.embedded import EmbeddedValkey
+
+FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]:
+    """One real Valkey for the session, on a free loopback port, in a fresh data directory."""
+    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey") / "valkey", port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["valkey", "fakeredis"])
+def backend(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """A Redis client: the real server, or fakeredis."""
+    if request.param == "valkey":
+        client = request.getfixturevalue("valkey").client()
+    else:
+        client = fakeredis.FakeRedis()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A fresh tenant per test: tests never see each other's data."""
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def qs(backend: redis.Redis) -> QueueServer:
+    """A queue server with a fast redelivery schedule (0.05, 0.1, 0.15 s)."""
+    return QueueServer(backend, FAST)
+

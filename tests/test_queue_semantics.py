@@ -1,0 +1,469 @@
+"""The queue server's semantics, on the real Valkey and on fakeredis.
+
+The fast schedule of the ``qs`` fixture redelivers after 0.05, 0.1 and
+0.15 s (the last repeating); blocking gets wait for due redeliveries, so no
+test sleeps to let one happen.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from atomq.errors import Conflict, InvalidInput, NotFound, TooLarge
+from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform.audit import audit_tenant
+
+P2P = "point_to_point"
+PUBSUB = "publish_subscribe"
+
+
+def msg(*texts: str | bytes, dedupe_id: str | None = None, **props: str) -> OutgoingMessage:
+    return OutgoingMessage(documents=tuple(OutgoingDocument(t) for t in texts), properties=props,
+                           dedupe_id=dedupe_id)
+
+
+def texts(deliveries: list) -> list:
+    return [d.documents[0].data for d in deliveries]
+
+
+@pytest.fixture
+def queue(qs: QueueServer, tenant: str) -> str:
+    qs.put_queue(tenant, "orders", P2P, max_redeliveries=3, ack_timeout_s=30)
+    return "orders"
+
+
+def test_send_get_ack_round_trip_keeps_documents_and_properties(qs, tenant, queue, backend) -> None:
+    doc = OutgoingDocument(b"\x00\xffbinary", {"filename": "a.bin"})
+    ids = qs.send(tenant, queue, [OutgoingMessage(documents=(OutgoingDocument("text é"), doc),
+                                                  properties={"k": "v"}, priority=4, traceparent="00-ab-cd-01")])
+    (d,) = qs.get(tenant, queue, max_messages=10)
+    assert d.id == ids[0]
+    assert d.delivery_count == 1 and not d.redelivered
+    assert d.properties == {"k": "v"}
+    assert d.envelope.priority == 4 and d.envelope.traceparent == "00-ab-cd-01" and d.envelope.version == 1
+    assert [x.data for x in d.documents] == ["text é", b"\x00\xffbinary"]
+    assert [x.properties for x in d.documents] == [{}, {"filename": "a.bin"}]
+    assert d.enqueued_at > 1.7e9
+    assert qs.get_queue(tenant, queue).in_flight == 1
+    assert qs.ack(tenant, queue, ids=[d.id]) == 1
+    assert qs.ack(tenant, queue, ids=[d.id]) == 0
+    info = qs.get_queue(tenant, queue)
+    assert (info.depth, info.in_flight, info.dead_letters) == (0, 0, 0)
+    assert audit_tenant(backend, tenant) == []
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0, "acked documents are freed"
+
+
+def test_get_returns_messages_in_send_order_and_at_most_max(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg(f"m{i}") for i in range(25)])
+    first = qs.get(tenant, queue, max_messages=10)
+    second = qs.get(tenant, queue, max_messages=100)
+    assert texts(first) == [f"m{i}" for i in range(10)]
+    assert texts(second) == [f"m{i}" for i in range(10, 25)]
+    assert qs.get(tenant, queue) == []
+
+
+def test_a_batch_is_stored_whole_or_not_at_all(qs, tenant, queue) -> None:
+    bad = [msg("ok"), OutgoingMessage(documents=())]
+    with pytest.raises(InvalidInput) as err:
+        qs.send(tenant, queue, bad)
+    assert err.value.details["field"] == "messages.1.documents"
+    too_big = [msg("ok"), msg("x" * (qs.settings.max_document_bytes + 1))]
+    with pytest.raises(TooLarge):
+        qs.send(tenant, queue, too_big)
+    assert qs.get_queue(tenant, queue).depth == 0
+
+
+def test_repeated_dedupe_id_stores_nothing_and_returns_the_original_id(qs, tenant, queue) -> None:
+    first = qs.send(tenant, queue, [msg("a", dedupe_id="order-1"), msg("b", dedupe_id="order-1"), msg("c")])
+    assert first[0] == first[1] != first[2]
+    again = qs.send(tenant, queue, [msg("a2", dedupe_id="order-1")])
+    assert again == [first[0]]
+    assert texts(qs.get(tenant, queue, max_messages=10)) == ["a", "c"]
+
+
+def test_dedupe_ids_are_per_queue(qs, tenant, queue) -> None:
+    qs.put_queue(tenant, "other", P2P)
+    a = qs.send(tenant, queue, [msg("a", dedupe_id="x")])
+    b = qs.send(tenant, "other", [msg("b", dedupe_id="x")])
+    assert a != b
+
+
+def test_dedupe_marker_of_a_deleted_queue_does_not_survive_recreation(qs, tenant, queue) -> None:
+    old = qs.send(tenant, queue, [msg("a", dedupe_id="x")])
+    qs.delete_queue(tenant, queue)
+    qs.put_queue(tenant, queue, P2P)
+    new = qs.send(tenant, queue, [msg("a", dedupe_id="x")])
+    assert new != old
+    assert texts(qs.get(tenant, queue)) == ["a"]
+
+
+def test_failed_delivery_k_waits_delay_k_and_the_last_delay_repeats(qs, tenant) -> None:
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=4)
+    (msg_id,) = qs.send(tenant, "jobs", [msg("poison")])
+    expected_delays = [0.05, 0.1, 0.15, 0.15]
+    (d,) = qs.get(tenant, "jobs")
+    for failure in range(1, 5):
+        assert qs.nack(tenant, "jobs", receipts=[d.receipt], reason=f"failure {failure}").requeued == 1
+        nacked_at = time.monotonic()
+        assert qs.get(tenant, "jobs") == [], "nothing before the delay"
+        (d,) = qs.get(tenant, "jobs", wait_ms=5000)
+        waited = time.monotonic() - nacked_at
+        assert waited >= expected_delays[failure - 1] - 0.005
+        assert (d.id, d.delivery_count, d.redelivered) == (msg_id, failure + 1, True)
+    result = qs.nack(tenant, "jobs", receipts=[d.receipt], reason="gave up")
+    assert (result.requeued, result.dead_lettered) == (0, 1)
+    info = qs.get_queue(tenant, "jobs")
+    assert (info.depth, info.in_flight, info.dead_letters) == (0, 0, 1)
+    (dead,) = qs.dead_letters(tenant, "jobs").items
+    assert (dead.id, dead.reason, dead.failed_deliveries, dead.delivery_count) == (msg_id, "gave up", 5, 5)
+    assert dead.documents[0].data == "poison"
+    assert dead.dead_lettered_at >= dead.enqueued_at
+    assert qs.get(tenant, "jobs", wait_ms=300) == []
+
+
+def test_ack_timeout_is_a_failed_delivery(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "slow", P2P, max_redeliveries=1, ack_timeout_s=0.1)
+    (msg_id,) = qs.send(tenant, "slow", [msg("m")])
+    (d1,) = qs.get(tenant, "slow")
+    taken = time.monotonic()
+    (d2,) = qs.get(tenant, "slow", wait_ms=5000)
+    assert time.monotonic() - taken >= 0.1 + 0.05 - 0.01, "ack time-out, then the first delay"
+    assert (d2.id, d2.delivery_count, d2.redelivered) == (msg_id, 2, True)
+    assert qs.ack(tenant, "slow", receipts=[d1.receipt]) == 0, "stale receipt"
+    while qs.get_queue(tenant, "slow").dead_letters == 0:
+        assert qs.get(tenant, "slow", wait_ms=1000) == []
+    (dead,) = qs.dead_letters(tenant, "slow").items
+    assert (dead.reason, dead.failed_deliveries) == ("ack timeout", 2)
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_a_delivery_past_its_deadline_cannot_be_acked(qs, tenant) -> None:
+    qs.put_queue(tenant, "slow", P2P, ack_timeout_s=0.05)
+    qs.send(tenant, "slow", [msg("m")])
+    (d,) = qs.get(tenant, "slow")
+    deadline = time.monotonic() + 0.06
+    while time.monotonic() < deadline:
+        pass
+    assert qs.ack(tenant, "slow", ids=[d.id]) == 0
+    assert qs.browse(tenant, "slow").items[0].state == MessageState.SCHEDULED
+
+
+def test_extend_moves_the_deadline(qs, tenant) -> None:
+    qs.put_queue(tenant, "slow", P2P, ack_timeout_s=0.1)
+    qs.send(tenant, "slow", [msg("m")])
+    (d,) = qs.get(tenant, "slow")
+    assert qs.extend(tenant, "slow", receipts=[d.receipt], seconds=30) == 1
+    assert qs.get(tenant, "slow", wait_ms=300) == [], "no time-out within the extension"
+    assert qs.ack(tenant, "slow", receipts=[d.receipt]) == 1
+
+
+def test_stale_receipts_change_nothing(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("m")])
+    (first,) = qs.get(tenant, queue)
+    qs.nack(tenant, queue, receipts=[first.receipt])
+    (second,) = qs.get(tenant, queue, wait_ms=5000)
+    assert qs.ack(tenant, queue, receipts=[first.receipt]) == 0
+    assert qs.nack(tenant, queue, receipts=[first.receipt]).requeued == 0
+    assert qs.extend(tenant, queue, receipts=[first.receipt], seconds=5) == 0
+    assert qs.ack(tenant, queue, receipts=["garbage", "x~1"]) == 0
+    assert qs.get_queue(tenant, queue).in_flight == 1
+    assert qs.ack(tenant, queue, receipts=[second.receipt]) == 1
+
+
+def test_blocking_get_wakes_on_a_send(qs, tenant, queue, backend) -> None:
+    import threading
+
+    got: list = []
+    t = threading.Thread(target=lambda: got.extend(qs.get(tenant, queue, wait_ms=10_000)))
+    t.start()
+    qs.send(tenant, queue, [msg("wake")])
+    t.join(timeout=10)
+    assert texts(got) == ["wake"]
+
+
+def test_blocking_get_returns_empty_after_its_wait(qs, tenant, queue) -> None:
+    start = time.monotonic()
+    assert qs.get(tenant, queue, wait_ms=200) == []
+    assert time.monotonic() - start >= 0.19
+
+
+def test_publish_subscribe_fans_out_to_subscribers_existing_at_send_time(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.send(tenant, "news", [msg("before anyone")])
+    assert qs.put_subscriber(tenant, "news", "a") is True
+    assert qs.put_subscriber(tenant, "news", "a") is False
+    assert qs.get(tenant, "news", subscriber="b") == [], "the first get creates b"
+    (msg_id,) = qs.send(tenant, "news", [msg("hello")])
+    qs.put_subscriber(tenant, "news", "late")
+    info = qs.get_queue(tenant, "news")
+    assert sorted(info.subscribers) == ["a", "b", "late"]
+    assert (info.subscribers["a"].depth, info.subscribers["b"].depth, info.subscribers["late"].depth) == (1, 1, 0)
+    assert info.depth == 2
+    (da,) = qs.get(tenant, "news", subscriber="a")
+    (db,) = qs.get(tenant, "news", subscriber="b")
+    assert da.id == db.id == msg_id and texts([da, db]) == ["hello", "hello"]
+    assert qs.get(tenant, "news", subscriber="late") == []
+    assert qs.ack(tenant, "news", ids=[msg_id], subscriber="a") == 1
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 1, "b still refers to the document"
+    assert qs.nack(tenant, "news", ids=[msg_id], subscriber="b").requeued == 1
+    (again,) = qs.get(tenant, "news", subscriber="b", wait_ms=5000)
+    assert again.delivery_count == 2
+    assert qs.get(tenant, "news", subscriber="a") == []
+    qs.ack(tenant, "news", ids=[msg_id], subscriber="b")
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_publish_subscribe_with_no_subscriber_stores_nothing(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    assert len(qs.send(tenant, "news", [msg("void")])) == 1
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0
+
+
+def test_deleting_a_subscriber_removes_its_messages_and_stops_fan_out(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_subscriber(tenant, "news", "b")
+    qs.send(tenant, "news", [msg("1"), msg("2")])
+    qs.delete_subscriber(tenant, "news", "a")
+    qs.send(tenant, "news", [msg("3")])
+    assert list(qs.get_queue(tenant, "news").subscribers) == ["b"]
+    assert texts(qs.get(tenant, "news", subscriber="b", max_messages=10)) == ["1", "2", "3"]
+    with pytest.raises(NotFound):
+        qs.delete_subscriber(tenant, "news", "a")
+    assert audit_tenant(backend, tenant) == []
+    assert not backend.keys(f"aq:{{{tenant}}}:q:news:s:a:*")
+
+
+def test_subscriber_rules(qs, tenant, queue) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    with pytest.raises(InvalidInput, match="subscriber is required"):
+        qs.get(tenant, "news")
+    with pytest.raises(InvalidInput, match="point-to-point queue has no subscribers"):
+        qs.get(tenant, queue, subscriber="a")
+    with pytest.raises(InvalidInput, match="point-to-point queue has no subscribers"):
+        qs.put_subscriber(tenant, queue, "a")
+    with pytest.raises(InvalidInput):
+        qs.get(tenant, "news", subscriber="{evil}")
+
+
+def test_browse_shows_states_without_consuming_and_pages_with_a_cursor(qs, tenant, queue) -> None:
+    ids = qs.send(tenant, queue, [msg(f"m{i}") for i in range(7)])
+    taken = qs.get(tenant, queue, max_messages=2)
+    qs.nack(tenant, queue, ids=[taken[1].id])
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = qs.browse(tenant, queue, limit=3, after=cursor)
+        seen += page.items
+        pages += 1
+        if page.next is None:
+            break
+        cursor = page.next
+    assert pages == 3
+    assert [m.id for m in seen] == ids
+    states = [m.state for m in seen]
+    assert states == [MessageState.IN_FLIGHT, MessageState.SCHEDULED] + [MessageState.READY] * 5
+    assert qs.get_queue(tenant, queue).depth == 6, "browsing consumed nothing"
+
+
+def test_delete_selected_and_all_messages(qs, tenant, queue, backend) -> None:
+    ids = [i for n in range(2) for i in qs.send(tenant, queue, [msg(f"m{n}.{i}") for i in range(600)])]
+    qs.get(tenant, queue, max_messages=3)
+    assert qs.delete_messages(tenant, queue, ids=[ids[0], ids[5], "1-000000000000"]) == 2
+    assert qs.get_queue(tenant, queue).depth + qs.get_queue(tenant, queue).in_flight == 1198
+    assert qs.delete_messages(tenant, queue, all=True) == 1198, "in bounded chunks of 500"
+    info = qs.get_queue(tenant, queue)
+    assert (info.depth, info.in_flight) == (0, 0)
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_dead_letter_management(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=0)
+    ids = qs.send(tenant, "jobs", [msg(f"m{i}") for i in range(5)])
+    for d in qs.get(tenant, "jobs", max_messages=5):
+        assert qs.nack(tenant, "jobs", receipts=[d.receipt], reason="bad").dead_lettered == 1
+    page = qs.dead_letters(tenant, "jobs", limit=2)
+    assert [m.id for m in page.items] == ids[:2] and page.next
+    assert [m.id for m in qs.dead_letters(tenant, "jobs", limit=10, after=page.next).items] == ids[2:]
+    assert qs.browse(tenant, "jobs").items == [], "dead letters are not queued messages"
+    assert qs.delete_messages(tenant, "jobs", all=True) == 0
+
+    assert qs.resend_dead_letters(tenant, "jobs", ids=[ids[0]]) == 1
+    (d,) = qs.get(tenant, "jobs")
+    assert (d.id, d.delivery_count, d.redelivered) == (ids[0], 2, True)
+    assert qs.nack(tenant, "jobs", ids=[d.id]).dead_lettered == 1, "a fresh budget of max_redeliveries=0"
+    assert qs.delete_dead_letters(tenant, "jobs", ids=[ids[1]]) == 1
+    assert qs.resend_dead_letters(tenant, "jobs", all=True) == 4
+    assert sorted(x.id for x in qs.get(tenant, "jobs", max_messages=10)) == sorted([ids[0]] + ids[2:])
+    assert qs.get_queue(tenant, "jobs").dead_letters == 0
+    qs.nack(tenant, "jobs", ids=ids)
+    assert qs.delete_dead_letters(tenant, "jobs", all=True) == 4
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_resent_dead_letter_gets_the_whole_redelivery_budget_again(qs, tenant) -> None:
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=1)
+    (msg_id,) = qs.send(tenant, "jobs", [msg("m")])
+    for _ in range(2):
+        (d,) = qs.get(tenant, "jobs", wait_ms=5000)
+        qs.nack(tenant, "jobs", ids=[d.id])
+    assert qs.get_queue(tenant, "jobs").dead_letters == 1
+    qs.resend_dead_letters(tenant, "jobs", ids=[msg_id])
+    (d,) = qs.get(tenant, "jobs")
+    assert d.delivery_count == 3
+    assert qs.nack(tenant, "jobs", ids=[d.id]).requeued == 1, "failure 1 of the new budget"
+    (d,) = qs.get(tenant, "jobs", wait_ms=5000)
+    assert qs.nack(tenant, "jobs", ids=[d.id]).dead_lettered == 1
+    assert qs.dead_letters(tenant, "jobs").items[0].failed_deliveries == 2
+
+
+def test_management_without_subscriber_applies_to_every_subscriber(qs, tenant) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_subscriber(tenant, "news", "b")
+    qs.send(tenant, "news", [msg("1"), msg("2")])
+    with pytest.raises(InvalidInput, match="subscriber is required"):
+        qs.browse(tenant, "news")
+    assert len(qs.browse(tenant, "news", subscriber="a").items) == 2
+    assert qs.delete_messages(tenant, "news", all=True) == 4
+    with pytest.raises(NotFound):
+        qs.browse(tenant, "news", subscriber="nobody")
+
+
+def test_delete_queue_removes_everything(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=0)
+    qs.send(tenant, "news", [msg("n")])
+    qs.send(tenant, "jobs", [msg(f"j{i}") for i in range(600)])
+    d = qs.get(tenant, "jobs", max_messages=2)
+    qs.nack(tenant, "jobs", ids=[d[0].id])
+    qs.delete_queue(tenant, "news")
+    qs.delete_queue(tenant, "jobs")
+    assert qs.list_queues(tenant) == []
+    leftover = sorted(k.decode() for k in backend.keys(f"aq:{{{tenant}}}:*"))
+    assert [k for k in leftover if not k.endswith(":seq")] == []
+    with pytest.raises(NotFound):
+        qs.send(tenant, "jobs", [msg("x")])
+    with pytest.raises(NotFound):
+        qs.delete_queue(tenant, "jobs")
+
+
+def test_queue_components_create_update_list_and_conflict(qs, tenant) -> None:
+    info, created = qs.put_queue(tenant, "a", P2P)
+    assert created and (info.max_redeliveries, info.ack_timeout_s) == (6, 30)
+    info, created = qs.put_queue(tenant, "a", P2P, max_redeliveries=2, ack_timeout_s=5)
+    assert not created and (info.max_redeliveries, info.ack_timeout_s) == (2, 5)
+    qs.put_queue(tenant, "b", PUBSUB)
+    assert [q.name for q in qs.list_queues(tenant)] == ["a", "b"]
+    qs.put_queue(tenant, "a", PUBSUB)  # empty: the model may change
+    qs.send(tenant, "b", [msg("x")])
+    qs.put_subscriber(tenant, "b", "s")
+    with pytest.raises(Conflict):
+        qs.put_queue(tenant, "b", P2P)
+    with pytest.raises(InvalidInput, match="model"):
+        qs.put_queue(tenant, "c", "fifo")
+    with pytest.raises(InvalidInput, match="max_redeliveries"):
+        qs.put_queue(tenant, "c", P2P, max_redeliveries=-1)
+    with pytest.raises(NotFound):
+        qs.get_queue(tenant, "missing")
+
+
+def test_a_model_change_reroutes_a_cached_send(qs, tenant) -> None:
+    qs.put_queue(tenant, "q", PUBSUB)
+    qs.send(tenant, "q", [msg("to nobody")])
+    other = QueueServer(qs.client, qs.settings)
+    other.put_queue(tenant, "q", P2P)
+    qs.send(tenant, "q", [msg("to the queue")])
+    assert texts(qs.get(tenant, "q")) == ["to the queue"]
+
+
+def test_unknown_queue_is_not_found_everywhere(qs, tenant) -> None:
+    for call in (
+        lambda: qs.send(tenant, "nope", [msg("x")]),
+        lambda: qs.get(tenant, "nope"),
+        lambda: qs.ack(tenant, "nope", ids=["1"]),
+        lambda: qs.nack(tenant, "nope", ids=["1"]),
+        lambda: qs.browse(tenant, "nope"),
+        lambda: qs.dead_letters(tenant, "nope"),
+        lambda: qs.delete_messages(tenant, "nope", all=True),
+    ):
+        with pytest.raises(NotFound, match="'nope' does not exist"):
+            call()
+
+
+def test_tenants_are_isolated(qs, backend) -> None:
+    qs.put_queue("t_alice", "shared-name", P2P)
+    qs.put_queue("t_bob", "shared-name", P2P)
+    (alice_id,) = qs.send("t_alice", "shared-name", [msg("alice secret")])
+    assert qs.get("t_bob", "shared-name") == []
+    assert qs.ack("t_bob", "shared-name", ids=[alice_id]) == 0
+    assert qs.delete_messages("t_bob", "shared-name", ids=[alice_id]) == 0
+    assert qs.browse("t_bob", "shared-name").items == []
+    assert texts(qs.get("t_alice", "shared-name")) == ["alice secret"]
+    for t in ("t_alice", "t_bob"):
+        qs.delete_queue(t, "shared-name")
+
+
+def test_input_rules(qs, tenant, queue) -> None:
+    with pytest.raises(InvalidInput, match="max"):
+        qs.get(tenant, queue, max_messages=0)
+    with pytest.raises(InvalidInput, match="wait_ms"):
+        qs.get(tenant, queue, wait_ms=20_001)
+    with pytest.raises(InvalidInput, match="either ids or receipts"):
+        qs.ack(tenant, queue)
+    with pytest.raises(InvalidInput, match="either ids or all"):
+        qs.delete_messages(tenant, queue)
+    with pytest.raises(TooLarge):
+        qs.send(tenant, queue, [msg("x")] * 1001)
+    with pytest.raises(InvalidInput, match="dedupe_id"):
+        qs.send(tenant, queue, [msg("x", dedupe_id="")])
+    with pytest.raises(InvalidInput, match="queue must start"):
+        qs.send(tenant, "{other}", [msg("x")])
+
+
+def test_retention_purge_removes_old_messages_queued_and_dead(backend, tenant) -> None:
+    from atomq.platform import QueueSettings
+
+    qs = QueueServer(backend, QueueSettings(redelivery_delays_s=(0.05,), document_retention_s=0.2))
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=0)
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_subscriber(tenant, "news", "b")
+    old = qs.send(tenant, "jobs", [msg("old1"), msg("old2"), msg("old3")])
+    qs.send(tenant, "news", [msg("old news")])
+    (d,) = qs.get(tenant, "jobs", max_messages=1)
+    qs.nack(tenant, "jobs", ids=[d.id])  # dead
+    qs.get(tenant, "jobs", max_messages=1)  # in flight
+    assert qs.purge(tenant) == 0, "nothing is old yet"
+    while _age_ms(backend, old[0]) <= 200:  # wait until Redis's clock says they are past retention
+        time.sleep(0.01)
+    new = qs.send(tenant, "jobs", [msg("new")])
+    assert qs.purge(tenant) == 3 + 2
+    info = qs.get_queue(tenant, "jobs")
+    assert (info.depth, info.in_flight, info.dead_letters) == (1, 0, 0)
+    assert [m.id for m in qs.browse(tenant, "jobs").items] == new
+    assert qs.get_queue(tenant, "news").depth == 0
+    assert backend.hlen(f"aq:{{{tenant}}}:doc") == 1
+    assert audit_tenant(backend, tenant) == []
+
+
+def _age_ms(client: redis.Redis, msg_id: str) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000 - int(msg_id.split("-")[0])
+
+
+def test_sweep_fails_expired_deliveries_of_queues_nobody_reads(qs, tenant) -> None:
+    qs.put_queue(tenant, "slow", P2P, ack_timeout_s=0.05)
+    qs.send(tenant, "slow", [msg("m")])
+    qs.get(tenant, "slow")
+    moved = 0
+    while qs.get_queue(tenant, "slow").in_flight:
+        moved += qs.sweep(tenant)
+    assert moved == 1
+    assert qs.browse(tenant, "slow").items[0].failed_deliveries == 1
