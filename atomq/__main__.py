@@ -1,0 +1,5 @@
+"""``python -m atomq`` runs the ``atomq`` command."""
+
+from atomq.cli import main
+
+main()

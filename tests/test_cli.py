@@ -1,0 +1,41 @@
+"""The ``atomq`` command as a newcomer runs it: a real process on the embedded Valkey."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ATOMQ = [sys.executable, "-m", "atomq"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ATOMQ, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_selftest_sends_gets_acks_and_dead_letters_on_the_embedded_server(tmp_path: Path) -> None:
+    result = run("selftest", "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "sent 3 messages in one batch" in out
+    assert "acked 2" in out
+    assert "delivery_count 2, redelivered True" in out
+    assert "dead-lettered with reason 'selftest failure' after 2 failed deliveries" in out
+    assert "queue 'orders': depth 0, in flight 0, dead letters 1" in out
+    assert out.rstrip().endswith("selftest passed.")
+    assert (tmp_path / "data" / "valkey" / "valkey.conf").exists(), "kept the data dir it was given"
+
+
+def test_audit_reports_a_consistent_data_dir_and_exits_zero(tmp_path: Path) -> None:
+    assert run("selftest", "--data-dir", str(tmp_path)).returncode == 0
+    result = run("audit", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert ": consistent" in result.stdout
+
+
+def test_help_explains_each_command() -> None:
+    result = run("selftest", "--help")
+    assert result.returncode == 0
+    assert "ATOMQ_DATA_DIR" in result.stdout
