@@ -10,7 +10,8 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:{T}:deleting                set of queue names whose removal is under way
     aq:{T}:doc                     hash doc id -> content bytes
     aq:{T}:docp                    hash doc id -> properties (JSON), only when not empty
-    aq:{T}:docr                    hash doc id -> reference count (copies that refer to it)
+    aq:{T}:docr                    hash doc id -> reference count (message copies that refer
+                                   to it), kept only while above 1: no entry means one
     aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, subv
     aq:{T}:q:Q:subs                set of subscriber names (publish/subscribe)
     aq:{T}:q:Q:dd:<sha1>           de-duplication marker: message id, expires with the window

@@ -1,6 +1,8 @@
 """What goes into the queue server and what comes out of it.
 
-The envelope stored with each message is versioned JSON with short keys;
+What comes out (messages, documents) are slotted, mutable dataclasses: a
+get of 1,000 messages builds three objects each, and frozen ones cost twice
+as much to build. The envelope stored with each message is versioned JSON with short keys;
 fields that later features use (priority, expiry, trace context) have their
 place from the first version so no stored message needs rewriting.
 """
@@ -13,6 +15,8 @@ from enum import Enum
 from typing import Any, Mapping
 
 ENVELOPE_VERSION = 1
+BARE_ENVELOPE = '{"v":1}'
+_BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
 class QueueModel(str, Enum):
@@ -51,6 +55,9 @@ class OutgoingMessage:
     traceparent: str | None = None
 
     def envelope_json(self) -> str:
+        if not (self.properties or self.priority is not None or self.expires_at is not None
+                or self.dedupe_id is not None or self.traceparent is not None):
+            return BARE_ENVELOPE
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
         if self.properties:
             env["p"] = self.properties
@@ -65,7 +72,7 @@ class OutgoingMessage:
         return json.dumps(env, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Envelope:
     """A stored message's envelope, as read back."""
 
@@ -77,7 +84,9 @@ class Envelope:
     version: int = ENVELOPE_VERSION
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> Envelope:
+    def from_json(cls, raw: bytes) -> Envelope:
+        if raw == _BARE_ENVELOPE_BYTES:  # the common case, without a JSON parse
+            return cls(properties={})
         env = json.loads(raw)
         return cls(
             properties=env.get("p", {}),
@@ -89,14 +98,14 @@ class Envelope:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Document:
     id: str
     data: str | bytes
     properties: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
     """A stored message as a browse or a delivery shows it."""
 
@@ -115,20 +124,20 @@ class Message:
         return self.delivery_count > 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Delivery(Message):
     """A message handed to a consumer; ``receipt`` names this one delivery."""
 
     receipt: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class BrowsedMessage(Message):
     state: MessageState = MessageState.READY
     failed_deliveries: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DeadLetter(Message):
     reason: str = ""
     failed_deliveries: int = 0

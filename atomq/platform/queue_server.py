@@ -385,8 +385,6 @@ class QueueServer:
         d = qk.destination(subscriber)
         keys = self._base(tk, qk) + d.as_list() + [qk.subscribers]
         args = [max_messages, s.delays_ms_arg, subscriber or ""]
-        if subscriber is not None:
-            self._forget_route(tenant, queue)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self.storage.run("get", keys, args, errors=self._queue_errors(queue))
@@ -530,7 +528,7 @@ class QueueServer:
                 "manage", self._base(tk, qk) + d.as_list(), [action, mode, cursor, self.settings.chunk_size]
             )
             total += int(count)
-            if not nxt:
+            if not nxt or (mode == "older" and not count):
                 return total
             if mode == "chunk":
                 cursor = nxt.decode()

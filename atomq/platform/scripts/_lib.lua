@@ -4,6 +4,8 @@
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready, f in flight, s scheduled, d<stream id> dead.
 -- Envelope value: "<enqueued ms>|<document count>|<JSON>".
+-- Ready stream entry: m = message id; c, f = delivery count and failures
+-- when not 0 (a first delivery's entry carries only m).
 
 local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -52,6 +54,20 @@ local function call_batched(cmd, key, args)
   end
 end
 
+-- HMGET in slices (see call_batched); returns one list in the order of `fields`.
+local function hmget_batched(key, fields)
+  local out = {}
+  local n = #fields
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    local part = redis.call('HMGET', key, unpack(fields, i, j))
+    for k = 1, #part do out[#out + 1] = part[k] end
+    i = j + 1
+  end
+  return out
+end
+
 -- Delay in ms after failed delivery k (1-based); the last delay repeats.
 local function redelivery_delay(delays, k)
   return delays[math.min(k, #delays)]
@@ -65,8 +81,10 @@ local function parse_delays(s)
   return out
 end
 
+-- A ready entry carries the delivery count and failures (fields c, f) so a
+-- get need not read the state hash.
 local function make_ready(d, id, dc, fails)
-  local entry = redis.call('XADD', d.ready, '*', 'm', id)
+  local entry = redis.call('XADD', d.ready, '*', 'm', id, 'c', dc, 'f', fails)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 'r' .. entry))
 end
 
@@ -84,24 +102,41 @@ local function unlink(d, id, where)
   end
 end
 
--- Forgets a message copy and releases its documents; frees each document
--- whose last reference this was. Returns the bytes of documents freed.
-local function forget(d, id)
-  local env = redis.call('HGET', d.msg, id)
-  redis.call('HDEL', d.msg, id)
-  redis.call('HDEL', d.state, id)
-  redis.call('ZREM', d.all, id)
-  if not env then
-    return
-  end
-  local _, ndocs = parse_envelope(env)
-  for k = 1, ndocs do
-    local doc = id .. '.' .. k
-    if redis.call('HINCRBY', DOCR, doc, -1) <= 0 then
-      redis.call('HDEL', DOCR, doc)
-      redis.call('HDEL', DOC, doc)
-      redis.call('HDEL', DOCP, doc)
+-- Forgets message copies and releases their documents; frees each document
+-- whose last reference this was. DOCR holds a count only while it is above
+-- one (documents of several subscribers' copies); no entry means one.
+local function forget(d, ids)
+  if #ids == 0 then return end
+  local envs = hmget_batched(d.msg, ids)
+  call_batched('HDEL', d.msg, ids)
+  call_batched('HDEL', d.state, ids)
+  call_batched('ZREM', d.all, ids)
+  local docs = {}
+  for i, id in ipairs(ids) do
+    if envs[i] then
+      local _, ndocs = parse_envelope(envs[i])
+      for k = 1, ndocs do docs[#docs + 1] = id .. '.' .. k end
     end
+  end
+  if #docs == 0 then return end
+  local refs = hmget_batched(DOCR, docs)
+  local keep, drop, counted = {}, {}, {}
+  for i, doc in ipairs(docs) do
+    local r = tonumber(refs[i])
+    if r and r > 2 then
+      keep[#keep + 1] = doc
+      keep[#keep + 1] = r - 1
+    elseif r == 2 then
+      counted[#counted + 1] = doc
+    else
+      drop[#drop + 1] = doc
+    end
+  end
+  if #keep > 0 then call_batched('HSET', DOCR, keep) end
+  if #counted > 0 then call_batched('HDEL', DOCR, counted) end
+  if #drop > 0 then
+    call_batched('HDEL', DOC, drop)
+    call_batched('HDEL', DOCP, drop)
   end
 end
 
@@ -155,20 +190,6 @@ local function selected(mode, first)
     else
       out[#out + 1] = {v, false}
     end
-  end
-  return out
-end
-
--- HMGET in slices (see call_batched); returns one list in the order of `fields`.
-local function hmget_batched(key, fields)
-  local out = {}
-  local n = #fields
-  local i = 1
-  while i <= n do
-    local j = math.min(i + 999, n)
-    local part = redis.call('HMGET', key, unpack(fields, i, j))
-    for k = 1, #part do out[#out + 1] = part[k] end
-    i = j + 1
   end
   return out
 end

@@ -50,25 +50,29 @@ if n == 0 then
 end
 
 out[1] = n
-local entry_ids, ids = {}, {}
+local entry_ids, ids, counts, fails = {}, {}, {}, {}
 for i, e in ipairs(entries) do
+  local f = e[2]
   entry_ids[i] = e[1]
-  ids[i] = e[2][2]
+  ids[i] = f[2]
+  counts[i] = tonumber(f[4] or 0) + 1
+  fails[i] = f[6] or 0
 end
-redis.call('XDEL', d.ready, unpack(entry_ids))
-local states = redis.call('HMGET', d.state, unpack(ids))
+-- The entries taken are the stream's first n: trimming below the next id drops
+-- exactly them, far cheaper than XDEL of each.
+local last = entry_ids[n]
+local dash = string.find(last, '-', 1, true)
+redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
 local envs = redis.call('HMGET', d.msg, unpack(ids))
 local deadline = now + q.ack_timeout_ms
-local state_args, flight_args, docs = {}, {}, {}
+local state_args, flight_args, docs, parsed = {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  local dc, fails = parse_state(states[i])
-  dc = dc + 1
-  state_args[#state_args + 1] = id
-  state_args[#state_args + 1] = fmt_state(dc, fails, 'f')
-  flight_args[#flight_args + 1] = deadline
-  flight_args[#flight_args + 1] = id
-  states[i] = dc
-  local _, ndocs = parse_envelope(envs[i])
+  state_args[2 * i - 1] = id
+  state_args[2 * i] = counts[i] .. '|' .. fails[i] .. '|f'
+  flight_args[2 * i - 1] = deadline
+  flight_args[2 * i] = id
+  local enq, ndocs, json = parse_envelope(envs[i])
+  parsed[i] = {enq, ndocs, json}
   for k = 1, ndocs do docs[#docs + 1] = id .. '.' .. k end
 end
 call_batched('HSET', d.state, state_args)
@@ -78,19 +82,15 @@ if #docs > 0 then
   data = hmget_batched(DOC, docs)
   props = hmget_batched(DOCP, docs)
 end
-local j = 0
+local j, o = 0, #out
 for i, id in ipairs(ids) do
-  local enq, ndocs, json = parse_envelope(envs[i])
-  out[#out + 1] = id
-  out[#out + 1] = states[i]
-  out[#out + 1] = enq
-  out[#out + 1] = json
-  out[#out + 1] = ndocs
-  for _ = 1, ndocs do
+  local p = parsed[i]
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = id, counts[i], p[1], p[3], p[2]
+  o = o + 5
+  for _ = 1, p[2] do
     j = j + 1
-    out[#out + 1] = docs[j]
-    out[#out + 1] = data[j] or ''
-    out[#out + 1] = props[j] or ''
+    out[o + 1], out[o + 2], out[o + 3] = docs[j], data[j] or '', props[j] or ''
+    o = o + 3
   end
 end
 return out

@@ -24,15 +24,17 @@ else
   if #ids == size then cursor = ids[#ids] end
 end
 
-local count = 0
-for _, id in ipairs(ids) do
-  local s = redis.call('HGET', d.state, id)
+local count, gone = 0, {}
+if #ids == 0 then return {0, cursor} end
+local states = hmget_batched(d.state, ids)
+for i, id in ipairs(ids) do
+  local s = states[i]
   if s then
-    local dc, fails, where = parse_state(s)
+    local dc, _, where = parse_state(s)
     local dead = string.sub(where, 1, 1) == 'd'
     if action == 'drop' or (action == 'delete' and not dead) or (action == 'delete_dead' and dead) then
       unlink(d, id, where)
-      forget(d, id)
+      gone[#gone + 1] = id
       count = count + 1
     elseif action == 'resend' and dead then
       unlink(d, id, where)
@@ -41,4 +43,5 @@ for _, id in ipairs(ids) do
     end
   end
 end
+forget(d, gone)
 return {count, cursor}

@@ -74,8 +74,10 @@ for m = 1, nmsg do
           docp_args[#docp_args + 1] = doc
           docp_args[#docp_args + 1] = ARGV[pos + 1]
         end
-        docr_args[#docr_args + 1] = doc
-        docr_args[#docr_args + 1] = ndest
+        if ndest > 1 then
+          docr_args[#docr_args + 1] = doc
+          docr_args[#docr_args + 1] = ndest
+        end
         pos = pos + 2
       end
       msg_args[#msg_args + 1] = id
@@ -91,7 +93,7 @@ end
 if #msg_args > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
-  call_batched('HSET', DOCR, docr_args)
+  if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
   for _, d in ipairs(dests) do
     call_batched('HSET', d.msg, msg_args)
     call_batched('ZADD', d.all, all_args)

@@ -17,28 +17,48 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000)
-local done, dead = 0, 0
+local ids, wants, seen = {}, {}, {}
 for _, sel in ipairs(selected(ARGV[4], 5)) do
-  local id, want = sel[1], sel[2]
-  local s = redis.call('HGET', d.state, id)
-  if s then
-    local dc, fails, where = parse_state(s)
-    if where == 'f' and (not want or want == dc) then
-      if action == 'ack' then
-        redis.call('ZREM', d.inflight, id)
-        forget(d, id)
-        done = done + 1
-      elseif action == 'nack' then
-        if fail_delivery(d, q, delays, id, dc, fails, ARGV[2], now) == 'dead' then
-          dead = dead + 1
-        else
-          done = done + 1
-        end
-      else
-        redis.call('ZADD', d.inflight, 'XX', now + tonumber(ARGV[2]), id)
-        done = done + 1
-      end
+  if not seen[sel[1]] then
+    seen[sel[1]] = true
+    ids[#ids + 1] = sel[1]
+    wants[#wants + 1] = sel[2]
+  end
+end
+if #ids == 0 then return {0, 0} end
+local states = hmget_batched(d.state, ids)
+local hits, hit_dc, hit_fails = {}, {}, {}
+for i, id in ipairs(ids) do
+  if states[i] then
+    local dc, fails, where = parse_state(states[i])
+    if where == 'f' and (not wants[i] or wants[i] == dc) then
+      hits[#hits + 1] = id
+      hit_dc[#hits] = dc
+      hit_fails[#hits] = fails
     end
   end
 end
-return {done, dead}
+if #hits == 0 then return {0, 0} end
+if action == 'ack' then
+  call_batched('ZREM', d.inflight, hits)
+  forget(d, hits)
+  return {#hits, 0}
+elseif action == 'extend' then
+  local args = {'XX'}
+  local deadline = now + tonumber(ARGV[2])
+  for _, id in ipairs(hits) do
+    args[#args + 1] = deadline
+    args[#args + 1] = id
+  end
+  redis.call('ZADD', d.inflight, unpack(args))
+  return {#hits, 0}
+end
+local requeued, dead = 0, 0
+for i, id in ipairs(hits) do
+  if fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now) == 'dead' then
+    dead = dead + 1
+  else
+    requeued = requeued + 1
+  end
+end
+return {requeued, dead}
