@@ -467,3 +467,33 @@ def test_sweep_fails_expired_deliveries_of_queues_nobody_reads(qs, tenant) -> No
         moved += qs.sweep(tenant)
     assert moved == 1
     assert qs.browse(tenant, "slow").items[0].failed_deliveries == 1
+
+
+def test_the_maintenance_loop_purges_and_sweeps_every_tenant(backend, tenant) -> None:
+    import threading
+
+    from atomq.platform import QueueSettings
+    from atomq.platform.maintenance import run_maintenance
+
+    qs = QueueServer(backend, QueueSettings(redelivery_delays_s=(0.05,), document_retention_s=0.3))
+    tenants = [f"{tenant}-{i}" for i in range(3)]
+    for t in tenants:
+        qs.put_queue(t, "q", P2P, ack_timeout_s=0.05)
+        qs.send(t, "q", [msg("a"), msg("b")])
+        qs.get(t, "q", max_messages=1)
+    stop = threading.Event()
+    loop = threading.Thread(target=run_maintenance, args=(qs, stop, 0.02))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while any(qs.get_queue(t, "q").depth for t in tenants):
+            assert time.monotonic() < deadline, "retention purge did not run"
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        loop.join(timeout=5)
+    for t in tenants:
+        info = qs.get_queue(t, "q")
+        assert (info.depth, info.in_flight, info.dead_letters) == (0, 0, 0)
+        assert audit_tenant(backend, t) == []
+        qs.delete_queue(t, "q")

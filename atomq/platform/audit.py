@@ -57,7 +57,7 @@ def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
         for msg_id, env in envs.items():
-            ndocs = int(env.split("|", 2)[1])
+            ndocs = int(env.split("|", 1)[0])
             for n in range(1, ndocs + 1):
                 refs[f"{msg_id}.{n}"] += 1
     stored_refs = {i.decode(): int(v) for i, v in client.hgetall(tk.doc_refs).items()}

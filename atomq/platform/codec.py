@@ -41,39 +41,47 @@ def encode_document(doc: OutgoingDocument, max_bytes: int, field: str) -> tuple[
     return raw, props
 
 
-def _decode_document(doc_id: bytes, raw: bytes, props: bytes) -> Document:
+def _decode_document(doc_id: str, raw: bytes, props: bytes) -> Document:
     data: str | bytes = raw[1:].decode("utf-8") if raw[:1] == b"t" else raw[1:]
-    return Document(id=doc_id.decode(), data=data, properties=json.loads(props) if props else {})
+    return Document(id=doc_id, data=data, properties=json.loads(props) if props else {})
 
 
 def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[Any]:
     """Messages from a get or browse script reply, starting at ``reply[pos]``.
 
-    Layouts (see get.lua and browse.lua): deliveries carry id, delivery count,
-    enqueued ms, envelope, documents; browsed messages and dead letters also
-    carry failures and where, and dead letters end with reason and time.
+    Layouts (see get.lua and browse.lua): a delivery is id, delivery count,
+    envelope, then data and properties per document; a browsed message or
+    dead letter has its state (``count|failures|where``) in place of the
+    count, and a dead letter ends with reason and time. The envelope is
+    ``<document count>|<JSON>``; document ids are ``<message id>.<k>`` and a
+    message id starts with its send time in ms, so neither travels.
     """
     out = []
-    browsed = cls is not Delivery
     for _ in range(count):
         msg_id = reply[pos].decode()
-        dc = int(reply[pos + 1])
-        pos += 2
-        if browsed:
-            fails, where = int(reply[pos]), reply[pos + 1].decode()
-            pos += 2
-        enq, env, ndocs = int(reply[pos]), reply[pos + 1], int(reply[pos + 2])
+        count_or_state, raw_env = reply[pos + 1], reply[pos + 2]
         pos += 3
-        docs = tuple(_decode_document(*reply[pos + 3 * j : pos + 3 * j + 3]) for j in range(ndocs))
-        pos += 3 * ndocs
-        common: dict[str, Any] = dict(id=msg_id, delivery_count=dc, enqueued_at=enq / 1000,
-                                      envelope=Envelope.from_json(env), documents=docs)
+        head, _, env = raw_env.partition(b"|")
+        ndocs = int(head)
+        if ndocs == 1:  # the common case, without building a generator
+            docs: tuple[Document, ...] = (_decode_document(msg_id + ".1", reply[pos], reply[pos + 1]),)
+        else:
+            docs = tuple(_decode_document(f"{msg_id}.{k + 1}", reply[pos + 2 * k], reply[pos + 2 * k + 1])
+                         for k in range(ndocs))
+        pos += 2 * ndocs
+        enqueued_at = int(msg_id.partition("-")[0]) / 1000
         if cls is Delivery:
-            out.append(Delivery(**common, receipt=f"{msg_id}~{dc}"))
-        elif cls is DeadLetter:
-            out.append(DeadLetter(**common, reason=reply[pos].decode(), failed_deliveries=fails,
-                                  dead_lettered_at=int(reply[pos + 1]) / 1000))
+            dc = int(count_or_state)
+            out.append(Delivery(id=msg_id, delivery_count=dc, enqueued_at=enqueued_at,
+                                envelope=Envelope.from_json(env), documents=docs, receipt=f"{msg_id}~{dc}"))
+            continue
+        dc, fails, where = count_or_state.decode().split("|", 2)
+        common: dict[str, Any] = dict(id=msg_id, delivery_count=int(dc), enqueued_at=enqueued_at,
+                                      envelope=Envelope.from_json(env), documents=docs,
+                                      failed_deliveries=int(fails))
+        if cls is DeadLetter:
+            out.append(DeadLetter(**common, reason=reply[pos].decode(), dead_lettered_at=int(reply[pos + 1]) / 1000))
             pos += 2
         else:
-            out.append(BrowsedMessage(**common, state=STATE_BY_TAG[where], failed_deliveries=fails))
+            out.append(BrowsedMessage(**common, state=STATE_BY_TAG[where[:1]]))
     return out

@@ -23,7 +23,7 @@ one per subscriber (``D = aq:{T}:q:Q:s:S``) for publish/subscribe, else
     D:ready     stream of ready messages (field m = message id)
     D:all       sorted set (score 0) of every live message id, in id order:
                 browse cursor and retention index (ids start with the send time)
-    D:msg       hash id -> envelope (``<enqueued ms>|<document count>|<JSON>``)
+    D:msg       hash id -> envelope (``<document count>|<JSON>``)
     D:state     hash id -> ``<delivery count>|<failures>|<where>``
     D:inflight  sorted set id -> ack deadline (ms)
     D:sched     sorted set id -> redelivery due time (ms)

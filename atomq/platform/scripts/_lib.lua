@@ -3,7 +3,7 @@
 -- a destination is 7 consecutive KEYS: ready, all, msg, state, inflight, sched, dlq.
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready, f in flight, s scheduled, d<stream id> dead.
--- Envelope value: "<enqueued ms>|<document count>|<JSON>".
+-- Envelope value: "<document count>|<JSON>" (the id starts with the send time).
 -- Ready stream entry: m = message id; c, f = delivery count and failures
 -- when not 0 (a first delivery's entry carries only m).
 
@@ -37,10 +37,9 @@ local function fmt_state(dc, fails, where)
   return dc .. '|' .. fails .. '|' .. where
 end
 
-local function parse_envelope(e)
-  local a = string.find(e, '|', 1, true)
-  local b = string.find(e, '|', a + 1, true)
-  return tonumber(string.sub(e, 1, a - 1)), tonumber(string.sub(e, a + 1, b - 1)), string.sub(e, b + 1)
+-- Only the document count is read here; the caller parses the rest.
+local function doc_count(e)
+  return tonumber(string.match(e, '^%d+'))
 end
 
 -- Calls a variadic command in slices, so a large batch never overflows Lua's C stack.
@@ -114,8 +113,7 @@ local function forget(d, ids)
   local docs = {}
   for i, id in ipairs(ids) do
     if envs[i] then
-      local _, ndocs = parse_envelope(envs[i])
-      for k = 1, ndocs do docs[#docs + 1] = id .. '.' .. k end
+      for k = 1, doc_count(envs[i]) do docs[#docs + 1] = id .. '.' .. k end
     end
   end
   if #docs == 0 then return end
@@ -177,19 +175,22 @@ local function sweep_destination(d, q, delays, now, limit)
   return moved
 end
 
--- Resolves ARGV selectors ("id" or "receipt" mode) into {id, receipt delivery count or false}.
+-- Resolves ARGV selectors from ARGV[first] on into distinct ids and, in
+-- "receipt" mode, the delivery count each receipt was issued for.
 local function selected(mode, first)
-  local out = {}
+  local ids, wants, seen = {}, {}, {}
   for i = first, #ARGV do
-    local v = ARGV[i]
+    local id, want = ARGV[i], false
     if mode == 'receipt' then
-      local p = string.find(v, '~', 1, true)
-      if p then
-        out[#out + 1] = {string.sub(v, 1, p - 1), tonumber(string.sub(v, p + 1))}
-      end
-    else
-      out[#out + 1] = {v, false}
+      local dc
+      id, dc = string.match(id, '^(.+)~(%d+)$')
+      want = tonumber(dc)
+    end
+    if id and not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+      wants[#ids] = want
     end
   end
-  return out
+  return ids, wants
 end

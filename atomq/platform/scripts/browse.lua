@@ -4,9 +4,8 @@
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
--- Returns {next cursor or "", n, then per message: id, delivery count, failures,
---          where, enqueued ms, envelope JSON, document count, then per document:
---          id, data, properties; then for dead letters: reason, dead-lettered ms}.
+-- Returns {next cursor or "", n, then per message: id, state, envelope, then
+--          per document: data, properties; then for dead letters: reason, dead-lettered ms}.
 
 local q = require_queue()
 if q.err then return q end
@@ -48,28 +47,23 @@ local out = {more and last or '', #picked}
 if #picked == 0 then return out end
 local envs = redis.call('HMGET', d.msg, unpack(picked))
 for i, id in ipairs(picked) do
-  local dc, fails, where = parse_state(wheres[i])
-  local enq, ndocs, json = parse_envelope(envs[i])
+  local env = envs[i]
   out[#out + 1] = id
-  out[#out + 1] = dc
-  out[#out + 1] = fails
-  out[#out + 1] = string.sub(where, 1, 1)
-  out[#out + 1] = enq
-  out[#out + 1] = json
-  out[#out + 1] = ndocs
+  out[#out + 1] = wheres[i]
+  out[#out + 1] = env
+  local ndocs = doc_count(env)
   if ndocs > 0 then
     local docs = {}
     for k = 1, ndocs do docs[k] = id .. '.' .. k end
     local data = redis.call('HMGET', DOC, unpack(docs))
     local props = redis.call('HMGET', DOCP, unpack(docs))
     for k = 1, ndocs do
-      out[#out + 1] = docs[k]
       out[#out + 1] = data[k] or ''
       out[#out + 1] = props[k] or ''
     end
   end
   if dead_view then
-    local entry = string.sub(where, 2)
+    local entry = string.sub(wheres[i], string.find(wheres[i], '|d', 1, true) + 2)
     local rec = redis.call('XRANGE', d.dlq, entry, entry)
     local reason = ''
     if #rec > 0 then

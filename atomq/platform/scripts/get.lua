@@ -6,8 +6,8 @@
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
--- Returns {n, wake, last_id, then per message: id, delivery count, enqueued ms,
---          envelope JSON, document count, then per document: id, data, properties}.
+-- Returns {n, wake, last_id, then per message: id, delivery count, envelope,
+--          then per document: data, properties ("" = none)}.
 -- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
 -- last_id: the ready stream's last id, to block on when nothing was delivered.
 
@@ -55,7 +55,7 @@ for i, e in ipairs(entries) do
   local f = e[2]
   entry_ids[i] = e[1]
   ids[i] = f[2]
-  counts[i] = tonumber(f[4] or 0) + 1
+  counts[i] = (tonumber(f[4]) or 0) + 1
   fails[i] = f[6] or 0
 end
 -- The entries taken are the stream's first n: trimming below the next id drops
@@ -65,15 +65,15 @@ local dash = string.find(last, '-', 1, true)
 redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
 local envs = redis.call('HMGET', d.msg, unpack(ids))
 local deadline = now + q.ack_timeout_ms
-local state_args, flight_args, docs, parsed = {}, {}, {}, {}
+local state_args, flight_args, docs, ndocs = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   state_args[2 * i - 1] = id
   state_args[2 * i] = counts[i] .. '|' .. fails[i] .. '|f'
   flight_args[2 * i - 1] = deadline
   flight_args[2 * i] = id
-  local enq, ndocs, json = parse_envelope(envs[i])
-  parsed[i] = {enq, ndocs, json}
-  for k = 1, ndocs do docs[#docs + 1] = id .. '.' .. k end
+  local nd = doc_count(envs[i])
+  ndocs[i] = nd
+  for k = 1, nd do docs[#docs + 1] = id .. '.' .. k end
 end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
@@ -84,13 +84,12 @@ if #docs > 0 then
 end
 local j, o = 0, #out
 for i, id in ipairs(ids) do
-  local p = parsed[i]
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = id, counts[i], p[1], p[3], p[2]
-  o = o + 5
-  for _ = 1, p[2] do
+  out[o + 1], out[o + 2], out[o + 3] = id, counts[i], envs[i]
+  o = o + 3
+  for _ = 1, ndocs[i] do
     j = j + 1
-    out[o + 1], out[o + 2], out[o + 3] = docs[j], data[j] or '', props[j] or ''
-    o = o + 3
+    out[o + 1], out[o + 2] = data[j] or '', props[j] or ''
+    o = o + 2
   end
 end
 return out

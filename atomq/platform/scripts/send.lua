@@ -81,7 +81,7 @@ for m = 1, nmsg do
         pos = pos + 2
       end
       msg_args[#msg_args + 1] = id
-      msg_args[#msg_args + 1] = stamp .. '|' .. ndocs .. '|' .. json
+      msg_args[#msg_args + 1] = ndocs .. '|' .. json
       all_args[#all_args + 1] = 0
       all_args[#all_args + 1] = id
     else

@@ -17,21 +17,17 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000)
-local ids, wants, seen = {}, {}, {}
-for _, sel in ipairs(selected(ARGV[4], 5)) do
-  if not seen[sel[1]] then
-    seen[sel[1]] = true
-    ids[#ids + 1] = sel[1]
-    wants[#wants + 1] = sel[2]
-  end
-end
+local ids, wants = selected(ARGV[4], 5)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
 local hits, hit_dc, hit_fails = {}, {}, {}
 for i, id in ipairs(ids) do
-  if states[i] then
-    local dc, fails, where = parse_state(states[i])
-    if where == 'f' and (not wants[i] or wants[i] == dc) then
+  local s = states[i]
+  -- In flight ends in "|f"; the counts are parsed only where a receipt or a nack needs them.
+  if s and string.byte(s, -1) == 102 and string.byte(s, -2) == 124 then
+    local dc, fails = 0, 0
+    if wants[i] or action == 'nack' then dc, fails = parse_state(s) end
+    if not wants[i] or wants[i] == dc then
       hits[#hits + 1] = id
       hit_dc[#hits] = dc
       hit_fails[#hits] = fails
@@ -44,13 +40,15 @@ if action == 'ack' then
   forget(d, hits)
   return {#hits, 0}
 elseif action == 'extend' then
-  local args = {'XX'}
   local deadline = now + tonumber(ARGV[2])
-  for _, id in ipairs(hits) do
-    args[#args + 1] = deadline
-    args[#args + 1] = id
+  for first = 1, #hits, 500 do
+    local args = {}
+    for i = first, math.min(first + 499, #hits) do
+      args[#args + 1] = deadline
+      args[#args + 1] = hits[i]
+    end
+    redis.call('ZADD', d.inflight, 'XX', unpack(args))
   end
-  redis.call('ZADD', d.inflight, unpack(args))
   return {#hits, 0}
 end
 local requeued, dead = 0, 0
