@@ -9,13 +9,14 @@ for a request path.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import redis
 
 from atomq.platform import keys as k
 
 
-def _destinations(client: redis.Redis, tk: k.TenantKeys) -> list[k.DestinationKeys]:
+def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     out = []
     for raw in client.smembers(tk.queues):
         qk = tk.queue(raw.decode())
@@ -26,20 +27,21 @@ def _destinations(client: redis.Redis, tk: k.TenantKeys) -> list[k.DestinationKe
 
 def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
     """Returns the broken invariants of a tenant's data (an empty list when consistent)."""
+    r: Any = client  # redis-py types every reply as a union; these are bytes (decode_responses=False)
     tk = k.TenantKeys(tenant)
     problems: list[str] = []
     refs: Counter[str] = Counter()
-    for d in _destinations(client, tk):
-        envs = {i.decode(): v.decode() for i, v in client.hgetall(d.msg).items()}
-        states = {i.decode(): v.decode() for i, v in client.hgetall(d.state).items()}
-        members = {m.decode() for m in client.zrange(d.all, 0, -1)}
+    for d in _destinations(r, tk):
+        envs = {i.decode(): v.decode() for i, v in r.hgetall(d.msg).items()}
+        states = {i.decode(): v.decode() for i, v in r.hgetall(d.state).items()}
+        members = {m.decode() for m in r.zrange(d.all, 0, -1)}
         if not (set(envs) == set(states) == members):
             problems.append(f"{d.base}: msg, state and all disagree")
-        ready = {e.decode(): f[b"m"].decode() for e, f in client.xrange(d.ready)}
-        dead = {e.decode(): f[b"m"].decode() for e, f in client.xrange(d.dlq)}
-        inflight = {m.decode() for m in client.zrange(d.inflight, 0, -1)}
-        sched = {m.decode() for m in client.zrange(d.sched, 0, -1)}
-        seen = {"r": set(), "d": set(), "f": set(), "s": set()}
+        ready = {e.decode(): f[b"m"].decode() for e, f in r.xrange(d.ready)}
+        dead = {e.decode(): f[b"m"].decode() for e, f in r.xrange(d.dlq)}
+        inflight = {m.decode() for m in r.zrange(d.inflight, 0, -1)}
+        sched = {m.decode() for m in r.zrange(d.sched, 0, -1)}
+        seen: dict[str, set[str]] = {"r": set(), "d": set(), "f": set(), "s": set()}
         for msg_id, state in states.items():
             where = state.split("|", 2)[2]
             tag, entry = where[:1], where[1:]
@@ -60,13 +62,13 @@ def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
             ndocs = int(env.split("|", 1)[0])
             for n in range(1, ndocs + 1):
                 refs[f"{msg_id}.{n}"] += 1
-    stored_refs = {i.decode(): int(v) for i, v in client.hgetall(tk.doc_refs).items()}
+    stored_refs = {i.decode(): int(v) for i, v in r.hgetall(tk.doc_refs).items()}
     if stored_refs != {doc: n for doc, n in refs.items() if n > 1}:
         problems.append("document reference counts disagree with the messages that refer to them")
-    docs = {i.decode() for i in client.hkeys(tk.doc)}
+    docs = {i.decode() for i in r.hkeys(tk.doc)}
     if docs != set(refs):
         problems.append("stored documents differ from the documents messages refer to")
-    orphans = {i.decode() for i in client.hkeys(tk.doc_props)} - docs
+    orphans = {i.decode() for i in r.hkeys(tk.doc_props)} - docs
     if orphans:
         problems.append(f"{len(orphans)} document properties without a document")
     return problems

@@ -56,7 +56,7 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
     ``<document count>|<JSON>``; document ids are ``<message id>.<k>`` and a
     message id starts with its send time in ms, so neither travels.
     """
-    out = []
+    out: list[Any] = []
     for _ in range(count):
         msg_id = reply[pos].decode()
         count_or_state, raw_env = reply[pos + 1], reply[pos + 2]

@@ -76,7 +76,7 @@ def check_server(
     """
     if isinstance(client, redis.cluster.RedisCluster):
         warnings: list[str] = []
-        for node in client.get_nodes():
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
             node_client = client.get_redis_connection(node)
             warnings += check_server(node_client, allow_eviction=allow_eviction, name=f"{name} node {node.name}")
         return warnings

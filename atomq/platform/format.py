@@ -18,7 +18,7 @@ def check_format(client: redis.Redis) -> int:
     """Records the format version of new data and refuses data of an unknown one."""
     try:
         client.set(FORMAT_VERSION_KEY, FORMAT_VERSION, nx=True)
-        stored = int(client.get(FORMAT_VERSION_KEY))
+        stored = int(client.get(FORMAT_VERSION_KEY) or FORMAT_VERSION)
     except redis.RedisError as exc:
         raise StorageError(f"Redis failed while reading the format version: {exc}") from None
     if stored > FORMAT_VERSION:
