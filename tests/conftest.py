@@ -7,7 +7,6 @@ processes, crashes and durability use ``valkey`` alone.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 
@@ -15,16 +14,9 @@ import fakeredis
 import pytest
 import redis
 
-from atomq.platform import QueueServer, QueueSettings
+from atomq.platform import QueueServer
 from atomq.platform.embedded import EmbeddedValkey
-
-FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from support import FAST, free_port
 
 
 @pytest.fixture(scope="session")

@@ -25,29 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
+from atomq.platform import MessageState, QueueServer
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
+from support import FAST, browse_all, counts, msg, wait_until
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"
 REPO = Path(__file__).resolve().parents[1]
-
-# The settings of conftest's FAST: redelivery after 0.05, 0.1, 0.15 s.
-FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
-
-
-def msg(*texts: str | bytes, dedupe_id: str | None = None, **props: str) -> OutgoingMessage:
-    return OutgoingMessage(documents=tuple(OutgoingDocument(t) for t in texts), properties=props,
-                           dedupe_id=dedupe_id)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.001)
 
 
 class Worker:
@@ -74,21 +59,6 @@ def run_threads(valkey: EmbeddedValkey, count: int, body: Callable[[int, QueueSe
     with ThreadPoolExecutor(max_workers=count) as pool:
         futures = [pool.submit(run, n) for n in range(count)]
         return [f.result(timeout=60) for f in futures]
-
-
-def browse_all(qs: QueueServer, tenant: str, queue: str) -> list:
-    items, cursor = [], None
-    while True:
-        page = qs.browse(tenant, queue, limit=250, after=cursor)
-        items += page.items
-        if page.next is None:
-            return items
-        cursor = page.next
-
-
-def counts(qs: QueueServer, tenant: str, queue: str) -> tuple[int, int, int]:
-    info = qs.get_queue(tenant, queue)
-    return info.depth, info.in_flight, info.dead_letters
 
 
 # -- many consumers of one point-to-point queue ----------------------------------

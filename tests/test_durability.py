@@ -20,30 +20,14 @@ import pytest
 import redis
 
 from atomq.errors import FormatVersionError, NotFound
-from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
+from atomq.platform import MessageState, QueueServer, QueueSettings
 from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.format import FORMAT_VERSION
+from support import FAST, browse_all, counts, dead_all, msg, pid_running
 
 P2P = "point_to_point"
-
-# The settings of conftest's FAST: redelivery after 0.05, 0.1, 0.15 s.
-FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
-
-
-def msg(*texts: str | bytes, dedupe_id: str | None = None, **props: str) -> OutgoingMessage:
-    return OutgoingMessage(documents=tuple(OutgoingDocument(t) for t in texts), properties=props,
-                           dedupe_id=dedupe_id)
-
-
-def pid_running(pid: int) -> bool:
-    """True while pid runs (a zombie that nobody reaped yet counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class Node:
@@ -98,31 +82,6 @@ def node(tmp_path: Path) -> Iterator[Node]:
         n.close()
 
 
-def browse_all(qs: QueueServer, tenant: str, queue: str, limit: int = 7) -> list:
-    items, cursor = [], None
-    while True:
-        page = qs.browse(tenant, queue, limit=limit, after=cursor)
-        items += page.items
-        if page.next is None:
-            return items
-        cursor = page.next
-
-
-def dead_all(qs: QueueServer, tenant: str, queue: str, limit: int = 7) -> list:
-    items, cursor = [], None
-    while True:
-        page = qs.dead_letters(tenant, queue, limit=limit, after=cursor)
-        items += page.items
-        if page.next is None:
-            return items
-        cursor = page.next
-
-
-def counts(qs: QueueServer, tenant: str, queue: str) -> tuple[int, int, int]:
-    info = qs.get_queue(tenant, queue)
-    return info.depth, info.in_flight, info.dead_letters
-
-
 def stored_docs(client: redis.Redis, tenant: str) -> set[str]:
     return {d.decode() for d in client.hkeys(k.TenantKeys(tenant).doc)}
 
@@ -150,7 +109,7 @@ def test_kill_9_after_the_fsync_second_loses_nothing_acknowledged(node, tenant) 
     qs = node.qs
 
     # Browsing and counting change nothing, so this holds whenever it runs.
-    browsed = browse_all(qs, tenant, "jobs")
+    browsed = browse_all(qs, tenant, "jobs", 7)
     assert [m.id for m in browsed] == ids[60:], "exactly the unacked messages, in send order"
     assert [(m.state, m.delivery_count) for m in browsed] == (
         [(MessageState.IN_FLIGHT, 1)] * 20 + [(MessageState.READY, 0)] * 40

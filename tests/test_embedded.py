@@ -22,28 +22,12 @@ from atomq.errors import EmbeddedServerError, StorageError, UnsafeStorage
 from atomq.platform import embedded
 from atomq.platform.connection import check_server, open_redis, redact_url
 from atomq.platform.embedded import EmbeddedValkey, find_server_binary
+from support import free_port, pid_running, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 # -- helpers ------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def pid_running(pid: int) -> bool:
-    """True while pid runs (a zombie that nobody reaped yet counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def listening_tcp_ports(pid: int) -> set[int]:
@@ -67,12 +51,6 @@ def listening_tcp_ports(pid: int) -> set[int]:
             if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mode(path: str | Path) -> int:

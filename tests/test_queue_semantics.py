@@ -15,14 +15,10 @@ import redis
 from atomq.errors import Conflict, InvalidInput, NotFound, TooLarge
 from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant
+from support import msg
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"
-
-
-def msg(*texts: str | bytes, dedupe_id: str | None = None, **props: str) -> OutgoingMessage:
-    return OutgoingMessage(documents=tuple(OutgoingDocument(t) for t in texts), properties=props,
-                           dedupe_id=dedupe_id)
 
 
 def texts(deliveries: list) -> list:
