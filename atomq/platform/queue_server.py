@@ -41,6 +41,10 @@ class _StaleRoute(AtomqError):
     """The send script saw another model or subscriber set than the caller passed."""
 
 
+class _RemovalPending(Conflict):
+    """The name belongs to a component whose removal (interrupted by a crash) is not finished."""
+
+
 def _not_found(queue: str) -> NotFound:
     return NotFound(f"queue {queue!r} does not exist", queue=queue)
 
@@ -113,12 +117,12 @@ class QueueServer:
                             "the model of a queue that holds messages or subscribers cannot change",
                             queue=name,
                         ),
-                        "DELETING": lambda: Conflict("the queue is still being removed", queue=name),
+                        "DELETING": lambda: _RemovalPending("the queue is still being removed", queue=name),
                     },
                 )
                 break
-            except Conflict as exc:
-                if attempt or exc.message != "the queue is still being removed":
+            except _RemovalPending:
+                if attempt:
                     raise
                 # A removal that crashed half-way finishes before the name is reused.
                 self._finish_removal(tk, name)
@@ -196,11 +200,11 @@ class QueueServer:
                     "subscriber_put",
                     self._base(tk, qk) + [qk.subscribers, tk.deleting],
                     [subscriber, marker],
-                    errors=self._queue_errors(queue, DELETING=lambda: Conflict(
+                    errors=self._queue_errors(queue, DELETING=lambda: _RemovalPending(
                         "the subscriber is still being removed", queue=queue, subscriber=subscriber)),
                 )
                 break
-            except Conflict:
+            except _RemovalPending:
                 if attempt:
                     raise
                 self._finish_removal(tk, marker)
