@@ -421,6 +421,12 @@ def test_input_rules(qs, tenant, queue) -> None:
         qs.send(tenant, queue, [msg("x", dedupe_id="")])
     with pytest.raises(InvalidInput, match="queue must start"):
         qs.send(tenant, "{other}", [msg("x")])
+    with pytest.raises(InvalidInput, match="properties must be JSON") as err:
+        qs.send(tenant, queue, [msg("ok"), OutgoingMessage(documents=(OutgoingDocument("x"),), properties={"k": {1, 2}})])
+    assert err.value.details["field"] == "messages.1.properties"
+    with pytest.raises(InvalidInput, match="properties must be JSON"):
+        qs.send(tenant, queue, [OutgoingMessage(documents=(OutgoingDocument("x", {"k": object()}),))])
+    assert qs.get_queue(tenant, queue).depth == 0
 
 
 def test_retention_purge_removes_old_messages_queued_and_dead(backend, tenant) -> None:

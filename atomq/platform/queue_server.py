@@ -323,8 +323,7 @@ class QueueServer:
                 ids = self.storage.run(
                     "send",
                     keys,
-                    [expected, len(dests), window_ms]
-                    + args_tail,
+                    [expected, len(dests), window_ms, *args_tail],
                     errors={"NOQUEUE": lambda: _not_found(queue), "STALESUBS": lambda: _StaleRoute("stale")},
                 )
             except NotFound:
@@ -357,7 +356,12 @@ class QueueServer:
                     raise InvalidInput(f"dedupe_id must be a string of 1 to {MAX_DEDUPE_ID_LENGTH} characters",
                                        field=f"messages.{i}.dedupe_id")
                 dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
-            args += [dd, m.envelope_json(), len(m.documents)]
+            try:
+                envelope = m.envelope_json()
+            except (TypeError, ValueError):
+                raise InvalidInput("message properties must be JSON values",
+                                   field=f"messages.{i}.properties") from None
+            args += [dd, envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
