@@ -308,10 +308,15 @@ def test_a_crash_between_any_two_calls_leaves_counts_exact(node, tenant) -> None
 # -- an interrupted queue removal ----------------------------------------------------------------
 
 
+class SimulatedCrash(Exception):
+    """Raised in place of the rest of a removal, as if the process died there."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("finish_with", ["resume_removals", "put_queue"])
-def test_an_interrupted_queue_deletion_resumes(node, tenant, finish_with) -> None:
-    """A removal killed after its first step (and one chunk) is finished by the next server."""
+@pytest.mark.parametrize("reuse_name", [False, True])
+def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeypatch) -> None:
+    """A removal killed after its atomic step and one chunk is finished by the next server,
+    and a queue created under the same name meanwhile is untouched by it."""
     qs = node.qs
     qs.put_queue(tenant, "big", P2P, max_redeliveries=0, ack_timeout_s=60)
     qs.put_queue(tenant, "keep", P2P)
@@ -323,43 +328,47 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, finish_with) -> Non
     assert len(qs.get(tenant, "big", max_messages=50)) == 50
     assert counts(qs, tenant, "big") == (1350, 50, 100)
 
-    # delete_queue's steps, as the library runs them, up to a crash: the atomic
-    # unlink script, then one chunk of the drop that _finish_removal repeats.
-    tk = k.TenantKeys(tenant)
-    qk = tk.queue("big")
-    base = [tk.doc, tk.doc_props, tk.doc_refs, qk.config]
-    assert qs.storage.run("unlink_component", base + [tk.queues, qk.subscribers, tk.deleting],
-                          ["queue", "big", "big"]) == 1
-    dropped, cursor = qs.storage.run("manage", base + qk.destination().as_list(),
-                                     ["drop", "chunk", "", qs.settings.chunk_size])
-    assert int(dropped) == 500 and cursor
+    # delete_queue as the library runs it, up to a crash after one chunk of the drop.
+    chunks: list[int] = []
+
+    def one_chunk_then_crash(base, d, action, mode, bound=""):
+        count, _ = qs.storage.run("manage", base + d.as_list(), [action, mode, bound, qs.settings.chunk_size])
+        chunks.append(int(count))
+        raise SimulatedCrash()
+
+    monkeypatch.setattr(qs, "_drain", one_chunk_then_crash)
+    with pytest.raises(SimulatedCrash):
+        qs.delete_queue(tenant, "big")
+    assert chunks == [500]
     node.wait_for_fsync()
     node.crash_and_restart()
     qs = node.qs
 
-    pattern = f"aq:{{{tenant}}}:q:big:*"
-    assert node.client.keys(pattern), "the crash left part of the queue behind"
-    assert node.client.smembers(tk.deleting) == {b"big"}
+    tk = k.TenantKeys(tenant)
+    assert not node.client.keys(f"aq:{{{tenant}}}:q:big:*"), "the name was freed in the atomic step"
+    assert node.client.keys(f"aq:{{{tenant}}}:gone:*"), "the crash left part of the removal behind"
+    assert len(node.client.smembers(tk.deleting)) == 1
     with pytest.raises(NotFound):
         qs.get_queue(tenant, "big")
     with pytest.raises(NotFound):
         qs.send(tenant, "big", [msg("x")])
     assert [i.name for i in qs.list_queues(tenant)] == ["keep"]
 
-    if finish_with == "resume_removals":
-        assert qs.resume_removals(tenant) == 1
-        left = set()
-    else:
+    new_ids: list[str] = []
+    if reuse_name:
         info, created = qs.put_queue(tenant, "big", P2P)
         assert created and (info.depth, info.in_flight, info.dead_letters) == (0, 0, 0)
         assert qs.browse(tenant, "big").items == [] and qs.dead_letters(tenant, "big").items == []
-        left = {qk.config}
-    # No message was sent with a dedupe id, so no ...:dd:* marker may remain either.
-    assert {key.decode() for key in node.client.keys(pattern)} == left
+        new_ids = qs.send(tenant, "big", [msg("new life")])
+    assert qs.resume_removals(tenant) == 1
+    assert not node.client.keys(f"aq:{{{tenant}}}:gone:*")
     assert node.client.smembers(tk.deleting) == set()
-    assert stored_docs(node.client, tenant) == {f"{i}.1" for i in keep_ids}
-    assert {d.decode() for d in node.client.hkeys(tk.doc_refs)} <= {f"{i}.1" for i in keep_ids}
-    assert node.client.hlen(tk.doc_props) == 0
+    if reuse_name:
+        assert [m.id for m in browse_all(qs, tenant, "big")] == new_ids, "the removal left the new queue alone"
+    else:
+        assert not node.client.keys(f"aq:{{{tenant}}}:q:big:*")
+    assert stored_docs(node.client, tenant) == {f"{i}.1" for i in keep_ids + new_ids}
+    assert node.client.hlen(tk.doc_refs) == 0 and node.client.hlen(tk.doc_props) == 0
     assert counts(qs, tenant, "keep") == (3, 0, 0)
     assert qs.resume_removals(tenant) == 0
     assert audit_tenant(node.client, tenant) == []

@@ -499,3 +499,116 @@ def test_the_maintenance_loop_purges_and_sweeps_every_tenant(backend, tenant) ->
         assert (info.depth, info.in_flight, info.dead_letters) == (0, 0, 0)
         assert audit_tenant(backend, t) == []
         qs.delete_queue(t, "q")
+
+
+# -- regressions found in review ---------------------------------------------------------------
+
+
+def test_repeated_ids_in_one_management_call_count_once(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=0)
+    a, b = qs.send(tenant, "jobs", [msg("a"), msg("b")])
+    for d in qs.get(tenant, "jobs", max_messages=2):
+        qs.nack(tenant, "jobs", ids=[d.id])
+    assert qs.resend_dead_letters(tenant, "jobs", ids=[a, a, a]) == 1
+    assert audit_tenant(backend, tenant) == []
+    assert [d.id for d in qs.get(tenant, "jobs", max_messages=10)] == [a]
+    assert qs.delete_dead_letters(tenant, "jobs", ids=[b, b]) == 1
+    assert qs.ack(tenant, "jobs", ids=[a, a]) == 1
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_a_stale_receipt_beside_the_current_one_does_not_cancel_it(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("m")])
+    (first,) = qs.get(tenant, queue)
+    qs.nack(tenant, queue, receipts=[first.receipt])
+    (second,) = qs.get(tenant, queue, wait_ms=5000)
+    assert qs.ack(tenant, queue, receipts=[first.receipt, second.receipt]) == 1
+
+
+def test_a_route_cached_before_a_queue_was_recreated_is_not_used(qs, tenant, backend) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "old")
+    qs.send(tenant, "news", [msg("cached the route")])
+    other = QueueServer(qs.client, qs.settings)
+    other.delete_queue(tenant, "news")
+    other.put_queue(tenant, "news", PUBSUB)
+    other.put_subscriber(tenant, "news", "new")  # the subscriber version is 1 again
+    qs.send(tenant, "news", [msg("after")])
+    assert texts(qs.get(tenant, "news", subscriber="new")) == ["after"]
+    assert list(qs.get_queue(tenant, "news").subscribers) == ["new"]
+    assert not backend.keys(f"aq:{{{tenant}}}:q:news:s:old:*")
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_a_subscriber_recreated_during_its_removal_starts_empty_and_keeps_its_messages(
+        qs, tenant, backend, monkeypatch) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_subscriber(tenant, "news", "b")
+    qs.send(tenant, "news", [msg(f"old{i}") for i in range(3)])
+    other = QueueServer(qs.client, qs.settings)
+    drain = qs._drain
+    sent: list[str] = []
+
+    def drain_while_the_listener_polls(*args, **kwargs):
+        # A listener keeps polling "a" and a sender keeps sending while the removal drops.
+        assert other.get(tenant, "news", subscriber="a") == []
+        sent.extend(other.send(tenant, "news", [msg("new")]))
+        return drain(*args, **kwargs)
+
+    monkeypatch.setattr(qs, "_drain", drain_while_the_listener_polls)
+    qs.delete_subscriber(tenant, "news", "a")
+    assert [d.id for d in qs.get(tenant, "news", subscriber="a", max_messages=10)] == sent
+    assert len(qs.get(tenant, "news", subscriber="b", max_messages=10)) == 4
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_pub_sub_settle_needs_an_existing_subscriber(qs, tenant) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    with pytest.raises(InvalidInput, match="subscriber is required"):
+        qs.ack(tenant, "news", ids=["1"])
+    with pytest.raises(NotFound, match="subscriber 'ghost'"):
+        qs.nack(tenant, "news", ids=["1"], subscriber="ghost")
+
+
+def test_a_queue_has_at_most_max_subscribers(backend, tenant) -> None:
+    from atomq.platform import QueueSettings
+
+    qs = QueueServer(backend, QueueSettings(max_subscribers=2))
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.get(tenant, "news", subscriber="b")
+    with pytest.raises(Conflict, match="at most 2 subscribers"):
+        qs.put_subscriber(tenant, "news", "c")
+    with pytest.raises(Conflict, match="at most 2 subscribers"):
+        qs.get(tenant, "news", subscriber="c")
+    assert qs.put_subscriber(tenant, "news", "a") is False, "an existing one is still fine"
+
+
+def test_a_message_with_thousands_of_documents_can_be_browsed(qs, tenant, queue) -> None:
+    docs = tuple(OutgoingDocument(f"d{i}") for i in range(9000))
+    (msg_id,) = qs.send(tenant, queue, [OutgoingMessage(documents=docs)])
+    (browsed,) = qs.browse(tenant, queue).items
+    assert browsed.id == msg_id and len(browsed.documents) == 9000 and browsed.documents[-1].data == "d8999"
+    (d,) = qs.get(tenant, queue)
+    assert [x.data for x in d.documents[:2]] == ["d0", "d1"] and d.documents[-1].id == f"{msg_id}.9000"
+
+
+def test_a_blocking_get_ends_when_its_queue_is_deleted(qs, tenant, queue) -> None:
+    import threading
+
+    errors: list[Exception] = []
+
+    def wait() -> None:
+        try:
+            qs.get(tenant, queue, wait_ms=20_000)
+        except NotFound as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    QueueServer(qs.client, qs.settings).delete_queue(tenant, queue)
+    t.join(timeout=10)
+    assert not t.is_alive(), "the get went on waiting for a queue that no longer exists"
+    assert len(errors) == 1

@@ -7,7 +7,9 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:{T}:seq                     counter that numbers messages (message ids)
     aq:{T}:queues                  set of the tenant's queue names
-    aq:{T}:deleting                set of queue names whose removal is under way
+    aq:{T}:deleting                set of removals under way, ``<removal id>:<destination count>``
+    aq:{T}:gone:R:d<k>:...         destination k of removal R: a removed queue's or
+                                   subscriber's keys, moved here and dropped in chunks
     aq:{T}:doc                     hash doc id -> content bytes
     aq:{T}:docp                    hash doc id -> properties (JSON), only when not empty
     aq:{T}:docr                    hash doc id -> reference count (message copies that refer
@@ -84,6 +86,10 @@ class TenantKeys:
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(self, queue)
+
+    def removed_destination(self, removal_id: str, index: int) -> DestinationKeys:
+        """Where destination ``index`` of removal ``removal_id`` keeps its keys until dropped."""
+        return DestinationKeys(f"{self._p}:gone:{removal_id}:d{index}")
 
     def all_keys_pattern(self) -> str:
         """A SCAN pattern matching every key of this tenant (used by removal and audits)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any, Sequence
 
 import redis
@@ -41,10 +42,6 @@ class _StaleRoute(AtomqError):
     """The send script saw another model or subscriber set than the caller passed."""
 
 
-class _RemovalPending(Conflict):
-    """The name belongs to a component whose removal (interrupted by a crash) is not finished."""
-
-
 def _not_found(queue: str) -> NotFound:
     return NotFound(f"queue {queue!r} does not exist", queue=queue)
 
@@ -63,7 +60,7 @@ class QueueServer:
         self.storage = Storage(client)
         check_format(client)
         self.storage.scripts.load_all(client)
-        # (tenant, queue) -> (model, subscriber version, subscribers): what a send
+        # (tenant, queue) -> (model, route, subscribers): what a send
         # fans out to. Scripts verify it, so a stale entry costs one retry, never a wrong send.
         self._routes: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
         self._routes_lock = threading.Lock()
@@ -106,26 +103,16 @@ class QueueServer:
         if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not 0.01 <= ack_timeout_s <= 86400:
             raise InvalidInput("ack_timeout_s must be a number from 0.01 to 86400", field="ack_timeout_s")
         self.storage.call(self.client.sadd, k.TENANTS_KEY, tk.tenant)
-        for attempt in range(2):
-            try:
-                created = self.storage.run(
-                    "queue_put",
-                    self._base(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.deleting],
-                    [name, model.value, max_redeliveries, round(ack_timeout_s * 1000)],
-                    errors={
-                        "CONFLICT": lambda: Conflict(
-                            "the model of a queue that holds messages or subscribers cannot change",
-                            queue=name,
-                        ),
-                        "DELETING": lambda: _RemovalPending("the queue is still being removed", queue=name),
-                    },
-                )
-                break
-            except _RemovalPending:
-                if attempt:
-                    raise
-                # A removal that crashed half-way finishes before the name is reused.
-                self._finish_removal(tk, name)
+        created = self.storage.run(
+            "queue_put",
+            self._base(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq],
+            [name, model.value, max_redeliveries, round(ack_timeout_s * 1000)],
+            errors={
+                "CONFLICT": lambda: Conflict(
+                    "the model of a queue that holds messages or subscribers cannot change", queue=name
+                ),
+            },
+        )
         self._forget_route(tenant, name)
         return self.get_queue(tenant, name), bool(created)
 
@@ -177,73 +164,74 @@ class QueueServer:
         return out
 
     def delete_queue(self, tenant: str, name: str) -> None:
-        """Removes a queue with its messages, dead letters and subscribers."""
+        """Removes a queue with its messages, dead letters and subscribers.
+
+        The name is free as soon as this starts: the queue's keys move aside
+        in one script and are dropped in chunks after it.
+        """
         tk, qk = self._queue_keys(tenant, name)
-        existed = self.storage.run(
-            "unlink_component",
-            self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting],
-            ["queue", name, name],
-        )
+        for _ in range(MAX_SEND_RETRIES):
+            model, cfg, subs = self._read_config(qk)
+            if model is None:
+                raise _not_found(name)
+            route = f"{model}|{cfg[b'gen'].decode()}|{cfg.get(b'subv', b'0').decode()}"
+            sources = [qk.destination()] + [qk.destination(s) for s in subs]
+            try:
+                marker = self._unlink(tk, qk, "queue", name, route, sources)
+                break
+            except _StaleRoute:
+                continue
+        else:
+            raise Conflict("the queue's subscribers kept changing during its removal; try again", queue=name)
         self._forget_route(tenant, name)
-        if not existed:
+        if marker is None:
             raise _not_found(name)
-        self._finish_removal(tk, name)
+        self._finish_removal(tk, marker)
 
     def put_subscriber(self, tenant: str, queue: str, subscriber: str) -> bool:
         """Creates a subscriber ahead of its first get; returns whether it was created."""
         tk, qk = self._queue_keys(tenant, queue)
         check_subscriber_name(subscriber)
-        marker = f"{queue}/{subscriber}"
-        for attempt in range(2):
-            try:
-                created = self.storage.run(
-                    "subscriber_put",
-                    self._base(tk, qk) + [qk.subscribers, tk.deleting],
-                    [subscriber, marker],
-                    errors=self._queue_errors(queue, DELETING=lambda: _RemovalPending(
-                        "the subscriber is still being removed", queue=queue, subscriber=subscriber)),
-                )
-                break
-            except _RemovalPending:
-                if attempt:
-                    raise
-                self._finish_removal(tk, marker)
-        self._forget_route(tenant, queue)
+        created = self.storage.run(
+            "subscriber_put", self._base(tk, qk) + [qk.subscribers],
+            [subscriber, self.settings.max_subscribers], errors=self._queue_errors(queue),
+        )
         return bool(created)
 
     def delete_subscriber(self, tenant: str, queue: str, subscriber: str) -> None:
         """Removes a subscriber and its messages; later sends no longer copy to it."""
         tk, qk = self._queue_keys(tenant, queue)
         check_subscriber_name(subscriber)
-        marker = f"{queue}/{subscriber}"
-        existed = self.storage.run(
-            "unlink_component",
-            self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting],
-            ["subscriber", subscriber, marker],
-        )
-        self._forget_route(tenant, queue)
-        if not existed:
+        marker = self._unlink(tk, qk, "subscriber", subscriber, "", [qk.destination(subscriber)])
+        if marker is None:
             raise NotFound(f"subscriber {subscriber!r} of queue {queue!r} does not exist",
                            queue=queue, subscriber=subscriber)
         self._finish_removal(tk, marker)
 
+    def _unlink(self, tk: k.TenantKeys, qk: k.QueueKeys, kind: str, name: str, route: str,
+                sources: list[k.DestinationKeys]) -> str | None:
+        """Moves a component's destinations aside atomically; returns the removal marker, or None if absent."""
+        removal_id = uuid.uuid4().hex
+        keys = self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting]
+        for i, d in enumerate(sources):
+            keys += d.as_list() + tk.removed_destination(removal_id, i).as_list()
+        marker = f"{removal_id}:{len(sources)}"
+        existed = self.storage.run("unlink_component", keys, [kind, name, route, marker],
+                                   errors={"STALESUBS": lambda: _StaleRoute("stale")})
+        return marker if existed else None
+
     def _finish_removal(self, tk: k.TenantKeys, marker: str) -> None:
-        """Drops a removed component's messages in chunks, then its keys and its marker.
+        """Drops a removal's messages in chunks, then its keys and its marker.
 
         Idempotent: an interrupted removal resumes from whatever is left.
         """
-        queue, _, subscriber = marker.partition("/")
-        qk = tk.queue(queue)
-        if subscriber:
-            dests = [qk.destination(subscriber)]
-        else:
-            subs = self.storage.call(self.client.smembers, qk.subscribers)
-            dests = [qk.destination()] + [qk.destination(s.decode()) for s in subs]
-        for d in dests:
-            self._drain(tk, qk, d, "drop", "chunk")
+        removal_id, _, count = marker.partition(":")
+        # manage.lua reads no queue config (KEYS[4]); the marker set stands in for it.
+        base = [tk.doc, tk.doc_props, tk.doc_refs, tk.deleting]
+        for i in range(int(count)):
+            d = tk.removed_destination(removal_id, i)
+            self._drain(base, d, "drop", "chunk")
             self.storage.call(self.client.delete, *d.as_list())
-        if not subscriber:
-            self.storage.call(self.client.delete, qk.subscribers)
         self.storage.call(self.client.srem, tk.deleting, marker)
 
     def resume_removals(self, tenant: str) -> int:
@@ -274,7 +262,10 @@ class QueueServer:
         if model is None:
             self._forget_route(tenant, queue)
             raise _not_found(queue)
-        route = (model, cfg.get(b"subv", b"0").decode(), subs)
+        # The route names the queue's generation too, so a sender that cached the
+        # route of a removed queue never writes into its successor's subscribers.
+        subv = cfg.get(b"subv", b"0").decode() if model == QueueModel.PUBLISH_SUBSCRIBE.value else ""
+        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}", subs)
         with self._routes_lock:
             if len(self._routes) > 10_000:
                 self._routes.clear()
@@ -285,14 +276,16 @@ class QueueServer:
         with self._routes_lock:
             self._routes.pop((tenant, queue), None)
 
-    @staticmethod
-    def _queue_errors(queue: str, **more: Any) -> dict[str, Any]:
+    def _queue_errors(self, queue: str, **more: Any) -> dict[str, Any]:
         errors: dict[str, Any] = {
             "NOQUEUE": lambda: _not_found(queue),
             "NOSUBSCRIBER": lambda: InvalidInput(
                 "subscriber is required for a publish/subscribe queue", field="subscriber"),
             "SUBSCRIBERP2P": lambda: InvalidInput(
                 "a point-to-point queue has no subscribers; leave subscriber out", field="subscriber"),
+            "TOOMANYSUBS": lambda: Conflict(
+                f"a queue has at most {self.settings.max_subscribers} subscribers", queue=queue,
+                limit=self.settings.max_subscribers),
         }
         errors.update(more)
         return errors
@@ -309,11 +302,11 @@ class QueueServer:
         args_tail, dedupe_keys = self._encode_batch(qk, messages)
         refresh = False
         for _ in range(MAX_SEND_RETRIES):
-            model, subv, subs = self._route(tenant, queue, qk, refresh)
+            model, expected, subs = self._route(tenant, queue, qk, refresh)
             if model == QueueModel.POINT_TO_POINT.value:
-                dests, expected = [qk.destination()], f"{model}|"
+                dests = [qk.destination()]
             else:
-                dests, expected = [qk.destination(s) for s in subs], f"{model}|{subv}"
+                dests = [qk.destination(s) for s in subs]
             keys = self._base(tk, qk) + [tk.seq, qk.subscribers]
             for d in dests:
                 keys.extend(d.as_list())
@@ -392,7 +385,7 @@ class QueueServer:
             raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
         d = qk.destination(subscriber)
         keys = self._base(tk, qk) + d.as_list() + [qk.subscribers]
-        args = [max_messages, s.delays_ms_arg, subscriber or ""]
+        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers]
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self.storage.run("get", keys, args, errors=self._queue_errors(queue))
@@ -402,7 +395,9 @@ class QueueServer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            block_ms = round(remaining * 1000)
+            # At most a second at a time: a removed queue has no entry to wake us,
+            # and the next script run reports it.
+            block_ms = min(round(remaining * 1000), 1000)
             if wake >= 0:
                 block_ms = min(block_ms, wake + 1)
             # Blocks until an entry newer than the last one the script saw arrives,
@@ -443,9 +438,10 @@ class QueueServer:
         d = qk.destination(subscriber)
         done, dead = self.storage.run(
             "settle",
-            self._base(tk, qk) + d.as_list(),
-            [action, arg, self.settings.delays_ms_arg, mode, *items],
-            errors=self._queue_errors(queue),
+            self._base(tk, qk) + d.as_list() + [qk.subscribers],
+            [action, arg, self.settings.delays_ms_arg, mode, subscriber or "", *items],
+            errors=self._queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
+                f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
         )
         return int(done), int(dead)
 
@@ -524,16 +520,15 @@ class QueueServer:
                     total += int(self.storage.run("manage", self._base(tk, qk) + d.as_list(),
                                                   [action, "ids", "", 0, *chunk])[0])
             else:
-                total += self._drain(tk, qk, d, action, "chunk")
+                total += self._drain(self._base(tk, qk), d, action, "chunk")
         return total
 
-    def _drain(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, action: str, mode: str,
-               bound: str = "") -> int:
+    def _drain(self, base: list[str], d: k.DestinationKeys, action: str, mode: str, bound: str = "") -> int:
         """Applies ``action`` chunk by chunk over a destination's messages; returns the count."""
         total, cursor = 0, bound
         while True:
             count, nxt = self.storage.run(
-                "manage", self._base(tk, qk) + d.as_list(), [action, mode, cursor, self.settings.chunk_size]
+                "manage", base + d.as_list(), [action, mode, cursor, self.settings.chunk_size]
             )
             total += int(count)
             if not nxt or (mode == "older" and not count):
@@ -566,9 +561,12 @@ class QueueServer:
         moved = 0
         for qk, d in self._all_destinations(tk):
             while True:
-                n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list(),
-                                         [self.settings.delays_ms_arg, self.settings.chunk_size],
-                                         errors={"NOQUEUE": lambda: _not_found(qk.name)}))
+                try:
+                    n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list(),
+                                             [self.settings.delays_ms_arg, self.settings.chunk_size],
+                                             errors={"NOQUEUE": lambda: _not_found(qk.name)}))
+                except NotFound:
+                    break  # removed since the round began
                 moved += n
                 if n < self.settings.chunk_size:
                     break
@@ -585,7 +583,7 @@ class QueueServer:
         cutoff_ms = seconds * 1000 + micros // 1000 - round(self.settings.document_retention_s * 1000)
         removed = 0
         for qk, d in self._all_destinations(tk):
-            removed += self._drain(tk, qk, d, "drop", "older", bound=str(cutoff_ms))
+            removed += self._drain(self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
         return removed
 
     def maintain(self, tenant: str) -> dict[str, int]:

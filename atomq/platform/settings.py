@@ -42,6 +42,8 @@ class QueueSettings:
         max_wait_ms: longest blocking wait of a get.
         chunk_size: messages one bulk-action script handles per call, so no
             script blocks Redis for long.
+        max_subscribers: most subscribers of one publish/subscribe queue; a
+            send copies to all of them in one script, so this bounds it.
     """
 
     redelivery_delays_s: tuple[float, ...] = DEFAULT_REDELIVERY_DELAYS_S
@@ -52,6 +54,7 @@ class QueueSettings:
     max_get: int = 1000
     max_wait_ms: int = 20_000
     chunk_size: int = 500
+    max_subscribers: int = 100
     _delays_arg: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

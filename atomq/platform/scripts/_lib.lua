@@ -175,21 +175,37 @@ local function sweep_destination(d, q, delays, now, limit)
   return moved
 end
 
--- Resolves ARGV selectors from ARGV[first] on into distinct ids and, in
--- "receipt" mode, the delivery count each receipt was issued for.
+-- Adds a subscriber (bumping the subscriber version that sends check), up to
+-- `max` per queue. Returns 1 added, 0 already there.
+local function add_subscriber(subs, name, max)
+  if redis.call('SISMEMBER', subs, name) == 1 then return 0 end
+  if redis.call('SCARD', subs) >= max then
+    return redis.error_reply('TOOMANYSUBS the queue has its most subscribers')
+  end
+  redis.call('SADD', subs, name)
+  redis.call('HINCRBY', CFG, 'subv', 1)
+  return 1
+end
+
+-- Resolves ARGV selectors from ARGV[first] on into ids and, in "receipt"
+-- mode, the delivery count each receipt was issued for. Repeated selectors
+-- count once; two receipts of one message stay apart (one may be stale).
 local function selected(mode, first)
   local ids, wants, seen = {}, {}, {}
   for i = first, #ARGV do
-    local id, want = ARGV[i], false
-    if mode == 'receipt' then
-      local dc
-      id, dc = string.match(id, '^(.+)~(%d+)$')
-      want = tonumber(dc)
-    end
-    if id and not seen[id] then
-      seen[id] = true
-      ids[#ids + 1] = id
-      wants[#ids] = want
+    local sel = ARGV[i]
+    if not seen[sel] then
+      seen[sel] = true
+      local id, want = sel, false
+      if mode == 'receipt' then
+        local dc
+        id, dc = string.match(sel, '^(.+)~(%d+)$')
+        want = tonumber(dc)
+      end
+      if id then
+        ids[#ids + 1] = id
+        wants[#ids] = want
+      end
     end
   end
   return ids, wants

@@ -55,8 +55,8 @@ for i, id in ipairs(picked) do
   if ndocs > 0 then
     local docs = {}
     for k = 1, ndocs do docs[k] = id .. '.' .. k end
-    local data = redis.call('HMGET', DOC, unpack(docs))
-    local props = redis.call('HMGET', DOCP, unpack(docs))
+    local data = hmget_batched(DOC, docs)
+    local props = hmget_batched(DOCP, docs)
     for k = 1, ndocs do
       out[#out + 1] = data[k] or ''
       out[#out + 1] = props[k] or ''

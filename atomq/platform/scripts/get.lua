@@ -6,6 +6,7 @@
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
+-- ARGV[4]      most subscribers a queue may have
 -- Returns {n, wake, last_id, then per message: id, delivery count, envelope,
 --          then per document: data, properties ("" = none)}.
 -- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
@@ -18,9 +19,8 @@ if q.model == 'publish_subscribe' then
   if sub == '' then
     return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
   end
-  if redis.call('SADD', KEYS[12], sub) == 1 then
-    redis.call('HINCRBY', CFG, 'subv', 1)
-  end
+  local added = add_subscriber(KEYS[12], sub, tonumber(ARGV[4]))
+  if type(added) == 'table' then return added end
 elseif sub ~= '' then
   return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
 end
@@ -49,7 +49,6 @@ if n == 0 then
   return out
 end
 
-out[1] = n
 local entry_ids, ids, counts, fails = {}, {}, {}, {}
 for i, e in ipairs(entries) do
   local f = e[2]
@@ -58,33 +57,40 @@ for i, e in ipairs(entries) do
   counts[i] = (tonumber(f[4]) or 0) + 1
   fails[i] = f[6] or 0
 end
--- The entries taken are the stream's first n: trimming below the next id drops
--- exactly them, far cheaper than XDEL of each.
-local last = entry_ids[n]
-local dash = string.find(last, '-', 1, true)
-redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
+-- Everything that reads comes before the first write: a script's writes are
+-- not rolled back, so nothing after a write may fail.
 local envs = redis.call('HMGET', d.msg, unpack(ids))
 local deadline = now + q.ack_timeout_ms
-local state_args, flight_args, docs, ndocs = {}, {}, {}, {}
+local state_args, flight_args, docs, ndocs, live = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  state_args[2 * i - 1] = id
-  state_args[2 * i] = counts[i] .. '|' .. fails[i] .. '|f'
-  flight_args[2 * i - 1] = deadline
-  flight_args[2 * i] = id
-  local nd = doc_count(envs[i])
-  ndocs[i] = nd
-  for k = 1, nd do docs[#docs + 1] = id .. '.' .. k end
+  if envs[i] then
+    live[#live + 1] = i
+    state_args[#state_args + 1] = id
+    state_args[#state_args + 1] = counts[i] .. '|' .. fails[i] .. '|f'
+    flight_args[#flight_args + 1] = deadline
+    flight_args[#flight_args + 1] = id
+    local nd = doc_count(envs[i])
+    ndocs[i] = nd
+    for k = 1, nd do docs[#docs + 1] = id .. '.' .. k end
+  end
 end
-call_batched('HSET', d.state, state_args)
-call_batched('ZADD', d.inflight, flight_args)
 local data, props = {}, {}
 if #docs > 0 then
   data = hmget_batched(DOC, docs)
   props = hmget_batched(DOCP, docs)
 end
+-- The entries taken are the stream's first n: trimming below the next id drops
+-- exactly them, far cheaper than XDEL of each.
+local last = entry_ids[n]
+local dash = string.find(last, '-', 1, true)
+redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
+out[1] = #live
+if #live == 0 then return out end
+call_batched('HSET', d.state, state_args)
+call_batched('ZADD', d.inflight, flight_args)
 local j, o = 0, #out
-for i, id in ipairs(ids) do
-  out[o + 1], out[o + 2], out[o + 3] = id, counts[i], envs[i]
+for _, i in ipairs(live) do
+  out[o + 1], out[o + 2], out[o + 3] = ids[i], counts[i], envs[i]
   o = o + 3
   for _ = 1, ndocs[i] do
     j = j + 1

@@ -14,7 +14,13 @@ local d = dest_at(5)
 local action, mode = ARGV[1], ARGV[2]
 local ids, cursor = {}, ''
 if mode == 'ids' then
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+  local seen = {}
+  for i = 5, #ARGV do
+    if not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      ids[#ids + 1] = ARGV[i]
+    end
+  end
 else
   local size = tonumber(ARGV[4])
   local start, stop = '-', '+'

@@ -3,14 +3,13 @@
 -- KEYS[5]      the tenant's queue set
 -- KEYS[6]      subs
 -- KEYS[7]      the point-to-point destination's msg hash
--- KEYS[8]      the tenant's set of queues being removed
+-- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- ARGV[1..4]   name, model, max_redeliveries, ack_timeout_ms
--- Returns 1 created, 0 updated; errors CONFLICT (model change of a queue that
--- holds messages or subscribers) and DELETING (its removal is still under way).
+-- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
+-- that holds messages or subscribers.
+-- The generation tells one life of a name from the next: routes and
+-- de-duplication markers of a removed queue never apply to its successor.
 
-if redis.call('SISMEMBER', KEYS[8], ARGV[1]) == 1 then
-  return redis.error_reply('DELETING the queue is still being removed')
-end
 local model = redis.call('HGET', CFG, 'model')
 if model and model ~= ARGV[2] then
   if redis.call('HLEN', KEYS[7]) > 0 or redis.call('SCARD', KEYS[6]) > 0 then
@@ -19,7 +18,6 @@ if model and model ~= ARGV[2] then
 end
 redis.call('HSET', CFG, 'model', ARGV[2], 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4])
 if model then return 0 end
-local t = redis.call('TIME')
-redis.call('HSET', CFG, 'gen', t[1] .. t[2], 'subv', 0)
+redis.call('HSET', CFG, 'gen', redis.call('INCR', KEYS[8]), 'subv', 0)
 redis.call('SADD', KEYS[5], ARGV[1])
 return 1

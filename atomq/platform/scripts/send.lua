@@ -3,7 +3,8 @@
 -- KEYS[5]      seq (the tenant's message counter)
 -- KEYS[6]      subs (subscriber set; checked through cfg.subv)
 -- KEYS[7..]    7 keys per destination (ARGV[2] destinations), then the de-duplication markers
--- ARGV[1]      the route the caller read: "<model>|<subscriber version>" ("point_to_point|")
+-- ARGV[1]      the route the caller read: "<model>|<generation>|<subscriber version>"
+--              (no subscriber version for point-to-point)
 -- ARGV[2]      number of destinations
 -- ARGV[3]      de-duplication window in ms
 -- ARGV[4]      number of messages; then per message:
@@ -14,7 +15,7 @@
 
 local q = require_queue()
 if q.err then return q end
-local route = q.model .. '|'
+local route = q.model .. '|' .. q.gen .. '|'
 if q.model == 'publish_subscribe' then
   route = route .. (redis.call('HGET', CFG, 'subv') or '0')
 end

@@ -1,23 +1,36 @@
 -- Ends, fails or extends deliveries of in-flight messages: ack, nack and extend.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
+-- KEYS[12]     subs
 -- ARGV[1]      action: ack | nack | extend
 -- ARGV[2]      action argument: nack reason, or extension in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
 -- ARGV[4]      selector mode: id | receipt
--- ARGV[5..]    message ids or receipts ("<id>~<delivery count>")
+-- ARGV[5]      subscriber name ("" for point-to-point)
+-- ARGV[6..]    message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
 -- that receipt was issued for. Returns {done, dead} (dead: nack only).
 
 local q = require_queue()
 if q.err then return q end
+local sub = ARGV[5]
+if q.model == 'publish_subscribe' then
+  if sub == '' then
+    return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
+  end
+  if redis.call('SISMEMBER', KEYS[12], sub) == 0 then
+    return redis.error_reply('UNKNOWNSUBSCRIBER the subscriber does not exist')
+  end
+elseif sub ~= '' then
+  return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
+end
 local d = dest_at(5)
 local action = ARGV[1]
 local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000)
-local ids, wants = selected(ARGV[4], 5)
+local ids, wants = selected(ARGV[4], 6)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
 local hits, hit_dc, hit_fails = {}, {}, {}

@@ -1,22 +1,40 @@
--- First, atomic step of removing a queue or a subscriber: after it, sends and
--- gets no longer see the component, and the removal marker lets an
--- interrupted removal resume. The messages are dropped in chunks afterwards.
+-- The atomic step of removing a queue or a subscriber: its destinations'
+-- keys move to a removal namespace, so the name is free at once (a new
+-- queue or subscriber of that name starts empty, on fresh keys), and the
+-- removal marker lets the chunked drop of the moved messages resume after
+-- a crash.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5]      the tenant's queue set
 -- KEYS[6]      subs
 -- KEYS[7]      the tenant's set of removals under way
+-- KEYS[8..]    per destination, its 7 keys, then the 7 keys it moves to
 -- ARGV[1]      queue | subscriber
--- ARGV[2]      queue name, or subscriber name
--- ARGV[3]      removal marker (the queue name, or "<queue>/<subscriber>")
--- Returns 1 when the component existed, else 0.
+-- ARGV[2]      the queue's name, or the subscriber's
+-- ARGV[3]      queue: the route the caller read ("<model>|<gen>|<subscriber version>")
+-- ARGV[4]      the removal marker ("<removal id>:<destination count>")
+-- Returns 1 when the component existed, 0 when it did not; error STALESUBS
+-- when the queue's subscribers changed since the caller read them.
 
+local ndest = (#KEYS - 7) / 14
 if ARGV[1] == 'queue' then
-  if redis.call('EXISTS', CFG) == 0 then return 0 end
-  redis.call('DEL', CFG)
+  local q = redis.call('HMGET', CFG, 'model', 'gen', 'subv')
+  if not q[1] then return 0 end
+  if q[1] .. '|' .. q[2] .. '|' .. q[3] ~= ARGV[3] then
+    return redis.error_reply('STALESUBS the queue model or its subscribers changed')
+  end
+  redis.call('DEL', CFG, KEYS[6])
   redis.call('SREM', KEYS[5], ARGV[2])
 else
   if redis.call('SREM', KEYS[6], ARGV[2]) == 0 then return 0 end
   redis.call('HINCRBY', CFG, 'subv', 1)
 end
-redis.call('SADD', KEYS[7], ARGV[3])
+for i = 0, ndest - 1 do
+  local base = 8 + i * 14
+  for j = 0, 6 do
+    if redis.call('EXISTS', KEYS[base + j]) == 1 then
+      redis.call('RENAME', KEYS[base + j], KEYS[base + 7 + j])
+    end
+  end
+end
+redis.call('SADD', KEYS[7], ARGV[4])
 return 1
