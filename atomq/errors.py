@@ -109,3 +109,14 @@ class EmbeddedServerError(AtomqError):
     """The embedded Valkey server could not be started or stopped."""
 
     code = "embedded_server_error"
+
+
+class Unauthorized(AtomqError):
+    """The request carries no API key, or one that is malformed, unknown or revoked.
+
+    The message never repeats the key, and says the same for an unknown key
+    id and a wrong secret, so a caller learns nothing about which keys exist.
+    """
+
+    http_status = 401
+    code = "unauthorized"

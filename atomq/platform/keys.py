@@ -5,6 +5,8 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
 
     aq:format                      the stored format version (string)
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
+    aq:lease:<name>                a lease: its holder's id, expiring unless renewed
+    aq:server                      hash of the server settings shared by every node
     aq:{T}:seq                     counter that numbers messages (message ids)
     aq:{T}:queues                  set of the tenant's queue names
     aq:{T}:deleting                set of removals under way, ``<removal id>:<destination count>``
@@ -33,6 +35,17 @@ one per subscriber (``D = aq:{T}:q:Q:s:S``) for publish/subscribe, else
 
 Every tenant key carries the hash tag ``{T}`` so a tenant lives in one Redis
 Cluster slot and one Lua script may touch any of its keys.
+
+Accounts and API keys (``K`` a key id; see ``atomq.tenants``)::
+
+    aq:{T}:tenant                  hash: name, rate_limit_per_minute, disk_quota_bytes,
+                                   created_at, and ``deleting`` once its removal began
+    aq:{T}:apikeys                 set of the tenant's key ids
+    aq:apikeys                     hash K -> ``<tenant id>|<SHA-256 hex of the whole key>``:
+                                   the one lookup per request (global: no tenant's slot)
+    aq:tenants:issued              set of every tenant id ever issued, so none is reused
+
+``aq:tenants`` also holds every created tenant, not only those with queues.
 """
 
 from __future__ import annotations
@@ -165,3 +178,25 @@ class DestinationKeys:
 
 
 DEST_KEY_COUNT = 7
+
+
+SERVER_SETTINGS_KEY = f"{PREFIX}:server"
+
+
+def lease_key(name: str) -> str:
+    """The key of lease ``name`` (work done once across all nodes)."""
+    return f"{PREFIX}:lease:{name}"
+
+
+API_KEYS_KEY = f"{PREFIX}:apikeys"
+ISSUED_TENANT_IDS_KEY = f"{PREFIX}:tenants:issued"
+
+
+def tenant_record(tenant: str) -> str:
+    """The hash that holds a tenant account's fields."""
+    return f"{tenant_prefix(tenant)}:tenant"
+
+
+def tenant_api_keys(tenant: str) -> str:
+    """The set of a tenant's API key ids."""
+    return f"{tenant_prefix(tenant)}:apikeys"

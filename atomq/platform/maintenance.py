@@ -14,6 +14,7 @@ import logging
 import threading
 
 from atomq.errors import AtomqError
+from atomq.platform.lease import Lease
 from atomq.platform.queue_server import QueueServer
 
 log = logging.getLogger("atomq.maintenance")
@@ -31,10 +32,25 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
     return totals
 
 
-def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0) -> None:
-    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set."""
-    while not stop.is_set():
-        totals = maintain_all(qs)
-        if any(totals.values()):
-            log.info("maintenance: %s", totals)
-        stop.wait(interval_s)
+def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,
+                    lease: Lease | None = None) -> None:
+    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set.
+
+    With a lease, only while this node holds it; the lease is given up on stop.
+    """
+    try:
+        while not stop.is_set():
+            try:
+                if lease is None or lease.acquire():
+                    totals = maintain_all(qs)
+                    if any(totals.values()):
+                        log.info("maintenance: %s", totals)
+            except AtomqError as exc:
+                log.warning("maintenance round failed: %s", exc.message)
+            stop.wait(interval_s)
+    finally:
+        if lease is not None:
+            try:
+                lease.release()
+            except AtomqError as exc:
+                log.warning("could not release the maintenance lease: %s", exc.message)

@@ -369,11 +369,13 @@ class QueueServer:
         max_messages: int = 10,
         wait_ms: int = 0,
         subscriber: str | None = None,
+        stop: threading.Event | None = None,
     ) -> list[Delivery]:
         """Delivers up to ``max_messages`` ready messages, waiting up to ``wait_ms`` for the first.
 
         Each delivered message is in flight until acked, nacked or its
         ``ack_timeout_s`` runs out (then it counts as a failed delivery).
+        A wait ends early, empty, within a second of ``stop`` being set.
         """
         tk, qk = self._queue_keys(tenant, queue)
         if subscriber is not None:
@@ -393,7 +395,7 @@ class QueueServer:
             if count:
                 return decode_messages(reply, 3, count, Delivery)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (stop is not None and stop.is_set()):
                 return []
             # At most a second at a time: a removed queue has no entry to wake us,
             # and the next script run reports it.
@@ -537,6 +539,19 @@ class QueueServer:
                 cursor = nxt.decode()
 
     # -- maintenance --------------------------------------------------------------
+
+    def readiness_problems(self) -> list[str]:
+        """Why this server cannot do its work now: Redis unreachable, scripts gone, memory full."""
+        try:
+            memory = self.client.info("memory")
+            if self.storage.scripts.missing(self.client):  # Redis restarted or flushed its scripts
+                self.storage.scripts.load_all(self.client)
+        except redis.RedisError as exc:
+            return [f"Redis does not answer or refuses the scripts: {exc}"]
+        limit = int(memory.get("maxmemory", 0))
+        if limit and int(memory.get("used_memory", 0)) >= limit:
+            return ["Redis is at its maxmemory and refuses writes"]
+        return []
 
     def tenants(self) -> list[str]:
         """Tenants that have (or had) queues: what the maintenance sweeps visit."""

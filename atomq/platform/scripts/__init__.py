@@ -24,6 +24,7 @@ NAMES = (
     "queue_put",
     "subscriber_put",
     "unlink_component",
+    "lease",
 )
 
 
@@ -46,6 +47,12 @@ class ScriptLibrary:
 
     def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._scripts[name](keys=list(keys), args=list(args))
+
+    def missing(self, client: redis.Redis) -> list[str]:
+        """Names of scripts Redis does not hold (after a restart or SCRIPT FLUSH)."""
+        names = list(self._scripts)
+        present = client.script_exists(*(self._scripts[n].sha for n in names))
+        return [n for n, ok in zip(names, present) if not ok]
 
     def load_all(self, client: redis.Redis) -> None:
         """Loads every script now, so a syntax error shows at start and not on first use."""

@@ -1,0 +1,30 @@
+"""Leases: work that must happen once across all nodes is done by the holder.
+
+The holder renews its lease well within the time to live; when a node
+dies, its lease runs out and another node takes it. Work done under a lease
+is idempotent anyway, so a holder that stalls past its lease and a new
+holder overlapping for a moment waste effort but break nothing.
+"""
+
+from __future__ import annotations
+
+from atomq.platform import keys as k
+from atomq.platform.storage import Storage
+
+
+class Lease:
+    """One named lease, held (or not) by ``holder``."""
+
+    def __init__(self, storage: Storage, name: str, holder: str, ttl_s: float) -> None:
+        self._storage = storage
+        self.key = k.lease_key(name)
+        self.holder = holder
+        self.ttl_ms = round(ttl_s * 1000)
+
+    def acquire(self) -> bool:
+        """Takes the lease if free, renews it if ours; True while we hold it."""
+        return bool(self._storage.run("lease", [self.key], ["acquire", self.holder, self.ttl_ms]))
+
+    def release(self) -> bool:
+        """Gives the lease up at once (on a clean stop), so another node need not wait it out."""
+        return bool(self._storage.run("lease", [self.key], ["release", self.holder, 0]))

@@ -1,0 +1,77 @@
+"""API keys: their format, how they are stored, and how one is checked.
+
+A key reads ``aq_<key id>_<secret>``: the key id (16 lowercase hex) finds
+the stored entry with one lookup, the secret (``secrets.token_urlsafe(32)``,
+256 random bits) proves the holder. Only the SHA-256 of the whole key is
+stored: a key that random needs no salt or slow hash to resist guessing,
+and a plain digest keeps the per-request check cheap. Digests are compared
+with ``hmac.compare_digest``, so the time a check takes says nothing about
+how much of a guess was right.
+
+Nothing here logs or repeats a key; errors say what is wrong with it, never
+what it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from typing import Any
+
+from atomq.errors import Unauthorized
+
+KEY_ID = re.compile(r"[0-9a-f]{16}")
+API_KEY = re.compile(r"aq_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+"""``token_urlsafe(32)`` gives 43 characters of the URL-safe alphabet, ``_`` and ``-`` included."""
+
+UNKNOWN_KEY = "the API key is unknown or was revoked"
+
+
+def new_key_id() -> str:
+    """A random key id: 16 lowercase hex characters."""
+    return secrets.token_hex(8)
+
+
+def new_api_key(key_id: str) -> str:
+    """A new key with id ``key_id``; shown to its owner once and never stored."""
+    return f"aq_{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def digest(api_key: str) -> str:
+    """The SHA-256 hex of a whole key: the only form in which a key is stored."""
+    return hashlib.sha256(api_key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_key_id(api_key: Any) -> str:
+    """The key id of a well-formed key; raises Unauthorized for anything else."""
+    if not isinstance(api_key, str) or not api_key:
+        raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
+    match = API_KEY.fullmatch(api_key)
+    if match is None:
+        raise Unauthorized("the API key is malformed: a key reads aq_<key id>_<secret>")
+    return match.group(1)
+
+
+def entry(tenant_id: str, key_digest: str) -> str:
+    """The stored value of one key: its tenant and its digest."""
+    return f"{tenant_id}|{key_digest}"
+
+
+def tenant_of(stored: bytes | None) -> str | None:
+    """The tenant id a stored entry names (None for no entry)."""
+    return None if stored is None else stored.decode().partition("|")[0]
+
+
+def verify(api_key: str, stored: str) -> str:
+    """Returns the tenant id of a stored entry if ``api_key`` matches it, else raises Unauthorized."""
+    tenant_id, _, key_digest = stored.partition("|")
+    if not hmac.compare_digest(digest(api_key), key_digest):
+        raise Unauthorized(UNKNOWN_KEY)
+    return tenant_id
+
+
+def is_owner_key(api_key: str, owner_digest: str) -> bool:
+    """Whether ``api_key`` is the owner's key, compared digest to digest in constant time."""
+    return hmac.compare_digest(digest(api_key), owner_digest)

@@ -1,0 +1,105 @@
+"""What a tenant account is, who a request acts as, and the rules for their fields.
+
+Pure logic, no Redis: the checks run before any key is built, so a value
+that breaks a rule changes nothing and never reaches a key name.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from atomq.errors import InvalidInput, NotFound
+
+TENANT_ID = re.compile(r"t_[0-9a-f]{12}")
+MAX_NAME_LENGTH = 128
+MAX_LIMIT = 2**63 - 1
+"""The largest limit: what Redis stores as a signed 64-bit integer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tenant:
+    """A tenant account. It holds no key material: keys live apart, hashed.
+
+    ``rate_limit_per_minute`` and ``disk_quota_bytes`` are 0 for no limit.
+    ``created_at`` is seconds since the epoch by the Redis clock, so every
+    node agrees on the order of creation.
+    """
+
+    id: str
+    name: str
+    rate_limit_per_minute: int = 0
+    disk_quota_bytes: int = 0
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: a tenant through one of its keys, or the runtime owner.
+
+    It names the key by its id only (the id is no secret: it appears in the
+    URL that revokes the key), so logging a principal leaks nothing.
+    """
+
+    tenant_id: str | None
+    key_id: str | None
+
+    @property
+    def is_owner(self) -> bool:
+        """True for the runtime owner, who acts for no tenant of its own."""
+        return self.tenant_id is None
+
+
+def tenant_from_record(tenant_id: str, fields: dict[bytes, bytes]) -> Tenant | None:
+    """A stored record (its hash fields) as a Tenant; None for no record or one being removed."""
+    if not fields or b"deleting" in fields:
+        return None
+    return Tenant(
+        id=tenant_id,
+        name=fields[b"name"].decode(),
+        rate_limit_per_minute=int(fields[b"rate_limit_per_minute"]),
+        disk_quota_bytes=int(fields[b"disk_quota_bytes"]),
+        created_at=float(fields[b"created_at"]),
+    )
+
+
+def new_tenant_id() -> str:
+    """A random tenant id, ``t_`` and 12 lowercase hex characters."""
+    return "t_" + secrets.token_hex(6)
+
+
+def tenant_not_found(tenant_id: str) -> NotFound:
+    """The one error for a well-formed tenant id that names no tenant (or no longer does)."""
+    return NotFound(f"tenant {tenant_id!r} does not exist", tenant=tenant_id)
+
+
+def check_tenant_id(tenant_id: Any) -> str:
+    """Returns ``tenant_id`` if it has the form of an issued id.
+
+    Anything else cannot name a tenant, so it is NotFound (as an unknown
+    id is), and no key is ever built from it. The error does not repeat it:
+    a caller that pasted a secret in the wrong place must not see it echoed.
+    """
+    if not isinstance(tenant_id, str) or not TENANT_ID.fullmatch(tenant_id):
+        raise NotFound("that tenant does not exist: a tenant id reads t_ and 12 lowercase hex characters")
+    return tenant_id
+
+
+def check_name(name: Any) -> str:
+    """Returns ``name`` if it is 1 to 128 printable characters, else raises InvalidInput."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH or not name.isprintable():
+        raise InvalidInput(
+            f"name is required and must be 1 to {MAX_NAME_LENGTH} printable characters", field="name"
+        )
+    return name
+
+
+def check_limit(value: Any, field: str) -> int:
+    """Returns ``value`` if it is an integer from 0 (no limit) up; bools are refused."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_LIMIT:
+        raise InvalidInput(
+            f"{field} must be an integer from 0 to {MAX_LIMIT} (0 means no limit)", field=field
+        )
+    return value

@@ -1,0 +1,43 @@
+"""The Lua scripts of the tenant store: check-and-change steps on one tenant's keys.
+
+Each touches only keys of one tenant (one cluster slot) and gets them all in
+``KEYS``. They live here as strings, not as ``.lua`` files, because only the
+platform's scripts are shipped as package data. A tenant is *live* while its
+record exists without the ``deleting`` mark that its removal sets first.
+"""
+
+from __future__ import annotations
+
+_LIVE = """
+local function live(record)
+  return redis.call('EXISTS', record) == 1 and redis.call('HEXISTS', record, 'deleting') == 0
+end
+"""
+
+ADD_KEY = _LIVE + """
+-- Adds a key id to a live tenant's set of key ids.
+-- KEYS[1] = aq:{T}:tenant   KEYS[2] = aq:{T}:apikeys
+-- ARGV[1] = key id
+-- Returns 1 if added, 0 if the set already held it, -1 if the tenant is not live.
+if not live(KEYS[1]) then return -1 end
+return redis.call('SADD', KEYS[2], ARGV[1])
+"""
+
+UPDATE = _LIVE + """
+-- Changes fields of a live tenant's record and reads it back in the same step.
+-- KEYS[1] = aq:{T}:tenant
+-- ARGV    = field, value, field, value, ... (may be empty: then only a read)
+-- Returns the record as HGETALL does, or an empty list if the tenant is not live.
+if not live(KEYS[1]) then return {} end
+if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
+return redis.call('HGETALL', KEYS[1])
+"""
+
+MARK_DELETING = """
+-- Marks a tenant's record as being removed (again, if a removal was interrupted).
+-- KEYS[1] = aq:{T}:tenant
+-- Returns 1, or 0 if there is no record (the tenant never existed or is gone).
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'deleting', '1')
+return 1
+"""

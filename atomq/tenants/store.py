@@ -1,0 +1,257 @@
+"""Tenant accounts and their API keys, kept in Redis beside the queues.
+
+A tenant's own keys (its record, its set of key ids) sit in its cluster slot;
+the table that finds a key's tenant (``aq:apikeys``) and the set of tenants
+(``aq:tenants``) are global, in other slots, so no one script can change both.
+Every step that spans them is ordered so that a crash between two steps
+leaves nothing that works when it should not:
+
+- a key enters its tenant's set before the global table, so a tenant's
+  removal always finds every key that could work;
+- revocation and removal delete the global entry first, so a key stops
+  working before anything else changes. Nothing is cached: every request
+  reads the table, so that holds at once on every node.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import redis
+
+from atomq.errors import InvalidInput, NotFound, Unauthorized
+from atomq.platform import keys as k
+from atomq.platform.storage import translate
+from atomq.tenants import api_keys, scripts
+from atomq.tenants.records import (
+    Principal,
+    Tenant,
+    check_limit,
+    check_name,
+    check_tenant_id,
+    new_tenant_id,
+    tenant_from_record,
+    tenant_not_found,
+)
+
+BATCH = 500
+"""Keys per UNLINK, HDEL or pipeline: no call blocks Redis for long, however big a tenant is."""
+
+OWNER = Principal(tenant_id=None, key_id=None)
+
+
+def _batches(items: Iterable[Any]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class TenantStore:
+    """Creates, changes and removes tenants and their keys; tells who a key belongs to.
+
+    Args:
+        client: a redis-py client (standalone or cluster) with
+            ``decode_responses=False``, as the queue server uses.
+        owner_key: the runtime owner's key. Only its digest is kept.
+    """
+
+    def __init__(self, client: redis.Redis, owner_key: str) -> None:
+        if not isinstance(owner_key, str) or not owner_key:
+            raise InvalidInput("owner_key must be a non-empty string", field="owner_key")
+        self.client = client
+        self._owner_digest = api_keys.digest(owner_key)
+        self._add_key = client.register_script(scripts.ADD_KEY)
+        self._update = client.register_script(scripts.UPDATE)
+        self._mark_deleting = client.register_script(scripts.MARK_DELETING)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One Redis call, its errors translated into atomq's StorageError once."""
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise translate(exc) from None
+
+    # -- tenants ----------------------------------------------------------------
+
+    def create(self, name: str, rate_limit_per_minute: int = 0,
+               disk_quota_bytes: int = 0) -> tuple[Tenant, str, str]:
+        """Creates a tenant with its first key; returns (tenant, key id, API key).
+
+        The API key is shown only here: it is stored as a digest.
+        """
+        check_name(name)
+        check_limit(rate_limit_per_minute, "rate_limit_per_minute")
+        check_limit(disk_quota_bytes, "disk_quota_bytes")
+        tenant_id = new_tenant_id()
+        while not self._call(self.client.sadd, k.ISSUED_TENANT_IDS_KEY, tenant_id):
+            tenant_id = new_tenant_id()  # issued before, maybe to a removed tenant: never reuse
+        seconds, micros = self._call(self.client.time)
+        tenant = Tenant(id=tenant_id, name=name, rate_limit_per_minute=rate_limit_per_minute,
+                        disk_quota_bytes=disk_quota_bytes, created_at=seconds + micros / 1_000_000)
+        self._call(self.client.hset, k.tenant_record(tenant_id), mapping={
+            "name": name,
+            "rate_limit_per_minute": rate_limit_per_minute,
+            "disk_quota_bytes": disk_quota_bytes,
+            "created_at": repr(tenant.created_at),
+        })
+        key_id, api_key = self._issue_key(tenant_id)
+        self._call(self.client.sadd, k.TENANTS_KEY, tenant_id)
+        return tenant, key_id, api_key
+
+    def get(self, tenant_id: str) -> Tenant:
+        """The tenant; NotFound if it does not exist or its removal began."""
+        tenant_id = check_tenant_id(tenant_id)
+        tenant = tenant_from_record(tenant_id, self._call(self.client.hgetall, k.tenant_record(tenant_id)))
+        if tenant is None:
+            raise tenant_not_found(tenant_id)
+        return tenant
+
+    def exists(self, tenant_id: str) -> bool:
+        """Whether the tenant exists (and its removal has not begun)."""
+        try:
+            self.get(tenant_id)
+        except NotFound:
+            return False
+        return True
+
+    def list(self) -> list[Tenant]:
+        """Every tenant, oldest first (ties by id)."""
+        ids = sorted(t.decode() for t in self._call(self.client.smembers, k.TENANTS_KEY))
+        tenants: list[Tenant] = []
+        for batch in _batches(ids):
+            pipe = self.client.pipeline(transaction=False)
+            for tenant_id in batch:
+                pipe.hgetall(k.tenant_record(tenant_id))
+            for tenant_id, fields in zip(batch, self._call(pipe.execute)):
+                # aq:tenants also names tenants that only have queues (the platform adds them).
+                tenant = tenant_from_record(tenant_id, fields)
+                if tenant is not None:
+                    tenants.append(tenant)
+        return sorted(tenants, key=lambda t: (t.created_at, t.id))
+
+    def update(self, tenant_id: str, *, rate_limit_per_minute: int | None = None,
+               disk_quota_bytes: int | None = None, name: str | None = None) -> Tenant:
+        """Changes the given fields (None leaves one as it is); returns the tenant as changed."""
+        tenant_id = check_tenant_id(tenant_id)
+        changes: list[Any] = []
+        if name is not None:
+            changes += ["name", check_name(name)]
+        if rate_limit_per_minute is not None:
+            changes += ["rate_limit_per_minute", check_limit(rate_limit_per_minute, "rate_limit_per_minute")]
+        if disk_quota_bytes is not None:
+            changes += ["disk_quota_bytes", check_limit(disk_quota_bytes, "disk_quota_bytes")]
+        flat = self._call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
+        tenant = tenant_from_record(tenant_id, dict(zip(flat[::2], flat[1::2])))
+        if tenant is None:
+            raise tenant_not_found(tenant_id)
+        return tenant
+
+    def delete(self, tenant_id: str) -> None:
+        """Removes a tenant, its keys and every key of its keyspace.
+
+        The tenant disappears at once (a mark on its record), then its keys
+        stop working, then its data goes in batches; the record goes last, so
+        a removal that a crash interrupted is finished by calling this again.
+        Raises NotFound once the tenant is gone (or never existed).
+        """
+        tenant_id = check_tenant_id(tenant_id)
+        record = k.tenant_record(tenant_id)
+        if not self._call(self._mark_deleting, keys=[record], args=[]):
+            raise tenant_not_found(tenant_id)
+        key_ids = self._call(self.client.smembers, k.tenant_api_keys(tenant_id))
+        for batch in _batches(sorted(key_ids)):
+            # Only entries that name this tenant: an id in its set may have lost the race
+            # for the global entry to another tenant's key (see _issue_key).
+            entries = self._call(self.client.hmget, k.API_KEYS_KEY, batch)
+            mine = [i for i, stored in zip(batch, entries) if api_keys.tenant_of(stored) == tenant_id]
+            if mine:
+                self._call(self.client.hdel, k.API_KEYS_KEY, *mine)
+        self._unlink_keyspace(tenant_id, keep=record)
+        self._call(self.client.srem, k.TENANTS_KEY, tenant_id)
+        self._call(self.client.unlink, record)
+
+    def _unlink_keyspace(self, tenant_id: str, keep: str) -> None:
+        """UNLINKs every ``aq:{T}:*`` key but ``keep``, in batches, on every node of a cluster.
+
+        SCAN visits the whole server, which costs time but finds keys that no
+        index names (a removal's leftovers, keys of later features).
+        """
+        pattern = k.TenantKeys(tenant_id).all_keys_pattern()
+        try:
+            doomed = (key for key in self.client.scan_iter(match=pattern, count=BATCH) if key != keep.encode())
+            for batch in _batches(doomed):
+                self.client.unlink(*batch)
+        except redis.RedisError as exc:
+            raise translate(exc) from None
+
+    # -- keys -------------------------------------------------------------------
+
+    def create_key(self, tenant_id: str) -> tuple[str, str]:
+        """Issues another key for the tenant; returns (key id, API key), the key shown only here."""
+        return self._issue_key(check_tenant_id(tenant_id))
+
+    def _issue_key(self, tenant_id: str) -> tuple[str, str]:
+        record, key_set = k.tenant_record(tenant_id), k.tenant_api_keys(tenant_id)
+        while True:
+            key_id = api_keys.new_key_id()
+            added = self._call(self._add_key, keys=[record, key_set], args=[key_id])
+            if added == -1:
+                raise tenant_not_found(tenant_id)
+            if added == 0:
+                continue  # the tenant already has this id (1 in 2**64)
+            api_key = api_keys.new_api_key(key_id)
+            stored = api_keys.entry(tenant_id, api_keys.digest(api_key))
+            if self._call(self.client.hsetnx, k.API_KEYS_KEY, key_id, stored):
+                break
+            self._call(self.client.srem, key_set, key_id)  # another tenant's id (1 in 2**64)
+        # A removal that began meanwhile may have read the set before this id was in it.
+        if not self.exists(tenant_id):
+            self._call(self.client.hdel, k.API_KEYS_KEY, key_id)
+            raise tenant_not_found(tenant_id)
+        return key_id, api_key
+
+    def revoke_key(self, tenant_id: str, key_id: str) -> None:
+        """Revokes one key: it stops working at once, on every node.
+
+        NotFound if ``key_id`` is not a key of this tenant (another tenant's looks the same).
+        """
+        tenant_id = check_tenant_id(tenant_id)
+        if not isinstance(key_id, str) or not api_keys.KEY_ID.fullmatch(key_id):
+            # Not repeated: it may be a whole key pasted where its id belongs.
+            raise NotFound(f"that key of tenant {tenant_id!r} does not exist: a key id is 16 lowercase hex "
+                           "characters", tenant=tenant_id)
+        missing = NotFound(f"key {key_id!r} of tenant {tenant_id!r} does not exist",
+                           tenant=tenant_id, key_id=key_id)
+        owned = api_keys.tenant_of(self._call(self.client.hget, k.API_KEYS_KEY, key_id)) == tenant_id
+        if owned:
+            self._call(self.client.hdel, k.API_KEYS_KEY, key_id)
+        # Also finishes a revocation (or a key's creation) that a crash cut short.
+        if not self._call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
+            raise missing
+
+    def key_ids(self, tenant_id: str) -> builtins.list[str]:
+        """The ids of the tenant's keys, sorted (never the keys: those are not stored)."""
+        tenant_id = self.get(tenant_id).id
+        return sorted(i.decode() for i in self._call(self.client.smembers, k.tenant_api_keys(tenant_id)))
+
+    def authenticate(self, api_key: str) -> Principal:
+        """Who ``api_key`` acts as: the owner, or a tenant through one of its keys.
+
+        One read of the global key table per call, nothing cached, so a
+        revoked key fails at once. Raises Unauthorized for a missing,
+        malformed, unknown or revoked key, with a message that never repeats it.
+        """
+        if isinstance(api_key, str) and api_keys.is_owner_key(api_key, self._owner_digest):
+            return OWNER
+        key_id = api_keys.parse_key_id(api_key)
+        stored = self._call(self.client.hget, k.API_KEYS_KEY, key_id)
+        if stored is None:
+            raise Unauthorized(api_keys.UNKNOWN_KEY)
+        return Principal(tenant_id=api_keys.verify(api_key, stored.decode()), key_id=key_id)

@@ -1,0 +1,397 @@
+"""Tenant accounts and API keys: what an operator and a tenant's client rely on.
+
+Semantic tests take ``backend`` (the real Valkey and fakeredis); the ones
+about several nodes, the whole server's content and a tenant's removal with
+real queue data use the real Valkey. Each test creates its own tenants.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis
+from redis.crc import key_slot
+
+from atomq.errors import InvalidInput, NotFound, Unauthorized
+from atomq.platform import QueueServer
+from atomq.platform import keys as k
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.tenants import Principal, Tenant, TenantStore
+from atomq.tenants import store as store_module
+from atomq.tenants.api_keys import new_api_key, parse_key_id
+from support import FAST, msg
+
+OWNER_KEY = "owner-" + secrets.token_urlsafe(24)
+
+
+@pytest.fixture
+def store(backend: redis.Redis) -> TenantStore:
+    return TenantStore(backend, OWNER_KEY)
+
+
+@pytest.fixture
+def client(valkey: EmbeddedValkey) -> Iterator[redis.Redis]:
+    c = valkey.client()
+    yield c
+    c.close()
+
+
+def secret_of(api_key: str) -> str:
+    return api_key.split("_", 2)[2]
+
+
+def every_stored_byte_string(client: redis.Redis) -> Iterator[bytes]:
+    """Every key name and every value (members, fields, scores, entries) on the server."""
+    for key in client.scan_iter(count=1000):
+        yield key
+        kind = client.type(key)
+        if kind == b"string":
+            yield client.get(key)
+        elif kind == b"hash":
+            for field, value in client.hgetall(key).items():
+                yield field
+                yield value
+        elif kind == b"set":
+            yield from client.smembers(key)
+        elif kind == b"zset":
+            for member, _ in client.zrange(key, 0, -1, withscores=True):
+                yield member
+        elif kind == b"list":
+            yield from client.lrange(key, 0, -1)
+        elif kind == b"stream":
+            for _, fields in client.xrange(key):
+                for field, value in fields.items():
+                    yield field
+                    yield value
+        else:
+            raise AssertionError(f"unexpected type {kind!r} of {key!r}")
+
+
+# -- pure logic --------------------------------------------------------------------
+
+
+def test_a_tenants_account_keys_share_its_slot_and_prefix() -> None:
+    tenant = "t_0123456789ab"
+    slot = key_slot(k.TenantKeys(tenant).seq.encode())
+    for key in (k.tenant_record(tenant), k.tenant_api_keys(tenant)):
+        assert key_slot(key.encode()) == slot
+        assert key.startswith(f"aq:{{{tenant}}}:")
+    assert not k.API_KEYS_KEY.startswith(k.tenant_prefix(tenant))
+
+
+def test_keys_split_on_the_first_two_underscores_only() -> None:
+    for _ in range(200):
+        key_id = secrets.token_hex(8)
+        api_key = new_api_key(key_id)
+        assert parse_key_id(api_key) == key_id
+    tricky = "aq_" + "0" * 16 + "_" + "_-_" + "a" * 40
+    assert parse_key_id(tricky) == "0" * 16
+
+
+@pytest.mark.parametrize("bad", [
+    "aq_", "aq__x", "aq_0123456789abcdef", "aq_0123456789ABCDEF_" + "a" * 43,
+    "aq_0123456789abcde_" + "a" * 43, "aq_0123456789abcdef_" + "a" * 42,
+    "aq_0123456789abcdef_" + "a" * 44, "xx_0123456789abcdef_" + "a" * 43,
+    "Bearer aq_0123456789abcdef_" + "a" * 43, "aq_0123456789abcdef_" + "a" * 42 + "!",
+])
+def test_malformed_keys_are_unauthorized(bad: str) -> None:
+    with pytest.raises(Unauthorized, match="malformed") as err:
+        parse_key_id(bad)
+    with pytest.raises(Unauthorized) as reference:
+        parse_key_id("nothing like a key")
+    assert str(err.value) == str(reference.value) and err.value.details == {}  # nothing of the key
+    assert err.value.http_status == 401 and err.value.code == "unauthorized"
+
+
+@pytest.mark.parametrize("missing", [None, "", 42, b"aq_"])
+def test_a_missing_key_is_unauthorized(missing: object) -> None:
+    with pytest.raises(Unauthorized, match="required"):
+        parse_key_id(missing)
+
+
+def test_the_owner_key_must_not_be_empty(backend: redis.Redis) -> None:
+    with pytest.raises(InvalidInput) as err:
+        TenantStore(backend, "")
+    assert err.value.details == {"field": "owner_key"}
+
+
+# -- accounts ----------------------------------------------------------------------
+
+
+def test_create_get_list_update(store: TenantStore, backend: redis.Redis) -> None:
+    tenant, key_id, api_key = store.create("acme", rate_limit_per_minute=60, disk_quota_bytes=10**9)
+    assert tenant.name == "acme" and tenant.rate_limit_per_minute == 60 and tenant.disk_quota_bytes == 10**9
+    assert tenant.id.startswith("t_") and len(tenant.id) == 14
+    seconds, _ = backend.time()
+    assert abs(tenant.created_at - seconds) < 5
+    assert store.get(tenant.id) == tenant
+    assert store.exists(tenant.id)
+    assert store.key_ids(tenant.id) == [key_id]
+    assert backend.sismember(k.TENANTS_KEY, tenant.id)
+
+    other, _, _ = store.create("globex")
+    assert other.rate_limit_per_minute == 0 and other.disk_quota_bytes == 0
+    listed = [t for t in store.list() if t.id in (tenant.id, other.id)]
+    assert listed == [tenant, other]
+    ordered = store.list()
+    assert ordered == sorted(ordered, key=lambda t: (t.created_at, t.id))
+
+    changed = store.update(tenant.id, rate_limit_per_minute=0)
+    assert changed == Tenant(id=tenant.id, name="acme", rate_limit_per_minute=0,
+                             disk_quota_bytes=10**9, created_at=tenant.created_at)
+    changed = store.update(tenant.id, name="acme corp", disk_quota_bytes=5)
+    assert (changed.name, changed.rate_limit_per_minute, changed.disk_quota_bytes) == ("acme corp", 0, 5)
+    assert store.get(tenant.id) == changed
+    assert store.update(tenant.id) == changed
+    assert store.get(other.id) == other
+
+
+def test_list_skips_tenants_that_only_have_queues(store: TenantStore, backend: redis.Redis) -> None:
+    qs = QueueServer(backend, FAST)
+    bare = "t_" + secrets.token_hex(6)
+    qs.put_queue(bare, "orders", "point_to_point")
+    assert bare not in {t.id for t in store.list()}
+    assert not store.exists(bare)
+
+
+def test_unknown_and_malformed_tenant_ids_are_not_found(store: TenantStore) -> None:
+    tenant, key_id, _ = store.create("acme")
+    for bad in ["t_" + secrets.token_hex(6), "t_0123456789AB", "{t_0123456789ab}", "t_*", "", None,
+                tenant.id + ":x", "t_0123456789a"]:
+        with pytest.raises(NotFound, match="does not exist"):
+            store.get(bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            store.update(bad, name="x")  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            store.delete(bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            store.create_key(bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            store.key_ids(bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            store.revoke_key(bad, key_id)  # type: ignore[arg-type]
+        assert not store.exists(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"name": ""}, "name"),
+    ({"name": "x" * 129}, "name"),
+    ({"name": "a\nb"}, "name"),
+    ({"name": None}, "name"),
+    ({"name": 5}, "name"),
+    ({"name": "ok", "rate_limit_per_minute": -1}, "rate_limit_per_minute"),
+    ({"name": "ok", "rate_limit_per_minute": True}, "rate_limit_per_minute"),
+    ({"name": "ok", "rate_limit_per_minute": 1.5}, "rate_limit_per_minute"),
+    ({"name": "ok", "rate_limit_per_minute": "10"}, "rate_limit_per_minute"),
+    ({"name": "ok", "disk_quota_bytes": -5}, "disk_quota_bytes"),
+    ({"name": "ok", "disk_quota_bytes": False}, "disk_quota_bytes"),
+    ({"name": "ok", "disk_quota_bytes": 2**63}, "disk_quota_bytes"),
+])
+def test_invalid_input_names_the_field_and_changes_nothing(kwargs: dict[str, object], field: str) -> None:
+    client = fakeredis.FakeRedis()
+    store = TenantStore(client, OWNER_KEY)
+    with pytest.raises(InvalidInput, match=field if field != "name" else "name is required") as err:
+        store.create(**kwargs)  # type: ignore[arg-type]
+    assert err.value.details == {"field": field}
+    assert client.dbsize() == 0
+    tenant, _, _ = store.create("acme", rate_limit_per_minute=7)
+    # For update, None means "leave as it is": only the other bad values apply.
+    changes = {key: value for key, value in kwargs.items() if value not in ("ok", None)}
+    if not changes:
+        return
+    with pytest.raises(InvalidInput) as err:
+        store.update(tenant.id, **changes)  # type: ignore[arg-type]
+    assert err.value.details == {"field": field}
+    assert store.get(tenant.id) == tenant
+
+
+def test_the_largest_limits_and_a_long_name_are_accepted(store: TenantStore) -> None:
+    tenant, _, _ = store.create("ü" * 128, rate_limit_per_minute=2**63 - 1, disk_quota_bytes=2**63 - 1)
+    assert store.get(tenant.id) == tenant
+
+
+def test_tenant_ids_are_never_reused(store: TenantStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone, _, _ = store.create("short-lived")
+    store.delete(gone.id)
+    fresh = "t_" + secrets.token_hex(6)
+    proposals = iter([gone.id, gone.id, fresh])
+    monkeypatch.setattr(store_module, "new_tenant_id", lambda: next(proposals))
+    tenant, _, _ = store.create("next")
+    assert tenant.id == fresh
+
+
+# -- keys --------------------------------------------------------------------------
+
+
+def test_keys_authenticate_their_tenant_and_revoking_one_stops_only_it(store: TenantStore) -> None:
+    tenant, first_id, first = store.create("acme")
+    assert store.authenticate(first) == Principal(tenant_id=tenant.id, key_id=first_id)
+    second_id, second = store.create_key(tenant.id)
+    assert second_id != first_id and second != first
+    principal = store.authenticate(second)
+    assert principal == Principal(tenant.id, second_id) and not principal.is_owner
+    assert store.key_ids(tenant.id) == sorted([first_id, second_id])
+
+    store.revoke_key(tenant.id, first_id)
+    with pytest.raises(Unauthorized, match="unknown or was revoked"):
+        store.authenticate(first)
+    assert store.authenticate(second).key_id == second_id
+    assert store.key_ids(tenant.id) == [second_id]
+    with pytest.raises(NotFound):
+        store.revoke_key(tenant.id, first_id)
+
+
+def test_a_key_of_another_tenant_cannot_be_revoked_through_this_one(store: TenantStore) -> None:
+    acme, _, _ = store.create("acme")
+    globex, globex_key_id, globex_key = store.create("globex")
+    for key_id in (globex_key_id, secrets.token_hex(8), "../x", "", "A" * 16):
+        with pytest.raises(NotFound, match="does not exist"):
+            store.revoke_key(acme.id, key_id)
+    assert store.authenticate(globex_key).tenant_id == globex.id
+
+
+def test_unknown_ids_and_wrong_secrets_are_unauthorized(store: TenantStore) -> None:
+    _, key_id, api_key = store.create("acme")
+    unknown = new_api_key(secrets.token_hex(8))
+    wrong_secret = new_api_key(key_id)
+    for bad in (unknown, wrong_secret, api_key[:-1] + ("A" if api_key[-1] != "A" else "B")):
+        with pytest.raises(Unauthorized, match="unknown or was revoked") as err:
+            store.authenticate(bad)
+        assert bad not in str(err.value) and secret_of(bad) not in repr(err.value.details)
+    for bad in ("", "aq_" + key_id, api_key + "x", " " + api_key):
+        with pytest.raises(Unauthorized):
+            store.authenticate(bad)
+
+
+def test_the_owner_key_gives_the_owner_and_a_wrong_one_nothing(store: TenantStore) -> None:
+    principal = store.authenticate(OWNER_KEY)
+    assert principal == Principal(None, None) and principal.is_owner
+    for wrong in (OWNER_KEY + "x", OWNER_KEY[:-1], OWNER_KEY.upper()):
+        with pytest.raises(Unauthorized) as err:
+            store.authenticate(wrong)
+        assert OWNER_KEY not in str(err.value)
+    assert OWNER_KEY not in repr(vars(store))
+
+
+def test_reprs_hold_no_key_material(store: TenantStore) -> None:
+    tenant, key_id, api_key = store.create("acme")
+    principal = store.authenticate(api_key)
+    for text in (repr(tenant), str(tenant), repr(principal), repr(store.list()), repr(vars(store))):
+        assert api_key not in text and secret_of(api_key) not in text
+
+
+def test_a_key_pasted_where_an_id_belongs_is_not_echoed(store: TenantStore) -> None:
+    tenant, _, api_key = store.create("acme")
+    for call in (lambda: store.get(api_key), lambda: store.revoke_key(tenant.id, api_key),
+                 lambda: store.revoke_key(api_key, "0" * 16)):
+        with pytest.raises(NotFound) as err:
+            call()
+        assert secret_of(api_key) not in str(err.value) + repr(err.value.details)
+    assert store.authenticate(api_key).tenant_id == tenant.id
+
+
+def test_a_key_is_not_issued_to_a_tenant_whose_removal_began(store: TenantStore, backend: redis.Redis) -> None:
+    tenant, _, _ = store.create("acme")
+    backend.hset(k.tenant_record(tenant.id), "deleting", "1")  # as if a removal had just begun
+    entries = backend.hlen(k.API_KEYS_KEY)
+    with pytest.raises(NotFound):
+        store.create_key(tenant.id)
+    assert backend.hlen(k.API_KEYS_KEY) == entries
+    assert not store.exists(tenant.id)
+
+
+def test_revocation_is_seen_at_once_by_another_node(valkey: EmbeddedValkey) -> None:
+    node_a, node_b = valkey.client(), valkey.client()
+    try:
+        a, b = TenantStore(node_a, OWNER_KEY), TenantStore(node_b, OWNER_KEY)
+        tenant, key_id, api_key = a.create("acme")
+        other_id, other_key = a.create_key(tenant.id)
+        assert b.authenticate(api_key).tenant_id == tenant.id
+        a.revoke_key(tenant.id, key_id)
+        with pytest.raises(Unauthorized):
+            b.authenticate(api_key)
+        assert b.authenticate(other_key).key_id == other_id
+    finally:
+        node_a.close()
+        node_b.close()
+
+
+def test_keys_are_stored_only_as_digests(client: redis.Redis) -> None:
+    store = TenantStore(client, OWNER_KEY)
+    tenant, _, first = store.create("acme")
+    _, second = store.create_key(tenant.id)
+    QueueServer(client, FAST).put_queue(tenant.id, "orders", "point_to_point")
+    secrets_ = [secret_of(first).encode(), secret_of(second).encode(), OWNER_KEY.encode()]
+    for stored in every_stored_byte_string(client):
+        for secret in secrets_:
+            assert secret not in stored
+    assert store.authenticate(first).tenant_id == tenant.id
+
+
+# -- removal -----------------------------------------------------------------------
+
+
+def test_delete_removes_the_tenant_its_keys_and_every_key_of_its_keyspace(client: redis.Redis) -> None:
+    store, qs = TenantStore(client, OWNER_KEY), QueueServer(client, FAST)
+    doomed, _, doomed_key = store.create("doomed")
+    _, doomed_key2 = store.create_key(doomed.id)
+    kept, _, kept_key = store.create("kept")
+    for tenant in (doomed, kept):
+        qs.put_queue(tenant.id, "orders", "point_to_point")
+        qs.send(tenant.id, "orders", [msg("a", dedupe_id="d1"), msg("b", "c", color="red")])
+        qs.put_queue(tenant.id, "news", "publish_subscribe")
+        qs.put_subscriber(tenant.id, "news", "reader")
+        qs.send(tenant.id, "news", [msg("x"), msg("y")])
+        delivered = qs.get(tenant.id, "orders", max_messages=1)
+        qs.nack(tenant.id, "orders", ids=[delivered[0].id])
+        qs.get(tenant.id, "news", subscriber="reader", max_messages=1)
+    client.set(f"aq:{{{doomed.id}}}:stray", "not made by atomq")
+    kept_before = {key: client.dump(key) for key in client.keys(f"aq:{{{kept.id}}}:*")}
+    assert client.keys(f"aq:{{{doomed.id}}}:*")
+
+    store.delete(doomed.id)
+
+    assert client.keys(f"aq:{{{doomed.id}}}:*") == []
+    for api_key in (doomed_key, doomed_key2):
+        with pytest.raises(Unauthorized):
+            store.authenticate(api_key)
+    assert not client.sismember(k.TENANTS_KEY, doomed.id)
+    assert doomed.id not in {t.id for t in store.list()}
+    with pytest.raises(NotFound):
+        store.get(doomed.id)
+    with pytest.raises(NotFound, match="does not exist"):
+        store.delete(doomed.id)
+
+    assert {key: client.dump(key) for key in client.keys(f"aq:{{{kept.id}}}:*")} == kept_before
+    assert store.authenticate(kept_key).tenant_id == kept.id
+    assert qs.get_queue(kept.id, "orders").depth == 2
+
+
+def test_delete_removes_many_keys_in_batches(backend: redis.Redis) -> None:
+    store = TenantStore(backend, OWNER_KEY)
+    tenant, _, _ = store.create("big")
+    pipe = backend.pipeline(transaction=False)
+    for i in range(3 * store_module.BATCH + 7):
+        pipe.set(f"aq:{{{tenant.id}}}:junk:{i}", i)
+    pipe.execute()
+    store.delete(tenant.id)
+    assert backend.keys(f"aq:{{{tenant.id}}}:*") == []
+
+
+def test_an_interrupted_delete_finishes_when_called_again(backend: redis.Redis) -> None:
+    store, qs = TenantStore(backend, OWNER_KEY), QueueServer(backend, FAST)
+    tenant, _, api_key = store.create("acme")
+    qs.put_queue(tenant.id, "orders", "point_to_point")
+    qs.send(tenant.id, "orders", [msg("a")])
+    backend.hset(k.tenant_record(tenant.id), "deleting", "1")  # the first step, then a crash
+    assert not store.exists(tenant.id)
+    assert tenant.id not in {t.id for t in store.list()}
+    with pytest.raises(NotFound):
+        store.update(tenant.id, name="back")
+    store.delete(tenant.id)
+    assert backend.keys(f"aq:{{{tenant.id}}}:*") == []
+    with pytest.raises(Unauthorized):
+        store.authenticate(api_key)
