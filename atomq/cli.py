@@ -1,7 +1,12 @@
 """The ``atomq`` command line.
 
-``atomq selftest`` shows the queue server at work on its embedded defaults;
-``atomq audit`` checks a tenant's stored queues for broken invariants.
+``atomq serve`` runs the main node; ``atomq selftest`` shows the queue
+server at work on its embedded defaults; ``atomq audit`` checks a tenant's
+stored queues for broken invariants.
+
+Settings come from, lowest first: a TOML config file (``--config``, its
+``[serve]`` table for ``atomq serve``), ``ATOMQ_*`` environment variables,
+then flags; each flag names its variable in ``--help``.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ import shutil
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,10 +29,70 @@ from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 
 
+def _load_config_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """Makes a TOML file's tables the defaults of the commands they name."""
+    if value is None:
+        return None
+    try:
+        data = tomllib.loads(value.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value}: {exc}") from None
+    ctx.default_map = {command: {k.replace("-", "_"): v for k, v in table.items()}
+                       for command, table in data.items() if isinstance(table, dict)}
+    return value
+
+
 @click.group()
 @click.version_option(package_name="atomq")
+@click.option("--config", type=click.Path(dir_okay=False, exists=True, path_type=Path), envvar="ATOMQ_CONFIG",
+              show_envvar=True, is_eager=True, expose_value=False, callback=_load_config_file,
+              help="TOML file whose [serve] (etc.) table sets defaults; env vars and flags override it.")
 def main() -> None:
     """atomq: a multi-tenant queue platform on Redis streams."""
+
+
+def _env(name: str) -> dict[str, Any]:
+    return {"envvar": f"ATOMQ_{name}", "show_envvar": True}
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default="atomq-data",
+              show_default=True, **_env("DATA_DIR"),
+              help="Where the embedded Valkey keeps its data (DIR/valkey) and the owner key (DIR/owner.key).")
+@click.option("--host", default="127.0.0.1", show_default=True, **_env("HOST"), help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=61717, show_default=True, **_env("PORT"),
+              help="Port to listen on.")
+@click.option("--redis-url", **_env("REDIS_URL"),
+              help="Use this Redis 7+, Valkey or Redis Cluster instead of starting the embedded Valkey.")
+@click.option("--allow-eviction", is_flag=True, **_env("ALLOW_EVICTION"),
+              help="Accept a --redis-url server whose maxmemory-policy may evict keys (it can lose messages).")
+@click.option("--http-workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              **_env("HTTP_WORKERS"), help="HTTP worker processes.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=32, show_default=True, **_env("THREADS"),
+              help="Threads per HTTP worker process: concurrent requests, long-polls included.")
+@click.option("--max-longpolls-per-tenant", type=click.IntRange(1, 1024), default=8, show_default=True,
+              **_env("MAX_LONGPOLLS_PER_TENANT"),
+              help="Blocking gets one tenant may hold per worker process; past it, gets answer at once.")
+@click.option("--max-request-bytes", type=click.IntRange(1024), default=10 * 1024 * 1024, show_default=True,
+              **_env("MAX_REQUEST_BYTES"), help="Larger request bodies get 413 before they are read.")
+@click.option("--shutdown-timeout", type=click.FloatRange(1, 600), default=20.0, show_default=True,
+              **_env("SHUTDOWN_TIMEOUT"), help="Seconds SIGTERM waits for requests in flight.")
+def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
+          threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float) -> None:
+    """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
+
+    The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
+    """
+    from atomq.node import NodeConfig
+    from atomq.node import serve as run_node
+
+    try:
+        run_node(NodeConfig(data_dir=data_dir, host=host, port=port, redis_url=redis_url,
+                            allow_eviction=allow_eviction, http_workers=http_workers, threads=threads,
+                            max_longpolls_per_tenant=max_longpolls_per_tenant,
+                            max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout))
+    except AtomqError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 @main.command()

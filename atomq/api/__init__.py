@@ -1,1 +1,50 @@
-"""The HTTP API of the main node: REST endpoints, OpenAPI and the dashboard."""
+"""The HTTP API of the main node: REST endpoints and the OpenAPI document.
+
+``create_app(services)`` builds the Flask app around one node's services;
+``atomq serve`` runs it in a threaded WSGI server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from flask_smorest import Api
+
+from atomq.api import auth, dead_letters, errors, health, messages, queues, tenants
+from atomq.api.schemas.common import ErrorSchema
+from atomq.api.services import Services
+
+DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+
+
+class AtomqApi(Api):  # type: ignore[misc]
+    """flask-smorest's Api, documenting our error shape and leaving error handling to atomq.api.errors."""
+
+    ERROR_SCHEMA = ErrorSchema
+
+    def _register_error_handlers(self) -> None:
+        errors.register(self._app)
+
+
+def create_app(services: Services, config: dict[str, Any] | None = None) -> Flask:
+    """The Flask app of one node, serving ``services``."""
+    app = Flask("atomq")
+    app.config.update(
+        API_TITLE="atomq",
+        API_VERSION="v1",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="openapi.json",
+        MAX_CONTENT_LENGTH=DEFAULT_MAX_REQUEST_BYTES,
+        JSON_SORT_KEYS=False,
+    )
+    app.config.update(config or {})
+    app.extensions["atomq"] = services
+    app.before_request(auth.authenticate)
+    api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
+        "security": [{"bearer": []}]})
+    for module in (health, tenants, queues, messages, dead_letters):
+        api.register_blueprint(module.blp)
+    return app

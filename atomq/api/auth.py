@@ -1,0 +1,54 @@
+"""Who a request acts as: the runtime owner or a tenant, from its bearer key.
+
+Every request but the public ones presents ``Authorization: Bearer <key>``;
+the key is resolved on every request (nothing is cached), so a revoked key
+stops working at once on every node. The owner acts for a tenant with the
+``X-Atomq-Tenant`` header.
+"""
+
+from __future__ import annotations
+
+from flask import current_app, g, request
+
+from atomq.errors import AtomqError, InvalidInput, NotFound
+from atomq.tenants import Principal
+
+PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
+
+
+class Forbidden(AtomqError):
+    http_status = 403
+    code = "forbidden"
+
+
+def authenticate() -> None:
+    """``before_request``: resolves ``g.principal`` (401 when the key is missing or unknown)."""
+    if request.path in PUBLIC_PATHS or request.method == "OPTIONS":
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    services = current_app.extensions["atomq"]
+    g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+
+
+def principal() -> Principal:
+    return g.principal  # type: ignore[no-any-return]
+
+
+def require_owner() -> None:
+    if not principal().is_owner:
+        raise Forbidden("this call needs the runtime owner's key")
+
+
+def current_tenant() -> str:
+    """The tenant a queue call acts for: the key's tenant, or the owner's ``X-Atomq-Tenant``."""
+    p = principal()
+    if p.tenant_id is not None:
+        return p.tenant_id
+    tenant = request.headers.get("X-Atomq-Tenant", "").strip()
+    if not tenant:
+        raise InvalidInput("the owner key acts for a tenant named in the X-Atomq-Tenant header",
+                           field="X-Atomq-Tenant")
+    if not current_app.extensions["atomq"].tenants.exists(tenant):
+        raise NotFound(f"tenant {tenant!r} does not exist", tenant=tenant)
+    return tenant

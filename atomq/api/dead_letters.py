@@ -1,0 +1,44 @@
+"""A queue's dead letters: ``/v1/queues/<name>/dead-letters``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+from flask.views import MethodView
+
+from atomq.api import render
+from atomq.api.auth import current_tenant
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.common import BulkSelector, PageArgs
+from atomq.api.schemas.messages import DeadLetterPageSchema, DeletedSchema, ResentSchema
+
+blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters")
+
+
+@blp.route("/<name>/dead-letters")
+class DeadLetters(MethodView):
+    @blp.arguments(PageArgs, location="query")
+    @blp.response(200, DeadLetterPageSchema)
+    def get(self, args: dict[str, Any], name: str) -> Response:
+        """Dead letters with their reason and failed deliveries."""
+        page = services().queues.dead_letters(current_tenant(), name, args["limit"], args.get("after"),
+                                              args.get("subscriber"))
+        return render.json_response({"messages": [render.message(m) for m in page.items], "next": page.next})
+
+    @blp.arguments(BulkSelector)
+    @blp.response(200, DeletedSchema)
+    def delete(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Deletes selected or all dead letters."""
+        return {"deleted": services().queues.delete_dead_letters(
+            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
+
+
+@blp.route("/<name>/dead-letters/resend")
+class Resend(MethodView):
+    @blp.arguments(BulkSelector)
+    @blp.response(200, ResentSchema)
+    def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Puts dead letters back: same id and delivery count, a fresh redelivery budget."""
+        return {"resent": services().queues.resend_dead_letters(
+            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}

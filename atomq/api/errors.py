@@ -1,0 +1,73 @@
+"""One JSON error shape for every failure: ``{"error": {"code", "message", "details"}}``.
+
+atomq errors carry their own status and data; HTTP errors raised by Flask,
+werkzeug or webargs (404 route, 405, 413, a body that fails its schema) are
+mapped here to the same shape, so a client parses one thing. Anything else
+is a bug: it is logged with its traceback and answered 500 without details.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from atomq.errors import AtomqError, RateLimited
+
+log = logging.getLogger("atomq.api")
+
+CODES_BY_STATUS = {
+    400: "invalid_input",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+    429: "rate_limited",
+    503: "unavailable",
+    507: "quota_exceeded",
+}
+
+
+def error_response(status: int, code: str, message: str, details: dict[str, Any] | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    response = jsonify({"error": {"code": code, "message": message, "details": details or {}}})
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def atomq_error_response(exc: AtomqError) -> Response:
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
+
+
+def http_error_response(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    data = getattr(exc, "data", None) or {}
+    details: dict[str, Any] = {}
+    message = exc.description or exc.name
+    if "messages" in data:  # webargs: the schema's messages, by location then field
+        details["fields"] = data["messages"]
+        message = "the request does not match its schema; details.fields names each problem"
+        status = 400
+    if status == 413:
+        message = "the request body is larger than this server accepts"
+    return error_response(status, CODES_BY_STATUS.get(status, "error"), message, details)
+
+
+def register(app: Flask) -> None:
+    """Installs the handlers; flask-smorest's own HTTPException handler is replaced by ours."""
+    app.register_error_handler(AtomqError, atomq_error_response)
+    app.register_error_handler(HTTPException, http_error_response)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unexpected error serving a request")
+        return error_response(500, "internal_error", "the server failed; this is a bug and was logged")

@@ -1,0 +1,34 @@
+"""Liveness and readiness: ``/v1/health`` and ``/v1/ready`` (no key)."""
+
+from __future__ import annotations
+
+from flask import Response
+from flask.views import MethodView
+
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.render import json_response
+
+blp = ApiBlueprint("health", __name__, url_prefix="/v1", description="Health (no key)")
+
+
+@blp.route("/health")
+class Health(MethodView):
+    @blp.response(200)
+    def get(self) -> Response:
+        """200 once the node serves requests."""
+        return json_response({"status": "ok"})
+
+
+@blp.route("/ready")
+class Ready(MethodView):
+    @blp.response(200)
+    @blp.alt_response(503, description="not ready: the body says why")
+    def get(self) -> Response:
+        """200 while the node can do its work: Redis answers, scripts are loaded, memory is not full."""
+        s = services()
+        problems = s.queues.readiness_problems()
+        if s.stopping.is_set():
+            problems.append("the node is shutting down")
+        if problems:
+            return json_response({"status": "unavailable", "problems": problems}, 503)
+        return json_response({"status": "ready"})

@@ -1,0 +1,107 @@
+"""Send, get, ack, nack, extend and browse: ``/v1/queues/<name>/...``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, request
+from flask.views import MethodView
+
+from atomq.api import render
+from atomq.api.auth import current_tenant
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.common import BulkSelector, PageArgs, Selector
+from atomq.api.schemas.messages import (
+    AckedSchema,
+    BrowsePageSchema,
+    DeletedSchema,
+    DeliveriesSchema,
+    ExtendedSchema,
+    ExtendSchema,
+    GetSchema,
+    NackedSchema,
+    NackSchema,
+    SendResultSchema,
+    SendSchema,
+)
+from atomq.api.send_body import parse_send
+from atomq.errors import InvalidInput
+
+blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages")
+
+
+def _json_body() -> Any:
+    body = request.get_json(silent=True)
+    if body is None:
+        raise InvalidInput("the body must be JSON (Content-Type: application/json)", field="body")
+    return body
+
+
+@blp.route("/<name>/messages")
+class Messages(MethodView):
+    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
+    @blp.response(201, SendResultSchema)
+    def post(self, name: str) -> Response:
+        """Sends a batch of messages, stored all or nothing; the only counted request."""
+        tenant = current_tenant()
+        messages = parse_send(_json_body())
+        return render.json_response({"ids": services().queues.send(tenant, name, messages)}, 201)
+
+    @blp.arguments(PageArgs, location="query")
+    @blp.response(200, BrowsePageSchema)
+    def get(self, args: dict[str, Any], name: str) -> Response:
+        """Browses waiting and in-flight messages without consuming them."""
+        page = services().queues.browse(current_tenant(), name, args["limit"], args.get("after"),
+                                        args.get("subscriber"))
+        return render.json_response({"messages": [render.message(m) for m in page.items], "next": page.next})
+
+    @blp.arguments(BulkSelector)
+    @blp.response(200, DeletedSchema)
+    def delete(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Deletes selected or all waiting and in-flight messages."""
+        return {"deleted": services().queues.delete_messages(
+            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
+
+
+@blp.route("/<name>/get")
+class Get(MethodView):
+    @blp.arguments(GetSchema)
+    @blp.response(200, DeliveriesSchema)
+    def post(self, body: dict[str, Any], name: str) -> Response:
+        """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        s = services()
+        tenant = current_tenant()
+        with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
+            got = s.queues.get(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping)
+        return render.json_response({"messages": [render.message(m) for m in got]})
+
+
+@blp.route("/<name>/ack")
+class Ack(MethodView):
+    @blp.arguments(Selector)
+    @blp.response(200, AckedSchema)
+    def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
+        return {"acked": services().queues.ack(current_tenant(), name, body.get("ids"), body.get("receipts"),
+                                               body.get("subscriber"))}
+
+
+@blp.route("/<name>/nack")
+class Nack(MethodView):
+    @blp.arguments(NackSchema)
+    @blp.response(200, NackedSchema)
+    def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Fails deliveries now: redelivered after their delay, or dead-lettered."""
+        result = services().queues.nack(current_tenant(), name, body.get("ids"), body.get("receipts"),
+                                        body.get("subscriber"), body["reason"])
+        return {"requeued": result.requeued, "dead_lettered": result.dead_lettered}
+
+
+@blp.route("/<name>/extend")
+class Extend(MethodView):
+    @blp.arguments(ExtendSchema)
+    @blp.response(200, ExtendedSchema)
+    def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """More time before the ack time-out (default: the queue's ``ack_timeout_s``)."""
+        return {"extended": services().queues.extend(current_tenant(), name, body.get("ids"), body.get("receipts"),
+                                                     body.get("subscriber"), body.get("seconds"))}

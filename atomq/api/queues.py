@@ -1,0 +1,60 @@
+"""Queue components and subscribers: ``/v1/queues``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+from flask.views import MethodView
+
+from atomq.api import render
+from atomq.api.auth import current_tenant
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.queues import QueueListSchema, QueuePutSchema, QueueSchema
+
+blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Queue components")
+
+
+@blp.route("")
+class Queues(MethodView):
+    @blp.response(200, QueueListSchema)
+    def get(self) -> Response:
+        """The tenant's queues with their counts."""
+        return render.json_response({"queues": [render.queue(q) for q in services().queues.list_queues(current_tenant())]})
+
+
+@blp.route("/<name>")
+class QueueByName(MethodView):
+    @blp.arguments(QueuePutSchema)
+    @blp.response(200, QueueSchema)
+    @blp.alt_response(201, schema=QueueSchema, description="created")
+    def put(self, body: dict[str, Any], name: str) -> Response:
+        """Creates (201) or updates (200) a queue; changing the model of a non-empty queue is 409."""
+        info, created = services().queues.put_queue(current_tenant(), name, body["model"],
+                                                    body["max_redeliveries"], body["ack_timeout_s"])
+        return render.json_response(render.queue(info), 201 if created else 200)
+
+    @blp.response(200, QueueSchema)
+    def get(self, name: str) -> Response:
+        """One queue; publish/subscribe queues list their subscribers."""
+        return render.json_response(render.queue(services().queues.get_queue(current_tenant(), name)))
+
+    @blp.response(204)
+    def delete(self, name: str) -> None:
+        """Removes the queue with its messages, dead letters and subscribers."""
+        services().queues.delete_queue(current_tenant(), name)
+
+
+@blp.route("/<name>/subscribers/<subscriber>")
+class Subscriber(MethodView):
+    @blp.response(200)
+    @blp.alt_response(201, description="created")
+    def put(self, name: str, subscriber: str) -> Response:
+        """Creates a subscriber ahead of its first get."""
+        created = services().queues.put_subscriber(current_tenant(), name, subscriber)
+        return render.json_response({"name": subscriber}, 201 if created else 200)
+
+    @blp.response(204)
+    def delete(self, name: str, subscriber: str) -> None:
+        """Removes the subscriber and its messages."""
+        services().queues.delete_subscriber(current_tenant(), name, subscriber)

@@ -1,0 +1,76 @@
+"""Queue server objects as the JSON of the HTTP contract.
+
+Responses on the hot paths (get, browse) are built here as plain dicts and
+serialised once with ``json.dumps``; the marshmallow response schemas
+document the same shape in the OpenAPI document. Dumping 100 messages
+through marshmallow would cost more than the rest of the request.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from flask import Response
+
+from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, QueueInfo
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":"), ensure_ascii=False), status=status,
+                    mimetype="application/json")
+
+
+def _document(doc: Any) -> dict[str, Any]:
+    if isinstance(doc.data, str):
+        return {"id": doc.id, "data": doc.data, "properties": doc.properties}
+    return {"id": doc.id, "data_base64": base64.b64encode(doc.data).decode("ascii"), "properties": doc.properties}
+
+
+def message(m: Message) -> dict[str, Any]:
+    env = m.envelope
+    out: dict[str, Any] = {
+        "id": m.id,
+        "delivery_count": m.delivery_count,
+        "redelivered": m.delivery_count > 1,
+        "enqueued_at": m.enqueued_at,
+        "properties": env.properties,
+        "documents": [_document(d) for d in m.documents],
+    }
+    if env.priority is not None:
+        out["priority"] = env.priority
+    if env.expires_at is not None:
+        out["expires_at"] = env.expires_at
+    if env.dedupe_id is not None:
+        out["dedupe_id"] = env.dedupe_id
+    if env.traceparent is not None:
+        out["traceparent"] = env.traceparent
+    if isinstance(m, Delivery):
+        out["receipt"] = m.receipt
+    elif isinstance(m, BrowsedMessage):
+        out["state"] = m.state.value
+        out["failed_deliveries"] = m.failed_deliveries
+    elif isinstance(m, DeadLetter):
+        out["reason"] = m.reason
+        out["failed_deliveries"] = m.failed_deliveries
+        out["dead_lettered_at"] = m.dead_lettered_at
+    return out
+
+
+def queue(info: QueueInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": info.name,
+        "model": info.model.value,
+        "max_redeliveries": info.max_redeliveries,
+        "ack_timeout_s": info.ack_timeout_s,
+        "depth": info.depth,
+        "in_flight": info.in_flight,
+        "dead_letters": info.dead_letters,
+    }
+    if info.model.value == "publish_subscribe":
+        out["subscribers"] = [
+            {"name": name, "depth": c.depth, "in_flight": c.in_flight, "dead_letters": c.dead_letters}
+            for name, c in sorted(info.subscribers.items())
+        ]
+    return out

@@ -1,0 +1,77 @@
+"""Pieces shared by the resource schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class Int(fields.Integer):
+    """An integer that must be a JSON integer: no strings, no booleans, no 5.0."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if type(value) is not int:
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class Number(fields.Float):
+    """A number that must be a JSON number: no strings, no booleans."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if type(value) not in (int, float):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class Strict(ma.Schema):
+    """Unknown fields are refused: a typo in a field name is an error, not a silent default."""
+
+    class Meta:
+        unknown = ma.RAISE
+
+
+class ErrorBody(ma.Schema):
+    code = fields.String(required=True, metadata={"description": "snake_case error code"})
+    message = fields.String(required=True, metadata={"description": "the rule that was broken, for people"})
+    details = fields.Dict(required=True, metadata={"description": "data about the error, e.g. the field"})
+
+
+class ErrorSchema(ma.Schema):
+    error = fields.Nested(ErrorBody, required=True)
+
+
+class Selector(Strict):
+    """Selects messages by id or by receipt, for the subscriber where that applies."""
+
+    ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
+    receipts = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+    @ma.validates_schema
+    def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if ("ids" in data) == ("receipts" in data):
+            raise ma.ValidationError("give either ids or receipts", "ids")
+
+
+class BulkSelector(Strict):
+    """Selects messages by id, or all of them."""
+
+    ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
+    all = fields.Boolean()
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+    @ma.validates_schema
+    def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if ("ids" in data) == bool(data.get("all")):
+            raise ma.ValidationError("give either ids or all: true", "ids")
+
+
+class PageArgs(Strict):
+    limit = fields.Integer(load_default=100, validate=validate.Range(1, 1000))  # a query string: text
+    after = fields.String(validate=validate.Length(max=64))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))

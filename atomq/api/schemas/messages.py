@@ -1,0 +1,134 @@
+"""Send, get and the message views of management."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Selector, Strict
+
+
+def _is_base64(value: str) -> None:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ma.ValidationError("must be base64") from None
+
+
+class OutgoingDocumentSchema(Strict):
+    data = fields.String(metadata={"description": "text content (give this or data_base64)"})
+    data_base64 = fields.String(validate=_is_base64, metadata={"description": "binary content, base64"})
+    properties = fields.Dict(keys=fields.String(), load_default=dict,
+                             metadata={"description": "dynamic document properties"})
+
+    @ma.validates_schema
+    def one_content(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if ("data" in data) == ("data_base64" in data):
+            raise ma.ValidationError("give either data or data_base64", "data")
+
+
+class OutgoingMessageSchema(Strict):
+    documents = fields.List(fields.Nested(OutgoingDocumentSchema), required=True,
+                            validate=validate.Length(min=1))
+    properties = fields.Dict(keys=fields.String(), load_default=dict)
+    dedupe_id = fields.String(validate=validate.Length(1, 256))
+    priority = Int(validate=validate.Range(0, 9))
+    expires_at = Number(metadata={"description": "seconds since the epoch"})
+    traceparent = fields.String(validate=validate.Length(max=256))
+
+
+class SendSchema(Strict):
+    messages = fields.List(fields.Nested(OutgoingMessageSchema), required=True,
+                           validate=validate.Length(min=1))
+
+
+class SendResultSchema(Strict):
+    ids = fields.List(fields.String(), required=True)
+
+
+class DocumentSchema(Strict):
+    id = fields.String(required=True)
+    data = fields.String()
+    data_base64 = fields.String()
+    properties = fields.Dict(required=True)
+
+
+class MessageSchema(Strict):
+    id = fields.String(required=True)
+    delivery_count = fields.Integer(required=True)
+    redelivered = fields.Boolean(required=True)
+    enqueued_at = fields.Float(required=True)
+    properties = fields.Dict(required=True)
+    documents = fields.List(fields.Nested(DocumentSchema), required=True)
+    priority = fields.Integer(allow_none=True)
+    expires_at = fields.Float(allow_none=True)
+    dedupe_id = fields.String(allow_none=True)
+    traceparent = fields.String(allow_none=True)
+
+
+class DeliverySchema(MessageSchema):
+    receipt = fields.String(required=True)
+
+
+class BrowsedMessageSchema(MessageSchema):
+    state = fields.String(required=True, validate=validate.OneOf(["ready", "in_flight", "scheduled"]))
+    failed_deliveries = fields.Integer(required=True)
+
+
+class DeadLetterSchema(MessageSchema):
+    reason = fields.String(required=True)
+    failed_deliveries = fields.Integer(required=True)
+    dead_lettered_at = fields.Float(required=True)
+
+
+class GetSchema(Strict):
+    max = Int(load_default=10, validate=validate.Range(1, 1000))
+    wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+
+class DeliveriesSchema(Strict):
+    messages = fields.List(fields.Nested(DeliverySchema), required=True)
+
+
+class BrowsePageSchema(Strict):
+    messages = fields.List(fields.Nested(BrowsedMessageSchema), required=True)
+    next = fields.String(allow_none=True)
+
+
+class DeadLetterPageSchema(Strict):
+    messages = fields.List(fields.Nested(DeadLetterSchema), required=True)
+    next = fields.String(allow_none=True)
+
+
+class NackSchema(Selector):
+    reason = fields.String(load_default="", validate=validate.Length(max=4096))
+
+
+class ExtendSchema(Selector):
+    seconds = Number(validate=validate.Range(min=0, min_inclusive=False, max=86400))
+
+
+class AckedSchema(Strict):
+    acked = fields.Integer(required=True)
+
+
+class NackedSchema(Strict):
+    requeued = fields.Integer(required=True)
+    dead_lettered = fields.Integer(required=True)
+
+
+class ExtendedSchema(Strict):
+    extended = fields.Integer(required=True)
+
+
+class DeletedSchema(Strict):
+    deleted = fields.Integer(required=True)
+
+
+class ResentSchema(Strict):
+    resent = fields.Integer(required=True)

@@ -1,0 +1,41 @@
+"""Tenants (accounts) and their API keys."""
+
+from __future__ import annotations
+
+from marshmallow import fields, validate
+
+from atomq.api.schemas.common import Int, Strict
+
+
+class TenantCreateSchema(Strict):
+    name = fields.String(required=True, validate=validate.Length(1, 128))
+    rate_limit_per_minute = Int(load_default=0, validate=validate.Range(min=0))
+    disk_quota_bytes = Int(load_default=0, validate=validate.Range(min=0))
+
+
+class TenantPatchSchema(Strict):
+    name = fields.String(validate=validate.Length(1, 128))
+    rate_limit_per_minute = Int(validate=validate.Range(min=0))
+    disk_quota_bytes = Int(validate=validate.Range(min=0))
+
+
+class TenantSchema(Strict):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    rate_limit_per_minute = fields.Integer(required=True, metadata={"description": "0 means no limit"})
+    disk_quota_bytes = fields.Integer(required=True, metadata={"description": "0 means no limit"})
+    created_at = fields.Float(required=True)
+
+
+class TenantCreatedSchema(TenantSchema):
+    key_id = fields.String(required=True)
+    api_key = fields.String(required=True, metadata={"description": "shown only in this response"})
+
+
+class TenantListSchema(Strict):
+    tenants = fields.List(fields.Nested(TenantSchema), required=True)
+
+
+class KeyCreatedSchema(Strict):
+    key_id = fields.String(required=True)
+    api_key = fields.String(required=True, metadata={"description": "shown only in this response"})

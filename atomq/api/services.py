@@ -1,0 +1,56 @@
+"""What the views of one node share: the queue server, the tenant store and the node's state."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from atomq.platform import QueueServer
+from atomq.tenants import TenantStore
+
+
+class LongPollLimiter:
+    """Caps the blocking gets one tenant holds at once on this node.
+
+    A get past the cap still runs, without waiting: a tenant with many
+    consumers cannot hold every server thread in long-polls.
+    """
+
+    def __init__(self, per_tenant: int) -> None:
+        self.per_tenant = per_tenant
+        self._held: defaultdict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def hold(self, tenant: str, wait_ms: int) -> Iterator[int]:
+        """Yields the wait this get may have: ``wait_ms``, or 0 past the cap."""
+        if wait_ms == 0:
+            yield 0
+            return
+        with self._lock:
+            granted = self._held[tenant] < self.per_tenant
+            if granted:
+                self._held[tenant] += 1
+        try:
+            yield wait_ms if granted else 0
+        finally:
+            if granted:
+                with self._lock:
+                    self._held[tenant] -= 1
+                    if not self._held[tenant]:
+                        del self._held[tenant]
+
+
+@dataclass
+class Services:
+    """The node's services, kept in ``app.extensions["atomq"]``."""
+
+    queues: QueueServer
+    tenants: TenantStore
+    longpolls: LongPollLimiter
+    node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
+    stopping: threading.Event = field(default_factory=threading.Event)

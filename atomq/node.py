@@ -1,0 +1,172 @@
+"""The main node, ``atomq serve``: the HTTP API on a threaded WSGI server,
+the maintenance loop under a lease, and (unless given a Redis URL) the
+embedded Valkey that holds the data.
+
+gunicorn's threaded workers serve the API: a blocking get holds one thread,
+not the process. The embedded Valkey belongs to the master process; each
+worker process connects to it, builds its own services after the fork and
+runs the maintenance loop, which only the holder of the maintenance lease
+(one node or worker at a time) actually works.
+
+On SIGTERM: the workers stop taking connections and end their long-polls
+(within a second), finish the requests in flight, stop their loops and give
+up the lease; then the master stops the embedded Valkey, which fsyncs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.workers.gthread import ThreadWorker
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.platform import QueueServer
+from atomq.platform.connection import open_redis
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.lease import Lease
+from atomq.platform.maintenance import run_maintenance
+from atomq.tenants import TenantStore
+
+log = logging.getLogger("atomq.node")
+
+OWNER_KEY_ENV = "ATOMQ_OWNER_KEY"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """How ``atomq serve`` runs; see ``atomq serve --help`` for each setting."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 61717
+    redis_url: str | None = None
+    allow_eviction: bool = False
+    http_workers: int = 2
+    threads: int = 32
+    max_longpolls_per_tenant: int = 8
+    max_request_bytes: int = 10 * 1024 * 1024
+    shutdown_timeout_s: float = 20.0
+    maintenance_interval_s: float = 1.0
+
+
+def load_owner_key(data_dir: Path) -> tuple[str, Path | None]:
+    """The owner key from ``ATOMQ_OWNER_KEY``, else from ``DIR/owner.key`` (made 0600 on first start)."""
+    key = os.environ.get(OWNER_KEY_ENV, "").strip()
+    if key:
+        return key, None
+    path = data_dir / "owner.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        return path.read_text().strip(), path
+    with os.fdopen(fd, "w") as f:
+        f.write(f"aq_owner_{secrets.token_urlsafe(32)}\n")
+    return path.read_text().strip(), path
+
+
+def build_services(config: NodeConfig, redis_url: str, owner_key: str) -> Services:
+    """A worker's own connection and services (never shared across a fork)."""
+    client = open_redis(redis_url, allow_eviction=config.allow_eviction)
+    return Services(
+        queues=QueueServer(client),
+        tenants=TenantStore(client, owner_key),
+        longpolls=LongPollLimiter(config.max_longpolls_per_tenant),
+    )
+
+
+class NodeWorker(ThreadWorker):  # type: ignore[misc]
+    """gunicorn's threaded worker that also ends long-polls when told to stop."""
+
+    maintenance: tuple[threading.Thread, threading.Event] | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.wsgi.extensions["atomq"].stopping.set()
+        super().handle_exit(sig, frame)
+
+
+MAINTENANCE_LEASE_TTL_S = 10.0
+
+
+def _start_maintenance(worker: NodeWorker) -> None:
+    services: Services = worker.wsgi.extensions["atomq"]
+    stop = threading.Event()
+    lease = Lease(services.queues.storage, "maintenance", f"{services.node_id}:{os.getpid()}",
+                  ttl_s=MAINTENANCE_LEASE_TTL_S)
+    interval = worker.app.config.maintenance_interval_s
+    thread = threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
+                              args=(services.queues, stop, interval, lease))
+    thread.start()
+    worker.maintenance = (thread, stop)
+
+
+def _stop_maintenance(server: Any, worker: NodeWorker) -> None:
+    if worker.maintenance is not None:
+        thread, stop = worker.maintenance
+        stop.set()
+        thread.join(timeout=10)
+
+
+class Node(BaseApplication):  # type: ignore[misc]
+    """gunicorn, configured in code: no gunicorn config file or command line of its own."""
+
+    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str) -> None:
+        self.config = config
+        self.redis_url = redis_url
+        self.owner_key = owner_key
+        super().__init__()
+
+    def load_config(self) -> None:
+        c = self.config
+        settings = {
+            "bind": f"{c.host}:{c.port}",
+            "workers": c.http_workers,
+            "worker_class": "atomq.node.NodeWorker",
+            "threads": c.threads,
+            "keepalive": 5,
+            "timeout": 60,
+            "graceful_timeout": c.shutdown_timeout_s,
+            "post_worker_init": _start_maintenance,
+            "worker_exit": _stop_maintenance,
+            "accesslog": None,  # requests carry keys in headers; nothing about them is logged
+            "errorlog": "-",
+            "loglevel": "info",
+            "proc_name": "atomq",
+        }
+        for name, value in settings.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> Any:
+        services = build_services(self.config, self.redis_url, self.owner_key)
+        return create_app(services, {"MAX_CONTENT_LENGTH": self.config.max_request_bytes})
+
+
+def serve(config: NodeConfig) -> None:
+    """Runs the main node until SIGTERM or SIGINT; stops the embedded Valkey last."""
+    config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    owner_key, key_path = load_owner_key(config.data_dir)
+    if key_path is not None:
+        print(f"atomq: the owner key is in {key_path}", flush=True)
+    server = None
+    redis_url = config.redis_url
+    if redis_url is None:
+        server = EmbeddedValkey(config.data_dir / "valkey")
+        server.start()
+        redis_url = server.url
+        print(f"atomq: embedded Valkey (pid {server.pid}) keeps its data in {server.data_dir}", flush=True)
+    try:
+        # Fail here, once, on an unusable Redis or a newer data format; not in every worker.
+        QueueServer(open_redis(redis_url, allow_eviction=config.allow_eviction)).client.close()
+        print(f"atomq: serving http://{config.host}:{config.port}", flush=True)
+        Node(config, redis_url, owner_key).run()
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,266 @@
+"""The HTTP contract through Flask's test client, on the real Valkey.
+
+The end-to-end tests (test_serve.py) run the same API in ``atomq serve``;
+these cover every endpoint's happy path and errors quickly.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.platform import QueueServer
+from atomq.tenants import TenantStore
+from support import FAST
+
+
+class Client:
+    """A test client that speaks JSON with one key."""
+
+    def __init__(self, http: FlaskClient, key: str | None, tenant: str | None = None) -> None:
+        self.http, self.key, self.tenant = http, key, tenant
+
+    def __call__(self, method: str, path: str, body: Any = None, status: int | None = None,
+                 **query: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        if self.tenant:
+            headers["X-Atomq-Tenant"] = self.tenant
+        response = self.http.open(path, method=method, json=body, headers=headers, query_string=query or None)
+        if status is not None:
+            assert response.status_code == status, (response.status_code, response.get_data(as_text=True))
+        if response.status_code >= 400:
+            error = response.get_json()["error"]
+            assert set(error) == {"code", "message", "details"}, error
+        return response.get_json() if response.data else None
+
+
+@pytest.fixture(scope="module")
+def owner_key() -> str:
+    return f"aq_owner_{secrets.token_urlsafe(16)}"
+
+
+@pytest.fixture(scope="module")
+def http(valkey, owner_key) -> Iterator[FlaskClient]:
+    client = valkey.client()
+    services = Services(queues=QueueServer(client, FAST), tenants=TenantStore(client, owner_key),
+                        longpolls=LongPollLimiter(2))
+    app = create_app(services, {"MAX_CONTENT_LENGTH": 64 * 1024})
+    yield app.test_client()
+    client.close()
+
+
+@pytest.fixture
+def owner(http, owner_key) -> Client:
+    return Client(http, owner_key)
+
+
+@pytest.fixture
+def acme(owner, http) -> Iterator[Client]:
+    """A fresh tenant's client."""
+    created = owner("POST", "/v1/tenants", {"name": "acme"}, 201)
+    yield Client(http, created["api_key"])
+    owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+@pytest.fixture
+def other(owner, http) -> Iterator[Client]:
+    created = owner("POST", "/v1/tenants", {"name": "other"}, 201)
+    yield Client(http, created["api_key"])
+    owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+def send(c: Client, queue: str, *texts: str) -> list[str]:
+    body = {"messages": [{"documents": [{"data": t}]} for t in texts]}
+    return c("POST", f"/v1/queues/{queue}/messages", body, 201)["ids"]  # type: ignore[no-any-return]
+
+
+# -- keys and the public endpoints ---------------------------------------------------------
+
+
+def test_health_ready_and_openapi_need_no_key(http) -> None:
+    anon = Client(http, None)
+    assert anon("GET", "/v1/health", status=200) == {"status": "ok"}
+    assert anon("GET", "/v1/ready", status=200) == {"status": "ready"}
+    spec = anon("GET", "/openapi.json", status=200)
+    for path in ("/v1/queues/{name}/messages", "/v1/queues/{name}/get", "/v1/tenants/{tenant_id}/keys",
+                 "/v1/queues/{name}/dead-letters/resend"):
+        assert path in spec["paths"], path
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_missing_unknown_and_misplaced_keys(http, acme) -> None:
+    for key in (None, "nonsense", "aq_0123456789abcdef_wrong"):
+        error = Client(http, key)("GET", "/v1/queues", status=401)["error"]
+        assert error["code"] == "unauthorized"
+    assert acme("GET", "/v1/tenants", status=403)["error"]["code"] == "forbidden"
+
+
+def test_tenant_lifecycle_and_keys(owner, http) -> None:
+    created = owner("POST", "/v1/tenants", {"name": "lifecycle", "rate_limit_per_minute": 5}, 201)
+    tid = created["id"]
+    assert created["api_key"].startswith("aq_") and created["disk_quota_bytes"] == 0
+    assert tid in [t["id"] for t in owner("GET", "/v1/tenants", status=200)["tenants"]]
+    assert owner("GET", f"/v1/tenants/{tid}", status=200)["rate_limit_per_minute"] == 5
+    assert owner("PATCH", f"/v1/tenants/{tid}", {"disk_quota_bytes": 1000}, 200)["disk_quota_bytes"] == 1000
+    first = Client(http, created["api_key"])
+    extra = owner("POST", f"/v1/tenants/{tid}/keys", status=201)
+    second = Client(http, extra["api_key"])
+    assert first("GET", "/v1/queues", status=200) == second("GET", "/v1/queues", status=200) == {"queues": []}
+    owner("DELETE", f"/v1/tenants/{tid}/keys/{extra['key_id']}", status=204)
+    second("GET", "/v1/queues", status=401)
+    first("GET", "/v1/queues", status=200)
+    owner("DELETE", f"/v1/tenants/{tid}", status=204)
+    first("GET", "/v1/queues", status=401)
+    assert owner("GET", f"/v1/tenants/{tid}", status=404)["error"]["code"] == "not_found"
+
+
+def test_tenant_input_errors_name_the_field(owner) -> None:
+    error = owner("POST", "/v1/tenants", {"rate_limit_per_minute": -1}, 400)["error"]
+    assert error["code"] == "invalid_input"
+    assert set(error["details"]["fields"]["json"]) == {"name", "rate_limit_per_minute"}
+    assert owner("POST", "/v1/tenants", {"name": "x", "surprise": 1}, 400)["error"]["details"]["fields"]
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+def test_queue_create_update_list_get_delete(acme) -> None:
+    created = acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
+    assert created == {"name": "orders", "model": "point_to_point", "max_redeliveries": 6, "ack_timeout_s": 30.0,
+                       "depth": 0, "in_flight": 0, "dead_letters": 0}
+    assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
+        "max_redeliveries"] == 2
+    send(acme, "orders", "a")
+    assert acme("PUT", "/v1/queues/orders", {"model": "publish_subscribe"}, 409)["error"]["code"] == "conflict"
+    assert [q["name"] for q in acme("GET", "/v1/queues", status=200)["queues"]] == ["orders"]
+    assert acme("GET", "/v1/queues/orders", status=200)["depth"] == 1
+    acme("DELETE", "/v1/queues/orders", status=204)
+    acme("GET", "/v1/queues/orders", status=404)
+    acme("DELETE", "/v1/queues/orders", status=404)
+    acme("PUT", "/v1/queues/bad:name", {"model": "point_to_point"}, 400)
+    acme("PUT", "/v1/queues/q", {"model": "fifo"}, 400)
+    acme("PUT", "/v1/queues/q", {}, 400)
+
+
+def test_send_get_ack_nack_extend(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 1}, 201)
+    body = {"messages": [{"documents": [{"data": "text", "properties": {"f": "a.txt"}},
+                                        {"data_base64": base64.b64encode(b"\x00\xff").decode()}],
+                          "properties": {"k": "v"}, "dedupe_id": "once", "priority": 3}]}
+    (msg_id,) = acme("POST", "/v1/queues/jobs/messages", body, 201)["ids"]
+    assert acme("POST", "/v1/queues/jobs/messages", body, 201)["ids"] == [msg_id], "dedupe"
+    (m,) = acme("POST", "/v1/queues/jobs/get", {"max": 5}, 200)["messages"]
+    assert (m["id"], m["delivery_count"], m["redelivered"], m["properties"], m["priority"]) == (
+        msg_id, 1, False, {"k": "v"}, 3)
+    assert m["documents"][0] == {"id": f"{msg_id}.1", "data": "text", "properties": {"f": "a.txt"}}
+    assert base64.b64decode(m["documents"][1]["data_base64"]) == b"\x00\xff"
+    assert acme("POST", "/v1/queues/jobs/extend", {"receipts": [m["receipt"]], "seconds": 60}, 200) == {"extended": 1}
+    assert acme("POST", "/v1/queues/jobs/nack", {"ids": [msg_id], "reason": "try again"}, 200) == {
+        "requeued": 1, "dead_lettered": 0}
+    assert acme("POST", "/v1/queues/jobs/ack", {"receipts": [m["receipt"]]}, 200) == {"acked": 0}, "stale"
+    (again,) = acme("POST", "/v1/queues/jobs/get", {"wait_ms": 5000}, 200)["messages"]
+    assert (again["delivery_count"], again["redelivered"]) == (2, True)
+    assert acme("POST", "/v1/queues/jobs/nack", {"receipts": [again["receipt"]], "reason": "bad"}, 200) == {
+        "requeued": 0, "dead_lettered": 1}
+    (dead,) = acme("GET", "/v1/queues/jobs/dead-letters", status=200)["messages"]
+    assert (dead["id"], dead["reason"], dead["failed_deliveries"]) == (msg_id, "bad", 2)
+    assert acme("POST", "/v1/queues/jobs/dead-letters/resend", {"all": True}, 200) == {"resent": 1}
+    (third,) = acme("POST", "/v1/queues/jobs/get", {}, 200)["messages"]
+    assert acme("POST", "/v1/queues/jobs/ack", {"ids": [third["id"]]}, 200) == {"acked": 1}
+    assert acme("GET", "/v1/queues/jobs", status=200)["depth"] == 0
+
+
+def test_send_and_get_errors(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
+    missing = acme("POST", "/v1/queues/missing/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 404)
+    assert missing["error"]["details"] == {"queue": "missing"}
+    error = acme("POST", "/v1/queues/jobs/messages", {"messages": [{"documents": [{"data": 1}]}]}, 400)["error"]
+    assert error["details"] == {"field": "messages.0.documents.0.data"}
+    acme("POST", "/v1/queues/jobs/messages", {"messages": []}, 400)
+    acme("POST", "/v1/queues/jobs/get", {"max": 0}, 400)
+    acme("POST", "/v1/queues/jobs/get", {"wait_ms": 20_001}, 400)
+    acme("POST", "/v1/queues/jobs/ack", {}, 400)
+    acme("POST", "/v1/queues/jobs/ack", {"ids": ["a"], "receipts": ["b"]}, 400)
+    acme("DELETE", "/v1/queues/jobs/messages", {}, 400)
+    big = {"messages": [{"documents": [{"data": "x" * 70_000}]}]}
+    assert acme("POST", "/v1/queues/jobs/messages", big, 413)["error"]["code"] == "too_large"
+    assert acme("GET", "/v1/queues/jobs", status=200)["depth"] == 0, "a refused send stores nothing"
+
+
+def test_browse_delete_and_dead_letter_management(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 0}, 201)
+    ids = send(acme, "jobs", *[f"m{i}" for i in range(5)])
+    page = acme("GET", "/v1/queues/jobs/messages", status=200, limit=3)
+    assert [m["id"] for m in page["messages"]] == ids[:3] and page["next"]
+    rest = acme("GET", "/v1/queues/jobs/messages", status=200, limit=3, after=page["next"])
+    assert [m["id"] for m in rest["messages"]] == ids[3:] and rest["next"] is None
+    assert {m["state"] for m in rest["messages"]} == {"ready"}
+    got = acme("POST", "/v1/queues/jobs/get", {"max": 2}, 200)["messages"]
+    acme("POST", "/v1/queues/jobs/nack", {"ids": [m["id"] for m in got]}, 200)
+    assert acme("DELETE", "/v1/queues/jobs/messages", {"ids": [ids[2]]}, 200) == {"deleted": 1}
+    assert acme("DELETE", "/v1/queues/jobs/dead-letters", {"ids": [ids[0]]}, 200) == {"deleted": 1}
+    assert acme("POST", "/v1/queues/jobs/dead-letters/resend", {"ids": [ids[1]]}, 200) == {"resent": 1}
+    assert acme("DELETE", "/v1/queues/jobs/messages", {"all": True}, 200) == {"deleted": 3}
+    assert acme("GET", "/v1/queues/jobs", status=200)["depth"] == 0
+    acme("GET", "/v1/queues/jobs/messages", status=400, limit=0)
+
+
+def test_publish_subscribe_over_http(acme) -> None:
+    acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
+    acme("PUT", "/v1/queues/news/subscribers/a", status=201)
+    acme("PUT", "/v1/queues/news/subscribers/a", status=200)
+    assert acme("POST", "/v1/queues/news/get", {"subscriber": "b"}, 200) == {"messages": []}
+    (msg_id,) = send(acme, "news", "hello")
+    info = acme("GET", "/v1/queues/news", status=200)
+    assert [(s["name"], s["depth"]) for s in info["subscribers"]] == [("a", 1), ("b", 1)]
+    (m,) = acme("POST", "/v1/queues/news/get", {"subscriber": "a"}, 200)["messages"]
+    assert m["id"] == msg_id
+    assert acme("POST", "/v1/queues/news/ack", {"ids": [msg_id], "subscriber": "a"}, 200) == {"acked": 1}
+    acme("POST", "/v1/queues/news/get", {}, 400)
+    acme("DELETE", "/v1/queues/news/subscribers/b", status=204)
+    acme("DELETE", "/v1/queues/news/subscribers/b", status=404)
+    assert [s["name"] for s in acme("GET", "/v1/queues/news", status=200)["subscribers"]] == ["a"]
+
+
+def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
+    acme("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
+    (msg_id,) = send(acme, "secret", "acme's secret")
+    for method, path, body in (
+        ("GET", "/v1/queues/secret", None),
+        ("POST", "/v1/queues/secret/get", {}),
+        ("POST", "/v1/queues/secret/ack", {"ids": [msg_id]}),
+        ("GET", "/v1/queues/secret/messages", None),
+        ("DELETE", "/v1/queues/secret/messages", {"all": True}),
+        ("GET", "/v1/queues/secret/dead-letters", None),
+        ("POST", "/v1/queues/secret/messages", {"messages": [{"documents": [{"data": "x"}]}]}),
+        ("DELETE", "/v1/queues/secret", None),
+    ):
+        assert other(method, path, body, 404)["error"]["code"] == "not_found", path
+    assert other("GET", "/v1/queues", status=200) == {"queues": []}
+    other("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
+    assert other("POST", "/v1/queues/secret/ack", {"ids": [msg_id]}, 200) == {"acked": 0}
+    assert other("POST", "/v1/queues/secret/get", {}, 200) == {"messages": []}
+    (m,) = acme("POST", "/v1/queues/secret/get", {}, 200)["messages"]
+    assert m["documents"][0]["data"] == "acme's secret"
+
+
+def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
+    created = owner("POST", "/v1/tenants", {"name": "managed"}, 201)
+    as_tenant = Client(http, owner.key, tenant=created["id"])
+    as_tenant("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+    assert Client(http, created["api_key"])("GET", "/v1/queues/q", status=200)["name"] == "q"
+    owner("GET", "/v1/queues", status=400)
+    Client(http, owner.key, tenant="t_000000000000")("GET", "/v1/queues", status=404)
+    owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+def test_unknown_routes_and_methods_answer_in_the_error_shape(acme) -> None:
+    assert acme("GET", "/v1/nothing-here", status=404)["error"]["code"] == "not_found"
+    assert acme("PATCH", "/v1/queues", status=405)["error"]["code"] == "method_not_allowed"

@@ -1,0 +1,81 @@
+"""The hand-written send validator agrees with SendSchema, the contract it stands in for."""
+
+from __future__ import annotations
+
+import base64
+
+import marshmallow as ma
+import pytest
+
+from atomq.api.schemas.messages import SendSchema
+from atomq.api.send_body import parse_send
+from atomq.errors import InvalidInput
+
+DOC = {"data": "x"}
+VALID = [
+    {"messages": [{"documents": [DOC]}]},
+    {"messages": [{"documents": [DOC, {"data_base64": base64.b64encode(b"\x00\x01").decode()}]}]},
+    {"messages": [{"documents": [{"data": "", "properties": {"k": "v", "n": 1}}], "properties": {"a": [1]},
+                   "dedupe_id": "d" * 256, "priority": 9, "expires_at": 1.5, "traceparent": "00-1-2-01"}]},
+    {"messages": [{"documents": [DOC], "priority": 0, "expires_at": 17}] * 3},
+]
+INVALID = [
+    [],
+    "text",
+    {},
+    {"messages": []},
+    {"messages": "x"},
+    {"messages": [{}]},
+    {"messages": [{"documents": []}]},
+    {"messages": [{"documents": [{}]}]},
+    {"messages": [{"documents": [{"data": "x", "data_base64": "eA=="}]}]},
+    {"messages": [{"documents": [{"data": 5}]}]},
+    {"messages": [{"documents": [{"data_base64": "not base64!"}]}]},
+    {"messages": [{"documents": [{"data": "x", "extra": 1}]}]},
+    {"messages": [{"documents": [{"data": "x", "properties": []}]}]},
+    {"messages": [{"documents": [DOC], "properties": "p"}]},
+    {"messages": [{"documents": [DOC], "dedupe_id": ""}]},
+    {"messages": [{"documents": [DOC], "dedupe_id": "d" * 257}]},
+    {"messages": [{"documents": [DOC], "priority": 10}]},
+    {"messages": [{"documents": [DOC], "priority": "1"}]},
+    {"messages": [{"documents": [DOC], "priority": True}]},
+    {"messages": [{"documents": [DOC], "priority": 1.0}]},
+    {"messages": [{"documents": [DOC], "expires_at": "soon"}]},
+    {"messages": [{"documents": [DOC], "traceparent": "t" * 257}]},
+    {"messages": [{"documents": [DOC], "unknown": 1}]},
+    {"messages": [{"documents": [DOC]}], "more": 1},
+    {"messages": [{"documents": [DOC]}, "not an object"]},
+]
+
+
+def schema_accepts(body: object) -> bool:
+    try:
+        SendSchema().load(body)  # type: ignore[arg-type]
+    except ma.ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("body", VALID)
+def test_both_accept_valid_bodies(body: object) -> None:
+    assert schema_accepts(body)
+    messages = parse_send(body)
+    assert len(messages) == len(body["messages"])  # type: ignore[index]
+
+
+@pytest.mark.parametrize("body", INVALID)
+def test_both_refuse_invalid_bodies(body: object) -> None:
+    assert not schema_accepts(body)
+    with pytest.raises(InvalidInput) as err:
+        parse_send(body)
+    assert err.value.details["field"]
+
+
+def test_the_validator_keeps_content_and_names_the_failing_field() -> None:
+    (m,) = parse_send({"messages": [{"documents": [{"data_base64": "AAE="}, {"data": "t"}],
+                                     "properties": {"k": "v"}, "dedupe_id": "d"}]})
+    assert [d.data for d in m.documents] == [b"\x00\x01", "t"]
+    assert (m.properties, m.dedupe_id) == ({"k": "v"}, "d")
+    with pytest.raises(InvalidInput) as err:
+        parse_send({"messages": [{"documents": [DOC]}, {"documents": [DOC, {"data": 1}]}]})
+    assert err.value.details == {"field": "messages.1.documents.1.data"}
