@@ -16,6 +16,7 @@ up the lease; then the master stops the embedded Valkey, which fsyncs.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import threading
@@ -133,13 +134,14 @@ class Node(BaseApplication):  # type: ignore[misc]
             "threads": c.threads,
             "keepalive": 5,
             "timeout": 60,
-            "graceful_timeout": c.shutdown_timeout_s,
+            "graceful_timeout": math.ceil(c.shutdown_timeout_s),
             "post_worker_init": _start_maintenance,
             "worker_exit": _stop_maintenance,
             "accesslog": None,  # requests carry keys in headers; nothing about them is logged
             "errorlog": "-",
             "loglevel": "info",
             "proc_name": "atomq",
+            "control_socket_disable": True,  # one per user home: several nodes on a machine would share it
         }
         for name, value in settings.items():
             self.cfg.set(name, value)

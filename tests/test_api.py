@@ -51,6 +51,8 @@ def http(valkey, owner_key) -> Iterator[FlaskClient]:
     client = valkey.client()
     services = Services(queues=QueueServer(client, FAST), tenants=TenantStore(client, owner_key),
                         longpolls=LongPollLimiter(2))
+    # The shared server settings rule every node: store the fast schedule there.
+    services.settings.update(redelivery_delays_s=FAST.redelivery_delays_s)
     app = create_app(services, {"MAX_CONTENT_LENGTH": 64 * 1024})
     yield app.test_client()
     client.close()
@@ -264,3 +266,27 @@ def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
 def test_unknown_routes_and_methods_answer_in_the_error_shape(acme) -> None:
     assert acme("GET", "/v1/nothing-here", status=404)["error"]["code"] == "not_found"
     assert acme("PATCH", "/v1/queues", status=405)["error"]["code"] == "method_not_allowed"
+
+
+def test_server_state_and_settings(owner, acme) -> None:
+    state = owner("GET", "/v1/server", status=200)
+    assert state["memory_state"] in {"green", "yellow", "orange", "red"} and state["memory_bytes"] > 0
+    assert state["node_id"].startswith("n_") and state["incoming_rate_limit_per_minute"] == 0
+    assert state["redelivery_delays_s"] == [0.05, 0.1, 0.15], "this test app runs the fast schedule"
+    acme("GET", "/v1/server", status=403)
+    owner("PATCH", "/v1/server", {"redelivery_delays_s": []}, 400)
+    owner("PATCH", "/v1/server", {"dedupe_window_s": 0}, 400)
+    changed = owner("PATCH", "/v1/server", {"redelivery_delays_s": [0.2, 0.3], "incoming_rate_limit_per_minute": 50},
+                    200)
+    try:
+        assert (changed["redelivery_delays_s"], changed["incoming_rate_limit_per_minute"]) == ([0.2, 0.3], 50)
+        acme("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        (msg_id,) = send(acme, "q", "m")
+        (m,) = acme("POST", "/v1/queues/q/get", {}, 200)["messages"]
+        acme("POST", "/v1/queues/q/nack", {"ids": [msg_id]}, 200)
+        (page,) = [acme("GET", "/v1/queues/q/messages", status=200)["messages"]]
+        assert page[0]["state"] == "scheduled"
+        assert acme("POST", "/v1/queues/q/get", {}, 200) == {"messages": []}, "0.2 s, the new first delay"
+    finally:
+        owner("PATCH", "/v1/server", {"redelivery_delays_s": [0.05, 0.1, 0.15], "incoming_rate_limit_per_minute": 0},
+              200)

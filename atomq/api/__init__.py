@@ -11,7 +11,7 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 
-from atomq.api import auth, dead_letters, errors, health, messages, queues, tenants
+from atomq.api import auth, dead_letters, errors, health, messages, queues, server, tenants
 from atomq.api.schemas.common import ErrorSchema
 from atomq.api.services import Services
 
@@ -45,6 +45,6 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
         "security": [{"bearer": []}]})
-    for module in (health, tenants, queues, messages, dead_letters):
+    for module in (health, server, tenants, queues, messages, dead_letters):
         api.register_blueprint(module.blp)
     return app

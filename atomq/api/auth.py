@@ -29,6 +29,7 @@ def authenticate() -> None:
     scheme, _, key = header.partition(" ")
     services = current_app.extensions["atomq"]
     g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+    services.current_settings()
 
 
 def principal() -> Principal:

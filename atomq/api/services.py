@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from atomq.platform import QueueServer
+from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
 from atomq.tenants import TenantStore
 
 
@@ -54,3 +55,16 @@ class Services:
     longpolls: LongPollLimiter
     node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
     stopping: threading.Event = field(default_factory=threading.Event)
+    settings: ServerSettingsStore = field(init=False)
+    _applied: ServerSettings | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.settings = ServerSettingsStore(self.queues.storage)
+
+    def current_settings(self) -> ServerSettings:
+        """The shared server settings, applied to this node's queue server when they change."""
+        current = self.settings.current()
+        if current is not self._applied:
+            self.queues.settings = current.queue_settings(self.queues.settings)
+            self._applied = current
+        return current

@@ -1,0 +1,54 @@
+"""The server's state and settings: ``/v1/server`` (runtime owner only)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flask.views import MethodView
+
+from atomq.api.auth import require_owner
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
+from atomq.platform.server_settings import ServerSettings, memory_state
+
+blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
+
+
+@blp.before_request
+def owner_only() -> None:
+    require_owner()
+
+
+def _state(settings: ServerSettings) -> dict[str, Any]:
+    s = services()
+    memory = s.queues.storage.call(s.queues.client.info, "memory")
+    used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+    state = memory_state(used, limit)
+    return {
+        "status": "ok" if state != "red" and not s.stopping.is_set() else "degraded",
+        "node_id": s.node_id,
+        "memory_state": state,
+        "memory_bytes": used,
+        "max_memory_bytes": limit,
+        "message_store_bytes": None,
+        "temporary_store_bytes": None,
+        "job_scheduler_store_bytes": None,
+        **dataclasses.asdict(settings),
+    }
+
+
+@blp.route("")
+class Server(MethodView):
+    @blp.response(200, ServerSchema)
+    def get(self) -> dict[str, Any]:
+        """The server's status, memory state and shared settings."""
+        return _state(services().current_settings())
+
+    @blp.arguments(ServerPatchSchema)
+    @blp.response(200, ServerSchema)
+    def patch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Changes shared settings; every node applies them within a few seconds."""
+        s = services()
+        s.settings.update(**body)
+        return _state(s.current_settings())
