@@ -39,3 +39,25 @@ def test_help_explains_each_command() -> None:
     result = run("selftest", "--help")
     assert result.returncode == 0
     assert "ATOMQ_DATA_DIR" in result.stdout
+
+
+def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    import atomq.node
+    from atomq.cli import main
+
+    seen = []
+    monkeypatch.setattr(atomq.node, "serve", seen.append)
+    config = tmp_path / "atomq.toml"
+    config.write_text('[serve]\nport = 7001\nthreads = 7\nhttp-workers = 3\nhost = "0.0.0.0"\n')
+    runner = CliRunner()
+    result = runner.invoke(main, ["--config", str(config), "serve", "--threads", "9"],
+                           env={"ATOMQ_HTTP_WORKERS": "4", "ATOMQ_THREADS": "8"})
+    assert result.exit_code == 0, result.output
+    (node,) = seen
+    assert (node.port, node.host) == (7001, "0.0.0.0"), "from the file"
+    assert node.http_workers == 4, "the environment beats the file"
+    assert node.threads == 9, "a flag beats both"
+    bad = runner.invoke(main, ["serve", "--port", "0"])
+    assert bad.exit_code == 2 and "--port" in bad.output
