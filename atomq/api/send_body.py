@@ -30,12 +30,18 @@ def _properties(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
-def _document(raw: Any, field: str) -> OutgoingDocument:
+def _object(raw: Any, field: str, allowed: frozenset[str]) -> dict[str, Any]:
+    """``raw`` if it is an object with no field outside ``allowed``."""
     if not isinstance(raw, dict):
         raise _fail(field, "must be an object")
-    unknown = raw.keys() - DOCUMENT_FIELDS
+    unknown = raw.keys() - allowed
     if unknown:
         raise _fail(f"{field}.{min(unknown)}", "unknown field")
+    return raw
+
+
+def _document(raw: Any, field: str) -> OutgoingDocument:
+    raw = _object(raw, field, DOCUMENT_FIELDS)
     props = _properties(raw["properties"], f"{field}.properties") if "properties" in raw else {}
     if ("data" in raw) == ("data_base64" in raw):
         raise _fail(f"{field}.data", "give either data or data_base64")
@@ -54,11 +60,7 @@ def _document(raw: Any, field: str) -> OutgoingDocument:
 
 
 def _message(raw: Any, field: str) -> OutgoingMessage:
-    if not isinstance(raw, dict):
-        raise _fail(field, "must be an object")
-    unknown = raw.keys() - MESSAGE_FIELDS
-    if unknown:
-        raise _fail(f"{field}.{min(unknown)}", "unknown field")
+    raw = _object(raw, field, MESSAGE_FIELDS)
     docs = raw.get("documents")
     if not isinstance(docs, list) or not docs:
         raise _fail(f"{field}.documents", "a list of at least one document is required")
@@ -88,9 +90,8 @@ def parse_send(body: Any) -> list[OutgoingMessage]:
     """The messages of a send request body; InvalidInput naming the field otherwise."""
     if not isinstance(body, dict):
         raise _fail("body", "must be a JSON object")
-    unknown = body.keys() - {"messages"}
-    if unknown:
-        raise _fail(min(unknown), "unknown field")
+    if body.keys() - {"messages"}:
+        raise _fail(min(body.keys() - {"messages"}), "unknown field")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _fail("messages", "a list of at least one message is required")
