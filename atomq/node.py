@@ -90,7 +90,9 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]
     maintenance: tuple[threading.Thread, threading.Event] | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        self.wsgi.extensions["atomq"].stopping.set()
+        wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
+        if wsgi is not None:
+            wsgi.extensions["atomq"].stopping.set()
         super().handle_exit(sig, frame)
 
 
@@ -158,6 +160,7 @@ def serve(config: NodeConfig) -> None:
     if key_path is not None:
         print(f"atomq: the owner key is in {key_path}", flush=True)
     server = None
+    master = os.getpid()
     redis_url = config.redis_url
     if redis_url is None:
         server = EmbeddedValkey(config.data_dir / "valkey")
@@ -170,5 +173,7 @@ def serve(config: NodeConfig) -> None:
         print(f"atomq: serving http://{config.host}:{config.port}", flush=True)
         Node(config, redis_url, owner_key).run()
     finally:
-        if server is not None:
+        # gunicorn's forked workers leave through this frame too (SystemExit);
+        # only the master owns the embedded Valkey.
+        if server is not None and os.getpid() == master:
             server.stop()
