@@ -424,6 +424,9 @@ class EmbeddedValkey:
         if gone():
             return True
         try:
+            if not os.path.exists(socket_path):
+                # redis-py takes a refused connection for a SHUTDOWN that went through.
+                raise OSError(f"no socket at {socket_path}")
             with _quiet_client(socket_path, self.password, timeout) as c:
                 c.shutdown()
         except (redis.RedisError, OSError):
