@@ -1,8 +1,9 @@
 """The send request body, checked and turned into messages without marshmallow.
 
 Why not the schema: loading 100 messages through ``SendSchema`` costs about
-2 ms, as much as the whole rest of a send request (JSON parsing is 0.13 ms);
-the send is the hot path, so this module applies the same rules by hand.
+2 ms, as much as the whole rest of a send request (JSON parsing is 0.1 ms);
+the send is the hot path, so this module applies the same rules by hand,
+and spells a field's path only when it reports a problem there.
 ``SendSchema`` stays the contract and the OpenAPI document, and a test runs
 both over valid and invalid bodies to prove they agree.
 """
@@ -20,65 +21,67 @@ MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", 
 DOCUMENT_FIELDS = frozenset({"data", "data_base64", "properties"})
 
 
-def _fail(field: str, rule: str) -> InvalidInput:
+def _fail(rule: str, *path: str | int) -> InvalidInput:
+    field = ".".join(str(p) for p in path)
     return InvalidInput(f"{field}: {rule}", field=field)
 
 
-def _properties(value: Any, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(field, "must be an object")
-    return value
-
-
-def _object(raw: Any, field: str, allowed: frozenset[str]) -> dict[str, Any]:
+def _object(raw: Any, allowed: frozenset[str], *path: str | int) -> dict[str, Any]:
     """``raw`` if it is an object with no field outside ``allowed``."""
     if not isinstance(raw, dict):
-        raise _fail(field, "must be an object")
-    unknown = raw.keys() - allowed
-    if unknown:
-        raise _fail(f"{field}.{min(unknown)}", "unknown field")
+        raise _fail("must be an object", *path)
+    if not allowed.issuperset(raw):
+        raise _fail("unknown field", *path, min(raw.keys() - allowed))
     return raw
 
 
-def _document(raw: Any, field: str) -> OutgoingDocument:
-    raw = _object(raw, field, DOCUMENT_FIELDS)
-    props = _properties(raw["properties"], f"{field}.properties") if "properties" in raw else {}
+def _properties(raw: dict[str, Any], *path: str | int) -> dict[str, Any]:
+    props = raw.get("properties", {})
+    if not isinstance(props, dict):
+        raise _fail("must be an object", *path, "properties")
+    return props
+
+
+def _document(raw: Any, i: int, j: int) -> OutgoingDocument:
+    raw = _object(raw, DOCUMENT_FIELDS, "messages", i, "documents", j)
+    props = _properties(raw, "messages", i, "documents", j)
+    data = raw.get("data")
+    if isinstance(data, str) and "data_base64" not in raw:
+        return OutgoingDocument(data, props)
     if ("data" in raw) == ("data_base64" in raw):
-        raise _fail(f"{field}.data", "give either data or data_base64")
+        raise _fail("give either data or data_base64", "messages", i, "documents", j, "data")
     if "data" in raw:
-        if not isinstance(raw["data"], str):
-            raise _fail(f"{field}.data", "must be a string")
-        return OutgoingDocument(raw["data"], props)
+        raise _fail("must be a string", "messages", i, "documents", j, "data")
     encoded = raw["data_base64"]
     if not isinstance(encoded, str):
-        raise _fail(f"{field}.data_base64", "must be a string")
+        raise _fail("must be a string", "messages", i, "documents", j, "data_base64")
     try:
-        data = base64.b64decode(encoded, validate=True)
+        return OutgoingDocument(base64.b64decode(encoded, validate=True), props)
     except (binascii.Error, ValueError):
-        raise _fail(f"{field}.data_base64", "must be base64") from None
-    return OutgoingDocument(data, props)
+        raise _fail("must be base64", "messages", i, "documents", j, "data_base64") from None
 
 
-def _message(raw: Any, field: str) -> OutgoingMessage:
-    raw = _object(raw, field, MESSAGE_FIELDS)
+def _message(raw: Any, i: int) -> OutgoingMessage:
+    raw = _object(raw, MESSAGE_FIELDS, "messages", i)
     docs = raw.get("documents")
     if not isinstance(docs, list) or not docs:
-        raise _fail(f"{field}.documents", "a list of at least one document is required")
+        raise _fail("a list of at least one document is required", "messages", i, "documents")
     dedupe_id = raw.get("dedupe_id")
     if dedupe_id is not None and (not isinstance(dedupe_id, str) or not 1 <= len(dedupe_id) <= 256):
-        raise _fail(f"{field}.dedupe_id", "must be a string of 1 to 256 characters")
+        raise _fail("must be a string of 1 to 256 characters", "messages", i, "dedupe_id")
     priority = raw.get("priority")
     if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
-        raise _fail(f"{field}.priority", "must be an integer from 0 to 9")
+        raise _fail("must be an integer from 0 to 9", "messages", i, "priority")
     expires_at = raw.get("expires_at")
-    if expires_at is not None and (type(expires_at) not in (int, float)):
-        raise _fail(f"{field}.expires_at", "must be a number (seconds since the epoch)")
+    if expires_at is not None and type(expires_at) not in (int, float):
+        raise _fail("must be a number (seconds since the epoch)", "messages", i, "expires_at")
     traceparent = raw.get("traceparent")
     if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > 256):
-        raise _fail(f"{field}.traceparent", "must be a string of at most 256 characters")
+        raise _fail("must be a string of at most 256 characters", "messages", i, "traceparent")
     return OutgoingMessage(
-        documents=tuple(_document(d, f"{field}.documents.{j}") for j, d in enumerate(docs)),
-        properties=_properties(raw["properties"], f"{field}.properties") if "properties" in raw else {},
+        documents=(_document(docs[0], i, 0),) if len(docs) == 1 else
+        tuple(_document(d, i, j) for j, d in enumerate(docs)),
+        properties=_properties(raw, "messages", i),
         priority=priority,
         expires_at=None if expires_at is None else float(expires_at),
         dedupe_id=dedupe_id,
@@ -89,10 +92,10 @@ def _message(raw: Any, field: str) -> OutgoingMessage:
 def parse_send(body: Any) -> list[OutgoingMessage]:
     """The messages of a send request body; InvalidInput naming the field otherwise."""
     if not isinstance(body, dict):
-        raise _fail("body", "must be a JSON object")
+        raise _fail("must be a JSON object", "body")
     if body.keys() - {"messages"}:
-        raise _fail(min(body.keys() - {"messages"}), "unknown field")
+        raise _fail("unknown field", min(body.keys() - {"messages"}))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise _fail("messages", "a list of at least one message is required")
-    return [_message(m, f"messages.{i}") for i, m in enumerate(messages)]
+        raise _fail("a list of at least one message is required", "messages")
+    return [_message(m, i) for i, m in enumerate(messages)]
