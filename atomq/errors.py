@@ -36,6 +36,13 @@ class InvalidInput(AtomqError):
     code = "invalid_input"
 
 
+class Forbidden(AtomqError):
+    """The key is valid but may not make this call (a tenant key on an owner-only call)."""
+
+    http_status = 403
+    code = "forbidden"
+
+
 class NotFound(AtomqError):
     """The resource does not exist in the caller's keyspace (another tenant's looks the same)."""
 

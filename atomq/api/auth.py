@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from flask import current_app, g, request
 
-from atomq.errors import AtomqError, InvalidInput, NotFound
+from atomq.errors import Forbidden, InvalidInput, NotFound
 from atomq.tenants import Principal
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
-
-
-class Forbidden(AtomqError):
-    http_status = 403
-    code = "forbidden"
 
 
 def authenticate() -> None:
