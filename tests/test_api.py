@@ -1,44 +1,87 @@
-"""The HTTP contract through Flask's test client, on the real Valkey.
+"""The HTTP contract, every endpoint's happy path and errors.
 
-The end-to-end tests (test_serve.py) run the same API in ``atomq serve``;
-these cover every endpoint's happy path and errors quickly.
+Each test runs twice: through Flask's test client in this process (fast,
+on the session's Valkey), and against a real ``atomq serve`` process over
+HTTP (gunicorn, its own embedded Valkey), as a client would.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from flask.testing import FlaskClient
+import requests
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
 from atomq.tenants import TenantStore
-from support import FAST
+from serve_process import AtomqServe, print_logs
+from support import FAST, free_port
+
+# (method, path, json body, headers, query) -> (status, json body or None)
+Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any]]
 
 
 class Client:
-    """A test client that speaks JSON with one key."""
+    """Speaks JSON with one key; ``status`` asserts the answer's status, and every error's shape."""
 
-    def __init__(self, http: FlaskClient, key: str | None, tenant: str | None = None) -> None:
-        self.http, self.key, self.tenant = http, key, tenant
+    def __init__(self, transport: Transport, key: str | None, tenant: str | None = None) -> None:
+        self.transport, self.key, self.tenant = transport, key, tenant
 
     def __call__(self, method: str, path: str, body: Any = None, status: int | None = None,
                  **query: Any) -> Any:
         headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         if self.tenant:
             headers["X-Atomq-Tenant"] = self.tenant
-        response = self.http.open(path, method=method, json=body, headers=headers, query_string=query or None)
+        code, answer = self.transport(method, path, body, headers, query)
         if status is not None:
-            assert response.status_code == status, (response.status_code, response.get_data(as_text=True))
-        if response.status_code >= 400:
-            error = response.get_json()["error"]
-            assert set(error) == {"code", "message", "details"}, error
-        return response.get_json() if response.data else None
+            assert code == status, (method, path, code, answer)
+        if code >= 400:
+            assert set(answer["error"]) == {"code", "message", "details"}, answer
+        return answer
+
+
+MAX_REQUEST_BYTES = 64 * 1024
+LONGPOLLS_PER_TENANT = 2
+
+
+def in_process(valkey: Any, owner_key: str) -> Iterator[Transport]:
+    client = valkey.client()
+    services = Services(queues=QueueServer(client, FAST), tenants=TenantStore(client, owner_key),
+                        longpolls=LongPollLimiter(LONGPOLLS_PER_TENANT))
+    http = create_app(services, {"MAX_CONTENT_LENGTH": MAX_REQUEST_BYTES}).test_client()
+
+    def transport(method: str, path: str, body: Any, headers: dict[str, str], query: dict[str, Any]) -> tuple[int, Any]:
+        r = http.open(path, method=method, json=body, headers=headers, query_string=query or None)
+        return r.status_code, (r.get_json() if r.data else None)
+
+    yield transport
+    client.close()
+
+
+def served(tmp: Path, owner_key: str) -> Iterator[Transport]:
+    # One HTTP worker: settings changed through it hold at once (other workers re-read them within 2 s).
+    node = AtomqServe(tmp / "data", tmp / "serve.log", owner_key, free_port(), http_workers=1,
+                      args=("--max-request-bytes", str(MAX_REQUEST_BYTES),
+                            "--max-longpolls-per-tenant", str(LONGPOLLS_PER_TENANT)))
+    session = requests.Session()
+
+    def transport(method: str, path: str, body: Any, headers: dict[str, str], query: dict[str, Any]) -> tuple[int, Any]:
+        r = session.request(method, node.url + path, json=body, headers=headers, params=query or None, timeout=30)
+        return r.status_code, (r.json() if r.content else None)
+
+    try:
+        node.start()
+        yield transport
+    finally:
+        session.close()
+        node.ensure_stopped()
+        print_logs([node])
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +89,17 @@ def owner_key() -> str:
     return f"aq_owner_{secrets.token_urlsafe(16)}"
 
 
-@pytest.fixture(scope="module")
-def http(valkey, owner_key) -> Iterator[FlaskClient]:
-    client = valkey.client()
-    services = Services(queues=QueueServer(client, FAST), tenants=TenantStore(client, owner_key),
-                        longpolls=LongPollLimiter(2))
-    # The shared server settings rule every node: store the fast schedule there.
-    services.settings.update(redelivery_delays_s=FAST.redelivery_delays_s)
-    app = create_app(services, {"MAX_CONTENT_LENGTH": 64 * 1024})
-    yield app.test_client()
-    client.close()
+@pytest.fixture(scope="module", params=["in_process", "served"])
+def http(request: pytest.FixtureRequest, owner_key: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transport]:
+    if request.param == "in_process":
+        transports = in_process(request.getfixturevalue("valkey"), owner_key)
+    else:
+        transports = served(tmp_path_factory.mktemp("served"), owner_key)
+    transport = next(transports)
+    # The shared server settings rule every node: the fast schedule goes there.
+    Client(transport, owner_key)("PATCH", "/v1/server", {"redelivery_delays_s": list(FAST.redelivery_delays_s)}, 200)
+    yield transport
+    next(transports, None)
 
 
 @pytest.fixture

@@ -11,12 +11,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from atomq.errors import AtomqError, RateLimited
 
 log = logging.getLogger("atomq.api")
+
+# A body over the limit is read and thrown away up to this size before the 413
+# goes out: a client still sending would otherwise see the connection reset
+# instead of the answer. Larger bodies are cut off.
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 
 CODES_BY_STATUS = {
     400: "invalid_input",
@@ -57,9 +62,22 @@ def http_error_response(exc: HTTPException) -> Response:
         details["fields"] = data["messages"]
         message = "the request does not match its schema; details.fields names each problem"
         status = 400
+    headers = None
     if status == 413:
         message = "the request body is larger than this server accepts"
-    return error_response(status, CODES_BY_STATUS.get(status, "error"), message, details)
+        _drain_body()
+        headers = {"Connection": "close"}
+    return error_response(status, CODES_BY_STATUS.get(status, "error"), message, details, headers)
+
+
+def _drain_body() -> None:
+    left = min(request.content_length or 0, DRAIN_LIMIT_BYTES)
+    stream = request.environ["wsgi.input"]
+    while left > 0:
+        chunk = stream.read(min(left, 64 * 1024))
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def register(app: Flask) -> None:
