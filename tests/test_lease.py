@@ -1,0 +1,47 @@
+"""Leases: work done once across nodes moves when its holder stops or dies."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from atomq.platform.lease import Lease
+from atomq.platform.maintenance import run_maintenance
+from atomq.platform.storage import Storage
+from support import wait_until
+
+
+def test_one_holder_at_a_time_and_the_lease_moves_when_it_runs_out(backend) -> None:
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    storage = Storage(backend)
+    a = Lease(storage, name, "node-a", ttl_s=0.2)
+    b = Lease(storage, name, "node-b", ttl_s=30)
+    assert a.acquire() and a.acquire(), "taken, then renewed"
+    assert not b.acquire()
+    assert not b.release(), "only the holder gives it up"
+    # node-a dies: it renews no more, and its lease runs out.
+    wait_until(b.acquire, 5, "the lease to pass to node-b once node-a's ran out")
+    assert not a.acquire()
+    assert b.release() and a.acquire(), "a clean stop hands it over at once"
+
+
+def test_only_the_lease_holder_runs_maintenance_and_gives_it_up_on_stop(qs, tenant) -> None:
+    name = f"maint-{uuid.uuid4().hex[:8]}"
+    mine = Lease(qs.storage, name, "this-node", ttl_s=30)
+    theirs = Lease(qs.storage, name, "other-node", ttl_s=30)
+    assert theirs.acquire()
+    rounds = []
+    qs.maintain = lambda tenant: rounds.append(tenant) or {}  # type: ignore[method-assign]
+    qs.put_queue(tenant, "q", "point_to_point")
+    stop = threading.Event()
+    loop = threading.Thread(target=run_maintenance, args=(qs, stop, 0.01, mine))
+    loop.start()
+    try:
+        assert not mine.acquire() and not rounds, "the other node holds the lease"
+        theirs.release()
+        wait_until(lambda: bool(rounds), 5, "maintenance to run once the lease was free")
+    finally:
+        stop.set()
+        loop.join(timeout=5)
+    assert theirs.acquire(), "the stopped loop gave the lease up"
+    qs.delete_queue(tenant, "q")
