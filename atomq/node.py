@@ -20,6 +20,7 @@ import math
 import os
 import secrets
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,14 @@ def load_owner_key(data_dir: Path) -> tuple[str, Path | None]:
     return path.read_text().strip(), path
 
 
-def build_services(config: NodeConfig, redis_url: str, owner_key: str) -> Services:
+def build_services(config: NodeConfig, redis_url: str, owner_key: str, node_id: str) -> Services:
     """A worker's own connection and services (never shared across a fork)."""
     client = open_redis(redis_url, allow_eviction=config.allow_eviction)
     return Services(
         queues=QueueServer(client),
         tenants=TenantStore(client, owner_key),
         longpolls=LongPollLimiter(config.max_longpolls_per_tenant),
+        node_id=node_id,
     )
 
 
@@ -125,6 +127,8 @@ class Node(BaseApplication):  # type: ignore[misc]
         self.config = config
         self.redis_url = redis_url
         self.owner_key = owner_key
+        # One id for the node, shared by its workers: rate-limit windows are per node.
+        self.node_id = f"n_{uuid.uuid4().hex[:12]}"
         super().__init__()
 
     def load_config(self) -> None:
@@ -149,7 +153,7 @@ class Node(BaseApplication):  # type: ignore[misc]
             self.cfg.set(name, value)
 
     def load(self) -> Any:
-        services = build_services(self.config, self.redis_url, self.owner_key)
+        services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
         return create_app(services, {"MAX_CONTENT_LENGTH": self.config.max_request_bytes})
 
 

@@ -23,8 +23,8 @@ from atomq.tenants import TenantStore
 from serve_process import AtomqServe, print_logs
 from support import FAST, free_port
 
-# (method, path, json body, headers, query) -> (status, json body or None)
-Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any]]
+# (method, path, json body, headers, query) -> (status, json body or None, response headers)
+Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]
 
 
 class Client:
@@ -32,13 +32,14 @@ class Client:
 
     def __init__(self, transport: Transport, key: str | None, tenant: str | None = None) -> None:
         self.transport, self.key, self.tenant = transport, key, tenant
+        self.headers: dict[str, str] = {}
 
     def __call__(self, method: str, path: str, body: Any = None, status: int | None = None,
                  **query: Any) -> Any:
         headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         if self.tenant:
             headers["X-Atomq-Tenant"] = self.tenant
-        code, answer = self.transport(method, path, body, headers, query)
+        code, answer, self.headers = self.transport(method, path, body, headers, query)
         if status is not None:
             assert code == status, (method, path, code, answer)
         if code >= 400:
@@ -56,9 +57,10 @@ def in_process(valkey: Any, owner_key: str) -> Iterator[Transport]:
                         longpolls=LongPollLimiter(LONGPOLLS_PER_TENANT))
     http = create_app(services, {"MAX_CONTENT_LENGTH": MAX_REQUEST_BYTES}).test_client()
 
-    def transport(method: str, path: str, body: Any, headers: dict[str, str], query: dict[str, Any]) -> tuple[int, Any]:
+    def transport(method: str, path: str, body: Any, headers: dict[str, str],
+                  query: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
         r = http.open(path, method=method, json=body, headers=headers, query_string=query or None)
-        return r.status_code, (r.get_json() if r.data else None)
+        return r.status_code, (r.get_json() if r.data else None), dict(r.headers)
 
     yield transport
     client.close()
@@ -71,9 +73,10 @@ def served(tmp: Path, owner_key: str) -> Iterator[Transport]:
                             "--max-longpolls-per-tenant", str(LONGPOLLS_PER_TENANT)))
     session = requests.Session()
 
-    def transport(method: str, path: str, body: Any, headers: dict[str, str], query: dict[str, Any]) -> tuple[int, Any]:
+    def transport(method: str, path: str, body: Any, headers: dict[str, str],
+                  query: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
         r = session.request(method, node.url + path, json=body, headers=headers, params=query or None, timeout=30)
-        return r.status_code, (r.json() if r.content else None)
+        return r.status_code, (r.json() if r.content else None), dict(r.headers)
 
     try:
         node.start()
@@ -334,3 +337,24 @@ def test_server_state_and_settings(owner, acme) -> None:
     finally:
         owner("PATCH", "/v1/server", {"redelivery_delays_s": [0.05, 0.1, 0.15], "incoming_rate_limit_per_minute": 0},
               200)
+
+
+def test_the_tenant_rate_limit_counts_send_requests_only(owner, http) -> None:
+    """With the default 60 s window: the fourth send of a tenant limited to 3 gets 429."""
+    created = owner("POST", "/v1/tenants", {"name": "limited", "rate_limit_per_minute": 3}, 201)
+    limited = Client(http, created["api_key"])
+    try:
+        limited("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        limited("POST", "/v1/queues/missing/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 404)
+        limited("POST", "/v1/queues/q/messages", {"messages": []}, 400)
+        for _ in range(3):
+            send(limited, "q", *["m"] * 50)  # one request counts once, however many messages
+            limited("POST", "/v1/queues/q/get", {"max": 1}, 200)  # gets are not counted
+        error = limited("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 429)
+        assert error["error"]["code"] == "rate_limited"
+        retry_after = int(limited.headers["Retry-After"])
+        assert 55 <= retry_after <= 60 and error["error"]["details"]["retry_after"] == retry_after
+        assert limited("GET", "/v1/queues/q", status=200)["depth"] == 147, "the refused send stored nothing"
+        limited("POST", "/v1/queues/q/ack", {"ids": ["x"]}, 200)
+    finally:
+        owner("DELETE", f"/v1/tenants/{created['id']}", status=204)

@@ -42,10 +42,19 @@ class Messages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
     @blp.response(201, SendResultSchema)
     def post(self, name: str) -> Response:
-        """Sends a batch of messages, stored all or nothing; the only counted request."""
+        """Sends a batch of messages, stored all or nothing; the only request rate limits count.
+
+        Checked in this order: key, size, body, the node's window, the tenant's
+        window, then the store; a refused send takes no room in either window.
+        """
+        s = services()
         tenant = current_tenant()
         messages = parse_send(_json_body())
-        return render.json_response({"ids": services().queues.send(tenant, name, messages)}, 201)
+        settings = s.current_settings()
+        with s.rate_limits.send(tenant, s.tenant_rate_limit(tenant), settings.incoming_rate_limit_per_minute,
+                                settings.rate_limit_window_s):
+            ids = s.queues.send(tenant, name, messages)
+        return render.json_response({"ids": ids}, 201)
 
     @blp.arguments(PageArgs, location="query")
     @blp.response(200, BrowsePageSchema)

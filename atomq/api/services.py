@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -10,7 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from atomq.platform import QueueServer
-from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
+from atomq.platform.rate_limit import RateLimiter
+from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.tenants import TenantStore
 
 
@@ -56,10 +58,24 @@ class Services:
     node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
     stopping: threading.Event = field(default_factory=threading.Event)
     settings: ServerSettingsStore = field(init=False)
+    rate_limits: RateLimiter = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
+    _tenant_limits: dict[str, tuple[float, int]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
+        self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
+
+    def tenant_rate_limit(self, tenant: str) -> int:
+        """The tenant's ``rate_limit_per_minute``, read again when older than a few seconds."""
+        cached = self._tenant_limits.get(tenant)
+        now = time.monotonic()
+        if cached is None or now - cached[0] > REFRESH_S:
+            if len(self._tenant_limits) > 10_000:
+                self._tenant_limits.clear()
+            cached = (now, self.tenants.get(tenant).rate_limit_per_minute)
+            self._tenant_limits[tenant] = cached
+        return cached[1]
 
     def current_settings(self) -> ServerSettings:
         """The shared server settings, applied to this node's queue server when they change."""

@@ -6,6 +6,8 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:format                      the stored format version (string)
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:lease:<name>                a lease: its holder's id, expiring unless renewed
+    aq:rl:node:<N>                 node N's rate-limit window on sends (start, count)
+    aq:{T}:rl:<N>                  tenant T's rate-limit window on sends through node N
     aq:server                      hash of the server settings shared by every node
     aq:{T}:seq                     counter that numbers messages (message ids)
     aq:{T}:queues                  set of the tenant's queue names
@@ -181,6 +183,16 @@ DEST_KEY_COUNT = 7
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
+
+
+def node_rate_window(node_id: str) -> str:
+    """A node's own window on sends (the seed's server counts per node)."""
+    return f"{PREFIX}:rl:node:{node_id}"
+
+
+def tenant_rate_window(tenant: str, node_id: str) -> str:
+    """A tenant's window on sends through one node, in the tenant's slot."""
+    return f"{tenant_prefix(tenant)}:rl:{node_id}"
 
 
 def lease_key(name: str) -> str:

@@ -25,6 +25,7 @@ NAMES = (
     "subscriber_put",
     "unlink_component",
     "lease",
+    "window",
 )
 
 
