@@ -38,14 +38,7 @@ def message(m: Message) -> dict[str, Any]:
         "properties": env.properties,
         "documents": [_document(d) for d in m.documents],
     }
-    if env.priority is not None:
-        out["priority"] = env.priority
-    if env.expires_at is not None:
-        out["expires_at"] = env.expires_at
-    if env.dedupe_id is not None:
-        out["dedupe_id"] = env.dedupe_id
-    if env.traceparent is not None:
-        out["traceparent"] = env.traceparent
+    out.update(env.optional_fields())
     if isinstance(m, Delivery):
         out["receipt"] = m.receipt
     elif isinstance(m, BrowsedMessage):

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 ENVELOPE_VERSION = 1
 BARE_ENVELOPE = '{"v":1}'
+# The envelope's optional fields: their names, and their short keys in the stored JSON.
+ENVELOPE_FIELDS = (("priority", "pr"), ("expires_at", "x"), ("dedupe_id", "dd"), ("traceparent", "tp"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
@@ -55,20 +57,15 @@ class OutgoingMessage:
     traceparent: str | None = None
 
     def envelope_json(self) -> str:
-        if not (self.properties or self.priority is not None or self.expires_at is not None
-                or self.dedupe_id is not None or self.traceparent is not None):
-            return BARE_ENVELOPE
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
         if self.properties:
             env["p"] = self.properties
-        if self.priority is not None:
-            env["pr"] = self.priority
-        if self.expires_at is not None:
-            env["x"] = self.expires_at
-        if self.dedupe_id is not None:
-            env["dd"] = self.dedupe_id
-        if self.traceparent is not None:
-            env["tp"] = self.traceparent
+        for name, short in ENVELOPE_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                env[short] = value
+        if len(env) == 1:
+            return BARE_ENVELOPE
         return json.dumps(env, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -88,14 +85,12 @@ class Envelope:
         if raw == _BARE_ENVELOPE_BYTES:  # the common case, without a JSON parse
             return cls(properties={})
         env = json.loads(raw)
-        return cls(
-            properties=env.get("p", {}),
-            priority=env.get("pr"),
-            expires_at=env.get("x"),
-            dedupe_id=env.get("dd"),
-            traceparent=env.get("tp"),
-            version=env.get("v", ENVELOPE_VERSION),
-        )
+        return cls(properties=env.get("p", {}), version=env.get("v", ENVELOPE_VERSION),
+                   **{name: env.get(short) for name, short in ENVELOPE_FIELDS})
+
+    def optional_fields(self) -> dict[str, Any]:
+        """The optional fields that are set, by name."""
+        return {name: getattr(self, name) for name, _ in ENVELOPE_FIELDS if getattr(self, name) is not None}
 
 
 @dataclass(slots=True)
