@@ -12,7 +12,9 @@ from flask import Flask
 from flask_smorest import Api
 
 from atomq.api import auth, dead_letters, errors, health, messages, queues, server, tenants
-from atomq.api.schemas.common import ErrorSchema
+from atomq.api.blueprint import NameConverter
+from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
+from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
 from atomq.api.services import Services
 
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
@@ -41,10 +43,22 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     )
     app.config.update(config or {})
     app.extensions["atomq"] = services
+    app.url_map.converters["qname"] = NameConverter
     app.before_request(auth.authenticate)
     api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
         "security": [{"bearer": []}]})
+    api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
     for module in (health, server, tenants, queues, messages, dead_letters):
         api.register_blueprint(module.blp)
+    _document_one_of_rules(api)
     return app
+
+
+def _document_one_of_rules(api: AtomqApi) -> None:
+    """States in the OpenAPI document the "exactly one of" rules that the
+    schemas check in ``validates_schema``, which apispec cannot see."""
+    components = api.spec.components.schemas
+    for schema in (Selector, NackSchema, ExtendSchema, BulkSelector, OutgoingDocumentSchema):
+        name = schema.__name__.removesuffix("Schema")
+        components[name]["oneOf"] = schema.ONE_OF

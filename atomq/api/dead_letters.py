@@ -1,4 +1,4 @@
-"""A queue's dead letters: ``/v1/queues/<name>/dead-letters``."""
+"""A queue's dead letters: ``/v1/queues/<qname:name>/dead-letters``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from atomq.api.schemas.messages import DeadLetterPageSchema, DeletedSchema, Rese
 blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters")
 
 
-@blp.route("/<name>/dead-letters")
+@blp.route("/<qname:name>/dead-letters")
 class DeadLetters(MethodView):
     @blp.arguments(PageArgs, location="query")
     @blp.response(200, DeadLetterPageSchema)
@@ -34,7 +34,7 @@ class DeadLetters(MethodView):
             current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
 
 
-@blp.route("/<name>/dead-letters/resend")
+@blp.route("/<qname:name>/dead-letters/resend")
 class Resend(MethodView):
     @blp.arguments(BulkSelector)
     @blp.response(200, ResentSchema)

@@ -13,6 +13,7 @@ blp = ApiBlueprint("health", __name__, url_prefix="/v1", description="Health (no
 
 @blp.route("/health")
 class Health(MethodView):
+    @blp.doc(security=[])
     @blp.response(200)
     def get(self) -> Response:
         """200 once the node serves requests."""
@@ -21,6 +22,7 @@ class Health(MethodView):
 
 @blp.route("/ready")
 class Ready(MethodView):
+    @blp.doc(security=[])
     @blp.response(200)
     @blp.alt_response(503, description="not ready: the body says why")
     def get(self) -> Response:

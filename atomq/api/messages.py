@@ -1,4 +1,4 @@
-"""Send, get, ack, nack, extend and browse: ``/v1/queues/<name>/...``."""
+"""Send, get, ack, nack, extend and browse: ``/v1/queues/<qname:name>/...``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _json_body() -> Any:
     return body
 
 
-@blp.route("/<name>/messages")
+@blp.route("/<qname:name>/messages")
 class Messages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
     @blp.response(201, SendResultSchema)
@@ -72,7 +72,7 @@ class Messages(MethodView):
             current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
 
 
-@blp.route("/<name>/get")
+@blp.route("/<qname:name>/get")
 class Get(MethodView):
     @blp.arguments(GetSchema)
     @blp.response(200, DeliveriesSchema)
@@ -85,7 +85,7 @@ class Get(MethodView):
         return render.json_response({"messages": [render.message(m) for m in got]})
 
 
-@blp.route("/<name>/ack")
+@blp.route("/<qname:name>/ack")
 class Ack(MethodView):
     @blp.arguments(Selector)
     @blp.response(200, AckedSchema)
@@ -95,7 +95,7 @@ class Ack(MethodView):
                                                body.get("subscriber"))}
 
 
-@blp.route("/<name>/nack")
+@blp.route("/<qname:name>/nack")
 class Nack(MethodView):
     @blp.arguments(NackSchema)
     @blp.response(200, NackedSchema)
@@ -106,7 +106,7 @@ class Nack(MethodView):
         return {"requeued": result.requeued, "dead_lettered": result.dead_lettered}
 
 
-@blp.route("/<name>/extend")
+@blp.route("/<qname:name>/extend")
 class Extend(MethodView):
     @blp.arguments(ExtendSchema)
     @blp.response(200, ExtendedSchema)

@@ -23,7 +23,7 @@ class Queues(MethodView):
         return render.json_response({"queues": [render.queue(q) for q in services().queues.list_queues(current_tenant())]})
 
 
-@blp.route("/<name>")
+@blp.route("/<qname:name>")
 class QueueByName(MethodView):
     @blp.arguments(QueuePutSchema)
     @blp.response(200, QueueSchema)
@@ -45,7 +45,7 @@ class QueueByName(MethodView):
         services().queues.delete_queue(current_tenant(), name)
 
 
-@blp.route("/<name>/subscribers/<subscriber>")
+@blp.route("/<qname:name>/subscribers/<qname:subscriber>")
 class Subscriber(MethodView):
     @blp.response(200)
     @blp.alt_response(201, description="created")

@@ -48,6 +48,9 @@ class ErrorSchema(ma.Schema):
 class Selector(Strict):
     """Selects messages by id or by receipt, for the subscriber where that applies."""
 
+    # What ``validates_schema`` checks, as the OpenAPI document states it (see atomq.api).
+    ONE_OF = [{"required": ["ids"]}, {"required": ["receipts"]}]
+
     ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
     receipts = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
@@ -60,6 +63,8 @@ class Selector(Strict):
 
 class BulkSelector(Strict):
     """Selects messages by id, or all of them."""
+
+    ONE_OF = [{"required": ["ids"]}, {"required": ["all"], "properties": {"all": {"enum": [True]}}}]
 
     ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
     all = fields.Boolean()

@@ -20,8 +20,11 @@ def _is_base64(value: str) -> None:
 
 
 class OutgoingDocumentSchema(Strict):
+    ONE_OF = [{"required": ["data"]}, {"required": ["data_base64"]}]
+
     data = fields.String(metadata={"description": "text content (give this or data_base64)"})
-    data_base64 = fields.String(validate=_is_base64, metadata={"description": "binary content, base64"})
+    data_base64 = fields.String(validate=_is_base64,
+                                metadata={"description": "binary content, base64", "format": "byte"})
     properties = fields.Dict(keys=fields.String(), load_default=dict,
                              metadata={"description": "dynamic document properties"})
 
