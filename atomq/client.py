@@ -1,0 +1,221 @@
+"""A small Python client for the atomq HTTP API.
+
+One ``requests.Session`` (keep-alive) per client. Errors come back as the
+same ``atomq.errors`` classes the server raised, rebuilt from the JSON error
+body, so a caller catches ``RateLimited`` (with ``retry_after``) or
+``NotFound`` whether it uses the library or the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import requests
+
+from atomq.errors import (
+    AtomqError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    QuotaExceeded,
+    RateLimited,
+    StorageError,
+    TooLarge,
+    Unauthorized,
+)
+
+DEFAULT_URL = "http://127.0.0.1:61717"
+ERRORS_BY_STATUS: dict[int, type[AtomqError]] = {
+    400: InvalidInput, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: TooLarge,
+    503: StorageError,
+}
+
+
+def error_from_response(response: requests.Response) -> AtomqError:
+    """The atomq error an error response carries (its code, message and details kept)."""
+    try:
+        body = response.json()["error"]
+        code, message, details = body["code"], body["message"], dict(body.get("details") or {})
+    except (ValueError, KeyError, TypeError):
+        code, message, details = "http_error", f"HTTP {response.status_code}: {response.text[:200]}", {}
+    status = response.status_code
+    if status == 429:
+        retry_after = int(response.headers.get("Retry-After") or details.pop("retry_after", 1))
+        details.pop("retry_after", None)
+        return RateLimited(message, retry_after=retry_after, code=code, **details)
+    if status == 507:
+        limit, used = int(details.pop("limit", 0)), int(details.pop("used", 0))
+        return QuotaExceeded(message, limit=limit, used=used, code=code, **details)
+    error = ERRORS_BY_STATUS.get(status, AtomqError)(message, code=code, **details)
+    error.http_status = status
+    return error
+
+
+class AtomqClient:
+    """Speaks to one atomq node with one key.
+
+    Args:
+        url: the node's base URL.
+        key: a tenant's API key, or the owner key.
+        tenant: with the owner key, the tenant whose queues the calls act on.
+        timeout: seconds per request (a blocking get adds its own wait).
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, key: str = "", *, tenant: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+        if tenant:
+            self.session.headers["X-Atomq-Tenant"] = tenant
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> AtomqClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
+                **query: Any) -> Any:
+        """One call; the decoded JSON answer (None for 204), or the atomq error it carried."""
+        params = {k: v for k, v in query.items() if v is not None} or None
+        try:
+            response = self.session.request(method, self.url + path, json=body, params=params,
+                                            timeout=timeout or self.timeout)
+        except requests.RequestException as exc:
+            raise StorageError(f"cannot reach atomq at {self.url}: {exc}", code="unreachable") from None
+        if response.status_code >= 400:
+            raise error_from_response(response)
+        return response.json() if response.content else None
+
+    # -- tenants and the server (owner key) ----------------------------------------------
+
+    def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0) -> Any:
+        """The new tenant, with its first ``api_key`` (shown only here)."""
+        return self.request("POST", "/v1/tenants", {"name": name, "rate_limit_per_minute": rate_limit_per_minute,
+                                                    "disk_quota_bytes": disk_quota_bytes})
+
+    def tenants(self) -> list[Any]:
+        return self.request("GET", "/v1/tenants")["tenants"]  # type: ignore[no-any-return]
+
+    def tenant(self, tenant_id: str) -> Any:
+        return self.request("GET", f"/v1/tenants/{tenant_id}")
+
+    def update_tenant(self, tenant_id: str, **changes: Any) -> Any:
+        return self.request("PATCH", f"/v1/tenants/{tenant_id}", changes)
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        self.request("DELETE", f"/v1/tenants/{tenant_id}")
+
+    def create_key(self, tenant_id: str) -> Any:
+        return self.request("POST", f"/v1/tenants/{tenant_id}/keys")
+
+    def revoke_key(self, tenant_id: str, key_id: str) -> None:
+        self.request("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}")
+
+    def server(self) -> Any:
+        return self.request("GET", "/v1/server")
+
+    def update_server(self, **changes: Any) -> Any:
+        return self.request("PATCH", "/v1/server", changes)
+
+    # -- queues --------------------------------------------------------------------------
+
+    def put_queue(self, name: str, model: str = "point_to_point", **settings: Any) -> Any:
+        return self.request("PUT", f"/v1/queues/{name}", {"model": model, **settings})
+
+    def queues(self) -> list[Any]:
+        return self.request("GET", "/v1/queues")["queues"]  # type: ignore[no-any-return]
+
+    def queue(self, name: str) -> Any:
+        return self.request("GET", f"/v1/queues/{name}")
+
+    def delete_queue(self, name: str) -> None:
+        self.request("DELETE", f"/v1/queues/{name}")
+
+    def put_subscriber(self, queue: str, subscriber: str) -> None:
+        self.request("PUT", f"/v1/queues/{queue}/subscribers/{subscriber}")
+
+    def delete_subscriber(self, queue: str, subscriber: str) -> None:
+        self.request("DELETE", f"/v1/queues/{queue}/subscribers/{subscriber}")
+
+    # -- messages ------------------------------------------------------------------------
+
+    def send(self, queue: str, messages: Sequence[dict[str, Any]]) -> list[str]:
+        """Sends messages in the API's shape (``{"documents": [{"data": ...}], ...}``); their ids."""
+        return self.request("POST", f"/v1/queues/{queue}/messages", {"messages": list(messages)})["ids"]  # type: ignore[no-any-return]
+
+    def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
+        """One message of one text document per text."""
+        return self.send(queue, [{"documents": [{"data": t}]} for t in texts])
+
+    def get(self, queue: str, max_messages: int = 10, wait_ms: int = 0,
+            subscriber: str | None = None) -> list[Any]:
+        body: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms}
+        if subscriber:
+            body["subscriber"] = subscriber
+        return self.request("POST", f"/v1/queues/{queue}/get", body,  # type: ignore[no-any-return]
+                            timeout=self.timeout + wait_ms / 1000)["messages"]
+
+    def _selected(self, queue: str, action: str, ids: Sequence[str] | None, receipts: Sequence[str] | None,
+                  subscriber: str | None, **extra: Any) -> Any:
+        body: dict[str, Any] = {"ids": list(ids)} if ids is not None else {"receipts": list(receipts or [])}
+        if subscriber:
+            body["subscriber"] = subscriber
+        return self.request("POST", f"/v1/queues/{queue}/{action}", {**body, **extra})
+
+    def ack(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
+            subscriber: str | None = None) -> int:
+        return int(self._selected(queue, "ack", ids, receipts, subscriber)["acked"])
+
+    def nack(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
+             subscriber: str | None = None, reason: str = "") -> Any:
+        """``{"requeued": n, "dead_lettered": m}``."""
+        return self._selected(queue, "nack", ids, receipts, subscriber, reason=reason)
+
+    def extend(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
+               subscriber: str | None = None, seconds: float | None = None) -> int:
+        extra = {} if seconds is None else {"seconds": seconds}
+        return int(self._selected(queue, "extend", ids, receipts, subscriber, **extra)["extended"])
+
+    # -- management ----------------------------------------------------------------------
+
+    def _pages(self, path: str, subscriber: str | None, limit: int) -> Iterator[Any]:
+        after = None
+        while True:
+            page = self.request("GET", path, limit=limit, after=after, subscriber=subscriber)
+            yield from page["messages"]
+            after = page["next"]
+            if after is None:
+                return
+
+    def browse(self, queue: str, subscriber: str | None = None, limit: int = 100) -> Iterator[Any]:
+        """Every waiting and in-flight message, page by page, without consuming them."""
+        return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit)
+
+    def dead_letters(self, queue: str, subscriber: str | None = None, limit: int = 100) -> Iterator[Any]:
+        return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit)
+
+    def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None) -> Any:
+        body: dict[str, Any] = {"ids": list(ids)} if ids is not None else {"all": True}
+        if subscriber:
+            body["subscriber"] = subscriber
+        return self.request(method, path, body)
+
+    def delete_messages(self, queue: str, ids: Sequence[str] | None = None, subscriber: str | None = None) -> int:
+        """Deletes the messages ``ids``, or all of them when ``ids`` is None."""
+        return int(self._bulk("DELETE", f"/v1/queues/{queue}/messages", ids, subscriber)["deleted"])
+
+    def resend_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
+                            subscriber: str | None = None) -> int:
+        return int(self._bulk("POST", f"/v1/queues/{queue}/dead-letters/resend", ids, subscriber)["resent"])
+
+    def delete_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
+                            subscriber: str | None = None) -> int:
+        return int(self._bulk("DELETE", f"/v1/queues/{queue}/dead-letters", ids, subscriber)["deleted"])

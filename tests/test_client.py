@@ -1,0 +1,80 @@
+"""atomq.client against a real atomq serve: every call, and errors as atomq's own classes."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from atomq.client import AtomqClient
+from atomq.errors import InvalidInput, NotFound, RateLimited, Unauthorized
+from serve_process import AtomqServe, print_logs
+from support import free_port
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
+    tmp: Path = tmp_path_factory.mktemp("client")
+    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+                      http_workers=1)
+    try:
+        node.start()
+        with AtomqClient(node.url, node.owner_key) as owner:
+            owner.update_server(redelivery_delays_s=[0.05])
+        yield node
+    finally:
+        node.ensure_stopped()
+        print_logs([node])
+
+
+@pytest.fixture
+def owner(node) -> Iterator[AtomqClient]:
+    with AtomqClient(node.url, node.owner_key) as client:
+        yield client
+
+
+def test_a_tenant_works_its_queue_through_the_client(node, owner) -> None:
+    tenant = owner.create_tenant("client-user", rate_limit_per_minute=100)
+    assert tenant["id"] in [t["id"] for t in owner.tenants()]
+    with AtomqClient(node.url, tenant["api_key"]) as c:
+        assert c.put_queue("jobs", max_redeliveries=0)["model"] == "point_to_point"
+        ids = c.send_texts("jobs", ["a", "b", "c"])
+        assert [m["id"] for m in c.browse("jobs", limit=2)] == ids
+        got = c.get("jobs", max_messages=2, wait_ms=1000)
+        assert [m["documents"][0]["data"] for m in got] == ["a", "b"]
+        assert c.extend("jobs", receipts=[got[0]["receipt"]], seconds=30) == 1
+        assert c.ack("jobs", receipts=[got[0]["receipt"]]) == 1
+        assert c.nack("jobs", ids=[got[1]["id"]], reason="bad") == {"requeued": 0, "dead_lettered": 1}
+        assert [m["reason"] for m in c.dead_letters("jobs")] == ["bad"]
+        assert c.resend_dead_letters("jobs") == 1
+        assert c.delete_messages("jobs", ids=[ids[2]]) == 1
+        assert c.queue("jobs")["depth"] == 1
+        assert c.delete_messages("jobs") == 1 and c.delete_dead_letters("jobs") == 0
+        c.put_queue("news", "publish_subscribe")
+        c.put_subscriber("news", "s")
+        c.send_texts("news", ["n"])
+        assert [m["documents"][0]["data"] for m in c.get("news", subscriber="s")] == ["n"]
+        c.delete_subscriber("news", "s")
+        c.delete_queue("news")
+        assert [q["name"] for q in c.queues()] == ["jobs"]
+    owner.delete_tenant(tenant["id"])
+
+
+def test_errors_come_back_as_atomq_errors(node, owner) -> None:
+    tenant = owner.create_tenant("erring", rate_limit_per_minute=1)
+    with AtomqClient(node.url, tenant["api_key"]) as c:
+        with pytest.raises(NotFound) as missing:
+            c.queue("nope")
+        assert missing.value.code == "not_found" and missing.value.details == {"queue": "nope"}
+        with pytest.raises(InvalidInput):
+            c.put_queue("q", "fifo")
+        c.put_queue("q")
+        c.send_texts("q", ["one"])
+        with pytest.raises(RateLimited) as limited:
+            c.send_texts("q", ["two"])
+        assert 1 <= limited.value.retry_after <= 60
+    with pytest.raises(Unauthorized), AtomqClient(node.url, "aq_nobody_x") as stranger:
+        stranger.queues()
+    owner.delete_tenant(tenant["id"])
