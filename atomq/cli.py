@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from atomq.cli_manage import COMMANDS
 from atomq.errors import AtomqError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant
@@ -177,3 +178,7 @@ def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...]) -> No
         if server is not None:
             server.stop()
     sys.exit(1 if bad else 0)
+
+
+for _command in COMMANDS:
+    main.add_command(_command)

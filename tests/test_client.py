@@ -78,3 +78,39 @@ def test_errors_come_back_as_atomq_errors(node, owner) -> None:
     with pytest.raises(Unauthorized), AtomqClient(node.url, "aq_nobody_x") as stranger:
         stranger.queues()
     owner.delete_tenant(tenant["id"])
+
+
+def test_management_commands_print_tables_and_json(node) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from atomq.cli import main
+
+    runner = CliRunner()
+    env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key}
+
+    def run(*args: str, key: str | None = None, stdin: str | None = None) -> str:
+        result = runner.invoke(main, list(args), env={**env, **({"ATOMQ_KEY": key} if key else {})}, input=stdin)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    created = json.loads(run("tenants", "create", "cli-user", "--json"))
+    key = created["api_key"]
+    assert created["id"] in run("tenants", "list")
+    assert "NAME" in run("queues", "create", "jobs", "--max-redeliveries", "0", key=key)
+    ids = json.loads(run("send", "jobs", "--json", key=key, stdin="first\nsecond\n"))["ids"]
+    assert len(ids) == 2
+    table = run("queues", "list", key=key)
+    assert table.splitlines()[0].split() == ["NAME", "MODEL", "DEPTH", "IN", "FLIGHT", "DEAD"]
+    assert table.splitlines()[1].split() == ["jobs", "point_to_point", "2", "0", "0"]
+    got = json.loads(run("get", "jobs", "--max", "1", "--json", key=key))
+    assert [m["documents"][0]["data"] for m in got] == ["first"]
+    with AtomqClient(node.url, key) as c:
+        c.nack("jobs", ids=[got[0]["id"]], reason="nope")
+    assert "nope" in run("dead-letters", "list", "jobs", key=key)
+    assert json.loads(run("dead-letters", "resend", "jobs", "--json", key=key)) == {"resent": 1}
+    assert "second" in run("get", "jobs", "--max", "5", "--ack", key=key)
+    failed = runner.invoke(main, ["queues", "delete", "missing"], env={**env, "ATOMQ_KEY": key})
+    assert failed.exit_code == 1 and "not_found" in failed.output
+    run("tenants", "delete", created["id"])
