@@ -280,24 +280,39 @@ def test_publish_subscribe_over_http(acme) -> None:
 
 def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
     acme("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
+    acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe"}, 201)
+    acme("PUT", "/v1/queues/feed/subscribers/sub", status=201)
     (msg_id,) = send(acme, "secret", "acme's secret")
+    send(acme, "feed", "acme's feed")
     for method, path, body in (
         ("GET", "/v1/queues/secret", None),
         ("POST", "/v1/queues/secret/get", {}),
         ("POST", "/v1/queues/secret/ack", {"ids": [msg_id]}),
+        ("POST", "/v1/queues/secret/ack", {"receipts": [f"{msg_id}~1"]}),
+        ("POST", "/v1/queues/secret/nack", {"ids": [msg_id]}),
+        ("POST", "/v1/queues/secret/extend", {"ids": [msg_id]}),
         ("GET", "/v1/queues/secret/messages", None),
+        ("DELETE", "/v1/queues/secret/messages", {"ids": [msg_id]}),
         ("DELETE", "/v1/queues/secret/messages", {"all": True}),
         ("GET", "/v1/queues/secret/dead-letters", None),
+        ("POST", "/v1/queues/secret/dead-letters/resend", {"all": True}),
+        ("DELETE", "/v1/queues/secret/dead-letters", {"ids": [msg_id]}),
         ("POST", "/v1/queues/secret/messages", {"messages": [{"documents": [{"data": "x"}]}]}),
+        ("POST", "/v1/queues/feed/get", {"subscriber": "sub"}),
+        ("GET", "/v1/queues/feed/messages?subscriber=sub", None),
+        ("PUT", "/v1/queues/feed/subscribers/sub", None),
+        ("DELETE", "/v1/queues/feed/subscribers/sub", None),
         ("DELETE", "/v1/queues/secret", None),
     ):
-        assert other(method, path, body, 404)["error"]["code"] == "not_found", path
+        assert other(method, path, body, 404)["error"]["code"] == "not_found", (method, path)
     assert other("GET", "/v1/queues", status=200) == {"queues": []}
     other("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
     assert other("POST", "/v1/queues/secret/ack", {"ids": [msg_id]}, 200) == {"acked": 0}
     assert other("POST", "/v1/queues/secret/get", {}, 200) == {"messages": []}
     (m,) = acme("POST", "/v1/queues/secret/get", {}, 200)["messages"]
     assert m["documents"][0]["data"] == "acme's secret"
+    (f,) = acme("POST", "/v1/queues/feed/get", {"subscriber": "sub"}, 200)["messages"]
+    assert f["documents"][0]["data"] == "acme's feed"
 
 
 def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
