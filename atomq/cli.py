@@ -25,7 +25,7 @@ import click
 from atomq.cli_manage import COMMANDS
 from atomq.errors import AtomqError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform.audit import audit_tenant
+from atomq.platform.audit import audit_tenant, repair_usage
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 
@@ -157,8 +157,10 @@ def selftest(data_dir: Path | None) -> None:
               show_envvar=True, default="atomq-data", show_default=True,
               help="The data directory of the embedded Valkey.")
 @click.option("--tenant", "tenants", multiple=True, help="Tenant id to audit (repeatable; default: all).")
-def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...]) -> None:
-    """Check that every tenant's queues, deliveries and documents agree; exit 1 if not."""
+@click.option("--repair", is_flag=True,
+              help="Recount each tenant's usage counters from its data first (run it while the tenant is quiet).")
+def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repair: bool) -> None:
+    """Check that every tenant's queues, deliveries, documents and usage agree; exit 1 if not."""
     server = None if redis_url else EmbeddedValkey(data_dir / "valkey")
     try:
         if server is not None:
@@ -169,6 +171,9 @@ def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...]) -> No
         qs = QueueServer(client)
         bad = 0
         for tenant in tenants or qs.tenants():
+            if repair:
+                counted = repair_usage(client, tenant)
+                click.echo(f"{tenant}: usage set to {counted['stored_bytes']} bytes, {counted['messages']} messages")
             problems = audit_tenant(client, tenant)
             bad += len(problems)
             click.echo(f"{tenant}: " + ("consistent" if not problems else "; ".join(problems)))

@@ -373,3 +373,37 @@ def test_the_tenant_rate_limit_counts_send_requests_only(owner, http) -> None:
         limited("POST", "/v1/queues/q/ack", {"ids": ["x"]}, 200)
     finally:
         owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+def test_disk_quota_refuses_a_send_whole_and_acks_give_bytes_back(owner, http) -> None:
+    created = owner("POST", "/v1/tenants", {"name": "quota", "disk_quota_bytes": 3000}, 201)
+    t = Client(http, created["api_key"])
+    try:
+        t("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        assert owner("GET", f"/v1/tenants/{created['id']}", status=200)["stored_bytes"] == 0
+        send(t, "q", "x" * 1000, "y" * 1000)
+        usage = owner("GET", f"/v1/tenants/{created['id']}", status=200)
+        assert usage["messages"] == 2 and 2000 < usage["stored_bytes"] < 2100
+        error = t("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "z" * 1000}]}]}, 507)
+        assert error["error"]["code"] == "quota_exceeded"
+        assert error["error"]["details"]["limit"] == 3000 and error["error"]["details"]["used"] == usage["stored_bytes"]
+        assert t("GET", "/v1/queues/q", status=200)["depth"] == 2, "nothing of the refused send was stored"
+        got = t("POST", "/v1/queues/q/get", {"max": 1}, 200)["messages"]
+        t("POST", "/v1/queues/q/ack", {"ids": [got[0]["id"]]}, 200)
+        after = owner("GET", f"/v1/tenants/{created['id']}", status=200)
+        assert after["messages"] == 1 and after["stored_bytes"] < 1100, "the acked message gave its bytes back"
+        send(t, "q", "z" * 1000)
+        assert owner("GET", "/v1/server", status=200)["message_store_bytes"] >= 2000
+    finally:
+        owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+def test_the_server_disk_limit_refuses_sends_of_every_tenant(owner, acme) -> None:
+    acme("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+    owner("PATCH", "/v1/server", {"max_disk_bytes": 1}, 200)
+    try:
+        error = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 507)
+        assert error["error"]["details"]["scope"] == "server" and error["error"]["details"]["limit"] == 1
+    finally:
+        owner("PATCH", "/v1/server", {"max_disk_bytes": 0}, 200)
+    send(acme, "q", "fits again")

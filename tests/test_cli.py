@@ -28,11 +28,25 @@ def test_selftest_sends_gets_acks_and_dead_letters_on_the_embedded_server(tmp_pa
     assert (tmp_path / "data" / "valkey" / "valkey.conf").exists(), "kept the data dir it was given"
 
 
-def test_audit_reports_a_consistent_data_dir_and_exits_zero(tmp_path: Path) -> None:
-    assert run("selftest", "--data-dir", str(tmp_path)).returncode == 0
-    result = run("audit", "--data-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    assert ": consistent" in result.stdout
+def test_audit_reports_a_consistent_data_dir_and_repairs_usage_counters(tmp_path: Path) -> None:
+    from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+    from atomq.platform.embedded import EmbeddedValkey
+
+    server = EmbeddedValkey(tmp_path / "valkey")
+    server.start()
+    try:
+        client = server.client()
+        qs = QueueServer(client)
+        qs.put_queue("t_audited", "q", "point_to_point")
+        qs.send("t_audited", "q", [OutgoingMessage(documents=(OutgoingDocument("kept"),))])
+        client.hset("aq:{t_audited}:usage", "bytes", 999_999)  # counters knocked out of step
+    finally:
+        server.stop()
+    broken = run("audit", "--data-dir", str(tmp_path))
+    assert broken.returncode == 1 and "usage counters say" in broken.stdout
+    repaired = run("audit", "--data-dir", str(tmp_path), "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "t_audited: usage set to" in repaired.stdout and "t_audited: consistent" in repaired.stdout
 
 
 def test_help_explains_each_command() -> None:

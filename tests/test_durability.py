@@ -331,8 +331,9 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeyp
     # delete_queue as the library runs it, up to a crash after one chunk of the drop.
     chunks: list[int] = []
 
-    def one_chunk_then_crash(base, d, action, mode, bound=""):
-        count, _ = qs.storage.run("manage", base + d.as_list(), [action, mode, bound, qs.settings.chunk_size])
+    def one_chunk_then_crash(tk, base, d, action, mode, bound=""):
+        count, _ = qs.storage.run("manage", base + d.as_list() + [tk.usage],
+                                  [action, mode, bound, qs.settings.chunk_size])
         chunks.append(int(count))
         raise SimulatedCrash()
 

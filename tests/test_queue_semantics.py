@@ -343,7 +343,8 @@ def test_delete_queue_removes_everything(qs, tenant, backend) -> None:
     qs.delete_queue(tenant, "jobs")
     assert qs.list_queues(tenant) == []
     leftover = sorted(k.decode() for k in backend.keys(f"aq:{{{tenant}}}:*"))
-    assert [k for k in leftover if not k.endswith(":seq")] == []
+    assert [k for k in leftover if not k.endswith((":seq", ":usage"))] == [], "tenant counters stay"
+    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
     with pytest.raises(NotFound):
         qs.send(tenant, "jobs", [msg("x")])
     with pytest.raises(NotFound):
@@ -612,3 +613,28 @@ def test_a_blocking_get_ends_when_its_queue_is_deleted(qs, tenant, queue) -> Non
     t.join(timeout=10)
     assert not t.is_alive(), "the get went on waiting for a queue that no longer exists"
     assert len(errors) == 1
+
+
+def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, backend) -> None:
+    from atomq.errors import QuotaExceeded
+    from atomq.platform.audit import recount_usage
+
+    qs.put_queue(tenant, "news", PUBSUB)
+    qs.put_subscriber(tenant, "news", "a")
+    qs.put_subscriber(tenant, "news", "b")
+    qs.send(tenant, "news", [msg("x" * 100, dedupe_id="once")])
+    envelope = len('1|{"v":1,"dd":"once"}')
+    assert qs.usage(tenant) == {"stored_bytes": 101 + 2 * envelope, "messages": 2}, "one document, two copies"
+    qs.send(tenant, "news", [msg("x" * 100, dedupe_id="once")])
+    assert qs.usage(tenant)["messages"] == 2, "a repeated dedupe id stores nothing"
+    used = qs.usage(tenant)["stored_bytes"]
+    with pytest.raises(QuotaExceeded) as err:
+        qs.send(tenant, "news", [msg("small"), msg("y" * 500)], quota_bytes=used + 300)
+    assert (err.value.limit, err.value.used) == (used + 300, used)
+    assert qs.get_queue(tenant, "news").subscribers["a"].depth == 1, "the refused batch stored nothing"
+    qs.send(tenant, "news", [msg("small")], quota_bytes=used + 300)
+    for sub in ("a", "b"):
+        for d in qs.get(tenant, "news", subscriber=sub, max_messages=10):
+            qs.ack(tenant, "news", ids=[d.id], subscriber=sub)
+    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    assert recount_usage(backend, tenant) == qs.usage(tenant)

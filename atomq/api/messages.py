@@ -25,7 +25,7 @@ from atomq.api.schemas.messages import (
     SendSchema,
 )
 from atomq.api.send_body import parse_send
-from atomq.errors import InvalidInput
+from atomq.errors import InvalidInput, QuotaExceeded
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages")
 
@@ -45,15 +45,23 @@ class Messages(MethodView):
         """Sends a batch of messages, stored all or nothing; the only request rate limits count.
 
         Checked in this order: key, size, body, the node's window, the tenant's
-        window, then the store; a refused send takes no room in either window.
+        window, the server's disk limit, the tenant's quota (507), then the
+        store; a refused send takes no room in either window.
         """
         s = services()
         tenant = current_tenant()
         messages = parse_send(_json_body())
         settings = s.current_settings()
-        with s.rate_limits.send(tenant, s.tenant_rate_limit(tenant), settings.incoming_rate_limit_per_minute,
+        rate_limit, quota = s.attachments(tenant)
+        with s.rate_limits.send(tenant, rate_limit, settings.incoming_rate_limit_per_minute,
                                 settings.rate_limit_window_s):
-            ids = s.queues.send(tenant, name, messages)
+            if settings.max_disk_bytes:
+                used = s.total_stored_bytes()
+                if used + (request.content_length or 0) > settings.max_disk_bytes:
+                    raise QuotaExceeded(
+                        f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
+                        "this send would pass it", limit=settings.max_disk_bytes, used=used, scope="server")
+            ids = s.queues.send(tenant, name, messages, quota_bytes=quota)
         return render.json_response({"ids": ids}, 201)
 
     @blp.arguments(PageArgs, location="query")

@@ -31,7 +31,7 @@ def _state(settings: ServerSettings) -> dict[str, Any]:
         "memory_state": state,
         "memory_bytes": used,
         "max_memory_bytes": limit,
-        "message_store_bytes": None,
+        "message_store_bytes": s.queues.total_stored_bytes(),
         "temporary_store_bytes": None,
         "job_scheduler_store_bytes": None,
         **dataclasses.asdict(settings),

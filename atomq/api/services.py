@@ -60,21 +60,37 @@ class Services:
     settings: ServerSettingsStore = field(init=False)
     rate_limits: RateLimiter = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
-    _tenant_limits: dict[str, tuple[float, int]] = field(default_factory=dict, init=False)
+    _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
+    _total_bytes: tuple[float, int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
 
-    def tenant_rate_limit(self, tenant: str) -> int:
-        """The tenant's ``rate_limit_per_minute``, read again when older than a few seconds."""
-        cached = self._tenant_limits.get(tenant)
+    def attachments(self, tenant: str) -> tuple[int, int]:
+        """The tenant's ``(rate_limit_per_minute, disk_quota_bytes)``, read again when older than a few seconds."""
+        cached = self._attachments.get(tenant)
         now = time.monotonic()
         if cached is None or now - cached[0] > REFRESH_S:
-            if len(self._tenant_limits) > 10_000:
-                self._tenant_limits.clear()
-            cached = (now, self.tenants.get(tenant).rate_limit_per_minute)
-            self._tenant_limits[tenant] = cached
+            if len(self._attachments) > 10_000:
+                self._attachments.clear()
+            t = self.tenants.get(tenant)
+            cached = (now, (t.rate_limit_per_minute, t.disk_quota_bytes))
+            self._attachments[tenant] = cached
+        return cached[1]
+
+    def total_stored_bytes(self) -> int:
+        """All tenants' stored bytes, as this node last summed them (every few seconds).
+
+        The tenants' counters live in their own cluster slots, so no script can
+        check the server-wide limit exactly; it holds to within a few seconds
+        of sends, where each tenant's quota holds exactly.
+        """
+        cached = self._total_bytes
+        now = time.monotonic()
+        if cached is None or now - cached[0] > REFRESH_S:
+            cached = (now, self.queues.total_stored_bytes())
+            self._total_bytes = cached
         return cached[1]
 
     def current_settings(self) -> ServerSettings:

@@ -16,6 +16,7 @@ from atomq.api.schemas.tenants import (
     TenantListSchema,
     TenantPatchSchema,
     TenantSchema,
+    TenantUsageSchema,
 )
 
 blp = ApiBlueprint("tenants", __name__, url_prefix="/v1/tenants", description="Tenants (owner key)")
@@ -43,10 +44,11 @@ class Tenants(MethodView):
 
 @blp.route("/<tenant_id>")
 class TenantById(MethodView):
-    @blp.response(200, TenantSchema)
+    @blp.response(200, TenantUsageSchema)
     def get(self, tenant_id: str) -> dict[str, Any]:
-        """One tenant."""
-        return asdict(services().tenants.get(tenant_id))
+        """One tenant, with what it stores."""
+        s = services()
+        return {**asdict(s.tenants.get(tenant_id)), **s.queues.usage(tenant_id)}
 
     @blp.arguments(TenantPatchSchema)
     @blp.response(200, TenantSchema)

@@ -17,12 +17,42 @@ from atomq.platform import keys as k
 
 
 def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
+    """Every destination holding messages: the live ones and those a removal still drains."""
     out = []
     for raw in client.smembers(tk.queues):
         qk = tk.queue(raw.decode())
         out.append(qk.destination())
         out.extend(qk.destination(s.decode()) for s in client.smembers(qk.subscribers))
+    for marker in client.smembers(tk.deleting):
+        removal_id, _, count = marker.decode().partition(":")
+        out.extend(tk.removed_destination(removal_id, i) for i in range(int(count)))
     return out
+
+
+def recount_usage(client: Any, tenant: str) -> dict[str, int]:
+    """The tenant's usage counted from its data (what ``aq:{T}:usage`` must say)."""
+    tk = k.TenantKeys(tenant)
+    stored, copies = 0, 0
+    for d in _destinations(client, tk):
+        for env in client.hvals(d.msg):
+            stored += len(env)
+            copies += 1
+    for doc in client.hkeys(tk.doc):
+        stored += client.hstrlen(tk.doc, doc) + client.hstrlen(tk.doc_props, doc)
+    return {"stored_bytes": stored, "messages": copies}
+
+
+def repair_usage(client: Any, tenant: str) -> dict[str, int]:
+    """Sets the tenant's usage to what its data holds; returns the recount.
+
+    The recount reads the whole keyspace, so sends and acks during it can
+    leave the counters off by what they changed: run it when the tenant is
+    quiet, and audit again after.
+    """
+    counted = recount_usage(client, tenant)
+    client.hset(k.TenantKeys(tenant).usage,
+                mapping={"bytes": counted["stored_bytes"], "messages": counted["messages"]})
+    return counted
 
 
 def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
@@ -71,4 +101,9 @@ def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
     orphans = {i.decode() for i in r.hkeys(tk.doc_props)} - docs
     if orphans:
         problems.append(f"{len(orphans)} document properties without a document")
+    stored = r.hmget(tk.usage, "bytes", "messages")
+    kept = {"stored_bytes": int(stored[0] or 0), "messages": int(stored[1] or 0)}
+    counted = recount_usage(r, tenant)
+    if kept != counted:
+        problems.append(f"usage counters say {kept}, the data holds {counted}")
     return problems

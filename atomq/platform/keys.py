@@ -18,6 +18,8 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:{T}:docp                    hash doc id -> properties (JSON), only when not empty
     aq:{T}:docr                    hash doc id -> reference count (message copies that refer
                                    to it), kept only while above 1: no entry means one
+    aq:{T}:usage                   hash: bytes (documents and message envelopes stored), messages
+                                   (message copies stored); kept by the scripts with every change
     aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, subv
     aq:{T}:q:Q:subs                set of subscriber names (publish/subscribe)
     aq:{T}:q:Q:dd:<sha1>           de-duplication marker: message id, expires with the window
@@ -98,6 +100,10 @@ class TenantKeys:
     @property
     def doc_refs(self) -> str:
         return f"{self._p}:docr"
+
+    @property
+    def usage(self) -> str:
+        return f"{self._p}:usage"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(self, queue)

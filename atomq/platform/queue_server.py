@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import redis
 
-from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, TooLarge
+from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
 from atomq.platform import keys as k
 from atomq.platform.codec import decode_messages, encode_document
 from atomq.platform.format import check_format
@@ -40,6 +40,10 @@ MAX_DEDUPE_ID_LENGTH = 256
 
 class _StaleRoute(AtomqError):
     """The send script saw another model or subscriber set than the caller passed."""
+
+
+class _QuotaRefused(AtomqError):
+    """The send script refused the batch: it would pass the tenant's disk quota."""
 
 
 def _not_found(queue: str) -> NotFound:
@@ -230,7 +234,7 @@ class QueueServer:
         base = [tk.doc, tk.doc_props, tk.doc_refs, tk.deleting]
         for i in range(int(count)):
             d = tk.removed_destination(removal_id, i)
-            self._drain(base, d, "drop", "chunk")
+            self._drain(tk, base, d, "drop", "chunk")
             self.storage.call(self.client.delete, *d.as_list())
         self.storage.call(self.client.srem, tk.deleting, marker)
 
@@ -292,11 +296,13 @@ class QueueServer:
 
     # -- send -----------------------------------------------------------------
 
-    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage]) -> list[str]:
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> list[str]:
         """Stores a batch of messages, all or nothing; returns their ids in order.
 
         A message whose ``dedupe_id`` was sent to this queue within the
         de-duplication window is not stored again; its original id comes back.
+        With ``quota_bytes``, a batch that would take the tenant's stored bytes
+        past it is refused whole (QuotaExceeded) and stores nothing.
         """
         tk, qk = self._queue_keys(tenant, queue)
         args_tail, dedupe_keys = self._encode_batch(qk, messages)
@@ -311,13 +317,15 @@ class QueueServer:
             for d in dests:
                 keys.extend(d.as_list())
             keys.extend(dedupe_keys)
+            keys.append(tk.usage)
             window_ms = round(self.settings.dedupe_window_s * 1000)
             try:
                 ids = self.storage.run(
                     "send",
                     keys,
-                    [expected, len(dests), window_ms, *args_tail],
-                    errors={"NOQUEUE": lambda: _not_found(queue), "STALESUBS": lambda: _StaleRoute("stale")},
+                    [expected, len(dests), window_ms, args_tail[0], quota_bytes, *args_tail[1:]],
+                    errors={"NOQUEUE": lambda: _not_found(queue), "STALESUBS": lambda: _StaleRoute("stale"),
+                            "QUOTA": lambda: _QuotaRefused("quota")},
                 )
             except NotFound:
                 self._forget_route(tenant, queue)
@@ -325,6 +333,12 @@ class QueueServer:
             except _StaleRoute:
                 refresh = True
                 continue
+            except _QuotaRefused:
+                used = self.usage(tenant)["stored_bytes"]
+                raise QuotaExceeded(
+                    f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
+                    "this send would pass it; ack or delete messages first",
+                    limit=quota_bytes, used=used) from None
             return [i.decode() for i in ids]
         raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
 
@@ -440,7 +454,7 @@ class QueueServer:
         d = qk.destination(subscriber)
         done, dead = self.storage.run(
             "settle",
-            self._base(tk, qk) + d.as_list() + [qk.subscribers],
+            self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage],
             [action, arg, self.settings.delays_ms_arg, mode, subscriber or "", *items],
             errors=self._queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
                 f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
@@ -519,24 +533,42 @@ class QueueServer:
             if ids is not None:
                 for start in range(0, len(ids), self.settings.chunk_size):
                     chunk = list(ids[start : start + self.settings.chunk_size])
-                    total += int(self.storage.run("manage", self._base(tk, qk) + d.as_list(),
+                    total += int(self.storage.run("manage", self._base(tk, qk) + d.as_list() + [tk.usage],
                                                   [action, "ids", "", 0, *chunk])[0])
             else:
-                total += self._drain(self._base(tk, qk), d, action, "chunk")
+                total += self._drain(tk, self._base(tk, qk), d, action, "chunk")
         return total
 
-    def _drain(self, base: list[str], d: k.DestinationKeys, action: str, mode: str, bound: str = "") -> int:
+    def _drain(self, tk: k.TenantKeys, base: list[str], d: k.DestinationKeys, action: str, mode: str,
+               bound: str = "") -> int:
         """Applies ``action`` chunk by chunk over a destination's messages; returns the count."""
         total, cursor = 0, bound
         while True:
             count, nxt = self.storage.run(
-                "manage", base + d.as_list(), [action, mode, cursor, self.settings.chunk_size]
+                "manage", base + d.as_list() + [tk.usage], [action, mode, cursor, self.settings.chunk_size]
             )
             total += int(count)
             if not nxt or (mode == "older" and not count):
                 return total
             if mode == "chunk":
                 cursor = nxt.decode()
+
+    # -- usage --------------------------------------------------------------------
+
+    def usage(self, tenant: str) -> dict[str, int]:
+        """What the tenant stores: ``stored_bytes`` (documents and message envelopes,
+        dead letters included) and ``messages`` (message copies), kept by every script."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        raw = self.storage.call(self.client.hmget, tk.usage, "bytes", "messages")
+        return {"stored_bytes": int(raw[0] or 0), "messages": int(raw[1] or 0)}
+
+    def total_stored_bytes(self) -> int:
+        """Bytes stored by all tenants (the sum of their usage counters)."""
+        tenants = self.tenants()
+        pipe = self.client.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.hget(k.TenantKeys(tenant).usage, "bytes")
+        return sum(int(v or 0) for v in self.storage.call(pipe.execute))
 
     # -- maintenance --------------------------------------------------------------
 
@@ -598,7 +630,7 @@ class QueueServer:
         cutoff_ms = seconds * 1000 + micros // 1000 - round(self.settings.document_retention_s * 1000)
         removed = 0
         for qk, d in self._all_destinations(tk):
-            removed += self._drain(self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
+            removed += self._drain(tk, self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
         return removed
 
     def maintain(self, tenant: str) -> dict[str, int]:

@@ -13,8 +13,8 @@ class ServerSchema(Strict):
     memory_state = fields.String(required=True, validate=validate.OneOf(["green", "yellow", "orange", "red"]))
     memory_bytes = fields.Integer(required=True, metadata={"description": "memory Redis uses"})
     max_memory_bytes = fields.Integer(required=True, metadata={"description": "Redis maxmemory (0: none)"})
-    message_store_bytes = fields.Integer(allow_none=True, metadata={
-        "description": "messages and documents held; null until usage accounting is on"})
+    message_store_bytes = fields.Integer(required=True, metadata={
+        "description": "documents and messages held by all tenants, dead letters included"})
     temporary_store_bytes = fields.Integer(allow_none=True, metadata={
         "description": "state kept while work is under way; null until usage accounting is on"})
     job_scheduler_store_bytes = fields.Integer(allow_none=True, metadata={

@@ -27,6 +27,12 @@ class TenantSchema(Strict):
     created_at = fields.Float(required=True)
 
 
+class TenantUsageSchema(TenantSchema):
+    stored_bytes = fields.Integer(required=True, metadata={
+        "description": "documents and messages stored, dead letters included; acked ones stop counting at once"})
+    messages = fields.Integer(required=True, metadata={"description": "message copies stored"})
+
+
 class TenantCreatedSchema(TenantSchema):
     key_id = fields.String(required=True)
     api_key = fields.String(required=True, metadata={"description": "shown only in this response"})

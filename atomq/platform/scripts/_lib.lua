@@ -102,21 +102,28 @@ local function unlink(d, id, where)
 end
 
 -- Forgets message copies and releases their documents; frees each document
--- whose last reference this was. DOCR holds a count only while it is above
--- one (documents of several subscribers' copies); no entry means one.
-local function forget(d, ids)
+-- whose last reference this was, and takes what it freed off the tenant's
+-- usage (hash `usage`: bytes, messages). DOCR holds a count only while it is
+-- above one (documents of several subscribers' copies); no entry means one.
+local function forget(d, ids, usage)
   if #ids == 0 then return end
   local envs = hmget_batched(d.msg, ids)
   call_batched('HDEL', d.msg, ids)
   call_batched('HDEL', d.state, ids)
   call_batched('ZREM', d.all, ids)
-  local docs = {}
+  local docs, freed, copies = {}, 0, 0
   for i, id in ipairs(ids) do
     if envs[i] then
+      copies = copies + 1
+      freed = freed + #envs[i]
       for k = 1, doc_count(envs[i]) do docs[#docs + 1] = id .. '.' .. k end
     end
   end
-  if #docs == 0 then return end
+  redis.call('HINCRBY', usage, 'messages', -copies)
+  if #docs == 0 then
+    redis.call('HINCRBY', usage, 'bytes', -freed)
+    return
+  end
   local refs = hmget_batched(DOCR, docs)
   local keep, drop, counted = {}, {}, {}
   for i, doc in ipairs(docs) do
@@ -133,9 +140,13 @@ local function forget(d, ids)
   if #keep > 0 then call_batched('HSET', DOCR, keep) end
   if #counted > 0 then call_batched('HDEL', DOCR, counted) end
   if #drop > 0 then
+    for _, doc in ipairs(drop) do
+      freed = freed + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+    end
     call_batched('HDEL', DOC, drop)
     call_batched('HDEL', DOCP, drop)
   end
+  redis.call('HINCRBY', usage, 'bytes', -freed)
 end
 
 -- One failed delivery (nack or ack time-out) of an in-flight message.

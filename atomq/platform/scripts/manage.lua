@@ -1,6 +1,7 @@
 -- Management actions on selected messages, or on one bounded chunk of all of them.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
+-- KEYS[12]     the tenant's usage hash
 -- ARGV[1]      action: delete (queued messages) | delete_dead | resend (dead letters)
 --              | drop (any message: queue and subscriber removal, retention purge)
 -- ARGV[2]      mode: ids | chunk | older (drop messages sent before ARGV[3] ms)
@@ -49,5 +50,5 @@ for i, id in ipairs(ids) do
     end
   end
 end
-forget(d, gone)
+forget(d, gone, KEYS[12])
 return {count, cursor}

@@ -2,16 +2,21 @@
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5]      seq (the tenant's message counter)
 -- KEYS[6]      subs (subscriber set; checked through cfg.subv)
--- KEYS[7..]    7 keys per destination (ARGV[2] destinations), then the de-duplication markers
+-- KEYS[7..]    7 keys per destination (ARGV[2] destinations), then the de-duplication
+--              markers, then (last) the tenant's usage hash
+-- ARGV[5]      the tenant's disk quota in bytes (0: none)
 -- ARGV[1]      the route the caller read: "<model>|<generation>|<subscriber version>"
 --              (no subscriber version for point-to-point)
 -- ARGV[2]      number of destinations
 -- ARGV[3]      de-duplication window in ms
--- ARGV[4]      number of messages; then per message:
+-- ARGV[4]      number of messages; from ARGV[6] on, per message:
 --              dedupe key index (0 = none), envelope JSON, document count,
 --              then per document: data, properties JSON ("" = none)
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
--- or the error NOQUEUE, or STALESUBS when the route changed since the caller read it.
+-- or the error NOQUEUE, or STALESUBS when the route changed since the caller read it,
+-- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota.
+-- Everything is read and checked before the first write: a refused batch
+-- changes nothing.
 
 local q = require_queue()
 if q.err then return q end
@@ -32,40 +37,75 @@ for i = 1, ndest do
 end
 local dd_base = 7 + ndest * 7 - 1
 
-local now = now_ms()
-local seq = redis.call('INCRBY', KEYS[5], nmsg) - nmsg
-local stamp = tostring(now)
+local USAGE = KEYS[#KEYS]
+local quota = tonumber(ARGV[5])
 
+-- Pass 1, reads only: which messages are new, and what they would store.
+local first = {}          -- dedupe key -> index of the batch's first message with it
+local original = {}       -- message index -> the id a repeated dedupe id answers with
+local repeat_of = {}      -- message index -> earlier message of this batch it repeats
+local starts = {}         -- message index -> ARGV position of its envelope
+local new_count, new_bytes = 0, 0
+local pos = 6
+for m = 1, nmsg do
+  local dd = tonumber(ARGV[pos])
+  local ndocs = tonumber(ARGV[pos + 2])
+  starts[m] = pos
+  if dd > 0 then
+    local key = KEYS[dd_base + dd]
+    if first[key] then
+      repeat_of[m] = first[key]
+    else
+      first[key] = m
+      local old = redis.call('GET', key)
+      if old then
+        local bar = string.find(old, '|', 1, true)
+        if string.sub(old, 1, bar - 1) == q.gen then original[m] = string.sub(old, bar + 1) end
+      end
+    end
+  end
+  if not original[m] and not repeat_of[m] then
+    new_count = new_count + 1
+    if ndest > 0 then
+      new_bytes = new_bytes + (#ARGV[pos + 1] + #tostring(ndocs) + 1) * ndest
+      for k = 0, ndocs - 1 do
+        new_bytes = new_bytes + #ARGV[pos + 3 + 2 * k] + #ARGV[pos + 4 + 2 * k]
+      end
+    end
+  end
+  pos = pos + 3 + ndocs * 2
+end
+if quota > 0 and new_bytes > 0 then
+  local used = tonumber(redis.call('HGET', USAGE, 'bytes') or '0')
+  if used + new_bytes > quota then
+    return redis.error_reply('QUOTA ' .. used .. ' ' .. quota .. ' ' .. new_bytes)
+  end
+end
+
+-- Pass 2: ids, de-duplication markers, documents and messages.
+local now = now_ms()
+local seq = redis.call('INCRBY', KEYS[5], new_count) - new_count
+local stamp = tostring(now)
 local ids = {}
 local doc_args, docp_args, docr_args, msg_args, all_args = {}, {}, {}, {}, {}
-local pos = 5
 for m = 1, nmsg do
+  pos = starts[m]
   local dd = tonumber(ARGV[pos])
   local json = ARGV[pos + 1]
   local ndocs = tonumber(ARGV[pos + 2])
   pos = pos + 3
-  seq = seq + 1
-  local s = tostring(seq)
-  local id = stamp .. '-' .. string.rep('0', 12 - #s) .. s
-  local original = nil
-  if dd > 0 then
-    local key = KEYS[dd_base + dd]
-    local marker = q.gen .. '|' .. id
-    if not redis.call('SET', key, marker, 'PX', window, 'NX') then
-      local old = redis.call('GET', key)
-      local bar = string.find(old, '|', 1, true)
-      if string.sub(old, 1, bar - 1) == q.gen then
-        original = string.sub(old, bar + 1)
-      else
-        redis.call('SET', key, marker, 'PX', window)
-      end
-    end
-  end
-  if original then
-    ids[m] = original
-    pos = pos + ndocs * 2
+  if original[m] then
+    ids[m] = original[m]
+  elseif repeat_of[m] then
+    ids[m] = ids[repeat_of[m]]
   else
+    seq = seq + 1
+    local s = tostring(seq)
+    local id = stamp .. '-' .. string.rep('0', 12 - #s) .. s
     ids[m] = id
+    if dd > 0 then
+      redis.call('SET', KEYS[dd_base + dd], q.gen .. '|' .. id, 'PX', window)
+    end
     if ndest > 0 then
       for k = 1, ndocs do
         local doc = id .. '.' .. k
@@ -85,8 +125,6 @@ for m = 1, nmsg do
       msg_args[#msg_args + 1] = ndocs .. '|' .. json
       all_args[#all_args + 1] = 0
       all_args[#all_args + 1] = id
-    else
-      pos = pos + ndocs * 2
     end
   end
 end
@@ -107,5 +145,7 @@ if #msg_args > 0 then
     end
     call_batched('HSET', d.state, state_args)
   end
+  redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
+  redis.call('HINCRBY', USAGE, 'messages', (#msg_args / 2) * ndest)
 end
 return ids

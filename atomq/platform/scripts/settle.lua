@@ -2,6 +2,7 @@
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
 -- KEYS[12]     subs
+-- KEYS[13]     the tenant's usage hash
 -- ARGV[1]      action: ack | nack | extend
 -- ARGV[2]      action argument: nack reason, or extension in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
@@ -50,7 +51,7 @@ end
 if #hits == 0 then return {0, 0} end
 if action == 'ack' then
   call_batched('ZREM', d.inflight, hits)
-  forget(d, hits)
+  forget(d, hits, KEYS[13])
   return {#hits, 0}
 elseif action == 'extend' then
   local deadline = now + tonumber(ARGV[2])
