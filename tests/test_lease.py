@@ -14,7 +14,7 @@ from support import wait_until
 def test_one_holder_at_a_time_and_the_lease_moves_when_it_runs_out(backend) -> None:
     name = f"test-{uuid.uuid4().hex[:8]}"
     storage = Storage(backend)
-    a = Lease(storage, name, "node-a", ttl_s=0.2)
+    a = Lease(storage, name, "node-a", ttl_s=1.0)
     b = Lease(storage, name, "node-b", ttl_s=30)
     assert a.acquire() and a.acquire(), "taken, then renewed"
     assert not b.acquire()
