@@ -108,7 +108,7 @@ def _start_maintenance(worker: NodeWorker) -> None:
                   ttl_s=MAINTENANCE_LEASE_TTL_S)
     interval = worker.app.config.maintenance_interval_s
     thread = threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
-                              args=(services.queues, stop, interval, lease))
+                              args=(services.queues, stop, interval, lease, services.current_settings))
     thread.start()
     worker.maintenance = (thread, stop)
 

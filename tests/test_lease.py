@@ -45,3 +45,31 @@ def test_only_the_lease_holder_runs_maintenance_and_gives_it_up_on_stop(qs, tena
         loop.join(timeout=5)
     assert theirs.acquire(), "the stopped loop gave the lease up"
     qs.delete_queue(tenant, "q")
+
+
+def test_maintenance_applies_the_shared_settings_before_each_round(valkey, tenant) -> None:
+    """A worker that serves no request still purges by the retention the owner set."""
+    from atomq.api.services import LongPollLimiter, Services
+    from atomq.platform import QueueServer
+    from atomq.tenants import TenantStore
+
+    client = valkey.client()
+    services = Services(queues=QueueServer(client), tenants=TenantStore(client, "aq_owner_test"),
+                        longpolls=LongPollLimiter(1))
+    services.settings.update(document_retention_s=12_345)
+    try:
+        stop = threading.Event()
+        rounds = []
+        services.queues.maintain = lambda t: rounds.append(services.queues.settings.document_retention_s) or {}  # type: ignore[method-assign]
+        services.queues.put_queue(tenant, "q", "point_to_point")
+        loop = threading.Thread(target=run_maintenance,
+                                args=(services.queues, stop, 0.01, None, services.current_settings))
+        loop.start()
+        wait_until(lambda: bool(rounds), 5, "a maintenance round")
+        stop.set()
+        loop.join(timeout=5)
+        assert set(rounds) == {12_345}
+    finally:
+        services.settings.update(document_retention_s=604800)
+        QueueServer(client).delete_queue(tenant, "q")
+        client.close()

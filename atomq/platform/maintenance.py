@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from atomq.errors import AtomqError
 from atomq.platform.lease import Lease
@@ -33,14 +34,18 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
 
 
 def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,
-                    lease: Lease | None = None) -> None:
+                    lease: Lease | None = None, before_round: Callable[[], object] | None = None) -> None:
     """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set.
 
     With a lease, only while this node holds it; the lease is given up on stop.
+    ``before_round`` runs first each round (the node brings the shared server
+    settings, such as the retention, up to date with it).
     """
     try:
         while not stop.is_set():
             try:
+                if before_round is not None:
+                    before_round()
                 if lease is None or lease.acquire():
                     totals = maintain_all(qs)
                     if any(totals.values()):
