@@ -79,3 +79,36 @@ def test_hundreds_of_concurrent_sends_are_counted_exactly(valkey, tenant) -> Non
     assert sum(results) == 100, "exactly the node's limit, spread over three tenants of 40 each"
     by_tenant = [sum(r for i, r in enumerate(results) if i % 3 == t) for t in range(3)]
     assert all(n <= 40 for n in by_tenant) and sum(by_tenant) == 100
+
+
+def test_processes_of_one_node_count_one_window_exactly(valkey, tenant) -> None:
+    """Three processes (as gunicorn workers of one node would be), eight threads each."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    node = f"n_{uuid.uuid4().hex[:8]}"
+    code = """
+import json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+import redis
+from atomq.errors import RateLimited
+from atomq.platform.rate_limit import RateLimiter
+from atomq.platform.storage import Storage
+limiter = RateLimiter(Storage(redis.Redis.from_url(os.environ["REDIS_URL"])), sys.argv[1])
+def attempt(i):
+    try:
+        with limiter.send(sys.argv[2], 70, 0, 60):
+            return 1
+    except RateLimited:
+        return 0
+with ThreadPoolExecutor(max_workers=8) as pool:
+    print(json.dumps(sum(pool.map(attempt, range(100)))))
+"""
+    env = {**os.environ, "REDIS_URL": valkey.url}
+    procs = [subprocess.Popen([sys.executable, "-c", code, node, tenant], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    accepted = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(accepted) == 70, f"per process: {accepted}"
