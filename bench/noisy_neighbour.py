@@ -38,24 +38,19 @@ not answered 201, any flood answer other than 201 or 429), 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import multiprocessing as mp
 import os
 import platform
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import requests
+
+from serve_node import BenchError, ServeNode, expect, progress
 
 PAYLOAD_BYTES = 1024
 STEADY_BATCH = 10
@@ -63,105 +58,17 @@ FLOOD_BATCH = 100
 PHASES = ("alone", "flood", "limited")
 
 
-class BenchError(Exception):
-    """Something failed: the figures would be meaningless."""
-
-
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def expect(response: Any, status: int, what: str) -> Any:
-    if response.status_code != status:
-        raise BenchError(f"{what}: HTTP {response.status_code} (expected {status}): {response.text[:300]}")
-    return response.json() if response.content else None
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM the child if this process dies first (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Node:
-    """`atomq serve` in a subprocess on a free loopback port and a temporary data directory."""
+class Node(ServeNode):
+    """The bench's ``atomq serve``, with the untimed calls the phases need."""
 
     def __init__(self, http_workers: int) -> None:
-        self.http_workers = http_workers
-        self.root = Path(tempfile.mkdtemp(prefix="atomq-bench-noisy-"))
-        self.owner_key = f"bench-owner-{uuid.uuid4().hex}"
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: Any = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.root / "node"),
-               "--port", str(self.port), "--http-workers", str(self.http_workers)]
-        self._log = open(self.root / "serve.log", "wb")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, "ATOMQ_OWNER_KEY": self.owner_key},
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"atomq serve exited with status {self.proc.returncode}; "
-                                 f"its output ends:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.base}/v1/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"atomq serve did not answer /v1/health within {timeout:.0f} s; "
-                                 f"its output ends:\n{self.log_tail()}")
-            time.sleep(0.1)
-
-    def stop(self, timeout: float = 40.0) -> None:
-        """SIGTERM, then wait; kill only if it hangs. Removes the directory."""
-        try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    progress("atomq serve did not stop after SIGTERM: killing it")
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait(10)
-        finally:
-            if self._log is not None:
-                self._log.close()
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = (self.root / "serve.log").read_text(errors="replace")
-        except OSError:
-            return "(no output)"
-        return "\n".join(text.splitlines()[-lines:])
+        super().__init__("atomq-bench-noisy-", http_workers)
 
     # the API, untimed
 
     def owner(self, method: str, path: str, body: dict[str, Any], status: int, what: str) -> Any:
         return expect(requests.request(method, f"{self.base}{path}", json=body, timeout=30,
                                        headers={"Authorization": f"Bearer {self.owner_key}"}), status, what)
-
-    def session(self, key: str) -> requests.Session:
-        """A keep-alive session for one client thread, its connection opened by a health check."""
-        s = requests.Session()
-        s.headers["Authorization"] = f"Bearer {key}"
-        expect(s.get(f"{self.base}/v1/health", timeout=30), 200, "health check")
-        return s
 
     def put_queue(self, key: str, name: str) -> None:
         expect(requests.put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point"}, timeout=30,

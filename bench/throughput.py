@@ -53,29 +53,27 @@ N messages sent, each once), 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
 import shlex
 import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable
 
 import redis
+import requests
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from atomq.platform.embedded import EmbeddedValkey
+from serve_node import BenchError, ServeNode, expect, progress
 
 PAYLOAD_BYTES = 1024
 BATCH = 100
@@ -94,14 +92,6 @@ AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.0))
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 PHASE_DEADLINE_S = 300.0
 """A threaded phase that has not finished by then has hung: it fails instead of waiting for ever."""
-
-
-class BenchError(Exception):
-    """A correctness check failed: the figures would be meaningless."""
-
-
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def check(condition: bool, what: str) -> None:
@@ -267,113 +257,41 @@ def threaded_phase(what: str, count: int, work: Callable[[int, Callable[[], Any]
 # -- atomq serve over HTTP --------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM the child if this process dies first (Linux), so no node outlives a killed bench."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def expect(response: Any, status: int, what: str) -> Any:
-    """The JSON body of ``response`` if it has ``status``; BenchError otherwise."""
-    if response.status_code != status:
-        raise BenchError(f"{what}: HTTP {response.status_code} (expected {status}): {response.text[:300]}")
-    return response.json() if response.content else None
-
-
-class HttpNode:
-    """``atomq serve`` in a subprocess on a free loopback port and a temporary data directory.
+class HttpNode(ServeNode):
+    """The bench's ``atomq serve``, with a tenant for the clients.
 
     It runs its own embedded Valkey; the bench reaches that Valkey through the
     socket and password the node wrote in its data directory, to rewrite the
     AOF before each timed phase as it does for its own.
     """
 
-    def __init__(self, requests: Any, http_workers: int | None) -> None:
-        self.requests = requests
-        self.http_workers = http_workers
-        self.root = Path(tempfile.mkdtemp(prefix="atomq-bench-http-"))
-        self.data_dir = self.root / "node"
-        self.owner_key = f"bench-owner-{uuid.uuid4().hex}"
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+    def __init__(self, http_workers: int | None) -> None:
+        super().__init__("atomq-bench-http-", http_workers)
         self.valkey: redis.Redis | None = None
         self.valkey_pid = 0
         self.tenant_key = ""
-        self.session: Any = None
-        self._log: Any = None
-
-    # lifecycle
+        self.api: requests.Session | None = None
 
     def start(self, timeout: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port)]
-        if self.http_workers:
-            cmd += ["--http-workers", str(self.http_workers)]
-        self._log = open(self.root / "serve.log", "wb")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, "ATOMQ_OWNER_KEY": self.owner_key},
-            start_new_session=True,  # a Ctrl-C reaches the bench only; the bench stops the node
-            preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"atomq serve exited with status {self.proc.returncode} before it answered; "
-                                 f"its output ends:\n{self.log_tail()}")
-            try:
-                if self.requests.get(f"{self.base}/v1/health", timeout=2).status_code == 200:
-                    break
-            except self.requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"atomq serve did not answer /v1/health within {timeout:.0f} s; "
-                                 f"its output ends:\n{self.log_tail()}")
-            time.sleep(0.1)
-        self.session = self.requests.Session()
-        self.session.headers["Connection"] = "close"  # only the client threads hold keep-alive connections
-        created = expect(self.session.post(f"{self.base}/v1/tenants", json={"name": "bench"},
-                                           headers={"Authorization": f"Bearer {self.owner_key}"}, timeout=30),
+        super().start(timeout)
+        self.api = requests.Session()
+        self.api.headers["Connection"] = "close"  # only the client threads hold keep-alive connections
+        created = expect(self.api.post(f"{self.base}/v1/tenants", json={"name": "bench"},
+                                       headers={"Authorization": f"Bearer {self.owner_key}"}, timeout=30),
                          201, "creating the bench tenant")
         self.tenant_key = created["api_key"]
-        self.session.headers["Authorization"] = f"Bearer {self.tenant_key}"
+        self.api.headers["Authorization"] = f"Bearer {self.tenant_key}"
         self.valkey = self._valkey_client()
         self.valkey_pid = int(self.valkey.info("server")["process_id"])
 
     def stop(self, timeout: float = 40.0) -> None:
-        """SIGTERM, then wait (the node drains its requests and stops its Valkey); kill only if it hangs."""
         try:
-            if self.session is not None:
-                self.session.close()
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    progress(f"atomq serve (pid {self.proc.pid}) did not stop within {timeout:.0f} s: killing it")
-                    self.proc.kill()
-                    self.proc.wait(10)
-        finally:
+            if self.api is not None:
+                self.api.close()
             if self.valkey is not None:
                 self.valkey.close()
-            if self._log is not None:
-                self._log.close()
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = (self.root / "serve.log").read_text(errors="replace")
-        except OSError:
-            return "(no output)"
-        return "\n".join(text.splitlines()[-lines:])
+        finally:
+            super().stop(timeout)
 
     def _valkey_client(self) -> redis.Redis:
         vdir = self.data_dir / "valkey"
@@ -385,23 +303,24 @@ class HttpNode:
     # the API, untimed
 
     def put_queue(self, name: str) -> None:
-        expect(self.session.put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point"}, timeout=30),
+        expect(self._api().put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point"}, timeout=30),
                201, f"creating queue {name}")
 
     def queue_info(self, name: str) -> dict[str, Any]:
-        info: dict[str, Any] = expect(self.session.get(f"{self.base}/v1/queues/{name}", timeout=30), 200,
+        info: dict[str, Any] = expect(self._api().get(f"{self.base}/v1/queues/{name}", timeout=30), 200,
                                       f"reading queue {name}")
         return info
 
     def delete_queue(self, name: str) -> None:
-        expect(self.session.delete(f"{self.base}/v1/queues/{name}", timeout=30), 204, f"deleting queue {name}")
+        expect(self._api().delete(f"{self.base}/v1/queues/{name}", timeout=30), 204, f"deleting queue {name}")
 
-    def client_session(self) -> Any:
-        """A keep-alive session for one client thread, its connection opened (untimed) by a health check."""
-        s = self.requests.Session()
-        s.headers["Authorization"] = f"Bearer {self.tenant_key}"
-        expect(s.get(f"{self.base}/v1/health", timeout=30), 200, "health check")
-        return s
+    def client_session(self) -> requests.Session:
+        return self.session(self.tenant_key)
+
+    def _api(self) -> requests.Session:
+        if self.api is None:
+            raise BenchError("atomq serve is not started")
+        return self.api
 
     # who serves the clients
 
@@ -965,15 +884,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_http:
             skipped.append("http_send, http_get_ack: skipped (--skip-http)")
         else:
-            try:
-                import requests  # in the [test] extra
-            except ImportError:
-                skipped.append("http_send, http_get_ack: skipped: requests is not installed")
-            else:
-                node = HttpNode(requests, args.http_workers)
-                progress(f"starting atomq serve on 127.0.0.1:{node.port} (its own embedded Valkey)")
-                node.start()
-                progress(f"  atomq serve is up on port {node.port}, workers {node.worker_pids()}")
+            node = HttpNode(args.http_workers)
+            progress(f"starting atomq serve on 127.0.0.1:{node.port} (its own embedded Valkey)")
+            node.start()
+            progress(f"  atomq serve is up on port {node.port}, workers {node.worker_pids()}")
         if args.skip_amqp:
             skipped.append("rabbitmq_send, rabbitmq_get_ack: skipped (--skip-amqp)")
         else:

@@ -1,0 +1,121 @@
+"""``atomq serve`` as a subprocess for the benchmarks: started on a free
+loopback port in a temporary data directory, stopped (SIGTERM, then kill
+only if it hangs) and its directory removed, even when the bench fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+
+
+class BenchError(Exception):
+    """Something failed: the figures would be meaningless."""
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def expect(response: Any, status: int, what: str) -> Any:
+    """The JSON body of ``response`` if it has ``status``; BenchError otherwise."""
+    if response.status_code != status:
+        raise BenchError(f"{what}: HTTP {response.status_code} (expected {status}): {response.text[:300]}")
+    return response.json() if response.content else None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the child if this process dies first (Linux), so no node outlives a killed bench."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class ServeNode:
+    """One ``atomq serve`` process with its own embedded Valkey, for one bench run."""
+
+    def __init__(self, prefix: str, http_workers: int | None) -> None:
+        self.http_workers = http_workers
+        self.root = Path(tempfile.mkdtemp(prefix=prefix))
+        self.data_dir = self.root / "node"
+        self.owner_key = f"bench-owner-{uuid.uuid4().hex}"
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Runs the command and returns once ``/v1/health`` answers."""
+        cmd = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        if self.http_workers:
+            cmd += ["--http-workers", str(self.http_workers)]
+        self._log = open(self.root / "serve.log", "wb")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, "ATOMQ_OWNER_KEY": self.owner_key},
+            start_new_session=True,  # a Ctrl-C reaches the bench only; the bench stops the node
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise BenchError(f"atomq serve exited with status {self.proc.returncode} before it answered; "
+                                 f"its output ends:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.base}/v1/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"atomq serve did not answer /v1/health within {timeout:.0f} s; "
+                                 f"its output ends:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 40.0) -> None:
+        """SIGTERM, then wait (the node drains its requests and stops its Valkey); kill only if it hangs."""
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    progress(f"atomq serve (pid {self.proc.pid}) did not stop within {timeout:.0f} s: killing it")
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(10)
+        finally:
+            if self._log is not None:
+                self._log.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = (self.root / "serve.log").read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def session(self, key: str) -> requests.Session:
+        """A keep-alive session for one client thread, its connection opened (untimed) by a health check."""
+        s = requests.Session()
+        s.headers["Authorization"] = f"Bearer {key}"
+        expect(s.get(f"{self.base}/v1/health", timeout=30), 200, "health check")
+        return s
