@@ -78,8 +78,23 @@ def _env(name: str) -> dict[str, Any]:
               **_env("MAX_REQUEST_BYTES"), help="Larger request bodies get 413 before they are read.")
 @click.option("--shutdown-timeout", type=click.FloatRange(1, 600), default=20.0, show_default=True,
               **_env("SHUTDOWN_TIMEOUT"), help="Seconds SIGTERM waits for requests in flight.")
+@click.option("--workers", type=click.IntRange(0, 256), default=0, show_default=True, **_env("WORKERS"),
+              help="Execution workers (rq forking workers, one work horse per execution) to start beside "
+                   "the API; more can run anywhere with `atomq worker`.")
+@click.option("--rq-redis-url", **_env("RQ_REDIS_URL"),
+              help="A standalone Redis for rq's execution job queues (default: the node's own Redis, "
+                   "which must then not be a cluster).")
+@click.option("--advertise-url", **_env("ADVERTISE_URL"),
+              help="The URL executions reach this node at (default: http://HOST:PORT).")
+@click.option("--execution-timeout", type=click.IntRange(1, 86400), default=600, show_default=True,
+              **_env("EXECUTION_TIMEOUT"),
+              help="Seconds an execution may run before rq stops its work horse (its batch then comes back).")
+@click.option("--max-send-documents", type=click.IntRange(1, 1000), default=100, show_default=True,
+              **_env("MAX_SEND_DOCUMENTS"), help="Most documents an execution sends in one request.")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
-          threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float) -> None:
+          threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
+          workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
+          max_send_documents: int) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
 
     The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
@@ -91,7 +106,30 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
         run_node(NodeConfig(data_dir=data_dir, host=host, port=port, redis_url=redis_url,
                             allow_eviction=allow_eviction, http_workers=http_workers, threads=threads,
                             max_longpolls_per_tenant=max_longpolls_per_tenant,
-                            max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout))
+                            max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
+                            workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,
+                            execution_timeout_s=execution_timeout, max_send_documents=max_send_documents))
+    except AtomqError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+@main.command()
+@click.option("--rq-redis-url", required=True, **_env("RQ_REDIS_URL"),
+              help="The Redis holding rq's execution job queues (what `atomq serve` uses as its rq Redis).")
+@click.option("--burst", is_flag=True, help="Run the executions waiting now, then exit.")
+@click.option("--name", help="The worker's name in rq (default: generated).")
+def worker(rq_redis_url: str, burst: bool, name: str | None) -> None:
+    """Run executions: an rq forking worker over every tenant's execution queue, taken round-robin.
+
+    Each execution runs in its own forked work horse and talks to the main node over HTTP
+    with its execution token. SIGTERM or SIGINT: finish the running execution, then stop.
+    Processes registered with ATOMQ_PROCESSES must be registered here too.
+    """
+    from atomq.node import rq_connection
+    from atomq.workers.worker import run_worker
+
+    try:
+        run_worker(rq_connection(rq_redis_url), burst=burst, name=name)
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
 

@@ -1,16 +1,20 @@
 """The main node, ``atomq serve``: the HTTP API on a threaded WSGI server,
-the maintenance loop under a lease, and (unless given a Redis URL) the
-embedded Valkey that holds the data.
+the maintenance loop and the listener supervisor under leases, the execution
+workers (``--workers N``), and (unless given a Redis URL) the embedded Valkey
+that holds the data.
 
 gunicorn's threaded workers serve the API: a blocking get holds one thread,
 not the process. The embedded Valkey belongs to the master process; each
 worker process connects to it, builds its own services after the fork and
-runs the maintenance loop, which only the holder of the maintenance lease
-(one node or worker at a time) actually works.
+runs the maintenance loop and the supervisor, whose work only the holders of
+the leases (one node or worker at a time, per listener) actually do. The
+execution workers are ``atomq worker`` processes started by the master.
 
-On SIGTERM: the workers stop taking connections and end their long-polls
-(within a second), finish the requests in flight, stop their loops and give
-up the lease; then the master stops the embedded Valkey, which fsyncs.
+On SIGTERM: the execution workers finish their executions (which still need
+the API) and stop; then the HTTP workers stop taking connections, end their
+long-polls (within a second), finish the requests in flight, stop their
+loops and give up their leases; then the master stops the embedded Valkey,
+which fsyncs.
 """
 
 from __future__ import annotations
@@ -19,27 +23,35 @@ import logging
 import math
 import os
 import secrets
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
+from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
 from atomq.tenants import TenantStore
+from atomq.workers.supervisor import Supervisor, SupervisorConfig
 
 log = logging.getLogger("atomq.node")
 
 OWNER_KEY_ENV = "ATOMQ_OWNER_KEY"
+RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,19 @@ class NodeConfig:
     max_request_bytes: int = 10 * 1024 * 1024
     shutdown_timeout_s: float = 20.0
     maintenance_interval_s: float = 1.0
+    workers: int = 0
+    rq_redis_url: str | None = None
+    advertise_url: str | None = None
+    execution_timeout_s: int = 600
+    max_send_documents: int = 100
+
+    @property
+    def api_url(self) -> str:
+        """The URL work horses reach this node at."""
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
 
 
 def load_owner_key(data_dir: Path) -> tuple[str, Path | None]:
@@ -83,13 +108,29 @@ def build_services(config: NodeConfig, redis_url: str, owner_key: str, node_id: 
         tenants=TenantStore(client, owner_key),
         longpolls=LongPollLimiter(config.max_longpolls_per_tenant),
         node_id=node_id,
+        execution_run_within_ms=(config.execution_timeout_s + 60) * 1000,
     )
+
+
+def rq_connection(url: str) -> redis.Redis:
+    """rq's Redis: a standalone server (rq does not speak Redis Cluster)."""
+    client = redis.Redis.from_url(url)
+    try:
+        cluster = int(client.info("cluster").get("cluster_enabled", 0)) == 1
+    except redis.RedisError as exc:
+        client.close()
+        raise StorageError(f"cannot use rq's Redis: {type(exc).__name__}: {exc}") from None
+    if cluster:
+        client.close()
+        raise InvalidInput("rq needs a standalone Redis for its job queues, not a cluster: give --rq-redis-url",
+                           field="rq_redis_url")
+    return client
 
 
 class NodeWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's threaded worker that also ends long-polls when told to stop."""
 
-    maintenance: tuple[threading.Thread, threading.Event] | None = None
+    loops: tuple[list[threading.Thread], threading.Event] | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
@@ -101,31 +142,44 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]
 MAINTENANCE_LEASE_TTL_S = 10.0
 
 
-def _start_maintenance(worker: NodeWorker) -> None:
+def _start_loops(worker: NodeWorker) -> None:
+    """The maintenance loop and the listener supervisor of one HTTP worker process."""
     services: Services = worker.wsgi.extensions["atomq"]
+    node: Node = worker.app
+    config = node.config
+    holder = f"{services.node_id}:{os.getpid()}"
+    lease = Lease(services.queues.storage, "maintenance", holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
+    supervisor = Supervisor(
+        services.queues, services.tenants.execution_tokens, rq_connection(node.rq_redis_url),
+        SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
+                         max_send_documents=config.max_send_documents), holder)
     stop = threading.Event()
-    lease = Lease(services.queues.storage, "maintenance", f"{services.node_id}:{os.getpid()}",
-                  ttl_s=MAINTENANCE_LEASE_TTL_S)
-    interval = worker.app.config.maintenance_interval_s
-    thread = threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
-                              args=(services.queues, stop, interval, lease, services.current_settings))
-    thread.start()
-    worker.maintenance = (thread, stop)
+    threads = [
+        threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
+                         args=(services.queues, stop, config.maintenance_interval_s, lease,
+                               services.current_settings)),
+        threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True, args=(stop,)),
+    ]
+    for thread in threads:
+        thread.start()
+    worker.loops = (threads, stop)
 
 
-def _stop_maintenance(server: Any, worker: NodeWorker) -> None:
-    if worker.maintenance is not None:
-        thread, stop = worker.maintenance
+def _stop_loops(server: Any, worker: NodeWorker) -> None:
+    if worker.loops is not None:
+        threads, stop = worker.loops
         stop.set()
-        thread.join(timeout=10)
+        for thread in threads:
+            thread.join(timeout=10)
 
 
 class Node(BaseApplication):  # type: ignore[misc]
     """gunicorn, configured in code: no gunicorn config file or command line of its own."""
 
-    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str) -> None:
+    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str, rq_redis_url: str) -> None:
         self.config = config
         self.redis_url = redis_url
+        self.rq_redis_url = rq_redis_url
         self.owner_key = owner_key
         # One id for the node, shared by its workers: rate-limit windows are per node.
         self.node_id = f"n_{uuid.uuid4().hex[:12]}"
@@ -141,8 +195,8 @@ class Node(BaseApplication):  # type: ignore[misc]
             "keepalive": 5,
             "timeout": 60,
             "graceful_timeout": math.ceil(c.shutdown_timeout_s),
-            "post_worker_init": _start_maintenance,
-            "worker_exit": _stop_maintenance,
+            "post_worker_init": _start_loops,
+            "worker_exit": _stop_loops,
             "accesslog": None,  # requests carry keys in headers; nothing about them is logged
             "errorlog": "-",
             "loglevel": "info",
@@ -155,6 +209,49 @@ class Node(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
         return create_app(services, {"MAX_CONTENT_LENGTH": self.config.max_request_bytes})
+
+    def run(self) -> None:
+        NodeArbiter(self).run()
+
+
+class NodeArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's master, which also keeps ``--workers N`` execution workers running
+    and stops them first, while the API they report to still answers."""
+
+    def __init__(self, app: Node) -> None:
+        super().__init__(app)
+        self.node = app
+        self.execution_workers: list[subprocess.Popen[bytes]] = []
+
+    def _spawn_execution_worker(self) -> subprocess.Popen[bytes]:
+        # The URL may hold a password: it goes through the environment, never the command line.
+        env = {**os.environ, RQ_REDIS_URL_ENV: self.node.rq_redis_url}
+        return subprocess.Popen([sys.executable, "-m", "atomq", "worker"], env=env, start_new_session=True)
+
+    def manage_workers(self) -> None:
+        super().manage_workers()
+        if getattr(self, "_stopping_execution_workers", False):
+            return
+        for i, proc in enumerate(self.execution_workers):
+            if proc.poll() is not None:
+                log.warning("execution worker %d exited (%s); starting another", proc.pid, proc.returncode)
+                self.execution_workers[i] = self._spawn_execution_worker()
+        while len(self.execution_workers) < self.node.config.workers:
+            self.execution_workers.append(self._spawn_execution_worker())
+
+    def stop(self, graceful: bool = True) -> None:
+        self._stopping_execution_workers = True
+        for proc in self.execution_workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        timeout = self.node.config.shutdown_timeout_s
+        for proc in self.execution_workers:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        super().stop(graceful)
 
 
 def serve(config: NodeConfig) -> None:
@@ -174,8 +271,10 @@ def serve(config: NodeConfig) -> None:
     try:
         # Fail here, once, on an unusable Redis or a newer data format; not in every worker.
         QueueServer(open_redis(redis_url, allow_eviction=config.allow_eviction)).client.close()
+        rq_redis_url = config.rq_redis_url or redis_url
+        rq_connection(rq_redis_url).close()
         print(f"atomq: serving http://{config.host}:{config.port}", flush=True)
-        Node(config, redis_url, owner_key).run()
+        Node(config, redis_url, owner_key, rq_redis_url).run()
     finally:
         # gunicorn's forked workers leave through this frame too (SystemExit);
         # only the master owns the embedded Valkey.

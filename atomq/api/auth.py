@@ -14,6 +14,13 @@ from atomq.errors import Forbidden, InvalidInput, NotFound
 from atomq.tenants import Principal
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
+EXECUTION_ENDPOINTS = frozenset({
+    ("messages.Messages", "POST"),
+    ("messages.Extend", "POST"),
+    ("listeners.ExecutionStart", "POST"),
+    ("listeners.ExecutionFinish", "POST"),
+})
+"""What an execution token may call: take its batch, send, extend, finish."""
 
 
 def authenticate() -> None:
@@ -24,6 +31,8 @@ def authenticate() -> None:
     scheme, _, key = header.partition(" ")
     services = current_app.extensions["atomq"]
     g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+    if g.principal.execution is not None and (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
+        raise Forbidden("an execution token can only take its batch, send, extend and finish")
     services.current_settings()
 
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from atomq.platform import QueueServer
+from atomq.platform.listeners import ListenerStore
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.tenants import TenantStore
@@ -57,7 +58,10 @@ class Services:
     longpolls: LongPollLimiter
     node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
     stopping: threading.Event = field(default_factory=threading.Event)
+    execution_run_within_ms: int = 660_000
+    """How long a started execution may run before its listener counts it lost."""
     settings: ServerSettingsStore = field(init=False)
+    listeners: ListenerStore = field(init=False)
     rate_limits: RateLimiter = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
@@ -66,6 +70,7 @@ class Services:
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
+        self.listeners = ListenerStore(self.queues.storage)
 
     def attachments(self, tenant: str) -> tuple[int, int]:
         """The tenant's ``(rate_limit_per_minute, disk_quota_bytes)``, read again when older than a few seconds."""

@@ -50,6 +50,20 @@ Accounts and API keys (``K`` a key id; see ``atomq.tenants``)::
     aq:tenants:issued              set of every tenant id ever issued, so none is reused
 
 ``aq:tenants`` also holds every created tenant, not only those with queues.
+
+Listeners (``L`` a listener name, validated like a queue name; see
+``atomq.platform.listeners``)::
+
+    aq:{T}:listeners               hash L -> the listener's definition (JSON)
+    aq:{T}:l:L:stat                hash: state, executions, failures, last_error
+    aq:{T}:l:L:exec                sorted set execution id -> deadline (ms): executions
+                                   scheduled and not yet finished (each holds a slot)
+    aq:{T}:l:L:pending             set of execution ids not yet started by a work horse
+    aq:{T}:l:L:done                sorted set message id -> time (ms) its processing was
+                                   accepted: the bounded window of processed messages
+    aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
+    aq:exec:secret                 the key that signs execution tokens (shared by every node)
+    aq:rq:tenants                  set of tenant ids with an rq queue (in rq's Redis)
 """
 
 from __future__ import annotations
@@ -218,3 +232,59 @@ def tenant_record(tenant: str) -> str:
 def tenant_api_keys(tenant: str) -> str:
     """The set of a tenant's API key ids."""
     return f"{tenant_prefix(tenant)}:apikeys"
+
+
+LISTENER_TENANTS_KEY = f"{PREFIX}:listener:tenants"
+EXECUTION_SECRET_KEY = f"{PREFIX}:exec:secret"
+RQ_TENANTS_KEY = f"{PREFIX}:rq:tenants"
+
+
+def rq_queue_name(tenant: str) -> str:
+    """The rq queue of one tenant's executions (rq builds its own keys from it)."""
+    return f"{PREFIX}.{tenant}"
+
+
+def listener_lease_name(tenant: str, listener: str) -> str:
+    """The lease of one listener's supervision (see :func:`lease_key`)."""
+    return f"listener:{tenant}:{listener}"
+
+
+def tenant_listeners(tenant: str) -> str:
+    """The hash of a tenant's listener definitions."""
+    return f"{tenant_prefix(tenant)}:listeners"
+
+
+@dataclass(frozen=True)
+class ListenerKeys:
+    """The keys of one listener's state."""
+
+    tenant: str
+    name: str
+
+    @property
+    def _p(self) -> str:
+        return f"{tenant_prefix(self.tenant)}:l:{self.name}"
+
+    @property
+    def definitions(self) -> str:
+        return tenant_listeners(self.tenant)
+
+    @property
+    def stat(self) -> str:
+        return f"{self._p}:stat"
+
+    @property
+    def executions(self) -> str:
+        return f"{self._p}:exec"
+
+    @property
+    def pending(self) -> str:
+        return f"{self._p}:pending"
+
+    @property
+    def done(self) -> str:
+        return f"{self._p}:done"
+
+    def as_list(self) -> list[str]:
+        """The five keys in the order the listener scripts expect them."""
+        return [self.definitions, self.stat, self.executions, self.pending, self.done]

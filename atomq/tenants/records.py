@@ -36,8 +36,19 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class ExecutionGrant:
+    """What a valid execution token allows: one execution of one listener of one tenant."""
+
+    tenant: str
+    listener: str
+    execution: str
+    expires_at: float
+
+
+@dataclass(frozen=True)
 class Principal:
-    """Who a request acts as: a tenant through one of its keys, or the runtime owner.
+    """Who a request acts as: a tenant through one of its keys, a tenant's
+    execution through its token, or the runtime owner.
 
     It names the key by its id only (the id is no secret: it appears in the
     URL that revokes the key), so logging a principal leaks nothing.
@@ -45,6 +56,7 @@ class Principal:
 
     tenant_id: str | None
     key_id: str | None
+    execution: ExecutionGrant | None = None
 
     @property
     def is_owner(self) -> bool:

@@ -25,6 +25,8 @@ from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
 from atomq.platform.storage import translate
 from atomq.tenants import api_keys, scripts
+from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
+from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
 from atomq.tenants.records import (
     Principal,
     Tenant,
@@ -70,6 +72,7 @@ class TenantStore:
         self._add_key = client.register_script(scripts.ADD_KEY)
         self._update = client.register_script(scripts.UPDATE)
         self._mark_deleting = client.register_script(scripts.MARK_DELETING)
+        self.execution_tokens = ExecutionTokens(client)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One Redis call, its errors translated into atomq's StorageError once."""
@@ -175,6 +178,7 @@ class TenantStore:
                 self._call(self.client.hdel, k.API_KEYS_KEY, *mine)
         self._unlink_keyspace(tenant_id, keep=record)
         self._call(self.client.srem, k.TENANTS_KEY, tenant_id)
+        self._call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
         self._call(self.client.unlink, record)
 
     def _unlink_keyspace(self, tenant_id: str, keep: str) -> None:
@@ -250,6 +254,11 @@ class TenantStore:
         """
         if isinstance(api_key, str) and api_keys.is_owner_key(api_key, self._owner_digest):
             return OWNER
+        if is_execution_token(api_key):
+            grant = self.execution_tokens.verify(api_key)
+            if not self.exists(grant.tenant):
+                raise Unauthorized(INVALID_TOKEN)
+            return Principal(tenant_id=grant.tenant, key_id=None, execution=grant)
         key_id = api_keys.parse_key_id(api_key)
         stored = self._call(self.client.hget, k.API_KEYS_KEY, key_id)
         if stored is None:

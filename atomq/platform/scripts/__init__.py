@@ -26,6 +26,11 @@ NAMES = (
     "unlink_component",
     "lease",
     "window",
+    "listener_put",
+    "listener_control",
+    "listener_schedule",
+    "listener_start",
+    "listener_finish",
 )
 
 

@@ -1,0 +1,193 @@
+"""Listeners and the calls their executions make: ``/v1/listeners``.
+
+Tenants deploy, list, pause, resume, restart and delete listeners with their
+key. A work horse calls ``.../executions/<id>/start`` and ``.../finish``
+with its execution token, which is good for nothing else but sending to and
+extending on the tenant's queues (see ``auth.EXECUTION_ENDPOINTS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+from flask.views import MethodView
+
+from atomq.api import render
+from atomq.api.auth import current_tenant, principal
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.listeners import (
+    ExecutionFinishedSchema,
+    ExecutionFinishSchema,
+    ExecutionStartSchema,
+    ListenerListSchema,
+    ListenerPutSchema,
+    ListenerSchema,
+)
+from atomq.errors import AtomqError, Forbidden, InvalidInput
+from atomq.platform import QueueModel
+from atomq.platform.listeners import Listener, ListenerSpec
+from atomq.tenants.records import ExecutionGrant
+from atomq.workers import processes
+
+blp = ApiBlueprint("listeners", __name__, url_prefix="/v1/listeners", description="Listeners")
+
+ENGINES_AVAILABLE = ("fork",)
+
+
+def listener_json(listener: Listener) -> dict[str, Any]:
+    spec = listener.spec
+    return {"name": listener.name, "queue": spec.queue, "subscriber": spec.subscriber, "process": spec.process,
+            "batch_size": spec.batch_size, "max_concurrent_executions": spec.max_concurrent_executions,
+            "engine": spec.engine, "settings": spec.settings, "state": listener.state,
+            "executions": listener.executions, "failures": listener.failures, "last_error": listener.last_error,
+            "outstanding": listener.outstanding}
+
+
+@blp.route("")
+class Listeners(MethodView):
+    @blp.response(200, ListenerListSchema)
+    def get(self) -> Response:
+        """The tenant's listeners with their state and counts."""
+        listeners = services().listeners.of_tenant(current_tenant())
+        return render.json_response({"listeners": [listener_json(listener) for listener in listeners]})
+
+
+@blp.route("/<qname:name>")
+class ListenerByName(MethodView):
+    @blp.arguments(ListenerPutSchema)
+    @blp.response(200, ListenerSchema)
+    @blp.alt_response(201, schema=ListenerSchema, description="deployed")
+    def put(self, body: dict[str, Any], name: str) -> Response:
+        """Deploys (201) or redeploys (200) a listener; its state and counts survive a redeploy.
+
+        The process must be registered (else 400 naming ``process``) and
+        accept the settings; on a publish/subscribe queue the listener reads
+        its own subscriber (by default named after it), created now.
+        """
+        s = services()
+        tenant = current_tenant()
+        if body["engine"] not in ENGINES_AVAILABLE:
+            raise InvalidInput(f"engine {body['engine']!r} is not available on this platform yet",
+                               field="engine")
+        processes.check(body["process"], body["settings"])
+        queue = s.queues.get_queue(tenant, body["queue"])
+        subscriber = body.get("subscriber")
+        if queue.model is QueueModel.PUBLISH_SUBSCRIBE:
+            subscriber = subscriber or name
+        elif subscriber is not None:
+            raise InvalidInput("a point-to-point queue has no subscribers", field="subscriber")
+        spec = ListenerSpec(queue=body["queue"], subscriber=subscriber, process=body["process"],
+                            batch_size=body["batch_size"],
+                            max_concurrent_executions=body["max_concurrent_executions"],
+                            engine=body["engine"], settings=body["settings"])
+        if subscriber is not None:
+            s.queues.put_subscriber(tenant, spec.queue, subscriber)
+        created = s.listeners.put(tenant, name, spec)
+        return render.json_response(listener_json(s.listeners.get(tenant, name)), 201 if created else 200)
+
+    @blp.response(200, ListenerSchema)
+    def get(self, name: str) -> Response:
+        """One listener with its state and counts."""
+        return render.json_response(listener_json(services().listeners.get(current_tenant(), name)))
+
+    @blp.response(204)
+    def delete(self, name: str) -> None:
+        """Removes the listener; running executions finish, no new one starts. Its subscriber stays."""
+        services().listeners.control(current_tenant(), name, "delete")
+
+
+def _control(name: str, action: str) -> Response:
+    s = services()
+    tenant = current_tenant()
+    s.listeners.control(tenant, name, action)
+    return render.json_response(listener_json(s.listeners.get(tenant, name)))
+
+
+@blp.route("/<qname:name>/pause")
+class Pause(MethodView):
+    @blp.response(200, ListenerSchema)
+    def post(self, name: str) -> Response:
+        """No new execution starts once this answers; running ones finish."""
+        return _control(name, "pause")
+
+
+@blp.route("/<qname:name>/resume")
+class Resume(MethodView):
+    @blp.response(200, ListenerSchema)
+    def post(self, name: str) -> Response:
+        """Executions start again."""
+        return _control(name, "resume")
+
+
+@blp.route("/<qname:name>/restart")
+class Restart(MethodView):
+    @blp.response(200, ListenerSchema)
+    def post(self, name: str) -> Response:
+        """Clears an error, frees the slots of executions it waits for, and runs again."""
+        return _control(name, "restart")
+
+
+def _grant(name: str, execution: str) -> ExecutionGrant:
+    """The caller's execution token, which must be for this very execution."""
+    grant = principal().execution
+    if grant is None or grant.listener != name or grant.execution != execution:
+        raise Forbidden("these calls take the token of this very execution")
+    return grant
+
+
+@blp.route("/<qname:name>/executions/<qname:execution>/start")
+class ExecutionStart(MethodView):
+    @blp.response(200, ExecutionStartSchema)
+    def post(self, name: str, execution: str) -> Response:
+        """A work horse takes its batch (execution token only).
+
+        Messages the listener already processed (a redelivery after a lost
+        ack) are marked ``processed``: ack them, do not process them again.
+        """
+        s = services()
+        grant = _grant(name, execution)
+        tenant = grant.tenant
+        listener = s.listeners.get(tenant, name)
+        spec = listener.spec
+        if not s.listeners.start(tenant, name, execution, s.execution_run_within_ms):
+            return render.json_response({"run": False, "messages": []})
+        try:
+            queue = s.queues.get_queue(tenant, spec.queue)
+            got = s.queues.get(tenant, spec.queue, spec.batch_size, 0, spec.subscriber)
+        except AtomqError as exc:
+            s.listeners.finish(tenant, name, execution, "failed", f"taking the batch failed: {exc.message}")
+            raise
+        if not got:
+            s.listeners.finish(tenant, name, execution, "empty")
+            return render.json_response({"run": False, "messages": []})
+        processed = s.listeners.processed(tenant, name, [m.id for m in got if m.redelivered])
+        return render.json_response({
+            "run": True, "listener": listener_json(listener), "ack_timeout_s": queue.ack_timeout_s,
+            "messages": [{**render.message(m), "processed": m.id in processed} for m in got]})
+
+
+@blp.route("/<qname:name>/executions/<qname:execution>/finish")
+class ExecutionFinish(MethodView):
+    @blp.arguments(ExecutionFinishSchema)
+    @blp.response(200, ExecutionFinishedSchema)
+    def post(self, body: dict[str, Any], name: str, execution: str) -> dict[str, int]:
+        """A work horse reports its end (execution token only): on success its
+        messages are recorded as processed, then acked; on failure nacked."""
+        s = services()
+        tenant = _grant(name, execution).tenant
+        spec = s.listeners.get(tenant, name).spec
+        receipts = body["receipts"]
+        result = {"acked": 0, "requeued": 0, "dead_lettered": 0}
+        if body["ok"]:
+            s.listeners.finish(tenant, name, execution, "ok", processed=body["processed"])
+            if receipts:
+                result["acked"] = s.queues.ack(tenant, spec.queue, receipts=receipts, subscriber=spec.subscriber)
+        else:
+            error = body["error"] or "the process failed"
+            s.listeners.finish(tenant, name, execution, "failed", error)
+            if receipts:
+                nacked = s.queues.nack(tenant, spec.queue, receipts=receipts, subscriber=spec.subscriber,
+                                       reason=error)
+                result["requeued"], result["dead_lettered"] = nacked.requeued, nacked.dead_lettered
+        return result

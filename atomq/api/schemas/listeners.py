@@ -1,0 +1,70 @@
+"""Listeners and the calls of their executions."""
+
+from __future__ import annotations
+
+from marshmallow import fields, validate
+
+from atomq.api.schemas.common import NAME_PATTERN, Int, Strict
+from atomq.api.schemas.messages import DeliverySchema
+from atomq.platform.listeners import ENGINES, MAX_BATCH_SIZE, MAX_CONCURRENT
+
+_name = validate.Regexp(NAME_PATTERN)
+
+
+class ListenerPutSchema(Strict):
+    queue = fields.String(required=True, validate=_name)
+    subscriber = fields.String(validate=_name, metadata={
+        "description": "publish/subscribe queues only; default: the listener's name. Created when deployed."})
+    process = fields.String(required=True, validate=validate.Length(1, 128),
+                            metadata={"description": "a process registered by the runtime owner"})
+    batch_size = Int(load_default=10, validate=validate.Range(1, MAX_BATCH_SIZE))
+    max_concurrent_executions = Int(load_default=0, validate=validate.Range(0, MAX_CONCURRENT),
+                                    metadata={"description": "0 = unlimited"})
+    engine = fields.String(load_default="fork", validate=validate.OneOf(ENGINES))
+    settings = fields.Dict(keys=fields.String(), load_default=dict)
+
+
+class ListenerSchema(Strict):
+    name = fields.String(required=True)
+    queue = fields.String(required=True)
+    subscriber = fields.String(allow_none=True)
+    process = fields.String(required=True)
+    batch_size = fields.Integer(required=True)
+    max_concurrent_executions = fields.Integer(required=True)
+    engine = fields.String(required=True)
+    settings = fields.Dict(required=True)
+    state = fields.String(required=True, validate=validate.OneOf(["running", "paused", "error"]))
+    executions = fields.Integer(required=True, metadata={"description": "finished or lost executions"})
+    failures = fields.Integer(required=True)
+    last_error = fields.String(required=True)
+    outstanding = fields.Integer(required=True, metadata={"description": "executions scheduled or running"})
+
+
+class ListenerListSchema(Strict):
+    listeners = fields.List(fields.Nested(ListenerSchema), required=True)
+
+
+class ExecutionDeliverySchema(DeliverySchema):
+    processed = fields.Boolean(required=True, metadata={
+        "description": "the listener already processed this message: ack it without processing it again"})
+
+
+class ExecutionStartSchema(Strict):
+    run = fields.Boolean(required=True, metadata={
+        "description": "false when the execution must not run (listener paused, restarted or deleted)"})
+    listener = fields.Nested(ListenerSchema)
+    ack_timeout_s = fields.Float()
+    messages = fields.List(fields.Nested(ExecutionDeliverySchema), required=True)
+
+
+class ExecutionFinishSchema(Strict):
+    ok = fields.Boolean(required=True)
+    error = fields.String(load_default="", validate=validate.Length(max=1000))
+    receipts = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE))
+    processed = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE))
+
+
+class ExecutionFinishedSchema(Strict):
+    acked = fields.Integer(required=True)
+    requeued = fields.Integer(required=True)
+    dead_lettered = fields.Integer(required=True)

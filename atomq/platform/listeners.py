@@ -1,0 +1,219 @@
+"""Listeners: what a tenant deployed on a queue, and the state every node agrees on.
+
+A listener names a queue (or a subscriber of a publish/subscribe queue) and
+a registered process. Its state lives in Redis (see ``keys.ListenerKeys``),
+so it survives restarts and every node sees the same: running, paused or
+error, its counts, and the executions it waits for, each holding a slot
+until it finishes or its deadline passes. Which process names exist is not
+known here: the caller checks them (``atomq.workers.processes``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomq.errors import InvalidInput, NotFound
+from atomq.platform import keys as k
+from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.storage import Storage
+
+ENGINES = ("fork", "spark")
+MAX_BATCH_SIZE = 1000
+MAX_CONCURRENT = 1000
+MAX_SETTINGS_BYTES = 64 * 1024
+UNLIMITED_OUTSTANDING = 32
+"""Executions scheduled at once for a listener without a limit: enough to keep
+every worker busy, few enough that a deep backlog is not copied into rq."""
+PROCESSED_WINDOW_MS = 24 * 3600 * 1000
+PROCESSED_WINDOW_MAX = 100_000
+"""How long, and how many, processed message ids a listener remembers: a
+redelivery comes within the ack time-out plus the redelivery delays, far
+inside a day; the count bounds the memory of a busy listener."""
+
+
+def check_listener_name(name: str) -> str:
+    """Listener names follow the queue name rule."""
+    return check_queue_name(name, field="name")
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """A listener's definition, as deployed."""
+
+    queue: str
+    process: str
+    subscriber: str | None = None
+    batch_size: int = 10
+    max_concurrent_executions: int = 0
+    engine: str = "fork"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue, field="queue")
+        if self.subscriber is not None:
+            check_subscriber_name(self.subscriber)
+        _check_int(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
+        _check_int(self.max_concurrent_executions, "max_concurrent_executions", 0, MAX_CONCURRENT)
+        if self.engine not in ENGINES:
+            raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}", field="engine")
+        if not isinstance(self.process, str) or not self.process:
+            raise InvalidInput("process must name a registered process", field="process")
+        if not isinstance(self.settings, dict):
+            raise InvalidInput("settings must be an object", field="settings")
+        if len(json.dumps(self.settings)) > MAX_SETTINGS_BYTES:
+            raise InvalidInput(f"settings must be at most {MAX_SETTINGS_BYTES} bytes of JSON", field="settings")
+
+    def to_json(self) -> str:
+        return json.dumps({"queue": self.queue, "subscriber": self.subscriber, "process": self.process,
+                           "batch_size": self.batch_size,
+                           "max_concurrent_executions": self.max_concurrent_executions,
+                           "engine": self.engine, "settings": self.settings}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> ListenerSpec:
+        return cls(**json.loads(raw))
+
+    @property
+    def outstanding_cap(self) -> int:
+        """Most executions scheduled at once."""
+        return self.max_concurrent_executions or UNLIMITED_OUTSTANDING
+
+
+def _check_int(value: Any, name: str, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer from {low} to {high}", field=name)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A listener with its state."""
+
+    name: str
+    spec: ListenerSpec
+    state: str
+    executions: int
+    failures: int
+    last_error: str
+    outstanding: int
+
+
+def listener_not_found(name: str) -> NotFound:
+    return NotFound(f"listener {name!r} does not exist", listener=name)
+
+
+class ListenerStore:
+    """The listeners of every tenant, in Redis."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def _keys(tenant: str, name: str) -> k.ListenerKeys:
+        return k.ListenerKeys(check_tenant_id(tenant), check_listener_name(name))
+
+    def put(self, tenant: str, name: str, spec: ListenerSpec) -> bool:
+        """Deploys (or redeploys) a listener; True when it is new. Its state and counts survive a redeploy."""
+        lk = self._keys(tenant, name)
+        self.storage.call(self.storage.client.sadd, k.LISTENER_TENANTS_KEY, tenant)
+        return bool(self.storage.run("listener_put", lk.as_list(), [name, spec.to_json()]))
+
+    def get(self, tenant: str, name: str) -> Listener:
+        lk = self._keys(tenant, name)
+        client = self.storage.client
+        pipe = client.pipeline(transaction=False)
+        pipe.hget(lk.definitions, name)
+        pipe.hgetall(lk.stat)
+        pipe.zcard(lk.executions)
+        raw, stat, outstanding = self.storage.call(pipe.execute)
+        if raw is None:
+            raise listener_not_found(name)
+        return _listener(name, ListenerSpec.from_json(raw), stat, outstanding)
+
+    def of_tenant(self, tenant: str) -> list[Listener]:
+        """Every listener of a tenant, by name."""
+        check_tenant_id(tenant)
+        definitions = self.storage.call(self.storage.client.hgetall, k.tenant_listeners(tenant))
+        names = sorted(n.decode() for n in definitions)
+        pipe = self.storage.client.pipeline(transaction=False)
+        for name in names:
+            lk = k.ListenerKeys(tenant, name)
+            pipe.hgetall(lk.stat)
+            pipe.zcard(lk.executions)
+        replies = self.storage.call(pipe.execute) if names else []
+        return [_listener(name, ListenerSpec.from_json(definitions[name.encode()]), replies[2 * i], replies[2 * i + 1])
+                for i, name in enumerate(names)]
+
+    def specs(self, tenant: str) -> dict[str, ListenerSpec]:
+        """A tenant's listener definitions, by name (what a supervisor needs each round)."""
+        definitions = self.storage.call(self.storage.client.hgetall, k.tenant_listeners(tenant))
+        return {n.decode(): ListenerSpec.from_json(raw) for n, raw in definitions.items()}
+
+    def tenants(self) -> list[str]:
+        """Tenants that have (or had) listeners."""
+        return sorted(t.decode() for t in self.storage.call(self.storage.client.smembers, k.LISTENER_TENANTS_KEY))
+
+    def control(self, tenant: str, name: str, action: str) -> None:
+        """pause, resume, restart or delete (see ``listener_control.lua``)."""
+        lk = self._keys(tenant, name)
+        self.storage.run("listener_control", lk.as_list(), [name, action],
+                         errors={"NOLISTENER": lambda: listener_not_found(name)})
+
+    def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
+                 candidate_ids: Sequence[str], start_within_ms: int) -> tuple[list[str], int]:
+        """One supervision round: the ids of the executions it scheduled, and how many it found lost."""
+        lk = self._keys(tenant, name)
+        scheduled, lost = self.storage.run(
+            "listener_schedule",
+            lk.as_list() + [destination.ready, destination.sched],
+            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, *candidate_ids])
+        return list(candidate_ids[:scheduled]), int(lost)
+
+    def start(self, tenant: str, name: str, execution: str, run_within_ms: int) -> bool:
+        """Whether a scheduled execution may run now (the listener waits for it and is not paused)."""
+        lk = self._keys(tenant, name)
+        return bool(self.storage.run("listener_start", lk.as_list(), [name, execution, run_within_ms]))
+
+    def processed(self, tenant: str, name: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` the listener has processed (within its window)."""
+        if not message_ids:
+            return set()
+        lk = self._keys(tenant, name)
+        scores = self.storage.call(self.storage.client.zmscore, lk.done, list(message_ids))
+        return {m for m, score in zip(message_ids, scores) if score is not None}
+
+    def finish(self, tenant: str, name: str, execution: str, outcome: str, error: str = "",
+               processed: Sequence[str] = ()) -> bool:
+        """Records an execution's end (``ok``, ``failed``, or ``empty`` when it found
+        nothing to do); False when the listener no longer waited for it."""
+        lk = self._keys(tenant, name)
+        return bool(self.storage.run(
+            "listener_finish", lk.as_list(),
+            [name, execution, outcome, error[:1000], PROCESSED_WINDOW_MS, PROCESSED_WINDOW_MAX, *processed]))
+
+    def waiting_executions(self, tenant: str, name: str) -> tuple[list[str], set[str]]:
+        """The executions a listener waits for, and which of them have not started."""
+        lk = self._keys(tenant, name)
+        pipe = self.storage.client.pipeline(transaction=False)
+        pipe.zrange(lk.executions, 0, -1)
+        pipe.smembers(lk.pending)
+        waiting, pending = self.storage.call(pipe.execute)
+        return [e.decode() for e in waiting], {e.decode() for e in pending}
+
+    def expire_execution(self, tenant: str, name: str, execution: str) -> None:
+        """Brings an execution's deadline to now: its work horse is known to be dead,
+        so the next round counts it lost."""
+        lk = self._keys(tenant, name)
+        self.storage.call(self.storage.client.zadd, lk.executions, {execution: 0}, xx=True)
+
+
+def _listener(name: str, spec: ListenerSpec, stat: dict[bytes, bytes], outstanding: int) -> Listener:
+    def num(field_name: bytes) -> int:
+        return int(stat.get(field_name, b"0"))
+
+    return Listener(name=name, spec=spec, state=stat.get(b"state", b"running").decode(),
+                    executions=num(b"executions"), failures=num(b"failures"),
+                    last_error=stat.get(b"last_error", b"").decode(), outstanding=int(outstanding))
+

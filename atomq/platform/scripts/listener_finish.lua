@@ -1,0 +1,33 @@
+-- An execution ends: its counts, its slot, and on success the messages it
+-- processed enter the listener's window of processed messages, before the
+-- caller acks them (a redelivery of one that was processed but not acked is
+-- then recognised and not processed again).
+-- KEYS[1..5]   definitions, stat, exec, pending, done (the listener's keys)
+-- ARGV[1]      the listener's name
+-- ARGV[2]      the execution id
+-- ARGV[3]      ok | failed | empty (it found no message: only its slot is freed)
+-- ARGV[4]      the error (failed)
+-- ARGV[5]      how long (ms) processed message ids are kept
+-- ARGV[6]      most processed message ids kept
+-- ARGV[7..]    the ids of the messages it processed (succeeded)
+-- Returns 1 when the listener was waiting for this execution, else 0 (its
+-- counts then stay as they are; the caller still settles the messages).
+
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('ZREM', KEYS[3], ARGV[2]) == 0 then return 0 end
+redis.call('SREM', KEYS[4], ARGV[2])
+if ARGV[3] == 'empty' then return 1 end
+redis.call('HINCRBY', KEYS[2], 'executions', 1)
+local state = redis.call('HGET', KEYS[2], 'state')
+if ARGV[3] == 'ok' then
+  local now = now_ms()
+  for i = 7, #ARGV do redis.call('ZADD', KEYS[5], now, ARGV[i]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[5]))
+  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[6]) - 1)
+  if state == 'error' then redis.call('HSET', KEYS[2], 'state', 'running') end
+else
+  redis.call('HINCRBY', KEYS[2], 'failures', 1)
+  redis.call('HSET', KEYS[2], 'last_error', ARGV[4])
+  if state == 'running' then redis.call('HSET', KEYS[2], 'state', 'error') end
+end
+return 1

@@ -1,0 +1,49 @@
+-- One supervision round of a listener: fails the started executions that
+-- outlived their deadline (and drops the ones rq never started), then
+-- schedules as many new ones as its ready messages need and its free slots
+-- allow. Messages whose redelivery is due count as ready; deliveries past
+-- their ack time-out do not (the sweep schedules them first).
+-- KEYS[1..5]   definitions, stat, exec, pending, done (the listener's keys)
+-- KEYS[6..7]   the destination's ready stream and redelivery schedule
+-- ARGV[1]      the listener's name
+-- ARGV[2]      batch size
+-- ARGV[3]      most executions at once (the listener's max, or the cap on unlimited)
+-- ARGV[4]      deadline (ms from now) for a scheduled execution to start
+-- ARGV[5..]    ids for the new executions (at most this many are scheduled)
+-- Returns {scheduled count, lost count}; the scheduled ones are ARGV[5..4+count].
+
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 1000)
+local state = redis.call('HGET', KEYS[2], 'state')
+local lost = 0
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  -- One that never started took no messages: rq dropped it, nothing failed.
+  if redis.call('SREM', KEYS[4], id) == 0 then lost = lost + 1 end
+end
+if lost > 0 then
+  redis.call('HINCRBY', KEYS[2], 'executions', lost)
+  redis.call('HINCRBY', KEYS[2], 'failures', lost)
+  redis.call('HSET', KEYS[2], 'last_error',
+    'an execution did not finish (its work horse died or ran out of time); '
+    .. 'its messages come back after their ack time-out')
+  if state == 'running' then
+    state = 'error'
+    redis.call('HSET', KEYS[2], 'state', 'error')
+  end
+end
+if state == 'paused' then return {0, lost} end
+
+local ready = redis.call('XLEN', KEYS[6]) + redis.call('ZCOUNT', KEYS[7], '-inf', now)
+local batch = tonumber(ARGV[2])
+local wanted = math.ceil(ready / batch) - redis.call('SCARD', KEYS[4])
+local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[3])
+local n = math.min(wanted, free, #ARGV - 4)
+if n <= 0 then return {0, lost} end
+local deadline = now + tonumber(ARGV[4])
+for i = 5, 4 + n do
+  redis.call('ZADD', KEYS[3], deadline, ARGV[i])
+  redis.call('SADD', KEYS[4], ARGV[i])
+end
+return {n, lost}

@@ -1,0 +1,87 @@
+"""The processes atomq registers itself: ``forward`` and ``echo-service``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from atomq.errors import InvalidInput
+from atomq.platform.names import check_queue_name
+from atomq.workers.context import ExecutionContext
+
+
+def _queue_setting(settings: dict[str, Any], name: str) -> None:
+    if name not in settings:
+        raise InvalidInput(f"settings.{name} must name a queue", field=f"settings.{name}")
+    check_queue_name(settings[name], field=f"settings.{name}")
+
+
+def forward(ctx: ExecutionContext) -> None:
+    """Every input document goes on as a message of its own to ``settings["to"]``."""
+    to = ctx.settings["to"]
+    for message in ctx.messages:
+        for document in message.documents:
+            ctx.send(to, [document], message.properties, source=message)
+
+
+def _validate_forward(settings: dict[str, Any]) -> None:
+    _queue_setting(settings, "to")
+
+
+forward.validate_settings = _validate_forward  # type: ignore[attr-defined]
+
+
+def _payload(data: bytes) -> dict[str, str]:
+    try:
+        return {"payload": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"payload_base64": base64.b64encode(data).decode("ascii")}
+
+
+def _invalid_reason(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The parsed test message, or None and why it is not one."""
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"not JSON: {exc}"
+    if not isinstance(parsed, dict):
+        return None, f"not a JSON object but a {type(parsed).__name__}"
+    if "msgId" not in parsed:
+        return None, "the field msgId is missing"
+    return parsed, ""
+
+
+def echo_service(ctx: ExecutionContext) -> None:
+    """The seed's test message validation and echo service.
+
+    A document that parses as a JSON object with a ``msgId`` becomes an echo
+    message on ``echo_queue``; any other (a parse error included) becomes a
+    message on ``errors_queue`` with the original payload and the reason, and
+    its input is acked like any other: bad input never becomes a poison
+    message. A redelivered message that this listener already processed
+    never reaches the process at all (the execution recognises it); one that
+    does arrive redelivered is logged, as the seed's second version does.
+    """
+    echo_queue, errors_queue = ctx.settings["echo_queue"], ctx.settings["errors_queue"]
+    for message in ctx.messages:
+        if message.redelivered:
+            ctx.log.info("message %s is redelivered (delivery %d), not seen before: processing it",
+                         message.id, message.delivery_count)
+        for document in message.documents:
+            parsed, reason = _invalid_reason(document.data)
+            if parsed is None:
+                body: dict[str, Any] = {"type": "error", "reason": reason, "message_id": message.id,
+                                        **_payload(document.data)}
+                ctx.send(errors_queue, [json.dumps(body)], {"reason": reason}, source=message)
+            else:
+                body = {"type": "echo", "msgId": parsed["msgId"], "message_id": message.id, "received": parsed}
+                ctx.send(echo_queue, [json.dumps(body)], {"msgId": str(parsed["msgId"])}, source=message)
+
+
+def _validate_echo(settings: dict[str, Any]) -> None:
+    _queue_setting(settings, "echo_queue")
+    _queue_setting(settings, "errors_queue")
+
+
+echo_service.validate_settings = _validate_echo  # type: ignore[attr-defined]

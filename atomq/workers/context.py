@@ -1,0 +1,122 @@
+"""What a process sees of an execution: its batch, its settings, ``send`` and a logger.
+
+A process reads ``ctx.messages`` (each with its documents and properties,
+and ``redelivered`` when an earlier delivery failed) and calls
+``ctx.send(queue, documents, properties, source=message)`` for its outputs.
+Sends are buffered and leave in requests of at most 100 documents; the
+execution acks its batch only after every send was accepted, so a process
+that returns has had all its outputs stored, and one that raises has its
+batch redelivered. ``source`` ties an output to the input it came from: the
+output's de-duplication id is derived from that input and the output's
+position, so a redelivered execution does not store its outputs twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomq.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class InputDocument:
+    """One document of an input message."""
+
+    data: bytes
+    properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The document as UTF-8 text (raises UnicodeDecodeError for binary data)."""
+        return self.data.decode("utf-8")
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    """One message of the execution's batch."""
+
+    id: str
+    delivery_count: int
+    properties: dict[str, Any]
+    documents: tuple[InputDocument, ...]
+
+    @property
+    def redelivered(self) -> bool:
+        """True when an earlier delivery of this message failed (the seed's "Redelivered" flag)."""
+        return self.delivery_count > 1
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> InputMessage:
+        """A message as the HTTP API delivers it."""
+        docs = tuple(
+            InputDocument(
+                data=d["data"].encode("utf-8") if "data" in d else base64.b64decode(d["data_base64"]),
+                properties=d.get("properties") or {},
+            )
+            for d in raw["documents"]
+        )
+        return cls(id=raw["id"], delivery_count=int(raw["delivery_count"]),
+                   properties=raw.get("properties") or {}, documents=docs)
+
+
+Document = bytes | str | InputDocument
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+def outgoing_document(doc: Document) -> dict[str, Any]:
+    """A document in the shape the send API takes."""
+    if isinstance(doc, InputDocument):
+        out = _data(doc.data)
+        if doc.properties:
+            out["properties"] = doc.properties
+        return out
+    if isinstance(doc, (bytes, str)):
+        return _data(doc)
+    raise InvalidInput("a document is bytes, str or an InputDocument", field="documents")
+
+
+def _data(data: bytes | str) -> dict[str, Any]:
+    if isinstance(data, str):
+        return {"data": data}
+    try:
+        return {"data": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"data_base64": base64.b64encode(data).decode("ascii")}
+
+
+class ExecutionContext:
+    """One execution of a listener's process."""
+
+    def __init__(self, listener: str, execution: str, messages: Sequence[InputMessage],
+                 settings: dict[str, Any], emit: Emit, log: logging.Logger | None = None) -> None:
+        self.listener = listener
+        self.execution = execution
+        self.messages = list(messages)
+        self.settings = settings
+        self.log = log or logging.getLogger(f"atomq.process.{listener}")
+        self._emit = emit
+        self._positions: dict[str, int] = {}
+        self._batch_source = hashlib.sha1(",".join(sorted(m.id for m in messages)).encode()).hexdigest()[:16]
+
+    def send(self, queue: str, documents: Iterable[Document], properties: dict[str, Any] | None = None,
+             *, source: InputMessage | None = None) -> None:
+        """Sends one message of ``documents`` to ``queue`` (of this tenant) when the execution succeeds.
+
+        Without ``source`` the output is tied to the whole batch: a redelivery
+        of the same batch is recognised, one in a different batch is not.
+        """
+        origin = source.id if source is not None else f"batch-{self._batch_source}"
+        position = self._positions.get(origin, 0)
+        self._positions[origin] = position + 1
+        message: dict[str, Any] = {
+            "documents": [outgoing_document(d) for d in documents],
+            "dedupe_id": f"{self.listener}/{origin}/{position}",
+        }
+        if properties:
+            message["properties"] = properties
+        self._emit(queue, message)

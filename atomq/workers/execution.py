@@ -1,0 +1,145 @@
+"""One execution, as it runs in an rq work horse: take the batch, run the process, send, settle.
+
+The job carries only the main node's URL, the listener's name, the
+execution's id and its token. Everything else comes over HTTP: the work
+horse takes its batch (the main node starts the ack clock only now, so a job
+that waited in rq held nothing), runs the process while a thread extends the
+deliveries, flushes the outputs in requests of at most 100 documents, and
+finishes: on success the main node records the processed messages and acks
+them, on failure it nacks them (redelivery schedule, then the dead letter
+queue). A work horse that dies leaves its batch in flight; the ack time-out
+brings it back.
+
+Nothing of a tenant's data reaches rq: a failed process is reported to the
+main node and the job itself returns normally; only a failure to reach the
+main node fails the job, with a message that carries no tenant data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from atomq.client import AtomqClient
+from atomq.errors import AtomqError
+from atomq.workers import processes
+from atomq.workers.context import ExecutionContext, InputMessage
+
+log = logging.getLogger("atomq.execution")
+
+DEFAULT_MAX_SEND_DOCUMENTS = 100
+
+
+class BatchingSender:
+    """Buffers an execution's outputs per queue and sends them in requests of at most ``max_documents``.
+
+    The main node counts requests, not documents, against a tenant's rate
+    limit: 250 documents to one queue cost 3 requests.
+    """
+
+    def __init__(self, client: AtomqClient, max_documents: int = DEFAULT_MAX_SEND_DOCUMENTS) -> None:
+        if max_documents < 1:
+            raise ValueError("max_documents must be at least 1")
+        self.client = client
+        self.max_documents = max_documents
+        self.requests = 0
+        self.documents = 0
+        self._buffers: dict[str, list[dict[str, Any]]] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, queue: str, message: dict[str, Any]) -> None:
+        size = len(message["documents"])
+        if self._counts.get(queue, 0) + size > self.max_documents:
+            self.flush(queue)
+        self._buffers.setdefault(queue, []).append(message)
+        self._counts[queue] = self._counts.get(queue, 0) + size
+        if self._counts[queue] >= self.max_documents:
+            self.flush(queue)
+
+    def flush(self, queue: str | None = None) -> None:
+        """Sends what is buffered (for one queue, or all); the main node's refusal raises."""
+        for name in [queue] if queue is not None else list(self._buffers):
+            messages = self._buffers.pop(name, [])
+            count = self._counts.pop(name, 0)
+            if messages:
+                self.client.send(name, messages)
+                self.requests += 1
+                self.documents += count
+
+
+class _Extender(threading.Thread):
+    """Extends the batch's deliveries while the process works, so a long
+    execution does not run past its ack time-out; stops when told."""
+
+    def __init__(self, client: AtomqClient, queue: str, subscriber: str | None, receipts: list[str],
+                 ack_timeout_s: float) -> None:
+        super().__init__(name="atomq-extend", daemon=True)
+        self.client, self.queue, self.subscriber, self.receipts = client, queue, subscriber, receipts
+        self.ack_timeout_s = ack_timeout_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = max(self.ack_timeout_s / 3, 0.05)
+        while not self.stopped.wait(interval):
+            try:
+                self.client.extend(self.queue, receipts=self.receipts, subscriber=self.subscriber,
+                                   seconds=self.ack_timeout_s)
+            except AtomqError as exc:
+                log.warning("extending the deliveries failed (%s); they may time out", exc.code)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What an execution did, for the caller's logs and for tests."""
+
+    ran: bool
+    ok: bool
+    messages: int
+    skipped: int
+    send_requests: int
+
+
+def _describe(exc: BaseException) -> str:
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return line[:1000]
+
+
+def run(api_url: str, listener: str, execution: str, token: str,
+        max_send_documents: int = DEFAULT_MAX_SEND_DOCUMENTS) -> ExecutionResult:
+    """The rq job function: runs one execution of ``listener`` against the main node at ``api_url``."""
+    base = f"/v1/listeners/{listener}/executions/{execution}"
+    with AtomqClient(api_url, token) as client:
+        started = client.request("POST", f"{base}/start")
+        if not started["run"]:
+            return ExecutionResult(False, True, 0, 0, 0)
+        spec = started["listener"]
+        deliveries = started["messages"]
+        fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
+        receipts = [m["receipt"] for m in deliveries]
+        sender = BatchingSender(client, max_send_documents)
+        outcome: dict[str, Any] = {"ok": True, "receipts": receipts,
+                                   "processed": [m["id"] for m in deliveries]}
+        if fresh:
+            with AtomqClient(api_url, token) as extend_client:
+                extender = _Extender(extend_client, spec["queue"], spec.get("subscriber"), receipts,
+                                     float(started["ack_timeout_s"]))
+                extender.start()
+                try:
+                    process = processes.load(spec["process"])
+                    ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
+                    process(ctx)
+                    sender.flush()
+                except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
+                    log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
+                    outcome = {"ok": False, "receipts": receipts, "error": _describe(exc)}
+                finally:
+                    extender.stop()
+        client.request("POST", f"{base}/finish", outcome)
+        return ExecutionResult(True, outcome["ok"], len(deliveries), len(deliveries) - len(fresh), sender.requests)

@@ -1,0 +1,175 @@
+"""The listener supervisor: schedules executions as rq jobs while queues have ready messages.
+
+Every node runs one; each listener is supervised by one node at a time,
+the holder of that listener's lease, which moves when its node dies. A
+round, for each listener it holds: count the executions that outlived their
+deadline as lost (their messages come back by the ack time-out), then
+schedule as many executions as the ready messages need (one per
+``batch_size``) and the free slots allow, each as an rq job on the tenant's
+own rq queue. The job carries the listener, the execution id, the main
+node's URL and a short-lived token, never a document or a tenant key.
+
+A slot is held from scheduling until the execution finishes; a job that
+waits in rq longer than ``start_within_s`` is dropped by rq and its slot
+freed (it had taken no messages, so it counts as nothing). A work horse that
+dies is seen through its rq job's status and counted as a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis
+from rq import Queue
+from rq.job import Job, JobStatus
+
+from atomq.errors import AtomqError
+from atomq.platform import QueueServer
+from atomq.platform import keys as k
+from atomq.platform.lease import Lease
+from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.tenants.execution_tokens import ExecutionTokens
+
+log = logging.getLogger("atomq.supervisor")
+
+EXECUTION_FUNCTION = "atomq.workers.execution.run"
+DEAD_JOB_STATES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """How executions are scheduled; see ``atomq serve --help``."""
+
+    api_url: str
+    execution_timeout_s: int = 600
+    start_within_s: int = 300
+    failed_job_ttl_s: int = 3600
+    lease_ttl_s: float = 10.0
+    max_send_documents: int = 100
+
+
+class Supervisor:
+    """Supervises the listeners whose leases this holder wins."""
+
+    def __init__(self, queues: QueueServer, tokens: ExecutionTokens, rq_connection: redis.Redis,
+                 config: SupervisorConfig, holder: str) -> None:
+        self.queues = queues
+        self.listeners = ListenerStore(queues.storage)
+        self.tokens = tokens
+        self.rq = rq_connection
+        self.config = config
+        self.holder = holder
+        self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
+        self._known_rq_tenants: set[str] = set()
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def _holds(self, tenant: str, name: str, now: float) -> bool:
+        """Whether we supervise this listener: the lease is tried again every third of its life."""
+        key = (tenant, name)
+        entry = self._leases.get(key)
+        if entry is None:
+            lease = Lease(self.queues.storage, k.listener_lease_name(tenant, name), self.holder,
+                          self.config.lease_ttl_s)
+            entry = (lease, 0.0, False)
+        lease, checked, held = entry
+        if now - checked >= self.config.lease_ttl_s / 3:
+            held = lease.acquire()
+            checked = now
+        self._leases[key] = (lease, checked, held)
+        return held
+
+    def release_all(self) -> None:
+        """Gives up every lease (on a clean stop), so another node takes over at once."""
+        for lease, _, held in self._leases.values():
+            if held:
+                try:
+                    lease.release()
+                except AtomqError:
+                    pass
+        self._leases.clear()
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def round(self) -> int:
+        """One pass over every listener; the number of executions scheduled."""
+        now = time.monotonic()
+        scheduled = 0
+        seen: set[tuple[str, str]] = set()
+        for tenant in self.listeners.tenants():
+            for name, spec in self.listeners.specs(tenant).items():
+                seen.add((tenant, name))
+                if spec.engine != "fork" or not self._holds(tenant, name, now):
+                    continue
+                try:
+                    scheduled += self._supervise(tenant, name, spec)
+                except AtomqError as exc:
+                    log.warning("supervising listener %s of %s failed: %s", name, tenant, exc.code)
+        for gone in set(self._leases) - seen:
+            lease, _, held = self._leases.pop(gone)
+            if held:
+                lease.release()
+        return scheduled
+
+    def _supervise(self, tenant: str, name: str, spec: ListenerSpec) -> int:
+        self._notice_dead_work_horses(tenant, name)
+        destination = k.TenantKeys(tenant).queue(spec.queue).destination(spec.subscriber)
+        prefix = uuid.uuid4().hex[:24]
+        candidates = [f"x{prefix}{i:04d}" for i in range(spec.outstanding_cap)]
+        ids, lost = self.listeners.schedule(tenant, name, spec, destination, candidates,
+                                            self.config.start_within_s * 1000)
+        if lost:
+            log.warning("listener %s of %s: %d execution(s) lost", name, tenant, lost)
+        if ids:
+            self._enqueue(tenant, name, ids)
+        return len(ids)
+
+    def _enqueue(self, tenant: str, name: str, execution_ids: Iterable[str]) -> None:
+        c = self.config
+        if tenant not in self._known_rq_tenants:
+            self.rq.sadd(k.RQ_TENANTS_KEY, tenant)
+            self._known_rq_tenants.add(tenant)
+        queue = Queue(k.rq_queue_name(tenant), connection=self.rq)
+        token_ttl = c.start_within_s + c.execution_timeout_s + 60
+        with self.rq.pipeline() as pipe:
+            for execution in execution_ids:
+                token = self.tokens.mint(tenant, name, execution, token_ttl)
+                queue.enqueue_call(
+                    EXECUTION_FUNCTION,
+                    kwargs={"api_url": c.api_url, "listener": name, "execution": execution, "token": token,
+                            "max_send_documents": c.max_send_documents},
+                    job_id=execution, timeout=c.execution_timeout_s, result_ttl=0, ttl=c.start_within_s,
+                    failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", pipeline=pipe)
+            pipe.execute()
+
+    def _notice_dead_work_horses(self, tenant: str, name: str) -> None:
+        """Started executions whose rq job failed or vanished: their work horse died
+        (killed, out of memory, timed out), so they count as lost now, not at their deadline."""
+        waiting, pending = self.listeners.waiting_executions(tenant, name)
+        started = [e for e in waiting if e not in pending]
+        if not started:
+            return
+        with self.rq.pipeline(transaction=False) as pipe:
+            for execution in started:
+                pipe.hget(Job.key_for(execution), "status")
+            states = pipe.execute()
+        for execution, state in zip(started, states):
+            if state is None or state.decode() in DEAD_JOB_STATES:
+                self.listeners.expire_execution(tenant, name, execution)
+
+    def run(self, stop: threading.Event, interval_s: float = 0.2) -> None:
+        """Rounds until ``stop`` is set; errors are logged and the next round tries again."""
+        try:
+            while not stop.is_set():
+                try:
+                    self.round()
+                except (AtomqError, redis.RedisError) as exc:
+                    log.warning("a supervision round failed: %s", exc)
+                stop.wait(interval_s)
+        finally:
+            self.release_all()

@@ -1,0 +1,62 @@
+"""``atomq worker``: rq's forking workers over every tenant's execution queue, round-robin.
+
+Each tenant has its own rq queue; a worker takes them in turn (rq's
+round-robin dequeue strategy), so a tenant with a deep backlog gets one
+job in each turn, not every worker. Tenants come and go while a worker runs:
+it re-reads the set of tenant queues before each wait, and waits at most
+``refresh_s`` at a time so a new tenant's first job is seen within that.
+Every job runs in its own forked work horse (rq's ``Worker``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from rq import Queue, Worker
+from rq.worker import DequeueStrategy
+
+from atomq.platform import keys as k
+
+log = logging.getLogger("atomq.worker")
+
+IDLE_QUEUE = f"{k.PREFIX}.idle"
+"""Listened to while no tenant has a queue: rq needs at least one."""
+REFRESH_S = 2
+
+
+class TenantWorker(Worker):
+    """rq's forking worker whose queues are the tenants' execution queues, taken round-robin."""
+
+    refresh_s: int = REFRESH_S
+
+    def _refresh_queues(self) -> None:
+        tenants = self.connection.smembers(k.RQ_TENANTS_KEY)
+        names = sorted(k.rq_queue_name(t.decode() if isinstance(t, bytes) else t) for t in tenants) or [IDLE_QUEUE]
+        current = [q.name for q in self._ordered_queues]
+        if set(names) == set(current):
+            return
+        kept = [q for q in self._ordered_queues if q.name in names]
+        added = [Queue(n, connection=self.connection, serializer=self.serializer)
+                 for n in names if n not in current]
+        self._ordered_queues = kept + added
+        self.queues = sorted(self._ordered_queues, key=lambda q: q.name)
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        if timeout is None:  # burst mode: one look at every queue, no wait
+            self._refresh_queues()
+            return super().dequeue_job_and_maintain_ttl(None, max_idle_time)
+        while True:
+            self._refresh_queues()
+            result = super().dequeue_job_and_maintain_ttl(self.refresh_s, max_idle_time=self.refresh_s)
+            if result is not None or self._stop_requested:
+                return result
+
+
+def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | None = None) -> bool:
+    """Works until stopped (SIGTERM or SIGINT: finish the running execution, then stop);
+    True when it ran any execution."""
+    worker = TenantWorker([IDLE_QUEUE], connection=rq_connection, name=name)
+    worker._refresh_queues()
+    return bool(worker.work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING"))
