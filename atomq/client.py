@@ -145,6 +145,37 @@ class AtomqClient:
     def delete_subscriber(self, queue: str, subscriber: str) -> None:
         self.request("DELETE", f"/v1/queues/{queue}/subscribers/{subscriber}")
 
+    # -- listeners -----------------------------------------------------------------------
+
+    def put_listener(self, name: str, queue: str, process: str, *, subscriber: str | None = None,
+                     batch_size: int = 10, max_concurrent_executions: int = 0, engine: str = "fork",
+                     settings: dict[str, Any] | None = None) -> Any:
+        """Deploys or redeploys a listener running the registered ``process`` on ``queue``."""
+        body: dict[str, Any] = {"queue": queue, "process": process, "batch_size": batch_size,
+                                "max_concurrent_executions": max_concurrent_executions, "engine": engine,
+                                "settings": dict(settings or {})}
+        if subscriber is not None:
+            body["subscriber"] = subscriber
+        return self.request("PUT", f"/v1/listeners/{name}", body)
+
+    def listeners(self) -> list[Any]:
+        return self.request("GET", "/v1/listeners")["listeners"]  # type: ignore[no-any-return]
+
+    def listener(self, name: str) -> Any:
+        return self.request("GET", f"/v1/listeners/{name}")
+
+    def pause_listener(self, name: str) -> Any:
+        return self.request("POST", f"/v1/listeners/{name}/pause")
+
+    def resume_listener(self, name: str) -> Any:
+        return self.request("POST", f"/v1/listeners/{name}/resume")
+
+    def restart_listener(self, name: str) -> Any:
+        return self.request("POST", f"/v1/listeners/{name}/restart")
+
+    def delete_listener(self, name: str) -> None:
+        self.request("DELETE", f"/v1/listeners/{name}")
+
     # -- messages ------------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[dict[str, Any]]) -> list[str]:

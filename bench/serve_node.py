@@ -53,8 +53,9 @@ def _die_with_parent() -> None:
 class ServeNode:
     """One ``atomq serve`` process with its own embedded Valkey, for one bench run."""
 
-    def __init__(self, prefix: str, http_workers: int | None) -> None:
+    def __init__(self, prefix: str, http_workers: int | None, workers: int | None = None) -> None:
         self.http_workers = http_workers
+        self.workers = workers  # ``--workers N`` execution workers; None: the command's default
         self.root = Path(tempfile.mkdtemp(prefix=prefix))
         self.data_dir = self.root / "node"
         self.owner_key = f"bench-owner-{uuid.uuid4().hex}"
@@ -68,6 +69,8 @@ class ServeNode:
         cmd = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port)]
         if self.http_workers:
             cmd += ["--http-workers", str(self.http_workers)]
+        if self.workers is not None:
+            cmd += ["--workers", str(self.workers)]
         self._log = open(self.root / "serve.log", "wb")
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

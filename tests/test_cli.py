@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from atomq.client import AtomqClient
+from serve_process import AtomqServe, print_logs
+from support import free_port
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 
@@ -75,3 +84,84 @@ def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Pat
     assert node.threads == 9, "a flag beats both"
     bad = runner.invoke(main, ["serve", "--port", "0"])
     assert bad.exit_code == 2 and "--port" in bad.output
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
+    """A real ``atomq serve`` (no execution workers: these tests only manage listeners)."""
+    tmp: Path = tmp_path_factory.mktemp("cli")
+    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+                      http_workers=1)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.ensure_stopped()
+        print_logs([node])
+
+
+@pytest.fixture
+def tenant_env(node: AtomqServe) -> Iterator[dict[str, str]]:
+    """The environment of a fresh tenant's CLI calls: the node's URL and the tenant's key."""
+    with AtomqClient(node.url, node.owner_key) as owner:
+        tenant = owner.create_tenant(f"cli-{secrets.token_hex(4)}")
+        yield {"ATOMQ_URL": node.url, "ATOMQ_KEY": tenant["api_key"], "ATOMQ_TENANT": ""}
+        owner.delete_tenant(tenant["id"])
+
+
+def test_listeners_are_deployed_listed_paused_resumed_and_deleted(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    ok("queues", "create", "incoming")
+    ok("queues", "create", "results")
+    deployed = ok("listeners", "deploy", "fwd", "--queue", "incoming", "--process", "forward",
+                  "--setting", "to=results")
+    assert "fwd" in deployed and "running" in deployed
+
+    header, *rows = ok("listeners", "list").splitlines()
+    assert header.split() == ["NAME", "QUEUE", "PROCESS", "STATE", "EXECUTIONS", "FAILURES", "LAST", "ERROR"]
+    assert [row.split() for row in rows] == [["fwd", "incoming", "forward", "running", "0", "0"]]
+    (listener,) = json.loads(ok("listeners", "list", "--json"))
+    assert listener["name"] == "fwd" and listener["queue"] == "incoming" and listener["process"] == "forward"
+    assert listener["settings"] == {"to": "results"} and listener["subscriber"] is None
+    assert listener["batch_size"] == 10 and listener["state"] == "running"
+
+    assert json.loads(ok("listeners", "pause", "fwd", "--json"))["state"] == "paused"
+    assert json.loads(ok("listeners", "show", "fwd", "--json"))["state"] == "paused"
+    assert "paused" in ok("listeners", "list")
+    redeployed = json.loads(ok("listeners", "deploy", "fwd", "--queue", "incoming", "--process", "forward",
+                               "--settings-json", '{"to": "elsewhere"}', "--setting", "to=results",
+                               "--batch-size", "5", "--json"))
+    assert redeployed["settings"] == {"to": "results"} and redeployed["batch_size"] == 5
+    assert redeployed["state"] == "paused", "a redeploy keeps the state"
+    assert json.loads(ok("listeners", "resume", "fwd", "--json"))["state"] == "running"
+    assert "running" in ok("listeners", "show", "fwd")
+
+    assert "fwd" in ok("listeners", "delete", "fwd")
+    assert json.loads(ok("listeners", "list", "--json")) == []
+    missing = run("listeners", "show", "fwd", env=tenant_env)
+    assert missing.returncode == 1 and "not_found" in missing.stderr
+
+
+def test_deploying_an_unregistered_process_fails_naming_process(tenant_env: dict[str, str]) -> None:
+    assert run("queues", "create", "incoming", env=tenant_env).returncode == 0
+    result = run("listeners", "deploy", "bad", "--queue", "incoming", "--process", "no-such-process",
+                 "--setting", "to=results", env=tenant_env)
+    assert result.returncode != 0
+    assert "process" in result.stderr and "no-such-process" in result.stderr, result.stderr
+    listed = run("listeners", "list", "--json", env=tenant_env)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    bad_setting = run("listeners", "deploy", "bad", "--queue", "incoming", "--process", "forward",
+                      "--setting", "to", env=tenant_env)
+    assert bad_setting.returncode == 2 and "--setting" in bad_setting.stderr
+
+
+def test_listeners_help_explains_the_commands() -> None:
+    result = run("listeners", "deploy", "--help")
+    assert result.returncode == 0
+    for option in ("--queue", "--process", "--subscriber", "--batch-size", "--max-concurrent", "--setting",
+                   "--settings-json", "ATOMQ_KEY"):
+        assert option in result.stdout

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
-from rq.worker import DequeueStrategy
+from rq.worker import BaseWorker, DequeueStrategy
 
 from atomq.platform import keys as k
 
@@ -26,8 +26,12 @@ IDLE_QUEUE = f"{k.PREFIX}.idle"
 REFRESH_S = 2
 
 
-class TenantWorker(Worker):
-    """rq's forking worker whose queues are the tenants' execution queues, taken round-robin."""
+class TenantQueues(BaseWorker):
+    """A worker whose queues are the tenants' execution queues, re-read before each wait.
+
+    A mixin, so that the same choice of queues goes with rq's forking
+    ``Worker`` (:class:`TenantWorker`) or, in tests and benchmarks, its ``SimpleWorker``.
+    """
 
     refresh_s: int = REFRESH_S
 
@@ -54,9 +58,14 @@ class TenantWorker(Worker):
                 return result
 
 
-def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | None = None) -> bool:
+class TenantWorker(TenantQueues, Worker):
+    """rq's forking worker (a work horse per execution) on the tenants' execution queues."""
+
+
+def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | None = None,
+               worker_class: type[TenantQueues] = TenantWorker) -> bool:
     """Works until stopped (SIGTERM or SIGINT: finish the running execution, then stop);
     True when it ran any execution."""
-    worker = TenantWorker([IDLE_QUEUE], connection=rq_connection, name=name)
+    worker = worker_class([IDLE_QUEUE], connection=rq_connection, name=name)
     worker._refresh_queues()
     return bool(worker.work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING"))

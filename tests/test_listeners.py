@@ -1,0 +1,470 @@
+"""Listeners and executions on a real Valkey, a real HTTP server and real rq jobs, in one process.
+
+The node's API runs in a thread (werkzeug); the supervisor's rounds and rq's
+SimpleWorker (burst) are driven by the test, so every step is deterministic:
+a round schedules, the worker runs what was scheduled, the test looks. The
+forking workers of ``atomq serve --workers N`` are tested end to end in
+``test_executions_served.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from werkzeug.serving import make_server
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.client import AtomqClient
+from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
+from atomq.platform import QueueServer
+from atomq.platform import keys as k
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.tenants import TenantStore
+from atomq.workers import execution, processes
+from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from atomq.workers.worker import TenantQueues, run_worker
+from support import free_port, msg
+
+OWNER = "owner-key-for-listener-tests"
+TEST_PROCESSES = ("fail=listener_processes:always_fail,"
+                  "stall=listener_processes:stall_first_delivery")
+
+
+@dataclass
+class Harness:
+    url: str
+    services: Services
+    supervisor: Supervisor
+    rq: redis.Redis
+    owner: AtomqClient
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    """A node of its own (its own Valkey: the tests change the server's redelivery delays)."""
+    server = EmbeddedValkey(tmp_path_factory.mktemp("listeners") / "valkey", port=free_port())
+    server.start()
+    mp = pytest.MonkeyPatch()
+    mp.setenv(processes.PROCESSES_ENV, TEST_PROCESSES)
+    processes.registered.cache_clear()
+    client = server.client()
+    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
+                        longpolls=LongPollLimiter(8))
+    port = free_port()
+    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    rq = server.client()
+    supervisor = Supervisor(services.queues, services.tenants.execution_tokens, rq,
+                            SupervisorConfig(api_url=url, execution_timeout_s=30), holder="test-node")
+    owner = AtomqClient(url, OWNER)
+    owner.update_server(redelivery_delays_s=[0.05, 0.1])
+    yield Harness(url, services, supervisor, rq, owner)
+    owner.close()
+    http.shutdown()
+    thread.join(timeout=10)
+    mp.undo()
+    processes.registered.cache_clear()
+    client.close()
+    rq.close()
+    server.stop()
+
+
+@dataclass
+class Tenant:
+    id: str
+    api: AtomqClient
+
+
+@pytest.fixture
+def tenant(harness: Harness) -> Iterator[Tenant]:
+    created = harness.owner.create_tenant("listeners", rate_limit_per_minute=1000)
+    with AtomqClient(harness.url, created["api_key"]) as api:
+        yield Tenant(created["id"], api)
+
+
+def work(h: Harness, tenant: Tenant) -> int:
+    """Runs every execution waiting in the tenant's rq queue, in this process; how many ran."""
+    queue = Queue(k.rq_queue_name(tenant.id), connection=h.rq)
+    jobs = queue.count
+    SimpleWorker([queue], connection=h.rq).work(burst=True, logging_level="WARNING")
+    return jobs
+
+
+def drive(h: Harness, tenant: Tenant, done: Callable[[], bool], what: str, timeout: float = 20) -> int:
+    """Maintenance, a supervision round and the waiting executions, until ``done``; the executions run."""
+    deadline = time.monotonic() + timeout
+    ran = 0
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        h.services.queues.maintain(tenant.id)
+        h.supervisor.round()
+        ran += work(h, tenant)
+        time.sleep(0.02)
+    return ran
+
+
+def texts(api: AtomqClient, queue: str) -> list[str]:
+    return [m["documents"][0]["data"] for m in api.browse(queue)]
+
+
+def send_requests_counted(h: Harness, tenant: Tenant) -> int:
+    """The send requests the tenant's rate-limit window on this node has counted."""
+    raw = h.services.queues.client.hget(k.tenant_rate_window(tenant.id, h.services.node_id), "count")
+    return int(raw or 0)
+
+
+# -- deploying ------------------------------------------------------------------------------
+
+
+def test_deploy_checks_the_process_its_settings_and_the_queue(tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    with pytest.raises(InvalidInput) as unknown:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "no-such-process"})
+    assert unknown.value.details["field"] == "process"
+    with pytest.raises(InvalidInput) as no_target:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "forward"})
+    assert no_target.value.details["field"] == "settings.to"
+    with pytest.raises(InvalidInput) as bad_target:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "forward", "settings": {"to": "a:b"}})
+    assert bad_target.value.details["field"] == "settings.to"
+    with pytest.raises(NotFound):
+        api.request("PUT", "/v1/listeners/l1", {"queue": "missing", "process": "forward", "settings": {"to": "x"}})
+    with pytest.raises(InvalidInput) as p2p_subscriber:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "subscriber": "s", "process": "forward",
+                                                "settings": {"to": "x"}})
+    assert p2p_subscriber.value.details["field"] == "subscriber"
+    with pytest.raises(InvalidInput) as batch:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "forward", "batch_size": 0,
+                                                "settings": {"to": "x"}})
+    assert "batch_size" in json.dumps(batch.value.details)
+    assert api.request("GET", "/v1/listeners") == {"listeners": []}
+
+
+def test_a_redeploy_keeps_state_and_counts_and_pubsub_listeners_get_their_subscriber(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("events", "publish_subscribe")
+    api.put_queue("out")
+    body = {"queue": "events", "process": "forward", "settings": {"to": "out"}}
+    status_created = api.session.put(f"{api.url}/v1/listeners/audit", json=body).status_code
+    assert status_created == 201
+    assert [s["name"] for s in api.queue("events")["subscribers"]] == ["audit"]
+    api.send_texts("events", ["e1"])
+    drive(harness, tenant, lambda: api.queue("out")["depth"] == 1, "the forwarded event")
+    api.request("POST", "/v1/listeners/audit/pause")
+    again = api.session.put(f"{api.url}/v1/listeners/audit", json={**body, "batch_size": 5})
+    assert again.status_code == 200
+    listener = again.json()
+    assert (listener["batch_size"], listener["state"], listener["executions"]) == (5, "paused", 1)
+
+
+# -- executions -----------------------------------------------------------------------------
+
+
+def test_forward_runs_one_execution_for_a_batch_of_250_and_sends_it_in_3_requests(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    # The input goes in through the library: only the execution's sends count in the window.
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i}") for i in range(250)])
+    api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward", "batch_size": 250,
+                                             "settings": {"to": "out"}})
+    ran = drive(harness, tenant, lambda: api.queue("out")["depth"] == 250, "250 forwarded documents")
+    assert ran == 1
+    assert sorted(texts(api, "out")) == sorted(f"doc {i}" for i in range(250))
+    queue_in = api.queue("in")
+    assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)
+    assert send_requests_counted(harness, tenant) == 3
+    listener = api.request("GET", "/v1/listeners/fwd")
+    assert (listener["executions"], listener["failures"], listener["state"], listener["outstanding"]) == \
+        (1, 0, "running", 0)
+
+
+def test_max_concurrent_executions_bounds_the_executions_scheduled(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.send_texts("in", [f"m{i}" for i in range(5)])
+    api.request("PUT", "/v1/listeners/two", {"queue": "in", "process": "forward", "batch_size": 1,
+                                             "max_concurrent_executions": 2, "settings": {"to": "out"}})
+    harness.supervisor.round()
+    assert Queue(k.rq_queue_name(tenant.id), connection=harness.rq).count == 2
+    assert api.request("GET", "/v1/listeners/two")["outstanding"] == 2
+    harness.supervisor.round()  # the slots are taken: nothing more
+    assert Queue(k.rq_queue_name(tenant.id), connection=harness.rq).count == 2
+    drive(harness, tenant, lambda: api.queue("out")["depth"] == 5, "all five forwarded")
+
+
+def test_pause_holds_messages_back_even_from_scheduled_executions_and_resume_drains_them(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.send_texts("in", ["a", "b", "c"])
+    api.request("PUT", "/v1/listeners/p", {"queue": "in", "process": "forward", "batch_size": 10,
+                                           "settings": {"to": "out"}})
+    harness.supervisor.round()
+    assert api.request("POST", "/v1/listeners/p/pause")["state"] == "paused"
+    assert work(harness, tenant) == 1  # scheduled before the pause: it starts, sees the pause, takes nothing
+    harness.supervisor.round()
+    assert work(harness, tenant) == 0
+    assert (api.queue("in")["depth"], api.queue("in")["in_flight"], api.queue("out")["depth"]) == (3, 0, 0)
+    listener = api.request("GET", "/v1/listeners/p")
+    assert (listener["executions"], listener["outstanding"]) == (0, 0)
+    assert api.request("POST", "/v1/listeners/p/resume")["state"] == "running"
+    drive(harness, tenant, lambda: api.queue("out")["depth"] == 3, "the held messages")
+    assert sorted(texts(api, "out")) == ["a", "b", "c"]
+
+
+def test_a_failing_process_nacks_and_its_message_is_dead_lettered_after_the_schedule(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in", max_redeliveries=2)
+    api.send_texts("in", ["poison"])
+    api.request("PUT", "/v1/listeners/f", {"queue": "in", "process": "fail"})
+    ran = drive(harness, tenant, lambda: api.queue("in")["dead_letters"] == 1, "the dead letter")
+    assert ran == 3  # the first delivery and max_redeliveries=2 redeliveries, each failed once
+    (dead,) = list(api.dead_letters("in"))
+    assert dead["failed_deliveries"] == 3
+    assert "Refused: refusing 1 message(s)" in dead["reason"]
+    listener = api.request("GET", "/v1/listeners/f")
+    assert (listener["state"], listener["executions"], listener["failures"]) == ("error", 3, 3)
+    assert "Refused" in listener["last_error"]
+
+
+def test_echo_service_routes_valid_invalid_and_unparsable_messages_and_acks_them_all(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    for name in ("tests", "echo", "errors"):
+        api.put_queue(name)
+    api.send(("tests"), [
+        {"documents": [{"data": json.dumps({"msgId": "m-1", "text": "hello"})}]},
+        {"documents": [{"data": json.dumps({"text": "no id"})}]},
+        {"documents": [{"data": "{not json"}]},
+        {"documents": [{"data_base64": "//79"}]},
+        {"documents": [{"data": "[1, 2]"}]},
+    ])
+    api.request("PUT", "/v1/listeners/echo", {"queue": "tests", "process": "echo-service",
+                                              "settings": {"echo_queue": "echo", "errors_queue": "errors"}})
+    drive(harness, tenant, lambda: api.queue("errors")["depth"] == 4, "the error messages")
+    (echo,) = [json.loads(t) for t in texts(api, "echo")]
+    assert (echo["type"], echo["msgId"], echo["received"]) == ("echo", "m-1", {"msgId": "m-1", "text": "hello"})
+    errors = [json.loads(t) for t in texts(api, "errors")]
+    reasons = [e["reason"] for e in errors]
+    assert reasons[0] == "the field msgId is missing"
+    assert reasons[1].startswith("not JSON")
+    assert reasons[2].startswith("not JSON")
+    assert reasons[3] == "not a JSON object but a list"
+    assert errors[1]["payload"] == "{not json"
+    assert errors[2]["payload_base64"] == "//79"
+    tests_queue = api.queue("tests")
+    assert (tests_queue["depth"], tests_queue["in_flight"], tests_queue["dead_letters"]) == (0, 0, 0)
+    assert api.request("GET", "/v1/listeners/echo")["failures"] == 0
+
+
+def _echo_setup(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("tests", ack_timeout_s=0.5)
+    api.put_queue("echo")
+    api.put_queue("errors")
+    api.send_texts("tests", [json.dumps({"msgId": "once"})])
+    api.request("PUT", "/v1/listeners/echo", {"queue": "tests", "process": "echo-service",
+                                              "settings": {"echo_queue": "echo", "errors_queue": "errors"}})
+
+
+def test_a_redelivery_after_a_lost_ack_is_recognised_and_not_processed_again(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The execution's sends were stored and its messages recorded as processed,
+    but the ack failed: the redelivered message is acked without a second echo."""
+    api = tenant.api
+    _echo_setup(harness, tenant)
+    real_ack = harness.services.queues.ack
+    failed = []
+
+    def ack_fails_once(*args: Any, **kwargs: Any) -> int:
+        if not failed:
+            failed.append(True)
+            raise StorageError("the ack was lost")
+        return real_ack(*args, **kwargs)
+
+    monkeypatch.setattr(harness.services.queues, "ack", ack_fails_once)
+    drive(harness, tenant, lambda: bool(failed), "the lost ack")
+    assert api.queue("echo")["depth"] == 1
+    drive(harness, tenant, lambda: api.queue("tests")["depth"] + api.queue("tests")["in_flight"] == 0,
+          "the redelivery to be acked")
+    assert api.queue("echo")["depth"] == 1
+    assert api.queue("tests")["dead_letters"] == 0
+
+
+def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_once(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work horse sent its outputs and died before finishing: the message comes
+    back and is processed again, and the outputs' dedupe ids keep them single."""
+    api = tenant.api
+    _echo_setup(harness, tenant)
+    real_request = execution.AtomqClient.request
+    crashed = []
+
+    def crash_before_finish(self: AtomqClient, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("/finish") and not crashed:
+            crashed.append(True)
+            raise StorageError("the work horse died")
+        return real_request(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(execution.AtomqClient, "request", crash_before_finish)
+    drive(harness, tenant, lambda: bool(crashed), "the crash")
+    assert api.queue("echo")["depth"] == 1
+    assert api.queue("tests")["in_flight"] == 1
+    ran = drive(harness, tenant, lambda: api.queue("tests")["depth"] + api.queue("tests")["in_flight"] == 0,
+                "the redelivery to be processed")
+    assert ran >= 1
+    assert api.queue("echo")["depth"] == 1
+    listener = api.request("GET", "/v1/listeners/echo")
+    assert (listener["executions"], listener["failures"]) == (2, 1)  # the crashed one is counted lost
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def test_an_execution_token_is_good_only_for_its_own_execution(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.send_texts("in", ["x"])
+    api.request("PUT", "/v1/listeners/t", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    (execution_id,) = harness.supervisor.listeners.schedule(
+        tenant.id, "t", harness.supervisor.listeners.get(tenant.id, "t").spec,
+        k.TenantKeys(tenant.id).queue("in").destination(), ["xmanual0001"], 60_000)[0]
+    tokens = harness.services.tenants.execution_tokens
+    token = tokens.mint(tenant.id, "t", execution_id, 60)
+    base = f"/v1/listeners/t/executions/{execution_id}"
+    with AtomqClient(harness.url, token) as horse:
+        for method, path in (("GET", "/v1/queues"), ("GET", "/v1/queues/in/messages"), ("GET", "/v1/listeners"),
+                             ("POST", "/v1/listeners/t/pause"), ("POST", "/v1/queues/in/get"),
+                             ("DELETE", "/v1/queues/in"), ("GET", "/v1/tenants")):
+            with pytest.raises(Forbidden):
+                horse.request(method, path, {"max": 1} if path.endswith("/get") else None)
+        with pytest.raises(Forbidden):
+            horse.request("POST", "/v1/listeners/t/executions/xother/start")
+        started = horse.request("POST", f"{base}/start")
+        assert started["run"] and [m["documents"][0]["data"] for m in started["messages"]] == ["x"]
+        assert horse.send_texts("out", ["sent with a token"])
+        horse.request("POST", f"{base}/finish", {"ok": True, "receipts": [started["messages"][0]["receipt"]],
+                                                 "processed": [started["messages"][0]["id"]]})
+    assert api.queue("in")["depth"] + api.queue("in")["in_flight"] == 0
+    with pytest.raises(Forbidden):
+        api.request("POST", f"{base}/start")  # a tenant key is no execution token
+    for bad in (tokens.mint(tenant.id, "t", execution_id, -1), token[:-2] + "xx", "aqx_garbage", "aqx_é.é"):
+        with AtomqClient(harness.url, bad) as horse:
+            with pytest.raises(Unauthorized):
+                horse.request("POST", f"{base}/start")
+
+
+def test_another_tenants_listener_names_are_not_found(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.request("PUT", "/v1/listeners/mine", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    other = harness.owner.create_tenant("other")
+    with AtomqClient(harness.url, other["api_key"]) as stranger:
+        assert stranger.request("GET", "/v1/listeners") == {"listeners": []}
+        for method, path in (("GET", "/v1/listeners/mine"), ("POST", "/v1/listeners/mine/pause"),
+                             ("POST", "/v1/listeners/mine/resume"), ("POST", "/v1/listeners/mine/restart"),
+                             ("DELETE", "/v1/listeners/mine")):
+            with pytest.raises(NotFound):
+                stranger.request(method, path)
+        with pytest.raises(NotFound):  # its own queue "in" does not exist: another tenant's does not count
+            stranger.request("PUT", "/v1/listeners/mine", {"queue": "in", "process": "forward",
+                                                           "settings": {"to": "out"}})
+    assert api.request("GET", "/v1/listeners/mine")["state"] == "running"
+
+
+# -- lost executions, restart -----------------------------------------------------------------
+
+
+def test_an_execution_whose_work_horse_died_is_counted_lost_and_restart_clears_the_error(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in", ack_timeout_s=0.5)
+    api.put_queue("out")
+    api.send_texts("in", ["survivor"])
+    api.request("PUT", "/v1/listeners/lost", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    assert harness.supervisor.round() >= 1
+    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
+    token = harness.services.tenants.execution_tokens.mint(tenant.id, "lost", job_id, 60)
+    with AtomqClient(harness.url, token) as horse:  # a work horse takes the batch ...
+        assert horse.request("POST", f"/v1/listeners/lost/executions/{job_id}/start")["run"]
+    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()  # ... and dies with its job
+    harness.rq.delete(f"rq:job:{job_id}")
+    harness.supervisor.round()
+    listener = api.request("GET", "/v1/listeners/lost")
+    assert (listener["state"], listener["failures"], listener["outstanding"]) == ("error", 1, 0)
+    assert "did not finish" in listener["last_error"]
+    drive(harness, tenant, lambda: api.queue("out")["depth"] == 1, "the batch to come back and be forwarded")
+    assert texts(api, "out") == ["survivor"]
+    assert api.request("GET", "/v1/listeners/lost")["state"] == "running"  # a success ends the error state
+    restarted = api.request("POST", "/v1/listeners/lost/restart")
+    assert (restarted["state"], restarted["last_error"]) == ("running", "")
+
+
+def test_deleting_a_listener_stops_its_executions(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.request("PUT", "/v1/listeners/gone", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    api.send_texts("in", ["stays"])
+    harness.supervisor.round()
+    api.request("DELETE", "/v1/listeners/gone")
+    with pytest.raises(NotFound):
+        api.request("GET", "/v1/listeners/gone")
+    work(harness, tenant)  # the scheduled job finds its listener gone and takes nothing
+    harness.supervisor.round()
+    assert work(harness, tenant) == 0
+    assert (api.queue("in")["depth"], api.queue("out")["depth"]) == (1, 0)
+    assert not harness.rq.keys(f"{k.tenant_prefix(tenant.id)}:l:gone:*")
+
+
+# -- the round-robin worker -------------------------------------------------------------------
+
+
+RAN: list[str] = []
+
+
+def record(label: str) -> None:
+    RAN.append(label)
+
+
+class InProcessTenantWorker(TenantQueues, SimpleWorker):
+    """TenantWorker's queue choice with SimpleWorker's in-process execution, to watch the order."""
+
+
+def test_the_worker_takes_tenant_queues_round_robin(harness: Harness) -> None:
+    RAN.clear()
+    rq = harness.rq
+    busy, quiet = "t_roundrobin01", "t_roundrobin02"
+    for tenant_id, count in ((busy, 6), (quiet, 2)):
+        rq.sadd(k.RQ_TENANTS_KEY, tenant_id)
+        queue = Queue(k.rq_queue_name(tenant_id), connection=rq)
+        for i in range(count):
+            queue.enqueue_call(record, args=(f"{tenant_id[-1]}{i}",), result_ttl=0)
+    try:
+        run_worker(rq, burst=True, worker_class=InProcessTenantWorker)
+    finally:
+        rq.srem(k.RQ_TENANTS_KEY, busy, quiet)
+    mine = [r for r in RAN if r[0] in "12"]
+    assert mine[:4] in (["10", "20", "11", "21"], ["20", "10", "21", "11"])
+    assert sorted(mine) == ["10", "11", "12", "13", "14", "15", "20", "21"]
