@@ -42,7 +42,7 @@ from atomq.api.services import LongPollLimiter, Services
 from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.embedded import EmbeddedValkey, parent_death_signal
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
 from atomq.tenants import TenantStore
@@ -226,7 +226,10 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
     def _spawn_execution_worker(self) -> subprocess.Popen[bytes]:
         # The URL may hold a password: it goes through the environment, never the command line.
         env = {**os.environ, RQ_REDIS_URL_ENV: self.node.rq_redis_url}
-        return subprocess.Popen([sys.executable, "-m", "atomq", "worker"], env=env, start_new_session=True)
+        # Its own session: a terminal's Ctrl-C reaches the master, which stops the workers
+        # first; and the master's death, even by kill -9, stops them too.
+        return subprocess.Popen([sys.executable, "-m", "atomq", "worker"], env=env, start_new_session=True,
+                                preexec_fn=parent_death_signal())
 
     def manage_workers(self) -> None:
         super().manage_workers()

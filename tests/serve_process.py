@@ -61,12 +61,13 @@ class AtomqServe:
     """One ``atomq serve`` process tree: the master (our Popen), its HTTP workers and the embedded Valkey."""
 
     def __init__(self, data_dir: Path, log_path: Path, owner_key: str, port: int,
-                 http_workers: int = 2, args: tuple[str, ...] = ()) -> None:
+                 http_workers: int = 2, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.data_dir, self.log_path, self.owner_key, self.port = data_dir, log_path, owner_key, port
-        self.http_workers, self.args = http_workers, args
+        self.http_workers, self.args, self.extra_env = http_workers, args, env or {}
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.workers: list[psutil.Process] = []
+        self.execution_workers: list[psutil.Process] = []
         self.valkey: psutil.Process | None = None
 
     @property
@@ -77,6 +78,7 @@ class AtomqServe:
         """Runs the command; with ``healthy`` (the default), returns once it serves with all its workers."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ATOMQ_")}
         env["ATOMQ_OWNER_KEY"] = self.owner_key
+        env.update(self.extra_env)
         command = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
                    "--http-workers", str(self.http_workers), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
                    *self.args]
@@ -109,9 +111,12 @@ class AtomqServe:
         workers = []
         for child in psutil.Process(self.proc.pid).children():
             with contextlib.suppress(psutil.NoSuchProcess):  # the master also runs valkey-server --version
-                if child.pid != self.valkey.pid and "atomq" in " ".join(child.cmdline()):
-                    workers.append(child)
+                command = child.cmdline()
+                if child.pid != self.valkey.pid and "atomq" in " ".join(command):
+                    # HTTP workers are forks of the master (same command); execution workers are `atomq worker`.
+                    (workers if "serve" in command else self.execution_workers).append(child)
         self.workers = list({p.pid: p for p in [*self.workers, *workers]}.values())
+        self.execution_workers = list({p.pid: p for p in self.execution_workers}.values())
         return workers
 
     def _healthy(self) -> bool:
@@ -127,7 +132,7 @@ class AtomqServe:
 
     def pids(self) -> list[int]:
         """Every process of the tree that was seen running."""
-        procs = [*self.workers, *([self.valkey] if self.valkey else [])]
+        procs = [*self.workers, *self.execution_workers, *([self.valkey] if self.valkey else [])]
         return ([self.proc.pid] if self.proc else []) + [p.pid for p in procs]
 
     def running(self) -> list[int]:
@@ -164,7 +169,7 @@ class AtomqServe:
         the master and its workers. The master is stopped first so that it cannot fork new workers."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGSTOP)
-        for p in [*([self.valkey] if self.valkey else []), *self.workers]:
+        for p in [*([self.valkey] if self.valkey else []), *self.workers, *self.execution_workers]:
             with contextlib.suppress(psutil.NoSuchProcess):  # psutil refuses a reused pid
                 p.send_signal(signal.SIGKILL)
         if self.proc is not None and self.proc.poll() is None:

@@ -130,12 +130,14 @@ def _quiet_client(socket_path: str, password: str, timeout: float) -> redis.Redi
     )
 
 
-def _parent_death_signal() -> Any:
-    """A preexec_fn asking Linux to SIGTERM Valkey when atomq dies, even by ``kill -9``.
+def parent_death_signal() -> Any:
+    """A preexec_fn asking Linux to SIGTERM a child (Valkey, an execution worker)
+    when atomq dies, even by ``kill -9``.
 
-    SIGTERM makes Valkey fsync its AOF and exit cleanly. Linux sends it when
-    the *thread* that started Valkey exits, so start it from a long-lived
-    thread (normally the main one).
+    SIGTERM makes Valkey fsync its AOF and exit cleanly, and an execution
+    worker finish its execution and stop. Linux sends it when the *thread*
+    that started the child exits, so start it from a long-lived thread
+    (normally the main one).
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -226,7 +228,7 @@ class EmbeddedValkey:
                 stderr=fd,
                 cwd=self.data_dir,
                 start_new_session=True,  # a Ctrl-C to atomq must not reach Valkey first
-                preexec_fn=_parent_death_signal(),
+                preexec_fn=parent_death_signal(),
             )
         except OSError as e:
             raise EmbeddedServerError(f"cannot run {self.binary}: {e}", binary=self.binary) from None

@@ -1,0 +1,190 @@
+"""Listeners end to end: ``atomq serve --workers 2`` as real processes, executions in forked work horses.
+
+The node registers the test processes of ``listener_processes`` (on the
+work horses' ``PYTHONPATH``) and redelivers after 0.1 s. Each test has a
+tenant of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from atomq.client import AtomqClient
+from atomq.errors import RateLimited
+from serve_process import AtomqServe, print_logs
+from support import free_port, pid_running, wait_until
+
+pytestmark = pytest.mark.slow
+
+TESTS_DIR = Path(__file__).resolve().parent
+PROCESSES = "fail=listener_processes:always_fail,stall=listener_processes:stall_first_delivery"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
+    tmp = tmp_path_factory.mktemp("executions")
+    pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+    server = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+                        http_workers=2, args=("--workers", "2"),
+                        env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
+    try:
+        server.start()
+        wait_until(lambda: (server.track_processes(), len(server.execution_workers) == 2)[1], 30,
+                   "two execution workers")
+        with AtomqClient(server.url, server.owner_key) as owner:
+            owner.update_server(redelivery_delays_s=[0.1, 0.1])
+        yield server
+    except BaseException:
+        print_logs([server])
+        raise
+    finally:
+        server.ensure_stopped()
+
+
+@pytest.fixture
+def api(node: AtomqServe) -> Iterator[AtomqClient]:
+    with AtomqClient(node.url, node.owner_key) as owner:
+        key = owner.create_tenant("executions")["api_key"]
+    with AtomqClient(node.url, key) as client:
+        yield client
+
+
+def depth(api: AtomqClient, queue: str) -> int:
+    return int(api.queue(queue)["depth"])
+
+
+def test_a_batch_of_250_runs_as_one_execution_that_costs_exactly_3_send_requests(node: AtomqServe) -> None:
+    with AtomqClient(node.url, node.owner_key) as owner:
+        tenant = owner.create_tenant("three-requests", rate_limit_per_minute=4)
+    with AtomqClient(node.url, tenant["api_key"]) as api:
+        api.put_queue("in")
+        api.put_queue("out")
+        api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward", "batch_size": 250,
+                                                 "settings": {"to": "out"}})
+        api.send_texts("in", [f"document {i}" for i in range(250)])  # send request 1 of 4
+        wait_until(lambda: depth(api, "out") == 250, 60, "250 forwarded documents")
+        listener = api.request("GET", "/v1/listeners/fwd")
+        assert (listener["executions"], listener["failures"]) == (1, 0)
+        assert api.queue("in")["in_flight"] == 0
+        # The execution's 3 requests filled the window of 4: the next send is refused.
+        with pytest.raises(RateLimited):
+            api.send_texts("out", ["one too many"])
+        assert sorted(m["documents"][0]["data"] for m in api.browse("out")) == \
+            sorted(f"document {i}" for i in range(250))
+
+
+def test_pause_holds_messages_back_and_resume_drains_them(api: AtomqClient) -> None:
+    for name in ("held", "flowing", "out-held", "out-flowing"):
+        api.put_queue(name)
+    api.request("PUT", "/v1/listeners/held", {"queue": "held", "process": "forward",
+                                              "settings": {"to": "out-held"}})
+    assert api.request("POST", "/v1/listeners/held/pause")["state"] == "paused"
+    api.request("PUT", "/v1/listeners/flowing", {"queue": "flowing", "process": "forward",
+                                                 "settings": {"to": "out-flowing"}})
+    api.send_texts("held", [f"h{i}" for i in range(20)])
+    api.send_texts("flowing", ["f"])
+    # The running listener's message went through after the sends: the supervisor and the
+    # workers had their chance at the paused one too, and took nothing.
+    wait_until(lambda: depth(api, "out-flowing") == 1, 30, "the running listener's message")
+    api.send_texts("flowing", ["g"])
+    wait_until(lambda: depth(api, "out-flowing") == 2, 30, "the running listener's second message")
+    assert (depth(api, "held"), api.queue("held")["in_flight"], depth(api, "out-held")) == (20, 0, 0)
+    assert api.request("POST", "/v1/listeners/held/resume")["state"] == "running"
+    wait_until(lambda: depth(api, "out-held") == 20, 30, "the held messages")
+    assert depth(api, "held") == 0
+
+
+def test_a_failing_process_dead_letters_its_message_after_the_redelivery_schedule(api: AtomqClient) -> None:
+    api.put_queue("in", max_redeliveries=2)
+    api.request("PUT", "/v1/listeners/failing", {"queue": "in", "process": "fail"})
+    api.send_texts("in", ["poison"])
+    wait_until(lambda: api.queue("in")["dead_letters"] == 1, 60, "the dead letter")
+    (dead,) = list(api.dead_letters("in"))
+    assert dead["failed_deliveries"] == 3
+    assert "Refused: refusing 1 message(s)" in dead["reason"]
+    listener = api.request("GET", "/v1/listeners/failing")
+    assert (listener["state"], listener["executions"], listener["failures"]) == ("error", 3, 3)
+
+
+def test_kill_9_of_a_work_horse_mid_execution_brings_its_batch_back(
+        node: AtomqServe, api: AtomqClient, tmp_path: Path) -> None:
+    pid_file = tmp_path / "horse.pid"
+    api.put_queue("in", ack_timeout_s=2)
+    api.put_queue("out")
+    api.request("PUT", "/v1/listeners/stall", {"queue": "in", "process": "stall", "batch_size": 10,
+                                               "settings": {"to": "out", "pid_file": str(pid_file)}})
+    api.send_texts("in", ["a", "b", "c"])
+    wait_until(pid_file.exists, 30, "the work horse to start")
+    horse = psutil.Process(int(pid_file.read_text()))
+    assert {p.pid for p in node.execution_workers} >= {horse.ppid()}, "a work horse forked by an execution worker"
+    assert api.queue("in")["in_flight"] == 3
+    horse.send_signal(signal.SIGKILL)
+    wait_until(lambda: not pid_running(horse.pid), 10, "the work horse to die")
+    wait_until(lambda: depth(api, "out") == 3, 60, "the batch to come back and be forwarded")
+    assert sorted(m["documents"][0]["data"] for m in api.browse("out")) == ["a", "b", "c"]
+    queue_in = api.queue("in")
+    assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)
+    listener = api.request("GET", "/v1/listeners/stall")
+    assert listener["failures"] == 1 and "did not finish" in listener["last_error"]
+    assert listener["state"] == "running"  # the successful retry ended the error state
+
+
+def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqClient) -> None:
+    for name in ("tests", "echo", "errors"):
+        api.put_queue(name)
+    api.request("PUT", "/v1/listeners/echo", {"queue": "tests", "process": "echo-service", "batch_size": 50,
+                                              "settings": {"echo_queue": "echo", "errors_queue": "errors"}})
+    valid = [{"documents": [{"data": json.dumps({"msgId": f"m{i}", "n": i})}]} for i in range(40)]
+    invalid = [{"documents": [{"data": json.dumps({"n": i})}]} for i in range(5)]
+    unparsable = [{"documents": [{"data": f"<test {i}/>"}]} for i in range(5)]
+    api.send("tests", valid + invalid + unparsable)
+    wait_until(lambda: depth(api, "echo") == 40 and depth(api, "errors") == 10, 60, "every message routed")
+    echoes = sorted(json.loads(m["documents"][0]["data"])["msgId"] for m in api.browse("echo"))
+    assert echoes == sorted(f"m{i}" for i in range(40))
+    reasons = [json.loads(m["documents"][0]["data"])["reason"] for m in api.browse("errors")]
+    assert reasons.count("the field msgId is missing") == 5
+    assert sum(r.startswith("not JSON") for r in reasons) == 5
+    tests_queue = api.queue("tests")
+    assert (tests_queue["depth"], tests_queue["in_flight"], tests_queue["dead_letters"]) == (0, 0, 0)
+    assert api.request("GET", "/v1/listeners/echo")["failures"] == 0
+
+
+def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(tmp_path: Path) -> None:
+    """The execution workers stop first, while the API they ack through still answers."""
+    pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}",
+                      free_port(), http_workers=1, args=("--workers", "1"),
+                      env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
+    pid_file = tmp_path / "horse.pid"
+    try:
+        node.start()
+        with AtomqClient(node.url, node.owner_key) as owner:
+            key = owner.create_tenant("sigterm")["api_key"]
+        with AtomqClient(node.url, key) as api:
+            api.put_queue("in")
+            api.put_queue("out")
+            api.request("PUT", "/v1/listeners/slow", {"queue": "in", "process": "stall", "settings": {
+                "to": "out", "pid_file": str(pid_file), "sleep_s": 1.5}})
+            api.send_texts("in", ["finishes"])
+            wait_until(pid_file.exists, 30, "the execution to start")
+        node.signal(signal.SIGTERM)
+        assert node.wait(20) == 0
+        node.start()
+        with AtomqClient(node.url, key) as api:
+            assert [m["documents"][0]["data"] for m in api.browse("out")] == ["finishes"]
+            queue_in = api.queue("in")
+            assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
+            assert api.request("GET", "/v1/listeners/slow")["executions"] == 1
+    except BaseException:
+        print_logs([node])
+        raise
+    finally:
+        node.ensure_stopped()
