@@ -94,17 +94,17 @@ def worker_child(mode: str, timings_path: str) -> int:
         os.write(fd, f"{kind} {job_id} {seconds * 1000:.3f}\n".encode())
 
     class Timed:
-        def execute_job(self, job: Any, queue: Any) -> Any:  # in the worker: fork + horse + wait, or the job
+        def execute_job(self, job: Any, queue: Any, *rest: Any) -> Any:  # in the worker: fork + horse + wait, or the job
             started = time.perf_counter()
             try:
-                return super().execute_job(job, queue)  # type: ignore[misc]
+                return super().execute_job(job, queue, *rest)  # type: ignore[misc]
             finally:
                 record("execute", job.id, time.perf_counter() - started)
 
-        def perform_job(self, job: Any, queue: Any) -> Any:  # in the work horse (fork) or the worker (simple)
+        def perform_job(self, job: Any, queue: Any, *rest: Any) -> Any:  # in the work horse (fork) or the worker (simple)
             started = time.perf_counter()
             try:
-                return super().perform_job(job, queue)  # type: ignore[misc]
+                return super().perform_job(job, queue, *rest)  # type: ignore[misc]
             finally:
                 record("perform", job.id, time.perf_counter() - started)
 

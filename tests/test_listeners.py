@@ -337,6 +337,47 @@ def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_o
     assert (listener["executions"], listener["failures"]) == (2, 1)  # the crashed one is counted lost
 
 
+def _bytes_of_100_outputs(harness: Harness, tenant: Tenant, input_id: str) -> int:
+    """What 100 forwarded documents add to the tenant's usage, measured on a scratch queue."""
+    api = tenant.api
+    api.put_queue("scratch")
+    before = harness.owner.tenant(tenant.id)["stored_bytes"]
+    harness.services.queues.send(tenant.id, "scratch", [msg(f"document {i:03d}", dedupe_id=f"q/{input_id}/{i}")
+                                                        for i in range(100)])
+    added = harness.owner.tenant(tenant.id)["stored_bytes"] - before
+    api.delete_queue("scratch")
+    harness.services.queues.resume_removals(tenant.id)  # its bytes come back when its removal is done
+    assert harness.owner.tenant(tenant.id)["stored_bytes"] == before
+    return int(added)
+
+
+def test_a_refused_flush_fails_the_execution_and_its_retry_stores_each_output_once(
+        harness: Harness, tenant: Tenant) -> None:
+    """The second request of 100 passes the tenant's quota (507): the execution fails and
+    nacks its batch. Once the quota is raised, the retry's first 100 outputs are recognised
+    by their dedupe ids and the rest are stored: 250 outputs, none twice.
+
+    Nothing goes through the HTTP send before the quota is set: a node reads a
+    tenant's quota again only every few seconds."""
+    api = tenant.api
+    api.put_queue("in", max_redeliveries=1000)
+    api.put_queue("out")
+    harness.services.queues.send(tenant.id, "in", [msg(f"document {i:03d}") for i in range(250)])
+    per_100 = _bytes_of_100_outputs(harness, tenant, next(iter(api.browse("in")))["id"])
+    stored = harness.owner.tenant(tenant.id)["stored_bytes"]
+    harness.owner.update_tenant(tenant.id, disk_quota_bytes=stored + per_100 * 3 // 2)
+    api.request("PUT", "/v1/listeners/q", {"queue": "in", "process": "forward", "batch_size": 250,
+                                           "settings": {"to": "out"}})
+    drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/q")["failures"] >= 1, "a refused flush")
+    assert "QuotaExceeded" in api.request("GET", "/v1/listeners/q")["last_error"]
+    assert api.queue("out")["depth"] == 100
+    harness.owner.update_tenant(tenant.id, disk_quota_bytes=0)
+    drive(harness, tenant, lambda: api.queue("in")["depth"] + api.queue("in")["in_flight"] == 0,
+          "the retry to finish", timeout=30)
+    assert sorted(texts(api, "out")) == sorted(f"document {i:03d}" for i in range(250))
+    assert api.queue("in")["dead_letters"] == 0
+
+
 # -- tokens ---------------------------------------------------------------------------------
 
 
