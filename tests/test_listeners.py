@@ -509,3 +509,22 @@ def test_the_worker_takes_tenant_queues_round_robin(harness: Harness) -> None:
     mine = [r for r in RAN if r[0] in "12"]
     assert mine[:4] in (["10", "20", "11", "21"], ["20", "10", "21", "11"])
     assert sorted(mine) == ["10", "11", "12", "13", "14", "15", "20", "21"]
+
+
+def test_deleting_a_tenant_drops_its_listeners_and_its_rq_queue(harness: Harness) -> None:
+    created = harness.owner.create_tenant("short-lived")
+    with AtomqClient(harness.url, created["api_key"]) as api:
+        api.put_queue("in")
+        api.put_queue("out")
+        api.request("PUT", "/v1/listeners/l", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+        api.send_texts("in", ["never run"])
+    harness.supervisor.round()
+    queue = Queue(k.rq_queue_name(created["id"]), connection=harness.rq)
+    assert queue.count == 1
+    harness.owner.delete_tenant(created["id"])
+    pruning = Supervisor(harness.services.queues, harness.services.tenants.execution_tokens, harness.rq,
+                         SupervisorConfig(api_url=harness.url, prune_interval_s=0), holder="pruner")
+    pruning.round()
+    assert created["id"].encode() not in harness.rq.smembers(k.RQ_TENANTS_KEY)
+    assert queue.count == 0
+    assert created["id"] not in harness.services.listeners.tenants()

@@ -51,6 +51,7 @@ class SupervisorConfig:
     failed_job_ttl_s: int = 3600
     lease_ttl_s: float = 10.0
     max_send_documents: int = 100
+    prune_interval_s: float = 30.0
 
 
 class Supervisor:
@@ -66,6 +67,7 @@ class Supervisor:
         self.holder = holder
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
         self._known_rq_tenants: set[str] = set()
+        self._pruned_at = time.monotonic()
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -101,7 +103,11 @@ class Supervisor:
         now = time.monotonic()
         scheduled = 0
         seen: set[tuple[str, str]] = set()
-        for tenant in self.listeners.tenants():
+        tenants = self.listeners.tenants()
+        if now - self._pruned_at >= self.config.prune_interval_s:
+            self._prune_rq_queues(set(tenants))
+            self._pruned_at = now
+        for tenant in tenants:
             for name, spec in self.listeners.specs(tenant).items():
                 seen.add((tenant, name))
                 if spec.engine != "fork" or not self._holds(tenant, name, now):
@@ -146,6 +152,16 @@ class Supervisor:
                     job_id=execution, timeout=c.execution_timeout_s, result_ttl=0, ttl=c.start_within_s,
                     failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", pipeline=pipe)
             pipe.execute()
+
+    def _prune_rq_queues(self, tenants: set[str]) -> None:
+        """Drops the rq queues of deleted tenants (a tenant leaves the listener index only
+        when it is deleted), so that workers stop watching them and their jobs go."""
+        for raw in self.rq.smembers(k.RQ_TENANTS_KEY):
+            tenant = raw.decode() if isinstance(raw, bytes) else raw
+            if tenant not in tenants:
+                Queue(k.rq_queue_name(tenant), connection=self.rq).delete(delete_jobs=True)
+                self.rq.srem(k.RQ_TENANTS_KEY, tenant)
+                self._known_rq_tenants.discard(tenant)
 
     def _notice_dead_work_horses(self, tenant: str, name: str) -> None:
         """Started executions whose rq job failed or vanished: their work horse died
