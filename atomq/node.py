@@ -47,6 +47,7 @@ from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from atomq.workers.worker import job_queue_bytes
 
 log = logging.getLogger("atomq.node")
 
@@ -149,15 +150,16 @@ def _start_loops(worker: NodeWorker) -> None:
     config = node.config
     holder = f"{services.node_id}:{os.getpid()}"
     lease = Lease(services.queues.storage, "maintenance", holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
+    rq = rq_connection(node.rq_redis_url)
     supervisor = Supervisor(
-        services.queues, services.tenants.execution_tokens, rq_connection(node.rq_redis_url),
+        services.queues, services.tenants.execution_tokens, rq,
         SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
                          max_send_documents=config.max_send_documents), holder)
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
                          args=(services.queues, stop, config.maintenance_interval_s, lease,
-                               services.current_settings)),
+                               services.current_settings, lambda: job_queue_bytes(rq))),
         threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True, args=(stop,)),
     ]
     for thread in threads:

@@ -10,7 +10,7 @@ then deploy a listener `{"queue": IN, "process": "forward", "batch_size": B,
 every message and IN has none waiting or in flight (GET /v1/queues every
 --poll-ms, default 50 ms). A run fails the bench unless OUT ends with exactly
 as many messages as were sent and the listener counts no failure. Each
-runs's listener and queues are deleted afterwards. A small untimed warm-up
+run's listener and queues are deleted afterwards. A small untimed warm-up
 run comes first on every worker, so the worker already listens on the
 tenant's rq queue (it re-reads the tenant set only every 2 s).
 
@@ -89,24 +89,26 @@ def worker_child(mode: str, timings_path: str) -> int:
 
     fd = os.open(timings_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-    def record(kind: str, job_id: str, seconds: float) -> None:
+    def record(kind: str, job_id: str, began: float, seconds: float) -> None:
         # One short O_APPEND write per line: whole lines even from a work horse.
-        os.write(fd, f"{kind} {job_id} {seconds * 1000:.3f}\n".encode())
+        os.write(fd, f"{kind} {job_id} {began:.6f} {seconds * 1000:.3f}\n".encode())
 
     class Timed:
-        def execute_job(self, job: Any, queue: Any, *rest: Any) -> Any:  # in the worker: fork + horse + wait, or the job
-            started = time.perf_counter()
+        def execute_job(self, job: Any, queue: Any, *rest: Any) -> Any:
+            """In the worker: fork, work horse and wait (forking), or the job itself (simple)."""
+            began, started = time.time(), time.perf_counter()
             try:
                 return super().execute_job(job, queue, *rest)  # type: ignore[misc]
             finally:
-                record("execute", job.id, time.perf_counter() - started)
+                record("execute", job.id, began, time.perf_counter() - started)
 
-        def perform_job(self, job: Any, queue: Any, *rest: Any) -> Any:  # in the work horse (fork) or the worker (simple)
-            started = time.perf_counter()
+        def perform_job(self, job: Any, queue: Any, *rest: Any) -> Any:
+            """The job with rq's bookkeeping: in the work horse (forking) or in the worker (simple)."""
+            began, started = time.time(), time.perf_counter()
             try:
                 return super().perform_job(job, queue, *rest)  # type: ignore[misc]
             finally:
-                record("perform", job.id, time.perf_counter() - started)
+                record("perform", job.id, began, time.perf_counter() - started)
 
     class TimedTenantWorker(Timed, TenantWorker):
         pass
@@ -140,17 +142,30 @@ class WorkerProcess:
         if self.proc.poll() is not None:
             raise BenchError(f"the bench's {self.mode} worker exited with status {self.proc.returncode}")
 
-    def new_timings(self) -> dict[str, dict[str, float]]:
-        """The per-job timings (ms) recorded since the last call: {"execute": {job: ms}, "perform": {job: ms}}."""
+    def new_timings(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """The per-job timings recorded since the last call: {"execute" or "perform": {job: (began, ms)}},
+        ``began`` in seconds since the epoch."""
         with open(self.timings, "rb") as f:
             f.seek(self._offset)
             data = f.read()
         complete = data[:data.rfind(b"\n") + 1]
         self._offset += len(complete)
-        out: dict[str, dict[str, float]] = {"execute": {}, "perform": {}}
+        out: dict[str, dict[str, tuple[float, float]]] = {"execute": {}, "perform": {}}
         for line in complete.decode().splitlines():
-            kind, job, ms = line.split()
-            out[kind][job] = float(ms)
+            kind, job, began, ms = line.split()
+            out[kind][job] = (float(began), float(ms))
+        return out
+
+    def settled_timings(self, executions: int, timeout: float = 10.0) -> dict[str, dict[str, tuple[float, float]]]:
+        """The timings since the last call, once every job the worker began has recorded them: a job's
+        execution may have finished (its messages acked) while rq still does its bookkeeping."""
+        out = self.new_timings()
+        deadline = time.monotonic() + timeout
+        while (len(out["execute"]) < executions or set(out["perform"]) - set(out["execute"])) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+            for kind, entries in self.new_timings().items():
+                out[kind].update(entries)
         return out
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -239,6 +254,7 @@ def run_once(node: Node, tag: str, count: int, batch: int, payload_bytes: int, p
         q = depths(node)
         if q[dst]["depth"] >= count and q[src]["depth"] == 0 and q[src]["in_flight"] == 0:
             elapsed = time.perf_counter() - started
+            done_at = time.time()
             break
         if time.perf_counter() - started > timeout_s:
             listener = node.call("GET", f"/v1/listeners/{name}", None, 200, "reading the listener")
@@ -270,16 +286,25 @@ def run_once(node: Node, tag: str, count: int, batch: int, payload_bytes: int, p
         "docs_per_s": round(count / elapsed, 1), "executions_per_s": round(listener["executions"] / elapsed, 1),
     }
     if worker is not None:
-        t = worker.new_timings()
-        execute, perform = t["execute"], t["perform"]
+        t = worker.settled_timings(listener["executions"])
+        execute = {job: ms for job, (_, ms) in t["execute"].items()}
+        perform = {job: ms for job, (_, ms) in t["perform"].items()}
         # The worker's time outside the job: fork, work horse start and exit, wait, clean-up (or nothing much).
         outside = [execute[job] - perform[job] for job in execute if job in perform]
+        # From the first job's start to the last one's end: the worker's rate, without the wait for the
+        # first supervision round and the watch's polling.
+        # Jobs begun after the run was seen done found nothing: left out of the span.
+        timed = [(b, b + ms / 1000) for b, ms in t["execute"].values() if b < done_at]
+        span = max(end for _, end in timed) - min(b for b, _ in timed) if timed else None
         result.update({
             "rq_jobs": len(execute),
             "execute_ms_p50": _median(execute.values()),
             "perform_ms_p50": _median(perform.values()),
             "outside_ms_p50": _median(outside),
             "worker_busy_s": round(sum(execute.values()) / 1000, 3),
+            "worker_span_s": None if span is None else round(span, 3),
+            "worker_docs_per_s": round(count / span, 1) if span else None,
+            "worker_executions_per_s": round(listener["executions"] / span, 1) if span else None,
         })
     return result
 
@@ -287,6 +312,10 @@ def run_once(node: Node, tag: str, count: int, batch: int, payload_bytes: int, p
 def _median(values: Any) -> float | None:
     values = list(values)
     return round(statistics.median(values), 2) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
 
 
 def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -354,11 +383,13 @@ def part_fork(args: argparse.Namespace) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         for mode in WORKER_MODES:
             entry[mode] = {"runs": runs[mode][batch], **{f"{key}_median": median_of(runs[mode][batch], key) for key in
-                           ("seconds", "docs_per_s", "executions_per_s", "execute_ms_p50", "perform_ms_p50",
-                            "outside_ms_p50")}}
+                           ("seconds", "docs_per_s", "executions_per_s", "worker_docs_per_s",
+                            "worker_executions_per_s", "execute_ms_p50", "perform_ms_p50", "outside_ms_p50")}}
         fork, simple = entry["fork"], entry["simple"]
-        entry["fork_over_simple_docs_per_s"] = round(fork["docs_per_s_median"] / simple["docs_per_s_median"], 3)
-        if fork["execute_ms_p50_median"] and simple["execute_ms_p50_median"]:
+        entry["fork_over_simple_docs_per_s"] = _ratio(fork["docs_per_s_median"], simple["docs_per_s_median"])
+        entry["fork_over_simple_worker_docs_per_s"] = _ratio(fork["worker_docs_per_s_median"],
+                                                             simple["worker_docs_per_s_median"])
+        if fork["execute_ms_p50_median"] is not None and simple["execute_ms_p50_median"] is not None:
             entry["fork_minus_simple_execute_ms"] = round(fork["execute_ms_p50_median"]
                                                           - simple["execute_ms_p50_median"], 2)
         out[str(batch)] = entry
@@ -377,16 +408,21 @@ def print_tables(results: dict[str, Any]) -> None:
                   f"{_f(r['executions_per_s_median'], '.1f'):>8}")
         print()
     if "fork" in results:
-        print(f"{'batch':>5} {'worker':<7} {'seconds':>8} {'execs/s':>8} {'docs/s':>8} {'execute ms':>10} "
-              f"{'job ms':>7} {'outside ms':>10} {'fork/simple docs/s':>18}")
+        print(f"{'batch':>5} {'worker':<7} {'seconds':>8} {'execs/s':>8} {'docs/s':>8} {'w execs/s':>9} "
+              f"{'w docs/s':>8} {'execute ms':>10} {'job ms':>7} {'outside ms':>10} {'fork/simple':>11} "
+              f"{'w fork/simple':>13}")
         for batch, entry in results["fork"].items():
             for mode in WORKER_MODES:
                 r = entry[mode]
-                ratio = _f(entry["fork_over_simple_docs_per_s"], ".2f") if mode == "fork" else ""
+                fork = mode == "fork"
                 print(f"{batch:>5} {mode:<7} {_f(r['seconds_median'], '.2f'):>8} "
                       f"{_f(r['executions_per_s_median'], '.1f'):>8} {_f(r['docs_per_s_median'], ',.0f'):>8} "
+                      f"{_f(r['worker_executions_per_s_median'], '.1f'):>9} "
+                      f"{_f(r['worker_docs_per_s_median'], ',.0f'):>8} "
                       f"{_f(r['execute_ms_p50_median'], '.2f'):>10} {_f(r['perform_ms_p50_median'], '.2f'):>7} "
-                      f"{_f(r['outside_ms_p50_median'], '.2f'):>10} {ratio:>18}")
+                      f"{_f(r['outside_ms_p50_median'], '.2f'):>10} "
+                      f"{_f(entry['fork_over_simple_docs_per_s'], '.2f') if fork else '':>11} "
+                      f"{_f(entry['fork_over_simple_worker_docs_per_s'], '.2f') if fork else '':>13}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -405,14 +441,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the listener's batch_size in the workers part (default: %(default)s)")
     parser.add_argument("--worker-counts", default="1,2", metavar="N,...",
                         help="atomq serve --workers values for the workers part (default: %(default)s)")
-    parser.add_argument("--fork-messages", type=int, default=1000, metavar="N",
+    parser.add_argument("--fork-messages", type=int, default=300, metavar="N",
                         help="messages per run in the fork part (default: %(default)s)")
     parser.add_argument("--fork-batch-sizes", default="1,10,100", metavar="B,...",
                         help="batch sizes in the fork part (default: %(default)s)")
     parser.add_argument("--max-concurrent", type=int, default=1000, metavar="C",
                         help="the listener's max_concurrent_executions in the fork part; 0 = the listener's "
                              "default cap (default: %(default)s)")
-    parser.add_argument("--warmup-messages", type=int, default=200, metavar="N",
+    parser.add_argument("--warmup-messages", type=int, default=100, metavar="N",
                         help="messages in the untimed warm-up run before each worker's timed runs "
                              "(default: %(default)s)")
     parser.add_argument("--payload-bytes", type=int, default=1024, metavar="BYTES",

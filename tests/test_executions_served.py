@@ -61,6 +61,13 @@ def depth(api: AtomqClient, queue: str) -> int:
     return int(api.queue(queue)["depth"])
 
 
+def settled(api: AtomqClient, queue: str, listener: str, executions: int) -> None:
+    """Waits until the listener has finished ``executions`` executions and nothing of its queue is in flight
+    (outputs are stored before the execution finishes and acks)."""
+    wait_until(lambda: api.request("GET", f"/v1/listeners/{listener}")["executions"] >= executions
+               and api.queue(queue)["in_flight"] == 0, 30, f"{executions} finished execution(s)")
+
+
 def test_a_batch_of_250_runs_as_one_execution_that_costs_exactly_3_send_requests(node: AtomqServe) -> None:
     with AtomqClient(node.url, node.owner_key) as owner:
         tenant = owner.create_tenant("three-requests", rate_limit_per_minute=4)
@@ -71,6 +78,7 @@ def test_a_batch_of_250_runs_as_one_execution_that_costs_exactly_3_send_requests
                                                  "settings": {"to": "out"}})
         api.send_texts("in", [f"document {i}" for i in range(250)])  # send request 1 of 4
         wait_until(lambda: depth(api, "out") == 250, 60, "250 forwarded documents")
+        settled(api, "in", "fwd", 1)
         listener = api.request("GET", "/v1/listeners/fwd")
         assert (listener["executions"], listener["failures"]) == (1, 0)
         assert api.queue("in")["in_flight"] == 0
@@ -99,6 +107,7 @@ def test_pause_holds_messages_back_and_resume_drains_them(api: AtomqClient) -> N
     assert (depth(api, "held"), api.queue("held")["in_flight"], depth(api, "out-held")) == (20, 0, 0)
     assert api.request("POST", "/v1/listeners/held/resume")["state"] == "running"
     wait_until(lambda: depth(api, "out-held") == 20, 30, "the held messages")
+    settled(api, "held", "held", 1)
     assert depth(api, "held") == 0
 
 
@@ -129,6 +138,7 @@ def test_kill_9_of_a_work_horse_mid_execution_brings_its_batch_back(
     horse.send_signal(signal.SIGKILL)
     wait_until(lambda: not pid_running(horse.pid), 10, "the work horse to die")
     wait_until(lambda: depth(api, "out") == 3, 60, "the batch to come back and be forwarded")
+    settled(api, "in", "stall", 2)
     assert sorted(m["documents"][0]["data"] for m in api.browse("out")) == ["a", "b", "c"]
     queue_in = api.queue("in")
     assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)
@@ -147,6 +157,7 @@ def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqCli
     unparsable = [{"documents": [{"data": f"<test {i}/>"}]} for i in range(5)]
     api.send("tests", valid + invalid + unparsable)
     wait_until(lambda: depth(api, "echo") == 40 and depth(api, "errors") == 10, 60, "every message routed")
+    settled(api, "tests", "echo", 1)
     echoes = sorted(json.loads(m["documents"][0]["data"])["msgId"] for m in api.browse("echo"))
     assert echoes == sorted(f"m{i}" for i in range(40))
     reasons = [json.loads(m["documents"][0]["data"])["reason"] for m in api.browse("errors")]
@@ -188,3 +199,10 @@ def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(tmp_path: 
         raise
     finally:
         node.ensure_stopped()
+
+
+def test_the_server_reports_its_temporary_and_job_scheduler_stores(node: AtomqServe) -> None:
+    with AtomqClient(node.url, node.owner_key) as owner:
+        wait_until(lambda: owner.server()["job_scheduler_store_bytes"] is not None, 30, "the first measurement")
+        server = owner.server()
+    assert server["temporary_store_bytes"] >= 0 and server["job_scheduler_store_bytes"] >= 0

@@ -10,6 +10,7 @@ from flask.views import MethodView
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
+from atomq.platform import store_sizes
 from atomq.platform.server_settings import ServerSettings, memory_state
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
@@ -25,6 +26,7 @@ def _state(settings: ServerSettings) -> dict[str, Any]:
     memory = s.queues.storage.call(s.queues.client.info, "memory")
     used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
     state = memory_state(used, limit)
+    stores = store_sizes.recorded(s.queues) or {}
     return {
         "status": "ok" if state != "red" and not s.stopping.is_set() else "degraded",
         "node_id": s.node_id,
@@ -32,8 +34,8 @@ def _state(settings: ServerSettings) -> dict[str, Any]:
         "memory_bytes": used,
         "max_memory_bytes": limit,
         "message_store_bytes": s.queues.total_stored_bytes(),
-        "temporary_store_bytes": None,
-        "job_scheduler_store_bytes": None,
+        "temporary_store_bytes": stores.get("temporary_bytes"),
+        "job_scheduler_store_bytes": stores.get("job_scheduler_bytes"),
         **dataclasses.asdict(settings),
     }
 

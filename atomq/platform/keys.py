@@ -64,6 +64,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with an rq queue (in rq's Redis)
+    aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
+                                   (see ``atomq.platform.store_sizes``)
 """
 
 from __future__ import annotations
@@ -288,3 +290,12 @@ class ListenerKeys:
     def as_list(self) -> list[str]:
         """The five keys in the order the listener scripts expect them."""
         return [self.definitions, self.stat, self.executions, self.pending, self.done]
+
+
+STORE_SIZES_KEY = f"{PREFIX}:server:stores"
+TEMPORARY_KEY_PATTERNS = (
+    f"{PREFIX}:{{*}}:q:*:dd:" + "[0-9a-f]" * 40,  # de-duplication markers (QueueKeys.dedupe)
+    f"{PREFIX}:rl:node:*",  # node rate windows (node_rate_window)
+    f"{PREFIX}:{{*}}:rl:*",  # tenant rate windows (tenant_rate_window)
+)
+"""SCAN patterns of the temporary keys that no index names."""

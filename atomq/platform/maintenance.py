@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from atomq.errors import AtomqError
+from atomq.platform import store_sizes
 from atomq.platform.lease import Lease
 from atomq.platform.queue_server import QueueServer
 
@@ -34,13 +36,17 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
 
 
 def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,
-                    lease: Lease | None = None, before_round: Callable[[], object] | None = None) -> None:
-    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set.
+                    lease: Lease | None = None, before_round: Callable[[], object] | None = None,
+                    job_queue_bytes: Callable[[], int] | None = None) -> None:
+    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set, and
+    measures the temporary and job scheduler stores every ``store_sizes.MEASURE_EVERY_S``.
 
     With a lease, only while this node holds it; the lease is given up on stop.
     ``before_round`` runs first each round (the node brings the shared server
-    settings, such as the retention, up to date with it).
+    settings, such as the retention, up to date with it). ``job_queue_bytes``
+    measures the execution job queues (see ``store_sizes.measure``).
     """
+    measured_at = float("-inf")
     try:
         while not stop.is_set():
             try:
@@ -50,6 +56,9 @@ def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 
                     totals = maintain_all(qs)
                     if any(totals.values()):
                         log.info("maintenance: %s", totals)
+                    if time.monotonic() - measured_at >= store_sizes.MEASURE_EVERY_S:
+                        store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
+                        measured_at = time.monotonic()
             except AtomqError as exc:
                 log.warning("maintenance round failed: %s", exc.message)
             stop.wait(interval_s)

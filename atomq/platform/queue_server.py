@@ -475,6 +475,10 @@ class QueueServer(Management):
         """Tenants that have (or had) queues: what the maintenance sweeps visit."""
         return sorted(t.decode() for t in self.storage.call(self.client.smembers, k.TENANTS_KEY))
 
+    def destinations(self, tenant: str) -> list[tuple[k.QueueKeys, k.DestinationKeys]]:
+        """Every destination of a tenant: each point-to-point queue and each subscriber."""
+        return self._all_destinations(k.TenantKeys(check_tenant_id(tenant)))
+
     def _all_destinations(self, tk: k.TenantKeys) -> list[tuple[k.QueueKeys, k.DestinationKeys]]:
         out = []
         for raw in self.storage.call(self.client.smembers, tk.queues):

@@ -15,9 +15,11 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
+from rq.job import Job
 from rq.worker import BaseWorker, DequeueStrategy
 
 from atomq.platform import keys as k
+from atomq.platform.store_sizes import memory_of
 
 log = logging.getLogger("atomq.worker")
 
@@ -69,3 +71,13 @@ def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | N
     worker = worker_class([IDLE_QUEUE], connection=rq_connection, name=name)
     worker._refresh_queues()
     return bool(worker.work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING"))
+
+
+def job_queue_bytes(rq_connection: redis.Redis) -> int:
+    """Memory of the tenants' execution queues and the jobs waiting in them (rq's key names)."""
+    keys: list[str] = []
+    for raw in rq_connection.smembers(k.RQ_TENANTS_KEY):
+        queue = Queue(k.rq_queue_name(raw.decode() if isinstance(raw, bytes) else raw), connection=rq_connection)
+        keys.append(queue.key)
+        keys += [Job.key_for(job_id) for job_id in queue.get_job_ids()]
+    return memory_of(rq_connection, keys)

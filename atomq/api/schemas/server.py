@@ -16,9 +16,11 @@ class ServerSchema(Strict):
     message_store_bytes = fields.Integer(required=True, metadata={
         "description": "documents and messages held by all tenants, dead letters included"})
     temporary_store_bytes = fields.Integer(allow_none=True, metadata={
-        "description": "state kept while work is under way; null until usage accounting is on"})
+        "description": "in-flight deliveries, executions, processed-message windows, de-duplication "
+                       "markers, rate windows; measured every 30 s by one node; null before the first"})
     job_scheduler_store_bytes = fields.Integer(allow_none=True, metadata={
-        "description": "redelivery schedule and job queues; null until usage accounting is on"})
+        "description": "redelivery schedules and the execution job queues; measured every 30 s by one "
+                       "node; null before the first"})
     max_disk_bytes = fields.Integer(required=True)
     incoming_rate_limit_per_minute = fields.Integer(required=True)
     redelivery_delays_s = fields.List(fields.Float(), required=True)
