@@ -86,9 +86,11 @@ def _env(name: str) -> dict[str, Any]:
                    "which must then not be a cluster).")
 @click.option("--advertise-url", **_env("ADVERTISE_URL"),
               help="The URL executions reach this node at (default: http://HOST:PORT).")
-@click.option("--execution-timeout", type=click.IntRange(1, 86400), default=600, show_default=True,
+@click.option("--execution-timeout", type=click.IntRange(1, 86400), default=240, show_default=True,
               **_env("EXECUTION_TIMEOUT"),
-              help="Seconds an execution may run before rq stops its work horse (its batch then comes back).")
+              help="Seconds an execution may run before rq stops its work horse (its batch then comes back). "
+                   "Keep it below the server's dedupe_window_s (300 s by default): a retried execution's "
+                   "outputs are recognised only within that window.")
 @click.option("--max-send-documents", type=click.IntRange(1, 1000), default=100, show_default=True,
               **_env("MAX_SEND_DOCUMENTS"), help="Most documents an execution sends in one request.")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ log = logging.getLogger("atomq.node")
 
 OWNER_KEY_ENV = "ATOMQ_OWNER_KEY"
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
+RESPAWN_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class NodeConfig:
     workers: int = 0
     rq_redis_url: str | None = None
     advertise_url: str | None = None
-    execution_timeout_s: int = 600
+    execution_timeout_s: int = 240
     max_send_documents: int = 100
 
     @property
@@ -113,9 +115,19 @@ def build_services(config: NodeConfig, redis_url: str, owner_key: str, node_id: 
     )
 
 
+RQ_SOCKET_TIMEOUT_S = 30.0
+"""Above rq's own blocking waits (a worker waits at most a few seconds at a time)."""
+
+
+def rq_client(url: str) -> redis.Redis:
+    """A client of rq's Redis that connects on first use, so a node whose rq Redis
+    is away for a moment still serves the API (its supervisor retries each round)."""
+    return redis.Redis.from_url(url, socket_timeout=RQ_SOCKET_TIMEOUT_S, socket_connect_timeout=5)
+
+
 def rq_connection(url: str) -> redis.Redis:
-    """rq's Redis: a standalone server (rq does not speak Redis Cluster)."""
-    client = redis.Redis.from_url(url)
+    """rq's Redis, checked: a standalone server (rq does not speak Redis Cluster)."""
+    client = rq_client(url)
     try:
         cluster = int(client.info("cluster").get("cluster_enabled", 0)) == 1
     except redis.RedisError as exc:
@@ -150,11 +162,11 @@ def _start_loops(worker: NodeWorker) -> None:
     config = node.config
     holder = f"{services.node_id}:{os.getpid()}"
     lease = Lease(services.queues.storage, "maintenance", holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
-    rq = rq_connection(node.rq_redis_url)
+    rq = rq_client(node.rq_redis_url)
     supervisor = Supervisor(
         services.queues, services.tenants.execution_tokens, rq,
         SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
-                         max_send_documents=config.max_send_documents), holder)
+                         max_send_documents=config.max_send_documents), holder, services.tenants.exists)
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
@@ -224,6 +236,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
         super().__init__(app)
         self.node = app
         self.execution_workers: list[subprocess.Popen[bytes]] = []
+        self._spawned_at: list[float] = []
 
     def _spawn_execution_worker(self) -> subprocess.Popen[bytes]:
         # The URL may hold a password: it goes through the environment, never the command line.
@@ -237,12 +250,16 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
         super().manage_workers()
         if getattr(self, "_stopping_execution_workers", False):
             return
+        now = time.monotonic()
         for i, proc in enumerate(self.execution_workers):
-            if proc.poll() is not None:
+            # One that keeps dying (rq's Redis away, say) is started again at most every few seconds.
+            if proc.poll() is not None and now - self._spawned_at[i] >= RESPAWN_INTERVAL_S:
                 log.warning("execution worker %d exited (%s); starting another", proc.pid, proc.returncode)
                 self.execution_workers[i] = self._spawn_execution_worker()
+                self._spawned_at[i] = now
         while len(self.execution_workers) < self.node.config.workers:
             self.execution_workers.append(self._spawn_execution_worker())
+            self._spawned_at.append(now)
 
     def stop(self, graceful: bool = True) -> None:
         self._stopping_execution_workers = True

@@ -3,36 +3,44 @@
 
 Two parts, each on its own `atomq serve` (--http-workers, default 2, and its
 embedded Valkey) in a temporary data directory, one tenant made through the
-API. A run: preload a fresh queue IN with --messages (or --fork-messages)
-one-message-one-document texts of --payload-bytes (default 1 KiB), untimed;
-then deploy a listener `{"queue": IN, "process": "forward", "batch_size": B,
-"settings": {"to": OUT}}` and time from just before the PUT until OUT holds
-every message and IN has none waiting or in flight (GET /v1/queues every
---poll-ms, default 50 ms). A run fails the bench unless OUT ends with exactly
-as many messages as were sent and the listener counts no failure. Each
-run's listener and queues are deleted afterwards. A small untimed warm-up
-run comes first on every worker, so the worker already listens on the
-tenant's rq queue (it re-reads the tenant set only every 2 s).
+API. A run: preload a fresh queue IN with N one-message-one-document texts
+of --payload-bytes (default 1 KiB), untimed; then deploy a listener
+`{"queue": IN, "process": "forward", "batch_size": B, "settings": {"to": OUT}}`
+and time from just before the PUT until OUT holds N messages and IN has none
+waiting or in flight (GET /v1/queues every --poll-ms, default 50 ms). A run
+fails the bench unless OUT ends with exactly N messages and the listener
+counts no failure. Each run's listener and queues are deleted afterwards.
+An untimed warm-up run (--warmup-messages) comes first on every worker, so
+the worker already listens on the tenant's rq queue (it re-reads the set of
+tenants only every 2 s).
 
-  workers   `atomq serve --workers N` for each N of --worker-counts (default
-            1 and 2): rq's forking workers, as shipped; batch size
-            --batch-size (default 100), the listener's default concurrency
+  workers   `atomq serve --workers W` for each W of --worker-counts (default
+            1 and 2): rq's forking workers, as shipped. N = --messages
+            (default 5000), B = --batch-size (default 100), the listener's
+            default concurrency.
   fork      `atomq serve --workers 0` and one execution worker started by the
-            bench, the same code as `atomq worker` (it imports what `atomq
+            bench with the code of `atomq worker` (it imports what `atomq
             worker` imports, so its work horses are forked from a process of
-            the same size), either rq's forking Worker (atomq's TenantWorker)
-            or rq's SimpleWorker with TenantWorker's queue handling (every
-            execution in the worker process itself, no fork); batch sizes
-            --fork-batch-sizes (default 1, 10, 100); the two workers take
-            turns within each round. The listener's max_concurrent_executions
-            is --max-concurrent (default 1000, the most allowed): with the
-            default cap (32 executions at once, scheduled by a supervision
-            round every 0.2 s) a batch size of 1 could not go faster than
-            about 160 executions/s whatever the worker, and this part
-            measures the worker. The worker also records, per rq job, the
-            time rq's execute_job took in the worker (fork, work horse, wait
-            and clean-up for the forking one) and the time the job itself
-            (rq's perform_job) took, in the work horse or in the process.
+            the same size): either rq's forking Worker (atomq's TenantWorker)
+            or rq's SimpleWorker on the same queues (atomq's TenantQueues),
+            which runs every execution in the worker process, no fork. B in
+            --fork-batch-sizes (default 1, 10, 100); N = --fork-messages
+            (default 200), or B x --min-executions (default 10) when that is
+            more. The two workers take turns within each round. The
+            listener's max_concurrent_executions is --max-concurrent (default
+            1000, the most allowed): the default cap, 32 executions at once
+            topped up by a supervision round every 0.2 s, would hold a batch
+            size of 1 under about 160 executions/s whatever the worker, and
+            this part measures the worker.
+
+            The worker records, per rq job, how long rq's execute_job took
+            in the worker (for the forking one: fork, work horse, waiting for
+            it, clean-up) and how long rq's perform_job took (the execution
+            with rq's bookkeeping around it, in the work horse or in the
+            worker); "outside" is the difference. "w" rates are N (or the
+            executions) over the span from the first job's start to the last
+            one's end, without the wait for the first supervision round and
+            the polling of the end-to-end time.
 
 Output: a table per part on stdout (medians over --rounds, default 3),
 progress on stderr, and as the LAST stdout line one JSON object with every
@@ -71,21 +79,18 @@ WORKER_MODES = ("fork", "simple")
 
 
 def worker_child(mode: str, timings_path: str) -> int:
-    """Runs one execution worker until SIGTERM, like ``atomq worker``; appends per-job timings to a file.
+    """Runs one execution worker until SIGTERM, as ``atomq worker`` does; appends per-job timings to a file.
 
     ``fork``: atomq's TenantWorker (rq's Worker: a forked work horse per job).
-    ``simple``: rq's SimpleWorker with TenantWorker's queue handling. Listing
-    SimpleWorker first puts its execute_job (no fork) ahead of Worker's in
-    the MRO, while TenantWorker's _refresh_queues and
-    dequeue_job_and_maintain_ttl (round-robin over the tenants' rq queues)
-    still apply; Worker itself only adds the forking methods.
+    ``simple``: rq's SimpleWorker with the same choice of queues (atomq's
+    TenantQueues mixin: the tenants' rq queues, round-robin), every job run
+    in the worker process itself.
     """
     import atomq.cli  # noqa: F401  # what `atomq worker` has imported when it forks its work horses
     from rq import SimpleWorker
-    from rq.worker import DequeueStrategy
 
     from atomq.node import rq_connection
-    from atomq.workers.worker import IDLE_QUEUE, TenantWorker
+    from atomq.workers.worker import TenantQueues, TenantWorker, run_worker
 
     fd = os.open(timings_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
@@ -113,15 +118,11 @@ def worker_child(mode: str, timings_path: str) -> int:
     class TimedTenantWorker(Timed, TenantWorker):
         pass
 
-    class TimedSimpleTenantWorker(Timed, SimpleWorker, TenantWorker):
+    class TimedSimpleTenantWorker(Timed, TenantQueues, SimpleWorker):
         pass
 
-    cls = TimedTenantWorker if mode == "fork" else TimedSimpleTenantWorker
-    # As atomq.workers.worker.run_worker, with the class chosen here.
-    worker = cls([IDLE_QUEUE], connection=rq_connection(os.environ[RQ_REDIS_URL_ENV]),
-                 name=f"bench-{mode}-{os.getpid()}")
-    worker._refresh_queues()
-    worker.work(burst=False, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING")
+    run_worker(rq_connection(os.environ[RQ_REDIS_URL_ENV]), name=f"bench-{mode}-{os.getpid()}",
+               worker_class=TimedTenantWorker if mode == "fork" else TimedSimpleTenantWorker)
     return 0
 
 
@@ -349,6 +350,11 @@ def part_workers(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def fork_count(args: argparse.Namespace, batch: int) -> int:
+    """Messages in a fork run: --fork-messages, but enough for --min-executions full batches."""
+    return max(int(args.fork_messages), batch * int(args.min_executions))
+
+
 def part_fork(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {m: {b: [] for b in args.fork_batch_sizes}
                                                         for m in WORKER_MODES}
@@ -365,7 +371,7 @@ def part_fork(args: argparse.Namespace) -> dict[str, Any]:
                 run_once(node, f"{mode}-r{r}-warm", args.warmup_messages, 10, args.payload_bytes,
                          args.poll_ms / 1000, args.timeout, args.max_concurrent, worker)
                 for batch in args.fork_batch_sizes:
-                    result = run_once(node, f"{mode}-b{batch}-r{r}", args.fork_messages, batch, args.payload_bytes,
+                    result = run_once(node, f"{mode}-b{batch}-r{r}", fork_count(args, batch), batch, args.payload_bytes,
                                       args.poll_ms / 1000, args.timeout, args.max_concurrent, worker)
                     progress(f"  round {r} {mode} batch {batch}: {result}")
                     runs[mode][batch].append(result)
@@ -441,8 +447,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the listener's batch_size in the workers part (default: %(default)s)")
     parser.add_argument("--worker-counts", default="1,2", metavar="N,...",
                         help="atomq serve --workers values for the workers part (default: %(default)s)")
-    parser.add_argument("--fork-messages", type=int, default=300, metavar="N",
+    parser.add_argument("--fork-messages", type=int, default=200, metavar="N",
                         help="messages per run in the fork part (default: %(default)s)")
+    parser.add_argument("--min-executions", type=int, default=10, metavar="E",
+                        help="in the fork part, a batch size B gets at least B x E messages "
+                             "(default: %(default)s)")
     parser.add_argument("--fork-batch-sizes", default="1,10,100", metavar="B,...",
                         help="batch sizes in the fork part (default: %(default)s)")
     parser.add_argument("--max-concurrent", type=int, default=1000, metavar="C",
@@ -472,8 +481,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--worker-counts and --fork-batch-sizes take integers separated by commas")
     if not args.parts or set(args.parts) - {"workers", "fork"}:
         parser.error("--parts takes workers, fork or workers,fork")
-    if args.rounds < 1 or args.messages < 1 or args.fork_messages < 1 or args.warmup_messages < 1:
-        parser.error("--rounds and the message counts must be at least 1")
+    if min(args.rounds, args.messages, args.fork_messages, args.warmup_messages, args.min_executions) < 1:
+        parser.error("--rounds, --min-executions and the message counts must be at least 1")
     if any(n < 1 for n in args.worker_counts) or args.http_workers < 1:
         parser.error("--worker-counts and --http-workers must be at least 1")
     if not 1 <= args.batch_size <= 1000 or any(not 1 <= b <= 1000 for b in args.fork_batch_sizes):
@@ -509,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print_tables(results)
     print(json.dumps({**results, "rounds": args.rounds, "messages": args.messages, "batch_size": args.batch_size,
-                      "fork_messages": args.fork_messages, "max_concurrent": args.max_concurrent,
+                      "fork_messages": {str(b): fork_count(args, b) for b in args.fork_batch_sizes},
+                      "max_concurrent": args.max_concurrent,
                       "payload_bytes": args.payload_bytes, "http_workers": args.http_workers,
                       "poll_ms": args.poll_ms, "cpus": os.cpu_count(), "python": platform.python_version(),
                       "seconds": round(time.monotonic() - started, 1)}), flush=True)

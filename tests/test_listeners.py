@@ -66,7 +66,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     url = f"http://127.0.0.1:{port}"
     rq = server.client()
     supervisor = Supervisor(services.queues, services.tenants.execution_tokens, rq,
-                            SupervisorConfig(api_url=url, execution_timeout_s=30), holder="test-node")
+                            SupervisorConfig(api_url=url, execution_timeout_s=30), holder="test-node",
+                            tenant_exists=services.tenants.exists)
     owner = AtomqClient(url, OWNER)
     owner.update_server(redelivery_delays_s=[0.05, 0.1])
     yield Harness(url, services, supervisor, rq, owner)
@@ -381,38 +382,96 @@ def test_a_refused_flush_fails_the_execution_and_its_retry_stores_each_output_on
 # -- tokens ---------------------------------------------------------------------------------
 
 
-def test_an_execution_token_is_good_only_for_its_own_execution(harness: Harness, tenant: Tenant) -> None:
+def _manual_execution(harness: Harness, tenant: Tenant, listener: str, queue: str) -> tuple[str, str]:
+    """Schedules one execution by hand, as a supervisor round would; its id and token."""
+    store = harness.supervisor.listeners
+    (execution_id,), _ = store.schedule(tenant.id, listener, store.get(tenant.id, listener).spec,
+                                        k.TenantKeys(tenant.id).queue(queue).destination(), "xmanual", 60_000)
+    return execution_id, harness.services.tenants.execution_tokens.mint(tenant.id, listener, execution_id, 60)
+
+
+def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it_runs(
+        harness: Harness, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("in")
     api.put_queue("out")
     api.send_texts("in", ["x"])
     api.request("PUT", "/v1/listeners/t", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
-    (execution_id,) = harness.supervisor.listeners.schedule(
-        tenant.id, "t", harness.supervisor.listeners.get(tenant.id, "t").spec,
-        k.TenantKeys(tenant.id).queue("in").destination(), ["xmanual0001"], 60_000)[0]
-    tokens = harness.services.tenants.execution_tokens
-    token = tokens.mint(tenant.id, "t", execution_id, 60)
+    execution_id, token = _manual_execution(harness, tenant, "t", "in")
     base = f"/v1/listeners/t/executions/{execution_id}"
     with AtomqClient(harness.url, token) as horse:
         for method, path in (("GET", "/v1/queues"), ("GET", "/v1/queues/in/messages"), ("GET", "/v1/listeners"),
                              ("POST", "/v1/listeners/t/pause"), ("POST", "/v1/queues/in/get"),
+                             ("POST", "/v1/queues/in/ack"), ("POST", "/v1/queues/in/extend"),
                              ("DELETE", "/v1/queues/in"), ("GET", "/v1/tenants")):
             with pytest.raises(Forbidden):
-                horse.request(method, path, {"max": 1} if path.endswith("/get") else None)
+                horse.request(method, path, {"ids": ["1-1"]} if path.endswith(("ack", "extend")) else None)
         with pytest.raises(Forbidden):
             horse.request("POST", "/v1/listeners/t/executions/xother/start")
         started = horse.request("POST", f"{base}/start")
         assert started["run"] and [m["documents"][0]["data"] for m in started["messages"]] == ["x"]
+        assert horse.request("POST", f"{base}/start") == {"run": False, "messages": []}  # once only
+        assert horse.request("POST", f"{base}/extend") == {"extended": 1}
         assert horse.send_texts("out", ["sent with a token"])
-        horse.request("POST", f"{base}/finish", {"ok": True, "receipts": [started["messages"][0]["receipt"]],
-                                                 "processed": [started["messages"][0]["id"]]})
+        finished = horse.request("POST", f"{base}/finish", {"ok": True, "processed": [started["messages"][0]["id"]]})
+        assert finished == {"acked": 1, "requeued": 0, "dead_lettered": 0}
+        for method, path, body in (("POST", f"{base}/finish", {"ok": True}), ("POST", f"{base}/extend", None),
+                                   ("POST", "/v1/queues/out/messages", {"messages": [{"documents": [{"data": "late"}]}]})):
+            with pytest.raises(Unauthorized):  # the execution is over: so is its token
+                horse.request(method, path, body)
     assert api.queue("in")["depth"] + api.queue("in")["in_flight"] == 0
+    assert api.queue("out")["depth"] == 1
     with pytest.raises(Forbidden):
         api.request("POST", f"{base}/start")  # a tenant key is no execution token
+    tokens = harness.services.tenants.execution_tokens
     for bad in (tokens.mint(tenant.id, "t", execution_id, -1), token[:-2] + "xx", "aqx_garbage", "aqx_é.é"):
         with AtomqClient(harness.url, bad) as horse:
             with pytest.raises(Unauthorized):
                 horse.request("POST", f"{base}/start")
+
+
+@pytest.mark.parametrize("change", ["delete", "redeploy"])
+def test_finish_settles_the_batch_the_execution_took_whatever_became_of_its_listener(
+        harness: Harness, tenant: Tenant, change: str) -> None:
+    api = tenant.api
+    for name in ("in", "elsewhere", "out"):
+        api.put_queue(name)
+    api.send_texts("in", ["taken"])
+    api.request("PUT", "/v1/listeners/moving", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    execution_id, token = _manual_execution(harness, tenant, "moving", "in")
+    base = f"/v1/listeners/moving/executions/{execution_id}"
+    with AtomqClient(harness.url, token) as horse:
+        started = horse.request("POST", f"{base}/start")
+        if change == "delete":
+            api.request("DELETE", "/v1/listeners/moving")
+        else:
+            api.request("PUT", "/v1/listeners/moving", {"queue": "elsewhere", "process": "forward",
+                                                        "settings": {"to": "out"}})
+        finished = horse.request("POST", f"{base}/finish", {"ok": True, "processed": [started["messages"][0]["id"]]})
+    assert finished["acked"] == 1
+    assert (api.queue("in")["depth"], api.queue("in")["in_flight"]) == (0, 0)
+
+
+def test_a_rate_limited_execution_gives_its_batch_back_without_a_failed_delivery_and_backs_off(
+        harness: Harness) -> None:
+    created = harness.owner.create_tenant("limited", rate_limit_per_minute=1)
+    with AtomqClient(harness.url, created["api_key"]) as api:
+        tenant = Tenant(created["id"], api)
+        api.put_queue("in")
+        api.put_queue("out")
+        harness.services.queues.send(tenant.id, "in", [msg(f"m{i}") for i in range(150)])
+        api.request("PUT", "/v1/listeners/lim", {"queue": "in", "process": "forward", "batch_size": 150,
+                                                 "settings": {"to": "out"}})
+        drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/lim")["failures"] == 1, "the refusal")
+        listener = api.request("GET", "/v1/listeners/lim")
+        assert "RateLimited" in listener["last_error"] and listener["outstanding"] == 0
+        assert api.queue("out")["depth"] == 100  # the first request of 100 got through, the second did not
+        queue_in = api.queue("in")
+        assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (150, 0, 0)
+        assert {m["failed_deliveries"] for m in api.browse("in")} == {0}
+        harness.services.queues.maintain(tenant.id)
+        harness.supervisor.round()
+        assert work(harness, tenant) == 0  # the listener waits for the window to close
 
 
 def test_another_tenants_listener_names_are_not_found(harness: Harness, tenant: Tenant) -> None:
@@ -523,7 +582,8 @@ def test_deleting_a_tenant_drops_its_listeners_and_its_rq_queue(harness: Harness
     assert queue.count == 1
     harness.owner.delete_tenant(created["id"])
     pruning = Supervisor(harness.services.queues, harness.services.tenants.execution_tokens, harness.rq,
-                         SupervisorConfig(api_url=harness.url, prune_interval_s=0), holder="pruner")
+                         SupervisorConfig(api_url=harness.url, prune_interval_s=0), holder="pruner",
+                         tenant_exists=harness.services.tenants.exists)
     pruning.round()
     assert created["id"].encode() not in harness.rq.smembers(k.RQ_TENANTS_KEY)
     assert queue.count == 0

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from flask import current_app, g, request
 
-from atomq.errors import Forbidden, InvalidInput, NotFound
+from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from atomq.tenants import Principal
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
 EXECUTION_ENDPOINTS = frozenset({
     ("messages.Messages", "POST"),
-    ("messages.Extend", "POST"),
     ("listeners.ExecutionStart", "POST"),
+    ("listeners.ExecutionExtend", "POST"),
     ("listeners.ExecutionFinish", "POST"),
 })
-"""What an execution token may call: take its batch, send, extend, finish."""
+"""What an execution token may call: take its batch, send, extend its batch, finish."""
 
 
 def authenticate() -> None:
@@ -31,8 +31,12 @@ def authenticate() -> None:
     scheme, _, key = header.partition(" ")
     services = current_app.extensions["atomq"]
     g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
-    if g.principal.execution is not None and (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
-        raise Forbidden("an execution token can only take its batch, send, extend and finish")
+    grant = g.principal.execution
+    if grant is not None:
+        if (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
+            raise Forbidden("an execution token can only take its batch, send, extend and finish")
+        if not services.listeners.execution_alive(grant.tenant, grant.listener, grant.execution):
+            raise Unauthorized("the execution token's execution is over")
     services.current_settings()
 
 

@@ -1,9 +1,10 @@
 """Listeners and the calls their executions make: ``/v1/listeners``.
 
 Tenants deploy, list, pause, resume, restart and delete listeners with their
-key. A work horse calls ``.../executions/<id>/start`` and ``.../finish``
-with its execution token, which is good for nothing else but sending to and
-extending on the tenant's queues (see ``auth.EXECUTION_ENDPOINTS``).
+key. A work horse calls ``.../executions/<id>/start``, ``/extend`` and ``/finish``
+with its execution token, which is good for nothing else but sending to the
+tenant's queues (see ``auth.EXECUTION_ENDPOINTS``), and only while its
+execution is scheduled or running.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from atomq.api.schemas.listeners import (
     ListenerPutSchema,
     ListenerSchema,
 )
-from atomq.errors import AtomqError, Forbidden, InvalidInput
+from atomq.api.schemas.messages import ExtendedSchema
+from atomq.errors import AtomqError, Conflict, Forbidden, InvalidInput
 from atomq.platform import QueueModel
-from atomq.platform.listeners import Listener, ListenerSpec
+from atomq.platform.listeners import ExecutionBatch, Listener, ListenerSpec
 from atomq.tenants.records import ExecutionGrant
 from atomq.workers import processes
 
@@ -140,14 +142,13 @@ def _grant(name: str, execution: str) -> ExecutionGrant:
 class ExecutionStart(MethodView):
     @blp.response(200, ExecutionStartSchema)
     def post(self, name: str, execution: str) -> Response:
-        """A work horse takes its batch (execution token only).
+        """A work horse takes its batch (execution token only; once per execution).
 
         Messages the listener already processed (a redelivery after a lost
         ack) are marked ``processed``: ack them, do not process them again.
         """
         s = services()
-        grant = _grant(name, execution)
-        tenant = grant.tenant
+        tenant = _grant(name, execution).tenant
         listener = s.listeners.get(tenant, name)
         spec = listener.spec
         if not s.listeners.start(tenant, name, execution, s.execution_run_within_ms):
@@ -161,10 +162,28 @@ class ExecutionStart(MethodView):
         if not got:
             s.listeners.finish(tenant, name, execution, "empty")
             return render.json_response({"run": False, "messages": []})
+        s.listeners.record_batch(tenant, execution, ExecutionBatch(
+            listener=name, queue=spec.queue, subscriber=spec.subscriber, ids=tuple(m.id for m in got),
+            receipts=tuple(m.receipt for m in got), ack_timeout_s=queue.ack_timeout_s),
+            s.execution_run_within_ms)
         processed = s.listeners.processed(tenant, name, [m.id for m in got if m.redelivered])
         return render.json_response({
             "run": True, "listener": listener_json(listener), "ack_timeout_s": queue.ack_timeout_s,
             "messages": [{**render.message(m), "processed": m.id in processed} for m in got]})
+
+
+@blp.route("/<qname:name>/executions/<qname:execution>/extend")
+class ExecutionExtend(MethodView):
+    @blp.response(200, ExtendedSchema)
+    def post(self, name: str, execution: str) -> dict[str, int]:
+        """Moves the ack deadline of the execution's batch a full ack time-out ahead (execution token only)."""
+        s = services()
+        tenant = _grant(name, execution).tenant
+        batch = s.listeners.batch(tenant, execution)
+        if batch is None:
+            raise Conflict("the execution has no batch: it has not started or has finished", execution=execution)
+        return {"extended": s.queues.extend(tenant, batch.queue, receipts=list(batch.receipts),
+                                            subscriber=batch.subscriber, seconds=batch.ack_timeout_s)}
 
 
 @blp.route("/<qname:name>/executions/<qname:execution>/finish")
@@ -172,22 +191,36 @@ class ExecutionFinish(MethodView):
     @blp.arguments(ExecutionFinishSchema)
     @blp.response(200, ExecutionFinishedSchema)
     def post(self, body: dict[str, Any], name: str, execution: str) -> dict[str, int]:
-        """A work horse reports its end (execution token only): on success its
-        messages are recorded as processed, then acked; on failure nacked."""
+        """A work horse reports its end (execution token only; once per execution).
+
+        Success: the batch's messages are recorded as processed, then acked.
+        Failure: they are nacked (redelivery schedule, then dead letters).
+        Deferred (``retry_after_s``: the node refused its sends for a while, a
+        rate limit or a quota): they are given back without counting a failed
+        delivery, redelivered after that time, and the listener waits as long.
+        The batch settled is the one the execution took, on the queue it took
+        it from, even if the listener was redeployed or deleted since.
+        """
         s = services()
         tenant = _grant(name, execution).tenant
-        spec = s.listeners.get(tenant, name).spec
-        receipts = body["receipts"]
+        batch = s.listeners.take_batch(tenant, execution)
+        if batch is None:
+            raise Conflict("the execution has no batch to settle: it has not started or has finished",
+                           execution=execution)
+        receipts, where = list(batch.receipts), {"queue": batch.queue, "subscriber": batch.subscriber}
         result = {"acked": 0, "requeued": 0, "dead_lettered": 0}
         if body["ok"]:
-            s.listeners.finish(tenant, name, execution, "ok", processed=body["processed"])
-            if receipts:
-                result["acked"] = s.queues.ack(tenant, spec.queue, receipts=receipts, subscriber=spec.subscriber)
+            processed = set(body["processed"]) & set(batch.ids)
+            s.listeners.finish(tenant, name, execution, "ok", processed=sorted(processed))
+            result["acked"] = s.queues.ack(tenant, receipts=receipts, **where)
+        elif body.get("retry_after_s") is not None:
+            delay = body["retry_after_s"]
+            s.listeners.finish(tenant, name, execution, "deferred", body["error"] or "the sends were refused",
+                               retry_after_ms=round(delay * 1000))
+            result["requeued"] = s.queues.release(tenant, receipts=receipts, delay_s=delay, **where)
         else:
             error = body["error"] or "the process failed"
             s.listeners.finish(tenant, name, execution, "failed", error)
-            if receipts:
-                nacked = s.queues.nack(tenant, spec.queue, receipts=receipts, subscriber=spec.subscriber,
-                                       reason=error)
-                result["requeued"], result["dead_lettered"] = nacked.requeued, nacked.dead_lettered
+            nacked = s.queues.nack(tenant, receipts=receipts, reason=error, **where)
+            result["requeued"], result["dead_lettered"] = nacked.requeued, nacked.dead_lettered
         return result

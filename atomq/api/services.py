@@ -58,7 +58,7 @@ class Services:
     longpolls: LongPollLimiter
     node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
     stopping: threading.Event = field(default_factory=threading.Event)
-    execution_run_within_ms: int = 660_000
+    execution_run_within_ms: int = 300_000
     """How long a started execution may run before its listener counts it lost."""
     settings: ServerSettingsStore = field(init=False)
     listeners: ListenerStore = field(init=False)

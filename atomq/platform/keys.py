@@ -61,6 +61,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:{T}:l:L:pending             set of execution ids not yet started by a work horse
     aq:{T}:l:L:done                sorted set message id -> time (ms) its processing was
                                    accepted: the bounded window of processed messages
+    aq:{T}:exec:<execution id>     a started execution's batch (JSON: listener, queue,
+                                   subscriber, ids, receipts), expiring with its time limit
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with an rq queue (in rq's Redis)
@@ -249,6 +251,11 @@ def rq_queue_name(tenant: str) -> str:
 def listener_lease_name(tenant: str, listener: str) -> str:
     """The lease of one listener's supervision (see :func:`lease_key`)."""
     return f"listener:{tenant}:{listener}"
+
+
+def execution_record(tenant: str, execution: str) -> str:
+    """The batch a started execution took: what its finish settles, whatever became of its listener."""
+    return f"{tenant_prefix(tenant)}:exec:{execution}"
 
 
 def tenant_listeners(tenant: str) -> str:

@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomq.errors import InvalidInput, NotFound
+from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
 from atomq.platform.storage import Storage
 
 ENGINES = ("fork", "spark")
+MAX_LISTENERS_PER_TENANT = 100
+"""Every node's supervisor reads every listener each round: one tenant must not make that unbounded."""
 MAX_BATCH_SIZE = 1000
 MAX_CONCURRENT = 1000
 MAX_SETTINGS_BYTES = 64 * 1024
@@ -118,7 +120,10 @@ class ListenerStore:
         """Deploys (or redeploys) a listener; True when it is new. Its state and counts survive a redeploy."""
         lk = self._keys(tenant, name)
         self.storage.call(self.storage.client.sadd, k.LISTENER_TENANTS_KEY, tenant)
-        return bool(self.storage.run("listener_put", lk.as_list(), [name, spec.to_json()]))
+        return bool(self.storage.run(
+            "listener_put", lk.as_list(), [name, spec.to_json(), MAX_LISTENERS_PER_TENANT],
+            errors={"TOOMANY": lambda: Conflict(
+                f"a tenant has at most {MAX_LISTENERS_PER_TENANT} listeners", limit=MAX_LISTENERS_PER_TENANT)}))
 
     def get(self, tenant: str, name: str) -> Listener:
         lk = self._keys(tenant, name)
@@ -162,17 +167,19 @@ class ListenerStore:
                          errors={"NOLISTENER": lambda: listener_not_found(name)})
 
     def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
-                 candidate_ids: Sequence[str], start_within_ms: int) -> tuple[list[str], int]:
-        """One supervision round: the ids of the executions it scheduled, and how many it found lost."""
+                 id_prefix: str, start_within_ms: int) -> tuple[list[str], int]:
+        """One supervision round: the ids of the executions it scheduled (``id_prefix``
+        and a 4-digit number), and how many executions it found lost."""
         lk = self._keys(tenant, name)
         scheduled, lost = self.storage.run(
             "listener_schedule",
             lk.as_list() + [destination.ready, destination.sched],
-            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, *candidate_ids])
-        return list(candidate_ids[:scheduled]), int(lost)
+            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, id_prefix])
+        return [f"{id_prefix}{i:04d}" for i in range(int(scheduled))], int(lost)
 
     def start(self, tenant: str, name: str, execution: str, run_within_ms: int) -> bool:
-        """Whether a scheduled execution may run now (the listener waits for it and is not paused)."""
+        """Whether a scheduled execution may run now: the listener waits for it, it has
+        not started before, and the listener is not paused."""
         lk = self._keys(tenant, name)
         return bool(self.storage.run("listener_start", lk.as_list(), [name, execution, run_within_ms]))
 
@@ -185,13 +192,42 @@ class ListenerStore:
         return {m for m, score in zip(message_ids, scores) if score is not None}
 
     def finish(self, tenant: str, name: str, execution: str, outcome: str, error: str = "",
-               processed: Sequence[str] = ()) -> bool:
-        """Records an execution's end (``ok``, ``failed``, or ``empty`` when it found
-        nothing to do); False when the listener no longer waited for it."""
+               processed: Sequence[str] = (), retry_after_ms: int = 0) -> bool:
+        """Records an execution's end (``ok``; ``failed``; ``deferred``, when the node
+        refused its sends for a while and the listener backs off ``retry_after_ms``;
+        or ``empty`` when it found nothing to do); False when the listener no longer
+        waited for it."""
         lk = self._keys(tenant, name)
         return bool(self.storage.run(
             "listener_finish", lk.as_list(),
-            [name, execution, outcome, error[:1000], PROCESSED_WINDOW_MS, PROCESSED_WINDOW_MAX, *processed]))
+            [name, execution, outcome, error[:1000], retry_after_ms, PROCESSED_WINDOW_MS, PROCESSED_WINDOW_MAX,
+             *processed]))
+
+    # -- the batch of a started execution -------------------------------------------------
+
+    def record_batch(self, tenant: str, execution: str, batch: ExecutionBatch, ttl_ms: int) -> None:
+        """Keeps what a started execution took, for its extend and its finish."""
+        self.storage.call(self.storage.client.set, k.execution_record(check_tenant_id(tenant), execution),
+                          batch.to_json(), px=ttl_ms)
+
+    def batch(self, tenant: str, execution: str) -> ExecutionBatch | None:
+        raw = self.storage.call(self.storage.client.get, k.execution_record(check_tenant_id(tenant), execution))
+        return None if raw is None else ExecutionBatch.from_json(raw)
+
+    def take_batch(self, tenant: str, execution: str) -> ExecutionBatch | None:
+        """The batch of a started execution, removed: only its first finish settles it."""
+        raw = self.storage.call(self.storage.client.getdel,
+                                k.execution_record(check_tenant_id(tenant), execution))
+        return None if raw is None else ExecutionBatch.from_json(raw)
+
+    def execution_alive(self, tenant: str, name: str, execution: str) -> bool:
+        """Whether an execution is scheduled, running or has a batch to settle (its token works only then)."""
+        lk = self._keys(tenant, name)
+        pipe = self.storage.client.pipeline(transaction=False)
+        pipe.exists(k.execution_record(tenant, execution))
+        pipe.zscore(lk.executions, execution)
+        has_batch, score = self.storage.call(pipe.execute)
+        return bool(has_batch) or score is not None
 
     def waiting_executions(self, tenant: str, name: str) -> tuple[list[str], set[str]]:
         """The executions a listener waits for, and which of them have not started."""
@@ -207,6 +243,29 @@ class ListenerStore:
         so the next round counts it lost."""
         lk = self._keys(tenant, name)
         self.storage.call(self.storage.client.zadd, lk.executions, {execution: 0}, xx=True)
+
+
+@dataclass(frozen=True)
+class ExecutionBatch:
+    """What a started execution took: settled on that queue, whatever became of its listener."""
+
+    listener: str
+    queue: str
+    subscriber: str | None
+    ids: tuple[str, ...]
+    receipts: tuple[str, ...]
+    ack_timeout_s: float
+
+    def to_json(self) -> str:
+        return json.dumps({"listener": self.listener, "queue": self.queue, "subscriber": self.subscriber,
+                           "ids": self.ids, "receipts": self.receipts, "ack_timeout_s": self.ack_timeout_s},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> ExecutionBatch:
+        data = json.loads(raw)
+        return cls(listener=data["listener"], queue=data["queue"], subscriber=data["subscriber"],
+                   ids=tuple(data["ids"]), receipts=tuple(data["receipts"]), ack_timeout_s=data["ack_timeout_s"])
 
 
 def _listener(name: str, spec: ListenerSpec, stat: dict[bytes, bytes], outstanding: int) -> Listener:

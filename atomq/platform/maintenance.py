@@ -57,8 +57,8 @@ def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 
                     if any(totals.values()):
                         log.info("maintenance: %s", totals)
                     if time.monotonic() - measured_at >= store_sizes.MEASURE_EVERY_S:
-                        store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
                         measured_at = time.monotonic()
+                        store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
             except AtomqError as exc:
                 log.warning("maintenance round failed: %s", exc.message)
             stop.wait(interval_s)

@@ -429,6 +429,17 @@ class QueueServer(Management):
         done, dead = self._settle("nack", reason or "nacked", tenant, queue, ids, receipts, subscriber)
         return NackResult(requeued=done, dead_lettered=dead)
 
+    def release(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+                receipts: Sequence[str] | None = None, subscriber: str | None = None,
+                delay_s: float = 1.0) -> int:
+        """Gives deliveries back without counting a failed delivery: each is redelivered
+        after ``delay_s``. For a consumer that could not work for a reason that is not the
+        message's, such as its own rate limit, so the message does not drift to the dead
+        letter queue."""
+        if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= 86400:
+            raise InvalidInput("delay_s must be a number from 0 to 86400", field="delay_s")
+        return self._settle("release", round(delay_s * 1000), tenant, queue, ids, receipts, subscriber)[0]
+
     def extend(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
                receipts: Sequence[str] | None = None, subscriber: str | None = None,
                seconds: float | None = None) -> int:

@@ -16,8 +16,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
+
 from atomq.platform import keys as k
 from atomq.platform.queue_server import QueueServer
+from atomq.platform.storage import translate
 
 MEASURE_EVERY_S = 30.0
 _BATCH = 500
@@ -64,6 +67,13 @@ def measure(qs: QueueServer, job_queue_bytes: Callable[[], int] | None = None) -
     ``job_queue_bytes`` measures the execution job queues, which live in
     rq's Redis and under rq's key names (see ``atomq.workers.worker``).
     """
+    try:
+        return _measure(qs, job_queue_bytes)
+    except redis.RedisError as exc:  # MEMORY USAGE is missing from some Redis look-alikes
+        raise translate(exc) from None
+
+
+def _measure(qs: QueueServer, job_queue_bytes: Callable[[], int] | None) -> dict[str, int]:
     temporary: list[str | bytes] = []
     scheduler: list[str | bytes] = []
     for tenant in qs.tenants():

@@ -24,13 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomq.client import AtomqClient
-from atomq.errors import AtomqError
+from atomq.errors import AtomqError, QuotaExceeded, RateLimited
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext, InputMessage
 
 log = logging.getLogger("atomq.execution")
 
 DEFAULT_MAX_SEND_DOCUMENTS = 100
+QUOTA_RETRY_S = 10.0
+"""How long a listener waits after its sends passed a disk quota: the quota frees only when
+messages are consumed, which the listener cannot hasten."""
 
 
 class BatchingSender:
@@ -74,19 +77,16 @@ class _Extender(threading.Thread):
     """Extends the batch's deliveries while the process works, so a long
     execution does not run past its ack time-out; stops when told."""
 
-    def __init__(self, client: AtomqClient, queue: str, subscriber: str | None, receipts: list[str],
-                 ack_timeout_s: float) -> None:
+    def __init__(self, client: AtomqClient, path: str, ack_timeout_s: float) -> None:
         super().__init__(name="atomq-extend", daemon=True)
-        self.client, self.queue, self.subscriber, self.receipts = client, queue, subscriber, receipts
-        self.ack_timeout_s = ack_timeout_s
+        self.client, self.path, self.ack_timeout_s = client, path, ack_timeout_s
         self.stopped = threading.Event()
 
     def run(self) -> None:
         interval = max(self.ack_timeout_s / 3, 0.05)
         while not self.stopped.wait(interval):
             try:
-                self.client.extend(self.queue, receipts=self.receipts, subscriber=self.subscriber,
-                                   seconds=self.ack_timeout_s)
+                self.client.request("POST", self.path)
             except AtomqError as exc:
                 log.warning("extending the deliveries failed (%s); they may time out", exc.code)
 
@@ -122,23 +122,25 @@ def run(api_url: str, listener: str, execution: str, token: str,
         spec = started["listener"]
         deliveries = started["messages"]
         fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
-        receipts = [m["receipt"] for m in deliveries]
         sender = BatchingSender(client, max_send_documents)
-        outcome: dict[str, Any] = {"ok": True, "receipts": receipts,
-                                   "processed": [m["id"] for m in deliveries]}
+        outcome: dict[str, Any] = {"ok": True, "processed": [m["id"] for m in deliveries]}
         if fresh:
             with AtomqClient(api_url, token) as extend_client:
-                extender = _Extender(extend_client, spec["queue"], spec.get("subscriber"), receipts,
-                                     float(started["ack_timeout_s"]))
+                extender = _Extender(extend_client, f"{base}/extend", float(started["ack_timeout_s"]))
                 extender.start()
                 try:
                     process = processes.load(spec["process"])
                     ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
                     process(ctx)
                     sender.flush()
+                except (RateLimited, QuotaExceeded) as exc:
+                    # Refused for a while, not for anything in the messages: they come back
+                    # without counting a failed delivery, and the listener backs off.
+                    wait = exc.retry_after if isinstance(exc, RateLimited) else QUOTA_RETRY_S
+                    outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
                 except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
                     log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
-                    outcome = {"ok": False, "receipts": receipts, "error": _describe(exc)}
+                    outcome = {"ok": False, "error": _describe(exc)}
                 finally:
                     extender.stop()
         client.request("POST", f"{base}/finish", outcome)

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -46,7 +46,7 @@ class SupervisorConfig:
     """How executions are scheduled; see ``atomq serve --help``."""
 
     api_url: str
-    execution_timeout_s: int = 600
+    execution_timeout_s: int = 240
     start_within_s: int = 300
     failed_job_ttl_s: int = 3600
     lease_ttl_s: float = 10.0
@@ -58,15 +58,15 @@ class Supervisor:
     """Supervises the listeners whose leases this holder wins."""
 
     def __init__(self, queues: QueueServer, tokens: ExecutionTokens, rq_connection: redis.Redis,
-                 config: SupervisorConfig, holder: str) -> None:
+                 config: SupervisorConfig, holder: str, tenant_exists: Callable[[str], bool]) -> None:
         self.queues = queues
         self.listeners = ListenerStore(queues.storage)
         self.tokens = tokens
         self.rq = rq_connection
         self.config = config
         self.holder = holder
+        self.tenant_exists = tenant_exists
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
-        self._known_rq_tenants: set[str] = set()
         self._pruned_at = time.monotonic()
 
     # -- leases ---------------------------------------------------------------------------
@@ -125,9 +125,7 @@ class Supervisor:
     def _supervise(self, tenant: str, name: str, spec: ListenerSpec) -> int:
         self._notice_dead_work_horses(tenant, name)
         destination = k.TenantKeys(tenant).queue(spec.queue).destination(spec.subscriber)
-        prefix = uuid.uuid4().hex[:24]
-        candidates = [f"x{prefix}{i:04d}" for i in range(spec.outstanding_cap)]
-        ids, lost = self.listeners.schedule(tenant, name, spec, destination, candidates,
+        ids, lost = self.listeners.schedule(tenant, name, spec, destination, f"x{uuid.uuid4().hex[:24]}",
                                             self.config.start_within_s * 1000)
         if lost:
             log.warning("listener %s of %s: %d execution(s) lost", name, tenant, lost)
@@ -135,46 +133,53 @@ class Supervisor:
             self._enqueue(tenant, name, ids)
         return len(ids)
 
-    def _enqueue(self, tenant: str, name: str, execution_ids: Iterable[str]) -> None:
+    def _enqueue(self, tenant: str, name: str, execution_ids: list[str]) -> None:
+        """One rq job per execution on the tenant's rq queue; if rq's Redis refuses them, the
+        executions are given up at once (they took nothing) rather than holding their slots."""
         c = self.config
-        if tenant not in self._known_rq_tenants:
-            self.rq.sadd(k.RQ_TENANTS_KEY, tenant)
-            self._known_rq_tenants.add(tenant)
         queue = Queue(k.rq_queue_name(tenant), connection=self.rq)
         token_ttl = c.start_within_s + c.execution_timeout_s + 60
-        with self.rq.pipeline() as pipe:
+        try:
+            # Every time, not once per process: rq's Redis may have restarted empty.
+            self.rq.sadd(k.RQ_TENANTS_KEY, tenant)
+            with self.rq.pipeline() as pipe:
+                for execution in execution_ids:
+                    token = self.tokens.mint(tenant, name, execution, token_ttl)
+                    queue.enqueue_call(
+                        EXECUTION_FUNCTION,
+                        kwargs={"api_url": c.api_url, "listener": name, "execution": execution, "token": token,
+                                "max_send_documents": c.max_send_documents},
+                        job_id=execution, timeout=c.execution_timeout_s, result_ttl=0, ttl=c.start_within_s,
+                        failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", pipeline=pipe)
+                pipe.execute()
+        except redis.RedisError:
             for execution in execution_ids:
-                token = self.tokens.mint(tenant, name, execution, token_ttl)
-                queue.enqueue_call(
-                    EXECUTION_FUNCTION,
-                    kwargs={"api_url": c.api_url, "listener": name, "execution": execution, "token": token,
-                            "max_send_documents": c.max_send_documents},
-                    job_id=execution, timeout=c.execution_timeout_s, result_ttl=0, ttl=c.start_within_s,
-                    failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", pipeline=pipe)
-            pipe.execute()
+                self.listeners.expire_execution(tenant, name, execution)
+            raise
 
     def _prune_rq_queues(self, tenants: set[str]) -> None:
-        """Drops the rq queues of deleted tenants (a tenant leaves the listener index only
-        when it is deleted), so that workers stop watching them and their jobs go."""
+        """Drops the rq queues of deleted tenants, so that workers stop watching them and
+        their jobs go. A tenant leaves the listener index only when it is deleted; its
+        existence is checked again, after the rq set was read, before anything goes."""
         for raw in self.rq.smembers(k.RQ_TENANTS_KEY):
             tenant = raw.decode() if isinstance(raw, bytes) else raw
-            if tenant not in tenants:
+            if tenant not in tenants and not self.tenant_exists(tenant):
                 Queue(k.rq_queue_name(tenant), connection=self.rq).delete(delete_jobs=True)
                 self.rq.srem(k.RQ_TENANTS_KEY, tenant)
-                self._known_rq_tenants.discard(tenant)
 
     def _notice_dead_work_horses(self, tenant: str, name: str) -> None:
-        """Started executions whose rq job failed or vanished: their work horse died
-        (killed, out of memory, timed out), so they count as lost now, not at their deadline."""
-        waiting, pending = self.listeners.waiting_executions(tenant, name)
-        started = [e for e in waiting if e not in pending]
-        if not started:
+        """Executions whose rq job failed or vanished count as over now, not at their
+        deadline: a started one's work horse died (killed, out of memory, timed out) and
+        counts as lost; one that never started (its job failed before taking a batch, or
+        rq dropped it) just frees its slot."""
+        waiting, _ = self.listeners.waiting_executions(tenant, name)
+        if not waiting:
             return
         with self.rq.pipeline(transaction=False) as pipe:
-            for execution in started:
+            for execution in waiting:
                 pipe.hget(Job.key_for(execution), "status")
             states = pipe.execute()
-        for execution, state in zip(started, states):
+        for execution, state in zip(waiting, states):
             if state is None or state.decode() in DEAD_JOB_STATES:
                 self.listeners.expire_execution(tenant, name, execution)
 

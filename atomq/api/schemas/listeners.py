@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
-from atomq.api.schemas.common import NAME_PATTERN, Int, Strict
+from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict
 from atomq.api.schemas.messages import DeliverySchema
 from atomq.platform.listeners import ENGINES, MAX_BATCH_SIZE, MAX_CONCURRENT
 
@@ -60,8 +60,11 @@ class ExecutionStartSchema(Strict):
 class ExecutionFinishSchema(Strict):
     ok = fields.Boolean(required=True)
     error = fields.String(load_default="", validate=validate.Length(max=1000))
-    receipts = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE))
-    processed = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE))
+    retry_after_s = Number(validate=validate.Range(0, 3600), metadata={
+        "description": "failed because the node refused its sends (rate limit, quota): give the batch back "
+                       "without counting a failed delivery, and back off this long"})
+    processed = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE),
+                            metadata={"description": "ids of the batch's messages it processed (ok only)"})
 
 
 class ExecutionFinishedSchema(Strict):

@@ -5,11 +5,12 @@
 -- KEYS[1..5]   definitions, stat, exec, pending, done (the listener's keys)
 -- ARGV[1]      the listener's name
 -- ARGV[2]      the execution id
--- ARGV[3]      ok | failed | empty (it found no message: only its slot is freed)
--- ARGV[4]      the error (failed)
--- ARGV[5]      how long (ms) processed message ids are kept
--- ARGV[6]      most processed message ids kept
--- ARGV[7..]    the ids of the messages it processed (succeeded)
+-- ARGV[3]      ok | failed | deferred | empty (it found no message: only its slot is freed)
+-- ARGV[4]      the error (failed, deferred)
+-- ARGV[5]      deferred: ms before the listener's next execution (it backs off)
+-- ARGV[6]      how long (ms) processed message ids are kept
+-- ARGV[7]      most processed message ids kept
+-- ARGV[8..]    the ids of the messages it processed (succeeded)
 -- Returns 1 when the listener was waiting for this execution, else 0 (its
 -- counts then stay as they are; the caller still settles the messages).
 
@@ -21,13 +22,16 @@ redis.call('HINCRBY', KEYS[2], 'executions', 1)
 local state = redis.call('HGET', KEYS[2], 'state')
 if ARGV[3] == 'ok' then
   local now = now_ms()
-  for i = 7, #ARGV do redis.call('ZADD', KEYS[5], now, ARGV[i]) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[5]))
-  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[6]) - 1)
+  for i = 8, #ARGV do redis.call('ZADD', KEYS[5], now, ARGV[i]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[6]))
+  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[7]) - 1)
   if state == 'error' then redis.call('HSET', KEYS[2], 'state', 'running') end
 else
   redis.call('HINCRBY', KEYS[2], 'failures', 1)
   redis.call('HSET', KEYS[2], 'last_error', ARGV[4])
   if state == 'running' then redis.call('HSET', KEYS[2], 'state', 'error') end
+  if ARGV[3] == 'deferred' then
+    redis.call('HSET', KEYS[2], 'retry_at', now_ms() + tonumber(ARGV[5]))
+  end
 end
 return 1

@@ -9,8 +9,8 @@
 -- ARGV[2]      batch size
 -- ARGV[3]      most executions at once (the listener's max, or the cap on unlimited)
 -- ARGV[4]      deadline (ms from now) for a scheduled execution to start
--- ARGV[5..]    ids for the new executions (at most this many are scheduled)
--- Returns {scheduled count, lost count}; the scheduled ones are ARGV[5..4+count].
+-- ARGV[5]      prefix of the new executions' ids: the i-th is the prefix and i (4 digits)
+-- Returns {scheduled count, lost count}.
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
 local now = now_ms()
@@ -34,16 +34,19 @@ if lost > 0 then
   end
 end
 if state == 'paused' then return {0, lost} end
+local retry_at = tonumber(redis.call('HGET', KEYS[2], 'retry_at'))
+if retry_at and now < retry_at then return {0, lost} end
 
 local ready = redis.call('XLEN', KEYS[6]) + redis.call('ZCOUNT', KEYS[7], '-inf', now)
 local batch = tonumber(ARGV[2])
 local wanted = math.ceil(ready / batch) - redis.call('SCARD', KEYS[4])
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[3])
-local n = math.min(wanted, free, #ARGV - 4)
+local n = math.min(wanted, free)
 if n <= 0 then return {0, lost} end
 local deadline = now + tonumber(ARGV[4])
-for i = 5, 4 + n do
-  redis.call('ZADD', KEYS[3], deadline, ARGV[i])
-  redis.call('SADD', KEYS[4], ARGV[i])
+for i = 0, n - 1 do
+  local id = ARGV[5] .. string.format('%04d', i)
+  redis.call('ZADD', KEYS[3], deadline, id)
+  redis.call('SADD', KEYS[4], id)
 end
 return {n, lost}

@@ -1,16 +1,19 @@
--- Ends, fails or extends deliveries of in-flight messages: ack, nack and extend.
+-- Ends, fails, gives back or extends deliveries of in-flight messages:
+-- ack, nack, release and extend.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
 -- KEYS[12]     subs
 -- KEYS[13]     the tenant's usage hash
--- ARGV[1]      action: ack | nack | extend
--- ARGV[2]      action argument: nack reason, or extension in ms
+-- ARGV[1]      action: ack | nack | release | extend
+-- ARGV[2]      action argument: nack reason, or extension or release delay in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
 -- ARGV[4]      selector mode: id | receipt
 -- ARGV[5]      subscriber name ("" for point-to-point)
 -- ARGV[6..]    message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
 -- that receipt was issued for. Returns {done, dead} (dead: nack only).
+-- release gives a delivery back without counting it as failed: the message
+-- is redelivered after the delay, its failures unchanged.
 
 local q = require_queue()
 if q.err then return q end
@@ -40,7 +43,7 @@ for i, id in ipairs(ids) do
   -- In flight ends in "|f"; the counts are parsed only where a receipt or a nack needs them.
   if s and string.byte(s, -1) == 102 and string.byte(s, -2) == 124 then
     local dc, fails = 0, 0
-    if wants[i] or action == 'nack' then dc, fails = parse_state(s) end
+    if wants[i] or action == 'nack' or action == 'release' then dc, fails = parse_state(s) end
     if not wants[i] or wants[i] == dc then
       hits[#hits + 1] = id
       hit_dc[#hits] = dc
@@ -62,6 +65,14 @@ elseif action == 'extend' then
       args[#args + 1] = hits[i]
     end
     redis.call('ZADD', d.inflight, 'XX', unpack(args))
+  end
+  return {#hits, 0}
+elseif action == 'release' then
+  local due = now + tonumber(ARGV[2])
+  for i, id in ipairs(hits) do
+    redis.call('ZREM', d.inflight, id)
+    redis.call('ZADD', d.sched, due, id)
+    redis.call('HSET', d.state, id, fmt_state(hit_dc[i], hit_fails[i], 's'))
   end
   return {#hits, 0}
 end
