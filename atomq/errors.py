@@ -127,3 +127,10 @@ class Unauthorized(AtomqError):
 
     http_status = 401
     code = "unauthorized"
+
+
+class JavaMissing(AtomqError):
+    """Spark cannot start: no Java 17 or 21 runtime was found."""
+
+    http_status = 503
+    code = "java_missing"

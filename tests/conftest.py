@@ -50,3 +50,15 @@ def qs(backend: redis.Redis) -> QueueServer:
     """A queue server with a fast redelivery schedule (0.05, 0.1, 0.15 s)."""
     return QueueServer(backend, FAST)
 
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession for the whole suite (local[2]); made by the first test that needs it."""
+    from atomq.spark_workers.datasource import register
+    from atomq.spark_workers.session import start_session
+
+    session = start_session("local[2]", "atomq-tests")
+    register(session)
+    yield session
+    session.stop()

@@ -11,7 +11,7 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 
-from atomq.api import auth, dead_letters, errors, health, listeners, messages, queues, server, tenants
+from atomq.api import auth, dead_letters, errors, health, listeners, messages, queues, server, streams, tenants
 from atomq.api.blueprint import NameConverter
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
@@ -49,7 +49,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
         "security": [{"bearer": []}]})
     api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
-    for module in (health, server, tenants, queues, messages, dead_letters, listeners):
+    for module in (health, server, tenants, queues, messages, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
     return app

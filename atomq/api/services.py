@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from atomq.platform import QueueServer
 from atomq.platform.listeners import ListenerStore
+from atomq.platform.streams import StreamConsumers
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.tenants import TenantStore
@@ -62,6 +63,7 @@ class Services:
     """How long a started execution may run before its listener counts it lost."""
     settings: ServerSettingsStore = field(init=False)
     listeners: ListenerStore = field(init=False)
+    streams: StreamConsumers = field(init=False)
     rate_limits: RateLimiter = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
@@ -71,6 +73,7 @@ class Services:
         self.settings = ServerSettingsStore(self.queues.storage)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
         self.listeners = ListenerStore(self.queues.storage)
+        self.streams = StreamConsumers(self.queues)
 
     def attachments(self, tenant: str) -> tuple[int, int]:
         """The tenant's ``(rate_limit_per_minute, disk_quota_bytes)``, read again when older than a few seconds."""

@@ -63,6 +63,9 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    accepted: the bounded window of processed messages
     aq:{T}:exec:<execution id>     a started execution's batch (JSON: listener, queue,
                                    subscriber, ids, receipts), expiring with its time limit
+    aq:{T}:st:Q:C                  hash: streaming consumer C of queue Q: its planned batches,
+                                   b<n> -> JSON (subscriber, ids, receipts, partitions), and last
+                                   (the last batch planned); see ``atomq.platform.streams``
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with an rq queue (in rq's Redis)
@@ -258,6 +261,11 @@ def execution_record(tenant: str, execution: str) -> str:
     return f"{tenant_prefix(tenant)}:exec:{execution}"
 
 
+def stream_consumer(tenant: str, queue: str, consumer: str) -> str:
+    """The planned, not yet committed batches of a streaming consumer (a Spark query) of a queue."""
+    return f"{tenant_prefix(tenant)}:st:{queue}:{consumer}"
+
+
 def tenant_listeners(tenant: str) -> str:
     """The hash of a tenant's listener definitions."""
     return f"{tenant_prefix(tenant)}:listeners"
@@ -304,5 +312,6 @@ TEMPORARY_KEY_PATTERNS = (
     f"{PREFIX}:{{*}}:q:*:dd:" + "[0-9a-f]" * 40,  # de-duplication markers (QueueKeys.dedupe)
     f"{PREFIX}:rl:node:*",  # node rate windows (node_rate_window)
     f"{PREFIX}:{{*}}:rl:*",  # tenant rate windows (tenant_rate_window)
+    f"{PREFIX}:{{*}}:st:*",  # streaming consumers' planned batches (stream_consumer)
 )
 """SCAN patterns of the temporary keys that no index names."""

@@ -82,6 +82,19 @@ class Management:
         """The queue's dead letters with reason and failed deliveries."""
         return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
 
+    def peek(self, tenant: str, queue: str, ids: Sequence[str], subscriber: str | None = None) -> list[BrowsedMessage]:
+        """The messages ``ids`` that are queued (ready, in flight or scheduled), in that
+        order, without consuming them; others (dead, gone) are left out. At most 1,000."""
+        check_ids(ids, "ids")
+        if len(ids) > 1000:
+            raise InvalidInput("at most 1000 ids", field="ids")
+        if not ids:
+            return []
+        tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
+        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(), ["ids", len(ids), "", *ids],
+                                 errors=self._queue_errors(queue))
+        return decode_messages(reply, 2, reply[1], BrowsedMessage)
+
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
               subscriber: str | None) -> Page:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:

@@ -1,7 +1,8 @@
 -- Lists messages without consuming them, in id (send) order.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
--- ARGV[1]      view: queued (ready, in flight, scheduled) | dead
+-- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
+--              ARGV[4..] that are not dead, in that order, missing ones left out)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- Returns {next cursor or "", n, then per message: id, state, envelope, then
@@ -18,8 +19,21 @@ if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 local picked, wheres = {}, {}
 local scanned, last = 0, nil
 local more = false
+if ARGV[1] == 'ids' and #ARGV > 3 then
+  local ids = {}
+  for i = 4, math.min(#ARGV, 3 + limit) do ids[#ids + 1] = ARGV[i] end
+  local states = hmget_batched(d.state, ids)
+  for i, id in ipairs(ids) do
+    local s = states[i]
+    if s and string.find(s, '|d', 1, true) == nil then
+      picked[#picked + 1] = id
+      wheres[#wheres + 1] = s
+    end
+  end
+  scanned = limit * 10 + 100  -- no scan
+end
 -- Bounded scan: skips messages of the other view, never reads more than ~10 pages.
-while #picked < limit and scanned < limit * 10 + 100 do
+while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
   local ids = redis.call('ZRANGE', d.all, start, '+', 'BYLEX', 'LIMIT', 0, limit)
   if #ids == 0 then break end
   local states = redis.call('HMGET', d.state, unpack(ids))
@@ -39,7 +53,7 @@ while #picked < limit and scanned < limit * 10 + 100 do
   start = '(' .. last
   if #ids < limit then break end
 end
-if last and #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0 then
+if ARGV[1] ~= 'ids' and last and #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0 then
   more = true
 end
 

@@ -1,0 +1,48 @@
+"""Streaming consumers' micro-batches (the Spark data source's protocol)."""
+
+from __future__ import annotations
+
+from marshmallow import fields, validate
+
+from atomq.api.schemas.common import NAME_PATTERN, Int, Strict
+from atomq.api.schemas.messages import BrowsedMessageSchema
+from atomq.platform.streams import MAX_BATCH, MAX_PARTITIONS
+
+
+class ConsumerSchema(Strict):
+    last = fields.Integer(required=True, metadata={"description": "the last batch planned (0: none)"})
+
+
+class PlanSchema(Strict):
+    max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
+    partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+
+class PlannedSchema(Strict):
+    count = fields.Integer(required=True, metadata={"description": "messages in the batch (0: nothing to read)"})
+    partitions = fields.Integer(required=True)
+
+
+class PartitionArgs(Strict):
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+
+class PartitionSchema(Strict):
+    messages = fields.List(fields.Nested(BrowsedMessageSchema), required=True)
+
+
+class CommitSchema(Strict):
+    through = Int(required=True, validate=validate.Range(0, 2**62),
+                  metadata={"description": "the planned batches after `after` up to this number are acked"})
+    after = Int(load_default=0, validate=validate.Range(0, 2**62), metadata={
+        "description": "the query's first batch number minus one: plans up to it belong to an earlier query "
+                       "and are given back, not acked"})
+
+
+class CommittedSchema(Strict):
+    acked = fields.Integer(required=True)
+
+
+class StreamExtendedSchema(Strict):
+    extended = fields.Integer(required=True)

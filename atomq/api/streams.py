@@ -1,0 +1,90 @@
+"""Streaming consumers of a queue: ``/v1/queues/<q>/streams/<consumer>/...``.
+
+The protocol of the Spark data source's streaming read (see
+``atomq.platform.streams``): plan micro-batch n (idempotent), read its
+partitions (the same rows on every replay), extend while working, commit
+through n (ack). Tenant key, like every queue call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+from flask.views import MethodView
+
+from atomq.api import render
+from atomq.api.auth import current_tenant
+from atomq.api.blueprint import ApiBlueprint, services
+from atomq.errors import InvalidInput
+from atomq.api.schemas.streams import (
+    CommitSchema,
+    CommittedSchema,
+    ConsumerSchema,
+    PartitionArgs,
+    PartitionSchema,
+    PlannedSchema,
+    PlanSchema,
+    StreamExtendedSchema,
+)
+
+blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers")
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>")
+class Consumer(MethodView):
+    @blp.response(200, ConsumerSchema)
+    def get(self, name: str, consumer: str) -> dict[str, int]:
+        """The last batch planned under this consumer's name (0: none): a new query starts after it."""
+        return {"last": services().streams.last(current_tenant(), name, consumer)}
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>/batches/<int:batch>")
+class Batch(MethodView):
+    @blp.arguments(PlanSchema)
+    @blp.response(200, PlannedSchema)
+    def post(self, body: dict[str, Any], name: str, consumer: str, batch: int) -> dict[str, int]:
+        """Plans micro-batch ``batch``: takes up to ``max`` deliveries, or answers the plan made
+        before for that number. ``count`` 0: nothing to read now."""
+        planned = services().streams.plan(current_tenant(), name, consumer, batch, body["max"],
+                                          body["partitions"], body.get("subscriber"))
+        return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
+            {"count": 0, "partitions": 0}
+
+    @blp.response(200, PlannedSchema)
+    def get(self, name: str, consumer: str, batch: int) -> dict[str, int]:
+        """Micro-batch ``batch`` as planned (count 0: not planned, or committed)."""
+        planned = services().streams.planned(current_tenant(), name, consumer, batch)
+        return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
+            {"count": 0, "partitions": 0}
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>/batches/<int:batch>/partitions/<int:partition>")
+class Partition(MethodView):
+    @blp.arguments(PartitionArgs, location="query")
+    @blp.response(200, PartitionSchema)
+    def get(self, args: dict[str, Any], name: str, consumer: str, batch: int, partition: int) -> Response:
+        """The messages of one partition of a planned batch, the same on every read until the commit."""
+        messages = services().streams.read(current_tenant(), name, consumer, batch, partition,
+                                           args.get("subscriber"))
+        return render.json_response({"messages": [render.message(m) for m in messages]})
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>/commit")
+class Commit(MethodView):
+    @blp.arguments(CommitSchema)
+    @blp.response(200, CommittedSchema)
+    def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
+        """Acks the planned batches after ``after`` up to ``through``; gives back older ones."""
+        if body["after"] > body["through"]:
+            raise InvalidInput("after must not be greater than through", field="after")
+        return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"],
+                                                   body["after"])}
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>/extend")
+class Extend(MethodView):
+    @blp.response(200, StreamExtendedSchema)
+    def post(self, name: str, consumer: str) -> dict[str, int]:
+        """A full ack time-out more for every planned, uncommitted batch."""
+        return {"extended": services().streams.extend(current_tenant(), name, consumer)}

@@ -1,0 +1,175 @@
+"""Streaming consumers: micro-batches that read the same rows when replayed, acked when committed.
+
+A streaming consumer (a Spark query reading a queue) plans each micro-batch
+by number: the plan takes deliveries, like a get, and records their ids and
+receipts under the consumer and the batch number. Reading a partition of a
+planned batch reads those messages again by id, so a retried task or a
+query restarted from its checkpoint sees the same rows; planning a batch
+number that is already planned returns that plan. The consumer extends its
+planned batches while it works, and a commit acks every batch up to the one
+committed. Nothing is acked before its commit: a consumer that fails or
+stops leaves its batches to come back by the ack time-out.
+
+A new query under a consumer's name starts after the last batch planned
+under it; its first commit gives back the plans of a query that died
+before committing them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from atomq.errors import InvalidInput, NotFound
+from atomq.platform import keys as k
+from atomq.platform.models import BrowsedMessage
+from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.queue_server import QueueServer
+
+RECORD_TTL_S = 24 * 3600
+"""How long a consumer's planned batches are kept without a plan or an extend:
+past it the consumer is gone and its messages have long come back."""
+MAX_BATCH = 1000
+MAX_PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A planned micro-batch: its messages split into ``partitions`` consecutive slices."""
+
+    queue: str
+    subscriber: str | None
+    ids: tuple[str, ...]
+    receipts: tuple[str, ...]
+    partitions: int
+
+    def slice(self, partition: int) -> tuple[str, ...]:
+        size = math.ceil(len(self.ids) / self.partitions) if self.ids else 0
+        return self.ids[partition * size:(partition + 1) * size]
+
+    def to_json(self) -> str:
+        return json.dumps({"queue": self.queue, "subscriber": self.subscriber, "ids": self.ids,
+                           "receipts": self.receipts, "partitions": self.partitions}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> PlannedBatch:
+        d = json.loads(raw)
+        return cls(queue=d["queue"], subscriber=d["subscriber"], ids=tuple(d["ids"]),
+                   receipts=tuple(d["receipts"]), partitions=int(d["partitions"]))
+
+
+def check_consumer_name(name: str) -> str:
+    return check_queue_name(name, field="consumer")
+
+
+class StreamConsumers:
+    """The planned batches of every streaming consumer, on one queue server."""
+
+    def __init__(self, queues: QueueServer) -> None:
+        self.queues = queues
+        self.storage = queues.storage
+
+    def _key(self, tenant: str, queue: str, consumer: str) -> str:
+        return k.stream_consumer(check_tenant_id(tenant), check_queue_name(queue, field="queue"),
+                                 check_consumer_name(consumer))
+
+    def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = 100,
+             partitions: int = 1, subscriber: str | None = None) -> PlannedBatch | None:
+        """Batch ``batch`` of the consumer: planned now, or as planned before; None when
+        there is nothing to read (or the batch was committed already)."""
+        key = self._key(tenant, queue, consumer)
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        _check_int(batch, "batch", 0, 2**62)
+        _check_int(max_messages, "max", 1, MAX_BATCH)
+        _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        client = self.storage.client
+        existing, last = self.storage.call(client.hmget, key, f"b{batch}", "last")
+        if existing is not None:
+            return self._own(PlannedBatch.from_json(existing), queue, subscriber)
+        if last is not None and batch <= int(last):
+            return None
+        got = self.queues.get(tenant, queue, max_messages, 0, subscriber)
+        if not got:
+            return None
+        planned = PlannedBatch(queue=queue, subscriber=subscriber, ids=tuple(m.id for m in got),
+                               receipts=tuple(m.receipt for m in got), partitions=min(partitions, len(got)))
+        if not self.storage.call(client.hsetnx, key, f"b{batch}", planned.to_json()):
+            # Planned at the same moment by another call: keep that plan, give ours back.
+            self.queues.release(tenant, queue, receipts=list(planned.receipts), subscriber=subscriber, delay_s=0)
+            return self.plan(tenant, queue, consumer, batch, max_messages, partitions, subscriber)
+        pipe = client.pipeline(transaction=False)
+        pipe.hset(key, "last", max(batch, int(last or 0)))
+        pipe.expire(key, RECORD_TTL_S)
+        self.storage.call(pipe.execute)
+        return planned
+
+    @staticmethod
+    def _own(planned: PlannedBatch, queue: str, subscriber: str | None) -> PlannedBatch:
+        if (planned.queue, planned.subscriber) != (queue, subscriber):
+            raise InvalidInput("this consumer's batch was planned on another queue or subscriber", field="consumer")
+        return planned
+
+    def _planned(self, tenant: str, queue: str, consumer: str) -> dict[int, PlannedBatch]:
+        raw = self.storage.call(self.storage.client.hgetall, self._key(tenant, queue, consumer))
+        return {int(name[1:]): PlannedBatch.from_json(value) for name, value in raw.items() if name.startswith(b"b")}
+
+    def last(self, tenant: str, queue: str, consumer: str) -> int:
+        """The number of the last batch the consumer planned (0: none). A new query with
+        this consumer's name starts after it, so it never meets a dead query's plans."""
+        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), "last")
+        return int(raw or 0)
+
+    def planned(self, tenant: str, queue: str, consumer: str, batch: int) -> PlannedBatch | None:
+        """Batch ``batch`` as it was planned; None when it was not (or was committed)."""
+        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), f"b{batch}")
+        return None if raw is None else PlannedBatch.from_json(raw)
+
+    def read(self, tenant: str, queue: str, consumer: str, batch: int, partition: int,
+             subscriber: str | None = None) -> list[BrowsedMessage]:
+        """The messages of one partition of a planned batch (those not settled since)."""
+        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), f"b{batch}")
+        if raw is None:
+            raise NotFound(f"batch {batch} of consumer {consumer!r} is not planned (or was committed)",
+                           consumer=consumer, batch=batch)
+        planned = self._own(PlannedBatch.from_json(raw), queue, subscriber)
+        _check_int(partition, "partition", 0, planned.partitions - 1)
+        return self.queues.peek(tenant, planned.queue, list(planned.slice(partition)), planned.subscriber)
+
+    def commit(self, tenant: str, queue: str, consumer: str, through: int, after: int = 0) -> int:
+        """Acks the planned batches after ``after`` up to ``through`` (a query's own, that
+        Spark committed) and forgets them; the messages acked.
+
+        Plans up to ``after`` were made by an earlier query under this name that
+        died before committing them: they are given back at once, not acked.
+        """
+        key = self._key(tenant, queue, consumer)
+        _check_int(through, "through", 0, 2**62)
+        _check_int(after, "after", 0, through)
+        acked = 0
+        for number, planned in sorted(self._planned(tenant, queue, consumer).items()):
+            if number > through:
+                break
+            receipts = list(planned.receipts)
+            if number > after:
+                acked += self.queues.ack(tenant, planned.queue, receipts=receipts, subscriber=planned.subscriber)
+            else:
+                self.queues.release(tenant, planned.queue, receipts=receipts, subscriber=planned.subscriber,
+                                    delay_s=0)
+            self.storage.call(self.storage.client.hdel, key, f"b{number}")
+        return acked
+
+    def extend(self, tenant: str, queue: str, consumer: str) -> int:
+        """A full ack time-out more for every planned batch; the deliveries extended."""
+        extended = 0
+        for planned in self._planned(tenant, queue, consumer).values():
+            extended += self.queues.extend(tenant, planned.queue, receipts=list(planned.receipts),
+                                           subscriber=planned.subscriber)
+        self.storage.call(self.storage.client.expire, self._key(tenant, queue, consumer), RECORD_TTL_S)
+        return extended
+
+
+def _check_int(value: object, name: str, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer from {low} to {high}", field=name)

@@ -1,0 +1,166 @@
+"""The ``atomq`` PySpark data source against a real node (in-process API, real Valkey) and local Spark."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.serving import make_server
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.client import AtomqClient
+from atomq.platform import QueueServer
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.tenants import TenantStore
+from support import free_port, wait_until
+
+OWNER = "owner-key-for-spark-tests"
+
+
+@dataclass
+class Node:
+    url: str
+    services: Services
+    owner: AtomqClient
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    server = EmbeddedValkey(tmp_path_factory.mktemp("spark") / "valkey", port=free_port())
+    server.start()
+    client = server.client()
+    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
+                        longpolls=LongPollLimiter(8))
+    port = free_port()
+    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    owner = AtomqClient(f"http://127.0.0.1:{port}", OWNER)
+    yield Node(f"http://127.0.0.1:{port}", services, owner)
+    owner.close()
+    http.shutdown()
+    thread.join(timeout=10)
+    client.close()
+    server.stop()
+
+
+@dataclass
+class Tenant:
+    id: str
+    key: str
+    api: AtomqClient
+
+    def options(self, node: Node, **more: str) -> dict[str, str]:
+        return {"url": node.url, "key": self.key, **more}
+
+
+@pytest.fixture
+def tenant(node: Node) -> Iterator[Tenant]:
+    created = node.owner.create_tenant("spark")
+    with AtomqClient(node.url, created["api_key"]) as api:
+        yield Tenant(created["id"], created["api_key"], api)
+
+
+def test_a_batch_read_browses_messages_and_documents_without_consuming_them(
+        spark: Any, node: Node, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("orders")
+    api.send("orders", [
+        {"documents": [{"data": "first", "properties": {"n": 1}}, {"data_base64": "//4="}], "properties": {"k": "v"}},
+        {"documents": [{"data": "second"}]},
+    ])
+    df = spark.read.format("atomq").options(**tenant.options(node, queue="orders")).load()
+    rows = sorted(df.collect(), key=lambda r: (r.message_id, r.document_index))
+    assert [(r.text, r.document_index, r.state) for r in rows] == [
+        ("first", 0, "ready"), (None, 1, "ready"), ("second", 0, "ready")]
+    assert rows[1].payload == b"\xff\xfe"
+    assert json.loads(rows[0].properties) == {"k": "v"} and json.loads(rows[0].document_properties) == {"n": 1}
+    assert rows[0].message_id == rows[1].message_id != rows[2].message_id
+    assert api.queue("orders")["depth"] == 2  # nothing consumed
+
+
+def test_a_batch_read_of_dead_letters_carries_the_reason(spark: Any, node: Node, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("jobs", max_redeliveries=0)
+    api.send_texts("jobs", ["poison"])
+    (got,) = api.get("jobs")
+    api.nack("jobs", receipts=[got["receipt"]], reason="bad input")
+    df = spark.read.format("atomq").options(**tenant.options(node, queue="jobs", deadLetters="true")).load()
+    (row,) = df.collect()
+    assert (row.text, row.reason, row.failed_deliveries) == ("poison", "bad input", 1)
+
+
+def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node: Node, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("out")
+    df = spark.createDataFrame([(f"row {i}", json.dumps({"i": i}), f"d{i}") for i in range(250)],
+                               "text string, properties string, dedupe_id string").coalesce(1)
+    df.write.format("atomq").options(**tenant.options(node, queue="out")).mode("append").save()
+    assert api.queue("out")["depth"] == 250
+    df.write.format("atomq").options(**tenant.options(node, queue="out")).mode("append").save()
+    assert api.queue("out")["depth"] == 250  # written again: every row recognised by its dedupe id
+    texts = sorted(m["documents"][0]["data"] for m in api.browse("out"))
+    assert texts == sorted(f"row {i}" for i in range(250))
+
+
+def _consume(spark: Any, node: Node, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
+             fail_on: str | None = None, **options: str) -> None:
+    """One availableNow run of a streaming read into ``sink`` (via foreachBatch)."""
+    def handle(batch_df: Any, batch_id: int) -> None:
+        rows = batch_df.collect()
+        if fail_on is not None and any(r.text == fail_on for r in rows):
+            raise RuntimeError(f"failing batch {batch_id}")
+        sink.extend(rows)
+
+    stream = spark.readStream.format("atomq").options(**tenant.options(node, queue=queue, **options)).load()
+    query = stream.writeStream.foreachBatch(handle).option("checkpointLocation", str(checkpoint)) \
+        .trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+
+
+def test_a_streaming_read_consumes_the_queue_and_acks_after_commit(
+        spark: Any, node: Node, tenant: Tenant, tmp_path: Path) -> None:
+    api = tenant.api
+    api.put_queue("events")
+    api.send_texts("events", [f"e{i}" for i in range(120)])
+    sink: list[Any] = []
+    _consume(spark, node, tenant, "events", tmp_path / "cp", sink, maxMessagesPerTrigger="50")
+    assert sorted(r.text for r in sink) == sorted(f"e{i}" for i in range(120))
+    assert all(r.delivery_count == 1 for r in sink)
+    queue = api.queue("events")
+    assert (queue["depth"], queue["in_flight"]) == (0, 0)  # the run's last batch is acked too
+    api.send_texts("events", ["late"])
+    again: list[Any] = []
+    _consume(spark, node, tenant, "events", tmp_path / "cp", again, maxMessagesPerTrigger="50")
+    assert [r.text for r in again] == ["late"]  # the restarted query reads only what is new
+    queue = api.queue("events")
+    assert (queue["depth"], queue["in_flight"]) == (0, 0)
+
+
+def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
+        spark: Any, node: Node, tenant: Tenant, tmp_path: Path) -> None:
+    api = tenant.api
+    api.put_queue("fragile", ack_timeout_s=1)
+    api.send_texts("fragile", ["ok", "boom"])
+    sink: list[Any] = []
+    with pytest.raises(Exception):
+        _consume(spark, node, tenant, "fragile", tmp_path / "cp", sink, fail_on="boom")
+    assert sink == []
+    def back() -> bool:
+        node.services.queues.maintain(tenant.id)  # the node's maintenance loop, in this test's hands
+        return bool(api.queue("fragile")["depth"] == 2)
+
+    wait_until(back, 30, "the failed batch's messages to come back")
+    sink2: list[Any] = []
+    _consume(spark, node, tenant, "fragile", tmp_path / "cp2", sink2)
+    assert sorted(r.text for r in sink2) == ["boom", "ok"]
+    assert {r.delivery_count for r in sink2} == {2}
