@@ -93,10 +93,14 @@ def _env(name: str) -> dict[str, Any]:
                    "outputs are recognised only within that window.")
 @click.option("--max-send-documents", type=click.IntRange(1, 1000), default=100, show_default=True,
               **_env("MAX_SEND_DOCUMENTS"), help="Most documents an execution sends in one request.")
+@click.option("--spark", "spark_worker", is_flag=True, **_env("SPARK"),
+              help="Also start a Spark worker (one SparkSession) for listeners with engine \"spark\".")
+@click.option("--spark-master", default="local[*]", show_default=True, **_env("SPARK_MASTER"),
+              help="The Spark master of --spark: local[N], local-cluster[...], spark://HOST:PORT, yarn, k8s://...")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
-          max_send_documents: int) -> None:
+          max_send_documents: int, spark_worker: bool, spark_master: str) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
 
     The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
@@ -110,7 +114,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             max_longpolls_per_tenant=max_longpolls_per_tenant,
                             max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
                             workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,
-                            execution_timeout_s=execution_timeout, max_send_documents=max_send_documents))
+                            execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,
+                            spark_worker=spark_worker, spark_master=spark_master))
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
 
@@ -134,6 +139,42 @@ def worker(rq_redis_url: str, burst: bool, name: str | None) -> None:
         run_worker(rq_connection(rq_redis_url), burst=burst, name=name)
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
+
+
+@main.command("spark-worker")
+@click.option("--rq-redis-url", required=True, **_env("RQ_REDIS_URL"),
+              help="The Redis holding rq's execution job queues (what `atomq serve` uses as its rq Redis).")
+@click.option("--spark-master", default="local[*]", show_default=True, **_env("SPARK_MASTER"),
+              help="local[N], local-cluster[N,cores,memory], spark://HOST:PORT, yarn or k8s://...")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=4, show_default=True,
+              **_env("SPARK_CONCURRENCY"), help="Spark executions run at once (each in its tenant's FAIR pool).")
+def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int) -> None:
+    """Run the executions of listeners with engine "spark" on one SparkSession.
+
+    Each tenant's executions run in its own FAIR scheduler pool, named after the tenant and
+    weighted by its spark_weight. Needs a Java 17 or 21 runtime (JAVA_HOME or java on PATH).
+    SIGTERM or SIGINT: finish the running executions, then stop.
+    """
+    import signal
+    import threading
+
+    from atomq.node import rq_connection
+    from atomq.spark_workers.session import start_session
+    from atomq.spark_workers.worker import SparkWorker
+
+    try:
+        rq = rq_connection(rq_redis_url)
+        session = start_session(spark_master, "atomq-spark-worker", **{"spark.scheduler.mode": "FAIR"})
+    except AtomqError as exc:
+        raise click.ClickException(exc.message) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"atomq: Spark worker on {spark_master}, {concurrency} executions at once", err=True)
+    try:
+        SparkWorker(rq, session, concurrency).run(stop)
+    finally:
+        session.stop()
 
 
 @main.command()

@@ -78,18 +78,23 @@ def tenants() -> None:
 def tenants_list(c: AtomqClient) -> None:
     """Every tenant."""
     data = c.tenants()
-    emit(data, [(t["id"], t["name"], t["rate_limit_per_minute"], t["disk_quota_bytes"]) for t in data],
-         ("ID", "NAME", "RATE LIMIT/MIN", "DISK QUOTA"))
+    emit(data, [(t["id"], t["name"], t["rate_limit_per_minute"], t["disk_quota_bytes"], t["spark_weight"])
+                for t in data],
+         ("ID", "NAME", "RATE LIMIT/MIN", "DISK QUOTA", "SPARK WEIGHT"))
 
 
 @tenants.command("create")
 @click.argument("name")
 @click.option("--rate-limit-per-minute", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--disk-quota-bytes", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--spark-weight", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Weight (1 to 1000) of the tenant's FAIR scheduler pool when its listeners run on Spark.")
 @connection_options
-def tenants_create(c: AtomqClient, name: str, rate_limit_per_minute: int, disk_quota_bytes: int) -> None:
+def tenants_create(c: AtomqClient, name: str, rate_limit_per_minute: int, disk_quota_bytes: int,
+                   spark_weight: int) -> None:
     """Create a tenant; prints its API key, shown only this once."""
-    t = c.create_tenant(name, rate_limit_per_minute=rate_limit_per_minute, disk_quota_bytes=disk_quota_bytes)
+    t = c.create_tenant(name, rate_limit_per_minute=rate_limit_per_minute, disk_quota_bytes=disk_quota_bytes,
+                        spark_weight=spark_weight)
     emit(t, [(t["id"], t["name"], t["api_key"])], ("ID", "NAME", "API KEY (shown once)"))
 
 

@@ -96,10 +96,12 @@ class AtomqClient:
 
     # -- tenants and the server (owner key) ----------------------------------------------
 
-    def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0) -> Any:
+    def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0,
+                      spark_weight: int = 1) -> Any:
         """The new tenant, with its first ``api_key`` (shown only here)."""
         return self.request("POST", "/v1/tenants", {"name": name, "rate_limit_per_minute": rate_limit_per_minute,
-                                                    "disk_quota_bytes": disk_quota_bytes})
+                                                    "disk_quota_bytes": disk_quota_bytes,
+                                                    "spark_weight": spark_weight})
 
     def tenants(self) -> list[Any]:
         return self.request("GET", "/v1/tenants")["tenants"]  # type: ignore[no-any-return]

@@ -77,6 +77,8 @@ class NodeConfig:
     advertise_url: str | None = None
     execution_timeout_s: int = 240
     max_send_documents: int = 100
+    spark_worker: bool = False
+    spark_master: str = "local[*]"
 
     @property
     def api_url(self) -> str:
@@ -166,7 +168,8 @@ def _start_loops(worker: NodeWorker) -> None:
     supervisor = Supervisor(
         services.queues, services.tenants.execution_tokens, rq,
         SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
-                         max_send_documents=config.max_send_documents), holder, services.tenants.exists)
+                         max_send_documents=config.max_send_documents), holder, services.tenants.exists,
+        spark_weight=lambda tenant: int(getattr(services.tenants.get(tenant), "spark_weight", 1)))
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
@@ -238,13 +241,16 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
         self.execution_workers: list[subprocess.Popen[bytes]] = []
         self._spawned_at: list[float] = []
 
-    def _spawn_execution_worker(self) -> subprocess.Popen[bytes]:
+    def _spawn_execution_worker(self, index: int) -> subprocess.Popen[bytes]:
+        """Worker ``index``: the Spark worker last (with --spark), fork workers before it."""
         # The URL may hold a password: it goes through the environment, never the command line.
         env = {**os.environ, RQ_REDIS_URL_ENV: self.node.rq_redis_url}
+        command = [sys.executable, "-m", "atomq", "worker"]
+        if index >= self.node.config.workers:
+            command = [sys.executable, "-m", "atomq", "spark-worker", "--spark-master", self.node.config.spark_master]
         # Its own session: a terminal's Ctrl-C reaches the master, which stops the workers
         # first; and the master's death, even by kill -9, stops them too.
-        return subprocess.Popen([sys.executable, "-m", "atomq", "worker"], env=env, start_new_session=True,
-                                preexec_fn=parent_death_signal())
+        return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=parent_death_signal())
 
     def manage_workers(self) -> None:
         super().manage_workers()
@@ -255,10 +261,11 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
             # One that keeps dying (rq's Redis away, say) is started again at most every few seconds.
             if proc.poll() is not None and now - self._spawned_at[i] >= RESPAWN_INTERVAL_S:
                 log.warning("execution worker %d exited (%s); starting another", proc.pid, proc.returncode)
-                self.execution_workers[i] = self._spawn_execution_worker()
+                self.execution_workers[i] = self._spawn_execution_worker(i)
                 self._spawned_at[i] = now
-        while len(self.execution_workers) < self.node.config.workers:
-            self.execution_workers.append(self._spawn_execution_worker())
+        wanted = self.node.config.workers + (1 if self.node.config.spark_worker else 0)
+        while len(self.execution_workers) < wanted:
+            self.execution_workers.append(self._spawn_execution_worker(len(self.execution_workers)))
             self._spawned_at.append(now)
 
     def stop(self, graceful: bool = True) -> None:

@@ -58,7 +58,7 @@ def spark() -> Iterator[object]:
     from atomq.spark_workers.datasource import register
     from atomq.spark_workers.session import start_session
 
-    session = start_session("local[2]", "atomq-tests")
+    session = start_session("local[2]", "atomq-tests", **{"spark.scheduler.mode": "FAIR"})
     register(session)
     yield session
     session.stop()

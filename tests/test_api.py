@@ -155,9 +155,13 @@ def test_tenant_lifecycle_and_keys(owner, http) -> None:
     created = owner("POST", "/v1/tenants", {"name": "lifecycle", "rate_limit_per_minute": 5}, 201)
     tid = created["id"]
     assert created["api_key"].startswith("aq_") and created["disk_quota_bytes"] == 0
+    assert created["spark_weight"] == 1
     assert tid in [t["id"] for t in owner("GET", "/v1/tenants", status=200)["tenants"]]
     assert owner("GET", f"/v1/tenants/{tid}", status=200)["rate_limit_per_minute"] == 5
     assert owner("PATCH", f"/v1/tenants/{tid}", {"disk_quota_bytes": 1000}, 200)["disk_quota_bytes"] == 1000
+    patched = owner("PATCH", f"/v1/tenants/{tid}", {"spark_weight": 5}, 200)
+    assert (patched["spark_weight"], patched["disk_quota_bytes"]) == (5, 1000)
+    assert owner("GET", f"/v1/tenants/{tid}", status=200)["spark_weight"] == 5
     first = Client(http, created["api_key"])
     extra = owner("POST", f"/v1/tenants/{tid}/keys", status=201)
     second = Client(http, extra["api_key"])
@@ -175,6 +179,9 @@ def test_tenant_input_errors_name_the_field(owner) -> None:
     assert error["code"] == "invalid_input"
     assert set(error["details"]["fields"]["json"]) == {"name", "rate_limit_per_minute"}
     assert owner("POST", "/v1/tenants", {"name": "x", "surprise": 1}, 400)["error"]["details"]["fields"]
+    for weight in (0, 1001):
+        error = owner("POST", "/v1/tenants", {"name": "x", "spark_weight": weight}, 400)["error"]
+        assert set(error["details"]["fields"]["json"]) == {"spark_weight"}
 
 
 # -- queues ---------------------------------------------------------------------------------

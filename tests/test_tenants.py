@@ -149,6 +149,26 @@ def test_create_get_list_update(store: TenantStore, backend: redis.Redis) -> Non
     assert store.get(other.id) == other
 
 
+def test_spark_weight_defaults_to_1_and_can_be_set_and_changed(store: TenantStore) -> None:
+    plain, _, _ = store.create("plain")
+    assert plain.spark_weight == 1 and store.get(plain.id).spark_weight == 1
+    tenant, _, _ = store.create("weighty", spark_weight=3)
+    assert tenant.spark_weight == 3 and store.get(tenant.id) == tenant
+    changed = store.update(tenant.id, spark_weight=5)
+    assert changed == Tenant(id=tenant.id, name="weighty", spark_weight=5, created_at=tenant.created_at)
+    assert store.get(tenant.id) == changed
+    assert store.update(tenant.id, rate_limit_per_minute=9).spark_weight == 5, "other changes keep the weight"
+
+
+def test_a_record_stored_before_spark_weights_reads_as_weight_1(store: TenantStore, backend: redis.Redis) -> None:
+    tenant, _, _ = store.create("older", spark_weight=7)
+    backend.hdel(k.tenant_record(tenant.id), "spark_weight")
+    assert store.get(tenant.id).spark_weight == 1
+    assert [t.spark_weight for t in store.list() if t.id == tenant.id] == [1]
+    assert store.update(tenant.id, name="older still").spark_weight == 1
+    assert store.update(tenant.id, spark_weight=2).spark_weight == 2
+
+
 def test_list_skips_tenants_that_only_have_queues(store: TenantStore, backend: redis.Redis) -> None:
     qs = QueueServer(backend, FAST)
     bare = "t_" + secrets.token_hex(6)
@@ -189,6 +209,11 @@ def test_unknown_and_malformed_tenant_ids_are_not_found(store: TenantStore) -> N
     ({"name": "ok", "disk_quota_bytes": -5}, "disk_quota_bytes"),
     ({"name": "ok", "disk_quota_bytes": False}, "disk_quota_bytes"),
     ({"name": "ok", "disk_quota_bytes": 2**63}, "disk_quota_bytes"),
+    ({"name": "ok", "spark_weight": 0}, "spark_weight"),
+    ({"name": "ok", "spark_weight": 1001}, "spark_weight"),
+    ({"name": "ok", "spark_weight": -1}, "spark_weight"),
+    ({"name": "ok", "spark_weight": True}, "spark_weight"),
+    ({"name": "ok", "spark_weight": 2.5}, "spark_weight"),
 ])
 def test_invalid_input_names_the_field_and_changes_nothing(kwargs: dict[str, object], field: str) -> None:
     client = fakeredis.FakeRedis()
@@ -209,7 +234,8 @@ def test_invalid_input_names_the_field_and_changes_nothing(kwargs: dict[str, obj
 
 
 def test_the_largest_limits_and_a_long_name_are_accepted(store: TenantStore) -> None:
-    tenant, _, _ = store.create("ü" * 128, rate_limit_per_minute=2**63 - 1, disk_quota_bytes=2**63 - 1)
+    tenant, _, _ = store.create("ü" * 128, rate_limit_per_minute=2**63 - 1, disk_quota_bytes=2**63 - 1,
+                                spark_weight=1000)
     assert store.get(tenant.id) == tenant
 
 

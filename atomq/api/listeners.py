@@ -34,9 +34,6 @@ from atomq.workers import processes
 
 blp = ApiBlueprint("listeners", __name__, url_prefix="/v1/listeners", description="Listeners")
 
-ENGINES_AVAILABLE = ("fork",)
-
-
 def listener_json(listener: Listener) -> dict[str, Any]:
     spec = listener.spec
     return {"name": listener.name, "queue": spec.queue, "subscriber": spec.subscriber, "process": spec.process,
@@ -69,10 +66,12 @@ class ListenerByName(MethodView):
         """
         s = services()
         tenant = current_tenant()
-        if body["engine"] not in ENGINES_AVAILABLE:
-            raise InvalidInput(f"engine {body['engine']!r} is not available on this platform yet",
-                               field="engine")
-        processes.check(body["process"], body["settings"])
+        if body["engine"] == "spark":
+            from atomq.spark_workers import processes as spark_processes  # pyspark only where Spark runs
+
+            spark_processes.check(body["process"], body["settings"])
+        else:
+            processes.check(body["process"], body["settings"])
         queue = s.queues.get_queue(tenant, body["queue"])
         subscriber = body.get("subscriber")
         if queue.model is QueueModel.PUBLISH_SUBSCRIBE:

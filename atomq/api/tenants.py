@@ -53,7 +53,7 @@ class TenantById(MethodView):
     @blp.arguments(TenantPatchSchema)
     @blp.response(200, TenantSchema)
     def patch(self, body: dict[str, Any], tenant_id: str) -> dict[str, Any]:
-        """Changes the tenant's name or attachments (rate limit, disk quota)."""
+        """Changes the tenant's name or attachments (rate limit, disk quota, Spark weight)."""
         return asdict(services().tenants.update(tenant_id, **body))
 
     @blp.response(204)

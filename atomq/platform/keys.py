@@ -43,7 +43,8 @@ Cluster slot and one Lua script may touch any of its keys.
 Accounts and API keys (``K`` a key id; see ``atomq.tenants``)::
 
     aq:{T}:tenant                  hash: name, rate_limit_per_minute, disk_quota_bytes,
-                                   created_at, and ``deleting`` once its removal began
+                                   spark_weight (absent in older records: 1), created_at,
+                                   and ``deleting`` once its removal began
     aq:{T}:apikeys                 set of the tenant's key ids
     aq:apikeys                     hash K -> ``<tenant id>|<SHA-256 hex of the whole key>``:
                                    the one lookup per request (global: no tenant's slot)
@@ -68,7 +69,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    (the last batch planned); see ``atomq.platform.streams``
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
-    aq:rq:tenants                  set of tenant ids with an rq queue (in rq's Redis)
+    aq:rq:tenants                  set of tenant ids with rq queues (in rq's Redis): aq.T for
+                                   fork executions, aq.spark.T for Spark executions
     aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
                                    (see ``atomq.platform.store_sizes``)
 """
@@ -247,8 +249,13 @@ RQ_TENANTS_KEY = f"{PREFIX}:rq:tenants"
 
 
 def rq_queue_name(tenant: str) -> str:
-    """The rq queue of one tenant's executions (rq builds its own keys from it)."""
+    """The rq queue of one tenant's fork executions (rq builds its own keys from it)."""
     return f"{PREFIX}.{tenant}"
+
+
+def rq_spark_queue_name(tenant: str) -> str:
+    """The rq queue of one tenant's Spark executions."""
+    return f"{PREFIX}.spark.{tenant}"
 
 
 def listener_lease_name(tenant: str, listener: str) -> str:

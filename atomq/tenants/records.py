@@ -17,6 +17,8 @@ TENANT_ID = re.compile(r"t_[0-9a-f]{12}")
 MAX_NAME_LENGTH = 128
 MAX_LIMIT = 2**63 - 1
 """The largest limit: what Redis stores as a signed 64-bit integer."""
+MAX_SPARK_WEIGHT = 1000
+"""The largest weight of a tenant's Spark FAIR scheduler pool."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +26,8 @@ class Tenant:
     """A tenant account. It holds no key material: keys live apart, hashed.
 
     ``rate_limit_per_minute`` and ``disk_quota_bytes`` are 0 for no limit.
+    ``spark_weight`` (1 to 1000) is the weight of the tenant's FAIR scheduler
+    pool when its listeners run on Spark.
     ``created_at`` is seconds since the epoch by the Redis clock, so every
     node agrees on the order of creation.
     """
@@ -32,6 +36,7 @@ class Tenant:
     name: str
     rate_limit_per_minute: int = 0
     disk_quota_bytes: int = 0
+    spark_weight: int = 1
     created_at: float
 
 
@@ -73,6 +78,8 @@ def tenant_from_record(tenant_id: str, fields: dict[bytes, bytes]) -> Tenant | N
         name=fields[b"name"].decode(),
         rate_limit_per_minute=int(fields[b"rate_limit_per_minute"]),
         disk_quota_bytes=int(fields[b"disk_quota_bytes"]),
+        # Records stored before Spark weights existed have no field: the default weight.
+        spark_weight=int(fields.get(b"spark_weight", 1)),
         created_at=float(fields[b"created_at"]),
     )
 
@@ -114,4 +121,11 @@ def check_limit(value: Any, field: str) -> int:
         raise InvalidInput(
             f"{field} must be an integer from 0 to {MAX_LIMIT} (0 means no limit)", field=field
         )
+    return value
+
+
+def check_spark_weight(value: Any) -> int:
+    """Returns ``value`` if it is an integer from 1 to 1000; bools are refused."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SPARK_WEIGHT:
+        raise InvalidInput(f"spark_weight must be an integer from 1 to {MAX_SPARK_WEIGHT}", field="spark_weight")
     return value

@@ -32,6 +32,7 @@ from atomq.tenants.records import (
     Tenant,
     check_limit,
     check_name,
+    check_spark_weight,
     check_tenant_id,
     new_tenant_id,
     tenant_from_record,
@@ -84,7 +85,7 @@ class TenantStore:
     # -- tenants ----------------------------------------------------------------
 
     def create(self, name: str, rate_limit_per_minute: int = 0,
-               disk_quota_bytes: int = 0) -> tuple[Tenant, str, str]:
+               disk_quota_bytes: int = 0, spark_weight: int = 1) -> tuple[Tenant, str, str]:
         """Creates a tenant with its first key; returns (tenant, key id, API key).
 
         The API key is shown only here: it is stored as a digest.
@@ -92,16 +93,19 @@ class TenantStore:
         check_name(name)
         check_limit(rate_limit_per_minute, "rate_limit_per_minute")
         check_limit(disk_quota_bytes, "disk_quota_bytes")
+        check_spark_weight(spark_weight)
         tenant_id = new_tenant_id()
         while not self._call(self.client.sadd, k.ISSUED_TENANT_IDS_KEY, tenant_id):
             tenant_id = new_tenant_id()  # issued before, maybe to a removed tenant: never reuse
         seconds, micros = self._call(self.client.time)
         tenant = Tenant(id=tenant_id, name=name, rate_limit_per_minute=rate_limit_per_minute,
-                        disk_quota_bytes=disk_quota_bytes, created_at=seconds + micros / 1_000_000)
+                        disk_quota_bytes=disk_quota_bytes, spark_weight=spark_weight,
+                        created_at=seconds + micros / 1_000_000)
         self._call(self.client.hset, k.tenant_record(tenant_id), mapping={
             "name": name,
             "rate_limit_per_minute": rate_limit_per_minute,
             "disk_quota_bytes": disk_quota_bytes,
+            "spark_weight": spark_weight,
             "created_at": repr(tenant.created_at),
         })
         key_id, api_key = self._issue_key(tenant_id)
@@ -140,7 +144,8 @@ class TenantStore:
         return sorted(tenants, key=lambda t: (t.created_at, t.id))
 
     def update(self, tenant_id: str, *, rate_limit_per_minute: int | None = None,
-               disk_quota_bytes: int | None = None, name: str | None = None) -> Tenant:
+               disk_quota_bytes: int | None = None, spark_weight: int | None = None,
+               name: str | None = None) -> Tenant:
         """Changes the given fields (None leaves one as it is); returns the tenant as changed."""
         tenant_id = check_tenant_id(tenant_id)
         changes: list[Any] = []
@@ -150,6 +155,8 @@ class TenantStore:
             changes += ["rate_limit_per_minute", check_limit(rate_limit_per_minute, "rate_limit_per_minute")]
         if disk_quota_bytes is not None:
             changes += ["disk_quota_bytes", check_limit(disk_quota_bytes, "disk_quota_bytes")]
+        if spark_weight is not None:
+            changes += ["spark_weight", check_spark_weight(spark_weight)]
         flat = self._call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
         tenant = tenant_from_record(tenant_id, dict(zip(flat[::2], flat[1::2])))
         if tenant is None:

@@ -25,11 +25,11 @@ def forward(ctx: ExecutionContext) -> None:
             ctx.send(to, [document], message.properties, source=message)
 
 
-def _validate_forward(settings: dict[str, Any]) -> None:
+def validate_forward(settings: dict[str, Any]) -> None:
     _queue_setting(settings, "to")
 
 
-forward.validate_settings = _validate_forward  # type: ignore[attr-defined]
+forward.validate_settings = validate_forward  # type: ignore[attr-defined]
 
 
 def _payload(data: bytes) -> dict[str, str]:
@@ -52,6 +52,19 @@ def _invalid_reason(data: bytes) -> tuple[dict[str, Any] | None, str]:
     return parsed, ""
 
 
+def echo_route(message_id: str, data: bytes) -> tuple[str, str, dict[str, str]]:
+    """Where one document goes and what it becomes: ``("echo" | "errors", body, properties)``.
+
+    Shared by the fork and the Spark engines, so both give the same results.
+    """
+    parsed, reason = _invalid_reason(data)
+    if parsed is None:
+        error: dict[str, Any] = {"type": "error", "reason": reason, "message_id": message_id, **_payload(data)}
+        return "errors", json.dumps(error), {"reason": reason}
+    echo = {"type": "echo", "msgId": parsed["msgId"], "message_id": message_id, "received": parsed}
+    return "echo", json.dumps(echo), {"msgId": str(parsed["msgId"])}
+
+
 def echo_service(ctx: ExecutionContext) -> None:
     """The seed's test message validation and echo service.
 
@@ -63,25 +76,19 @@ def echo_service(ctx: ExecutionContext) -> None:
     never reaches the process at all (the execution recognises it); one that
     does arrive redelivered is logged, as the seed's second version does.
     """
-    echo_queue, errors_queue = ctx.settings["echo_queue"], ctx.settings["errors_queue"]
+    queues = {"echo": ctx.settings["echo_queue"], "errors": ctx.settings["errors_queue"]}
     for message in ctx.messages:
         if message.redelivered:
             ctx.log.info("message %s is redelivered (delivery %d), not seen before: processing it",
                          message.id, message.delivery_count)
         for document in message.documents:
-            parsed, reason = _invalid_reason(document.data)
-            if parsed is None:
-                body: dict[str, Any] = {"type": "error", "reason": reason, "message_id": message.id,
-                                        **_payload(document.data)}
-                ctx.send(errors_queue, [json.dumps(body)], {"reason": reason}, source=message)
-            else:
-                body = {"type": "echo", "msgId": parsed["msgId"], "message_id": message.id, "received": parsed}
-                ctx.send(echo_queue, [json.dumps(body)], {"msgId": str(parsed["msgId"])}, source=message)
+            route, body, properties = echo_route(message.id, document.data)
+            ctx.send(queues[route], [body], properties, source=message)
 
 
-def _validate_echo(settings: dict[str, Any]) -> None:
+def validate_echo(settings: dict[str, Any]) -> None:
     _queue_setting(settings, "echo_queue")
     _queue_setting(settings, "errors_queue")
 
 
-echo_service.validate_settings = _validate_echo  # type: ignore[attr-defined]
+echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +112,19 @@ def _describe(exc: BaseException) -> str:
     return line[:1000]
 
 
+def run_registered(process_name: str, ctx: ExecutionContext) -> None:
+    """The fork engine: the registered process, called in this work horse."""
+    processes.load(process_name)(ctx)
+
+
 def run(api_url: str, listener: str, execution: str, token: str,
-        max_send_documents: int = DEFAULT_MAX_SEND_DOCUMENTS) -> ExecutionResult:
-    """The rq job function: runs one execution of ``listener`` against the main node at ``api_url``."""
+        max_send_documents: int = DEFAULT_MAX_SEND_DOCUMENTS,
+        runner: Callable[[str, ExecutionContext], None] = run_registered) -> ExecutionResult:
+    """The rq job function: runs one execution of ``listener`` against the main node at ``api_url``.
+
+    ``runner`` runs the process on the batch: in this work horse (the fork
+    engine), or as a DataFrame pipeline on Spark (``atomq.spark_workers``).
+    """
     base = f"/v1/listeners/{listener}/executions/{execution}"
     with AtomqClient(api_url, token) as client:
         started = client.request("POST", f"{base}/start")
@@ -129,9 +140,8 @@ def run(api_url: str, listener: str, execution: str, token: str,
                 extender = _Extender(extend_client, f"{base}/extend", float(started["ack_timeout_s"]))
                 extender.start()
                 try:
-                    process = processes.load(spec["process"])
                     ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
-                    process(ctx)
+                    runner(spec["process"], ctx)
                     sender.flush()
                 except (RateLimited, QuotaExceeded) as exc:
                     # Refused for a while, not for anything in the messages: they come back

@@ -58,7 +58,8 @@ class Supervisor:
     """Supervises the listeners whose leases this holder wins."""
 
     def __init__(self, queues: QueueServer, tokens: ExecutionTokens, rq_connection: redis.Redis,
-                 config: SupervisorConfig, holder: str, tenant_exists: Callable[[str], bool]) -> None:
+                 config: SupervisorConfig, holder: str, tenant_exists: Callable[[str], bool],
+                 spark_weight: Callable[[str], int] = lambda tenant: 1) -> None:
         self.queues = queues
         self.listeners = ListenerStore(queues.storage)
         self.tokens = tokens
@@ -66,6 +67,7 @@ class Supervisor:
         self.config = config
         self.holder = holder
         self.tenant_exists = tenant_exists
+        self.spark_weight = spark_weight
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
         self._pruned_at = time.monotonic()
 
@@ -110,7 +112,7 @@ class Supervisor:
         for tenant in tenants:
             for name, spec in self.listeners.specs(tenant).items():
                 seen.add((tenant, name))
-                if spec.engine != "fork" or not self._holds(tenant, name, now):
+                if not self._holds(tenant, name, now):
                     continue
                 try:
                     scheduled += self._supervise(tenant, name, spec)
@@ -130,14 +132,17 @@ class Supervisor:
         if lost:
             log.warning("listener %s of %s: %d execution(s) lost", name, tenant, lost)
         if ids:
-            self._enqueue(tenant, name, ids)
+            self._enqueue(tenant, name, ids, spec.engine)
         return len(ids)
 
-    def _enqueue(self, tenant: str, name: str, execution_ids: list[str]) -> None:
-        """One rq job per execution on the tenant's rq queue; if rq's Redis refuses them, the
-        executions are given up at once (they took nothing) rather than holding their slots."""
+    def _enqueue(self, tenant: str, name: str, execution_ids: list[str], engine: str) -> None:
+        """One rq job per execution on the tenant's rq queue of the listener's engine; if rq's
+        Redis refuses them, the executions are given up at once (they took nothing) rather
+        than holding their slots."""
         c = self.config
-        queue = Queue(k.rq_queue_name(tenant), connection=self.rq)
+        spark = engine == "spark"
+        queue = Queue(k.rq_spark_queue_name(tenant) if spark else k.rq_queue_name(tenant), connection=self.rq)
+        meta = {"tenant": tenant, "weight": self.spark_weight(tenant)} if spark else None
         token_ttl = c.start_within_s + c.execution_timeout_s + 60
         try:
             # Every time, not once per process: rq's Redis may have restarted empty.
@@ -150,7 +155,8 @@ class Supervisor:
                         kwargs={"api_url": c.api_url, "listener": name, "execution": execution, "token": token,
                                 "max_send_documents": c.max_send_documents},
                         job_id=execution, timeout=c.execution_timeout_s, result_ttl=0, ttl=c.start_within_s,
-                        failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", pipeline=pipe)
+                        failure_ttl=c.failed_job_ttl_s, description=f"listener {name}", meta=meta,
+                        pipeline=pipe)
                 pipe.execute()
         except redis.RedisError:
             for execution in execution_ids:
@@ -164,7 +170,8 @@ class Supervisor:
         for raw in self.rq.smembers(k.RQ_TENANTS_KEY):
             tenant = raw.decode() if isinstance(raw, bytes) else raw
             if tenant not in tenants and not self.tenant_exists(tenant):
-                Queue(k.rq_queue_name(tenant), connection=self.rq).delete(delete_jobs=True)
+                for queue_name in (k.rq_queue_name(tenant), k.rq_spark_queue_name(tenant)):
+                    Queue(queue_name, connection=self.rq).delete(delete_jobs=True)
                 self.rq.srem(k.RQ_TENANTS_KEY, tenant)
 
     def _notice_dead_work_horses(self, tenant: str, name: str) -> None:

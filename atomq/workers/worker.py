@@ -77,7 +77,9 @@ def job_queue_bytes(rq_connection: redis.Redis) -> int:
     """Memory of the tenants' execution queues and the jobs waiting in them (rq's key names)."""
     keys: list[str] = []
     for raw in rq_connection.smembers(k.RQ_TENANTS_KEY):
-        queue = Queue(k.rq_queue_name(raw.decode() if isinstance(raw, bytes) else raw), connection=rq_connection)
-        keys.append(queue.key)
-        keys += [Job.key_for(job_id) for job_id in queue.get_job_ids()]
+        tenant = raw.decode() if isinstance(raw, bytes) else raw
+        for name in (k.rq_queue_name(tenant), k.rq_spark_queue_name(tenant)):
+            queue = Queue(name, connection=rq_connection)
+            keys.append(queue.key)
+            keys += [Job.key_for(job_id) for job_id in queue.get_job_ids()]
     return memory_of(rq_connection, keys)

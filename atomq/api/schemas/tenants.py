@@ -11,12 +11,14 @@ class TenantCreateSchema(Strict):
     name = fields.String(required=True, validate=validate.Length(1, 128))
     rate_limit_per_minute = Int(load_default=0, validate=validate.Range(min=0))
     disk_quota_bytes = Int(load_default=0, validate=validate.Range(min=0))
+    spark_weight = Int(load_default=1, validate=validate.Range(1, 1000))
 
 
 class TenantPatchSchema(Strict):
     name = fields.String(validate=validate.Length(1, 128))
     rate_limit_per_minute = Int(validate=validate.Range(min=0))
     disk_quota_bytes = Int(validate=validate.Range(min=0))
+    spark_weight = Int(validate=validate.Range(1, 1000))
 
 
 class TenantSchema(Strict):
@@ -24,6 +26,8 @@ class TenantSchema(Strict):
     name = fields.String(required=True)
     rate_limit_per_minute = fields.Integer(required=True, metadata={"description": "0 means no limit"})
     disk_quota_bytes = fields.Integer(required=True, metadata={"description": "0 means no limit"})
+    spark_weight = fields.Integer(required=True, metadata={
+        "description": "the weight (1 to 1000) of the tenant's Spark FAIR scheduler pool"})
     created_at = fields.Float(required=True)
 
 

@@ -1,0 +1,156 @@
+"""Processes that run on Spark: functions from the batch's DataFrame to the outputs' DataFrame.
+
+The runtime owner registers them as entry points in ``atomq.spark_processes``
+(or ``ATOMQ_SPARK_PROCESSES=name=module:function``); tenants choose among
+them, so no tenant code runs on the shared pool. atomq registers ``forward``
+and ``echo-service``, which give the same outputs as on the fork engine.
+
+A process takes the batch as a DataFrame of :data:`INPUT_SCHEMA` (a row per
+message and document) and the listener's settings, and returns a DataFrame
+with the columns ``queue`` (where each output goes), ``message_id`` (the
+input message it came from: its outputs' dedupe ids derive from it),
+``payload`` (binary) or ``text``, and optionally ``properties`` and
+``document_properties`` (JSON).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from atomq.errors import InvalidInput
+from atomq.workers.builtin import echo_route, validate_echo, validate_forward
+from atomq.workers.context import ExecutionContext, InputDocument
+
+ENTRY_POINT_GROUP = "atomq.spark_processes"
+PROCESSES_ENV = "ATOMQ_SPARK_PROCESSES"
+
+SparkProcess = Callable[[DataFrame, dict[str, Any]], DataFrame]
+
+INPUT_SCHEMA = StructType([
+    StructField("message_id", StringType(), False),
+    StructField("delivery_count", IntegerType(), False),
+    StructField("redelivered", BooleanType(), False),
+    StructField("properties", StringType(), False),
+    StructField("document_index", IntegerType(), False),
+    StructField("document_id", StringType(), False),
+    StructField("payload", BinaryType(), False),
+    StructField("text", StringType(), True),
+    StructField("document_properties", StringType(), False),
+])
+
+
+@lru_cache(maxsize=1)
+def registered() -> Mapping[str, str]:
+    """Every registered Spark process and its ``module:attribute``."""
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for item in filter(None, (p.strip() for p in os.environ.get(PROCESSES_ENV, "").split(","))):
+        name, sep, target = item.partition("=")
+        if not sep or ":" not in target:
+            raise InvalidInput(f"{PROCESSES_ENV} takes name=module:attribute items, not {item!r}",
+                               field=PROCESSES_ENV)
+        found[name.strip()] = target.strip()
+    return found
+
+
+def load(name: str) -> SparkProcess:
+    target = registered().get(name)
+    if target is None:
+        known = ", ".join(sorted(registered()))
+        raise InvalidInput(f"process {name!r} is not registered for Spark (registered: {known})", field="process")
+    module, _, attribute = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+def check(name: str, settings: dict[str, Any]) -> None:
+    """Raises InvalidInput unless ``name`` is a registered Spark process that accepts ``settings``."""
+    validate = getattr(load(name), "validate_settings", None)
+    if validate is not None:
+        validate(settings)
+
+
+def forward(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
+    """Every input document goes on as a message of its own to ``settings["to"]``."""
+    return df.select(F.lit(settings["to"]).alias("queue"), "message_id", "payload", "properties",
+                     "document_properties")
+
+
+forward.validate_settings = validate_forward  # type: ignore[attr-defined]
+
+_ROUTE = StructType([StructField("route", StringType()), StructField("body", StringType()),
+                     StructField("props", StringType())])
+
+
+def _echo_route_row(message_id, payload):  # type: ignore[no-untyped-def]
+    # No type hints: PySpark would read them as a pandas UDF's.
+    route, body, properties = echo_route(message_id, bytes(payload))
+    return route, body, json.dumps(properties)
+
+
+_echo_route = F.udf(_echo_route_row, returnType=_ROUTE)
+
+
+def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
+    """The seed's validation and echo service as a DataFrame pipeline (the fork engine's rules)."""
+    routed = df.select("message_id", "document_index", _echo_route("message_id", "payload").alias("r"))
+    queue = F.when(F.col("r.route") == "echo", F.lit(settings["echo_queue"])).otherwise(
+        F.lit(settings["errors_queue"]))
+    return routed.select(queue.alias("queue"), "message_id", F.col("r.body").alias("text"),
+                         F.col("r.props").alias("properties"))
+
+
+echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]
+
+
+def batch_frame(spark: SparkSession, ctx: ExecutionContext) -> DataFrame:
+    """The execution's batch as a DataFrame of :data:`INPUT_SCHEMA`."""
+    rows = []
+    for m in ctx.messages:
+        properties = json.dumps(m.properties)
+        for i, doc in enumerate(m.documents):
+            try:
+                text: str | None = doc.data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data, text,
+                         json.dumps(doc.properties)))
+    return spark.createDataFrame(rows, INPUT_SCHEMA)
+
+
+def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) -> None:
+    """Runs a Spark process on the execution's batch and hands its outputs to ``ctx.send``
+    (which buffers them into requests of 100 and gives each its dedupe id)."""
+    outputs = load(process_name)(batch_frame(spark, ctx), ctx.settings)
+    names = set(outputs.columns)
+    data_column = "text" if "text" in names else "payload"
+    by_id = {m.id: m for m in ctx.messages}
+    for row in outputs.collect():
+        source = by_id.get(row["message_id"])
+        if source is None:
+            raise InvalidInput("a Spark process's output must carry the message_id of its input",
+                               field="message_id")
+        data = row[data_column]
+        doc_props = row["document_properties"] if "document_properties" in names else None
+        document = InputDocument(data.encode("utf-8") if isinstance(data, str) else bytes(data),
+                                 json.loads(doc_props) if doc_props else {})
+        props = row["properties"] if "properties" in names else None
+        ctx.send(row["queue"], [document], json.loads(props) if props else None, source=source)

@@ -1,0 +1,119 @@
+"""``atomq spark-worker``: runs the executions of ``engine: "spark"`` listeners on one SparkSession.
+
+The supervisor schedules a Spark listener's executions as rq jobs on the
+tenant's Spark queue, like the fork engine's; this worker takes them from
+the tenants' queues in turn and runs each in a thread of its own, in the
+tenant's FAIR scheduler pool (named after the tenant, weighted by its
+``spark_weight``), so a tenant with a large backlog cannot starve the
+others. An execution talks to the main node exactly as a work horse does
+(``atomq.workers.execution``): its batch, its sends, its finish; only the
+process runs as a DataFrame pipeline. Jobs are not forked: a Spark job is
+already isolated in the cluster, and the session is shared.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from pyspark import InheritableThread
+from rq import Queue
+from rq.exceptions import DequeueTimeout
+
+from atomq.platform import keys as k
+from atomq.spark_workers.processes import run_on_spark
+from atomq.workers import execution
+
+log = logging.getLogger("atomq.spark_worker")
+
+WAIT_S = 2
+
+
+class FairPools:
+    """The session's FAIR pools, one per tenant, with the tenant's weight.
+
+    Spark makes a pool on first use with weight 1; atomq makes it first,
+    with the weight, through the scheduler's root pool. A changed weight is
+    applied when the pool is idle (Spark's pools cannot change weight).
+    """
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self._lock = threading.Lock()
+
+    def ensure(self, tenant: str, weight: int) -> None:
+        sc = self.spark.sparkContext
+        root = sc._jsc.sc().taskScheduler().rootPool()
+        with self._lock:
+            pool = root.getSchedulableByName(tenant)
+            if pool is not None and (pool.weight() == weight or pool.runningTasks() > 0):
+                return
+            if pool is not None:
+                root.removeSchedulable(pool)
+            jvm = sc._jvm
+            root.addSchedulable(jvm.org.apache.spark.scheduler.Pool(
+                tenant, jvm.org.apache.spark.scheduler.SchedulingMode.FAIR(), 0, weight))
+
+
+class SparkWorker:
+    """Takes Spark executions from the tenants' queues in turn; at most ``concurrency`` at once."""
+
+    def __init__(self, rq_connection: redis.Redis, spark: Any, concurrency: int = 4) -> None:
+        self.rq = rq_connection
+        self.spark = spark
+        self.pools = FairPools(spark)
+        self.slots = threading.BoundedSemaphore(concurrency)
+        self.threads: list[threading.Thread] = []
+        self._order: list[str] = []
+
+    def _queues(self) -> list[Queue]:
+        tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(k.RQ_TENANTS_KEY))
+        names = [k.rq_spark_queue_name(t) for t in tenants]
+        # Round-robin: keep the rotation of the tenants already known, add the new ones.
+        self._order = [n for n in self._order if n in names] + [n for n in names if n not in self._order]
+        return [Queue(n, connection=self.rq) for n in self._order]
+
+    def take(self, wait_s: int = WAIT_S) -> bool:
+        """Waits up to ``wait_s`` for a free slot and a job and starts it; True when one started."""
+        if not self.slots.acquire(timeout=wait_s):
+            return False
+        try:
+            queues = self._queues()
+            result = Queue.dequeue_any(queues, wait_s, connection=self.rq) if queues else None
+        except DequeueTimeout:
+            result = None
+        if result is None:
+            self.slots.release()
+            return False
+        job, queue = result
+        self._order.remove(queue.name)
+        self._order.append(queue.name)
+        thread = InheritableThread(target=self._execute, args=(job,), name=f"atomq-spark-{job.id}", daemon=True)
+        self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+        thread.start()
+        return True
+
+    def _execute(self, job: Any) -> None:
+        try:
+            tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
+            self.pools.ensure(tenant, weight)
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", tenant)
+            execution.run(**job.kwargs, runner=lambda name, ctx: run_on_spark(self.spark, name, ctx))
+        except Exception as exc:  # the supervisor sees the execution lost; the worker goes on
+            log.warning("Spark execution %s failed: %s", job.id, type(exc).__name__)
+        finally:
+            job.delete()
+            self.slots.release()
+
+    def run(self, stop: threading.Event) -> None:
+        """Works until ``stop`` is set, then lets the running executions finish."""
+        while not stop.is_set():
+            try:
+                self.take()
+            except redis.RedisError as exc:
+                log.warning("rq's Redis failed: %s", exc)
+                stop.wait(WAIT_S)
+        for thread in self.threads:
+            thread.join()

@@ -1,0 +1,153 @@
+"""Listeners with engine "spark": executions as DataFrame pipelines on the suite's SparkSession.
+
+The node's API runs in a thread on a real Valkey; the test drives the
+supervisor's rounds and the Spark worker, which runs each execution in a
+thread of its own in the tenant's FAIR pool.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from werkzeug.serving import make_server
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.client import AtomqClient
+from atomq.platform import QueueServer
+from atomq.platform import keys as k
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.spark_workers.worker import SparkWorker
+from atomq.tenants import TenantStore
+from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from support import free_port, msg
+
+OWNER = "owner-key-for-spark-listener-tests"
+
+
+@dataclass
+class Harness:
+    url: str
+    services: Services
+    supervisor: Supervisor
+    rq: redis.Redis
+    owner: AtomqClient
+    worker: SparkWorker
+
+
+@pytest.fixture(scope="module")
+def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    server = EmbeddedValkey(tmp_path_factory.mktemp("spark-listeners") / "valkey", port=free_port())
+    server.start()
+    client = server.client()
+    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
+                        longpolls=LongPollLimiter(8))
+    port = free_port()
+    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    rq = server.client()
+    supervisor = Supervisor(services.queues, services.tenants.execution_tokens, rq,
+                            SupervisorConfig(api_url=url, execution_timeout_s=60), holder="spark-test",
+                            tenant_exists=services.tenants.exists,
+                            spark_weight=lambda t: services.tenants.get(t).spark_weight)
+    owner = AtomqClient(url, OWNER)
+    yield Harness(url, services, supervisor, rq, owner, SparkWorker(rq, spark, concurrency=2))
+    owner.close()
+    http.shutdown()
+    thread.join(timeout=10)
+    client.close()
+    rq.close()
+    server.stop()
+
+
+@dataclass
+class Tenant:
+    id: str
+    api: AtomqClient
+
+
+@pytest.fixture
+def tenant(harness: Harness) -> Iterator[Tenant]:
+    created = harness.owner.create_tenant("spark-listeners", rate_limit_per_minute=1000, spark_weight=2)
+    with AtomqClient(harness.url, created["api_key"]) as api:
+        yield Tenant(created["id"], api)
+
+
+def drive(h: Harness, tenant: Tenant, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Supervision rounds, Spark executions and fork executions (for comparison) until ``done``."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        h.services.queues.maintain(tenant.id)
+        h.supervisor.round()
+        while h.worker.take(wait_s=1):
+            pass
+        for t in h.worker.threads:
+            t.join()
+        fork_queue = Queue(k.rq_queue_name(tenant.id), connection=h.rq)
+        SimpleWorker([fork_queue], connection=h.rq).work(burst=True, logging_level="WARNING")
+
+
+def texts(api: AtomqClient, queue: str) -> list[str]:
+    return [m["documents"][0]["data"] for m in api.browse(queue)]
+
+
+def test_forward_on_spark_runs_one_execution_for_250_documents_in_3_send_requests(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i}", kind="test") for i in range(250)])
+    api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward", "engine": "spark",
+                                             "batch_size": 250, "settings": {"to": "out"}})
+    drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/fwd")["executions"] == 1, "the execution")
+    assert sorted(texts(api, "out")) == sorted(f"doc {i}" for i in range(250))
+    assert {json.dumps(m["properties"]) for m in api.browse("out")} == {'{"kind": "test"}'}
+    queue_in = api.queue("in")
+    assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
+    window = harness.services.queues.client.hget(k.tenant_rate_window(tenant.id, harness.services.node_id), "count")
+    assert int(window) == 3
+    pool = harness.worker.spark.sparkContext._jsc.sc().taskScheduler().rootPool().getSchedulableByName(tenant.id)
+    assert pool is not None and pool.weight() == 2  # the tenant's FAIR pool, with its spark_weight
+
+
+def test_echo_service_on_spark_gives_the_fork_engines_results(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    inputs = [json.dumps({"msgId": f"m{i}", "n": i}) for i in range(20)] + \
+        [json.dumps({"n": 1}), "{broken", "[1, 2]", "plain text"]
+    outputs = {}
+    for engine in ("fork", "spark"):
+        for name in ("tests", "echo", "errors"):
+            api.put_queue(f"{engine}-{name}")
+        api.send_texts(f"{engine}-tests", inputs)
+        api.request("PUT", f"/v1/listeners/echo-{engine}", {
+            "queue": f"{engine}-tests", "process": "echo-service", "engine": engine, "batch_size": 50,
+            "settings": {"echo_queue": f"{engine}-echo", "errors_queue": f"{engine}-errors"}})
+
+    def both_done() -> bool:
+        return all(api.request("GET", f"/v1/listeners/echo-{e}")["executions"] == 1 for e in ("fork", "spark"))
+
+    drive(harness, tenant, both_done, "both engines' executions")
+    for engine in ("fork", "spark"):
+        bodies = []
+        for queue in ("echo", "errors"):
+            for m in api.browse(f"{engine}-{queue}"):
+                body = json.loads(m["documents"][0]["data"])
+                body.pop("message_id")  # the input's id, different per engine's copy
+                bodies.append((queue, json.dumps(body, sort_keys=True), json.dumps(m["properties"], sort_keys=True)))
+        outputs[engine] = sorted(bodies)
+        assert api.queue(f"{engine}-tests")["in_flight"] == 0
+    assert outputs["spark"] == outputs["fork"]
+    assert sum(1 for q, _, _ in outputs["spark"] if q == "echo") == 20
+    assert sum(1 for q, _, _ in outputs["spark"] if q == "errors") == 4
