@@ -164,3 +164,19 @@ def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
     _consume(spark, node, tenant, "fragile", tmp_path / "cp2", sink2)
     assert sorted(r.text for r in sink2) == ["boom", "ok"]
     assert {r.delivery_count for r in sink2} == {2}
+
+
+def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: Node, tenant: Tenant,
+                                                         tmp_path: Path) -> None:
+    api = tenant.api
+    api.put_queue("source")
+    api.put_queue("copy")
+    api.send_texts("source", [f"c{i}" for i in range(150)])
+    stream = spark.readStream.format("atomq").options(**tenant.options(node, queue="source")).load()
+    query = (stream.selectExpr("text", "concat('copy-', message_id) AS dedupe_id")
+             .writeStream.format("atomq").options(**tenant.options(node, queue="copy"))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert sorted(m["documents"][0]["data"] for m in api.browse("copy")) == sorted(f"c{i}" for i in range(150))
+    source = api.queue("source")
+    assert (source["depth"], source["in_flight"]) == (0, 0)
