@@ -10,7 +10,6 @@ forking workers of ``atomq serve --workers N`` are tested end to end in
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,20 +18,16 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue, SimpleWorker
-from werkzeug.serving import make_server
 
-from atomq.api import create_app
-from atomq.api.services import LongPollLimiter, Services
+from atomq.api.services import Services
 from atomq.client import AtomqClient
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
-from atomq.platform import QueueServer
 from atomq.platform import keys as k
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.tenants import TenantStore
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
-from support import free_port, msg
+from in_process_node import InProcessNode
+from support import msg
 
 OWNER = "owner-key-for-listener-tests"
 TEST_PROCESSES = ("fail=listener_processes:always_fail,"
@@ -50,35 +45,19 @@ class Harness:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    """A node of its own (its own Valkey: the tests change the server's redelivery delays)."""
-    server = EmbeddedValkey(tmp_path_factory.mktemp("listeners") / "valkey", port=free_port())
-    server.start()
+    """A node of its own (the tests change the server's redelivery delays), with the test processes."""
     mp = pytest.MonkeyPatch()
-    mp.setenv(processes.PROCESSES_ENV, TEST_PROCESSES)
-    processes.registered.cache_clear()
-    client = server.client()
-    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
-                        longpolls=LongPollLimiter(8))
-    port = free_port()
-    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    rq = server.client()
-    supervisor = Supervisor(services.queues, services.tenants.execution_tokens, rq,
-                            SupervisorConfig(api_url=url, execution_timeout_s=30), holder="test-node",
-                            tenant_exists=services.tenants.exists)
-    owner = AtomqClient(url, OWNER)
-    owner.update_server(redelivery_delays_s=[0.05, 0.1])
-    yield Harness(url, services, supervisor, rq, owner)
-    owner.close()
-    http.shutdown()
-    thread.join(timeout=10)
+    mp.setenv(processes.FORK.env, TEST_PROCESSES)
+    processes.FORK.clear()
+    with InProcessNode(tmp_path_factory.mktemp("listeners"), OWNER) as node:
+        services = node.services
+        supervisor = Supervisor(services.queues, services.tenants.execution_tokens, node.rq,
+                                SupervisorConfig(api_url=node.url, execution_timeout_s=30), holder="test-node",
+                                tenant_exists=services.tenants.exists)
+        node.owner.update_server(redelivery_delays_s=[0.05, 0.1])
+        yield Harness(node.url, services, supervisor, node.rq, node.owner)
     mp.undo()
-    processes.registered.cache_clear()
-    client.close()
-    rq.close()
-    server.stop()
+    processes.FORK.clear()
 
 
 @dataclass

@@ -3,51 +3,24 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug.serving import make_server
 
-from atomq.api import create_app
-from atomq.api.services import LongPollLimiter, Services
 from atomq.client import AtomqClient
-from atomq.platform import QueueServer
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.tenants import TenantStore
-from support import free_port, wait_until
+from in_process_node import InProcessNode
+from support import wait_until
 
 OWNER = "owner-key-for-spark-tests"
 
 
-@dataclass
-class Node:
-    url: str
-    services: Services
-    owner: AtomqClient
-
-
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    server = EmbeddedValkey(tmp_path_factory.mktemp("spark") / "valkey", port=free_port())
-    server.start()
-    client = server.client()
-    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
-                        longpolls=LongPollLimiter(8))
-    port = free_port()
-    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    owner = AtomqClient(f"http://127.0.0.1:{port}", OWNER)
-    yield Node(f"http://127.0.0.1:{port}", services, owner)
-    owner.close()
-    http.shutdown()
-    thread.join(timeout=10)
-    client.close()
-    server.stop()
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNode]:
+    with InProcessNode(tmp_path_factory.mktemp("spark"), OWNER) as node:
+        yield node
 
 
 @dataclass
@@ -56,19 +29,19 @@ class Tenant:
     key: str
     api: AtomqClient
 
-    def options(self, node: Node, **more: str) -> dict[str, str]:
+    def options(self, node: InProcessNode, **more: str) -> dict[str, str]:
         return {"url": node.url, "key": self.key, **more}
 
 
 @pytest.fixture
-def tenant(node: Node) -> Iterator[Tenant]:
+def tenant(node: InProcessNode) -> Iterator[Tenant]:
     created = node.owner.create_tenant("spark")
     with AtomqClient(node.url, created["api_key"]) as api:
         yield Tenant(created["id"], created["api_key"], api)
 
 
 def test_a_batch_read_browses_messages_and_documents_without_consuming_them(
-        spark: Any, node: Node, tenant: Tenant) -> None:
+        spark: Any, node: InProcessNode, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("orders")
     api.send("orders", [
@@ -85,7 +58,7 @@ def test_a_batch_read_browses_messages_and_documents_without_consuming_them(
     assert api.queue("orders")["depth"] == 2  # nothing consumed
 
 
-def test_a_batch_read_of_dead_letters_carries_the_reason(spark: Any, node: Node, tenant: Tenant) -> None:
+def test_a_batch_read_of_dead_letters_carries_the_reason(spark: Any, node: InProcessNode, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("jobs", max_redeliveries=0)
     api.send_texts("jobs", ["poison"])
@@ -96,7 +69,7 @@ def test_a_batch_read_of_dead_letters_carries_the_reason(spark: Any, node: Node,
     assert (row.text, row.reason, row.failed_deliveries) == ("poison", "bad input", 1)
 
 
-def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node: Node, tenant: Tenant) -> None:
+def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node: InProcessNode, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("out")
     df = spark.createDataFrame([(f"row {i}", json.dumps({"i": i}), f"d{i}") for i in range(250)],
@@ -109,7 +82,7 @@ def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node:
     assert texts == sorted(f"row {i}" for i in range(250))
 
 
-def _consume(spark: Any, node: Node, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
+def _consume(spark: Any, node: InProcessNode, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
              fail_on: str | None = None, **options: str) -> None:
     """One availableNow run of a streaming read into ``sink`` (via foreachBatch)."""
     def handle(batch_df: Any, batch_id: int) -> None:
@@ -128,7 +101,7 @@ def _consume(spark: Any, node: Node, tenant: Tenant, queue: str, checkpoint: Pat
 
 
 def test_a_streaming_read_consumes_the_queue_and_acks_after_commit(
-        spark: Any, node: Node, tenant: Tenant, tmp_path: Path) -> None:
+        spark: Any, node: InProcessNode, tenant: Tenant, tmp_path: Path) -> None:
     api = tenant.api
     api.put_queue("events")
     api.send_texts("events", [f"e{i}" for i in range(120)])
@@ -147,7 +120,7 @@ def test_a_streaming_read_consumes_the_queue_and_acks_after_commit(
 
 
 def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
-        spark: Any, node: Node, tenant: Tenant, tmp_path: Path) -> None:
+        spark: Any, node: InProcessNode, tenant: Tenant, tmp_path: Path) -> None:
     api = tenant.api
     api.put_queue("fragile", ack_timeout_s=1)
     api.send_texts("fragile", ["ok", "boom"])
@@ -166,7 +139,7 @@ def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
     assert {r.delivery_count for r in sink2} == {2}
 
 
-def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: Node, tenant: Tenant,
+def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: InProcessNode, tenant: Tenant,
                                                          tmp_path: Path) -> None:
     api = tenant.api
     api.put_queue("source")

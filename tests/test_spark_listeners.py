@@ -8,7 +8,6 @@ thread of its own in the tenant's FAIR pool.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,18 +16,14 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue, SimpleWorker
-from werkzeug.serving import make_server
 
-from atomq.api import create_app
-from atomq.api.services import LongPollLimiter, Services
+from atomq.api.services import Services
 from atomq.client import AtomqClient
-from atomq.platform import QueueServer
 from atomq.platform import keys as k
-from atomq.platform.embedded import EmbeddedValkey
 from atomq.spark_workers.worker import SparkWorker
-from atomq.tenants import TenantStore
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support import free_port, msg
+from in_process_node import InProcessNode
+from support import msg
 
 OWNER = "owner-key-for-spark-listener-tests"
 
@@ -45,29 +40,13 @@ class Harness:
 
 @pytest.fixture(scope="module")
 def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    server = EmbeddedValkey(tmp_path_factory.mktemp("spark-listeners") / "valkey", port=free_port())
-    server.start()
-    client = server.client()
-    services = Services(queues=QueueServer(client), tenants=TenantStore(client, OWNER),
-                        longpolls=LongPollLimiter(8))
-    port = free_port()
-    http = make_server("127.0.0.1", port, create_app(services), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    rq = server.client()
-    supervisor = Supervisor(services.queues, services.tenants.execution_tokens, rq,
-                            SupervisorConfig(api_url=url, execution_timeout_s=60), holder="spark-test",
-                            tenant_exists=services.tenants.exists,
-                            spark_weight=lambda t: services.tenants.get(t).spark_weight)
-    owner = AtomqClient(url, OWNER)
-    yield Harness(url, services, supervisor, rq, owner, SparkWorker(rq, spark, concurrency=2))
-    owner.close()
-    http.shutdown()
-    thread.join(timeout=10)
-    client.close()
-    rq.close()
-    server.stop()
+    with InProcessNode(tmp_path_factory.mktemp("spark-listeners"), OWNER) as node:
+        services = node.services
+        supervisor = Supervisor(services.queues, services.tenants.execution_tokens, node.rq,
+                                SupervisorConfig(api_url=node.url, execution_timeout_s=60), holder="spark-test",
+                                tenant_exists=services.tenants.exists,
+                                spark_weight=lambda t: services.tenants.get(t).spark_weight)
+        yield Harness(node.url, services, supervisor, node.rq, node.owner, SparkWorker(node.rq, spark, concurrency=2))
 
 
 @dataclass

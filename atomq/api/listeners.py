@@ -69,9 +69,9 @@ class ListenerByName(MethodView):
         if body["engine"] == "spark":
             from atomq.spark_workers import processes as spark_processes  # pyspark only where Spark runs
 
-            spark_processes.check(body["process"], body["settings"])
+            spark_processes.SPARK.check(body["process"], body["settings"])
         else:
-            processes.check(body["process"], body["settings"])
+            processes.FORK.check(body["process"], body["settings"])
         queue = s.queues.get_queue(tenant, body["queue"])
         subscriber = body.get("subscriber")
         if queue.model is QueueModel.PUBLISH_SUBSCRIBE:

@@ -15,12 +15,8 @@ input message it came from: its outputs' dedupe ids derive from it),
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-from collections.abc import Callable, Mapping
-from functools import lru_cache
-from importlib.metadata import entry_points
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +33,7 @@ from pyspark.sql.types import (
 from atomq.errors import InvalidInput
 from atomq.workers.builtin import echo_route, validate_echo, validate_forward
 from atomq.workers.context import ExecutionContext, InputDocument
+from atomq.workers.processes import Registry
 
 ENTRY_POINT_GROUP = "atomq.spark_processes"
 PROCESSES_ENV = "ATOMQ_SPARK_PROCESSES"
@@ -56,36 +53,12 @@ INPUT_SCHEMA = StructType([
 ])
 
 
-@lru_cache(maxsize=1)
-def registered() -> Mapping[str, str]:
-    """Every registered Spark process and its ``module:attribute``."""
-    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    for item in filter(None, (p.strip() for p in os.environ.get(PROCESSES_ENV, "").split(","))):
-        name, sep, target = item.partition("=")
-        if not sep or ":" not in target:
-            raise InvalidInput(f"{PROCESSES_ENV} takes name=module:attribute items, not {item!r}",
-                               field=PROCESSES_ENV)
-        found[name.strip()] = target.strip()
-    return found
+SPARK = Registry(ENTRY_POINT_GROUP, PROCESSES_ENV, "spark")
 
 
 def load(name: str) -> SparkProcess:
-    target = registered().get(name)
-    if target is None:
-        known = ", ".join(sorted(registered()))
-        raise InvalidInput(f"process {name!r} is not registered for Spark (registered: {known})", field="process")
-    module, _, attribute = target.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attribute.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[no-any-return]
-
-
-def check(name: str, settings: dict[str, Any]) -> None:
-    """Raises InvalidInput unless ``name`` is a registered Spark process that accepts ``settings``."""
-    validate = getattr(load(name), "validate_settings", None)
-    if validate is not None:
-        validate(settings)
+    """The Spark process registered as ``name``."""
+    return SPARK.load(name)  # type: ignore[no-any-return]
 
 
 def forward(df: DataFrame, settings: dict[str, Any]) -> DataFrame:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -26,51 +25,56 @@ from atomq.errors import InvalidInput
 if TYPE_CHECKING:
     from atomq.workers.context import ExecutionContext
 
-ENTRY_POINT_GROUP = "atomq.processes"
-PROCESSES_ENV = "ATOMQ_PROCESSES"
-
 Process = Callable[["ExecutionContext"], None]
 
 
-def _from_env(value: str) -> dict[str, str]:
-    mapping: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        name, sep, target = item.partition("=")
-        if not sep or ":" not in target:
-            raise InvalidInput(f"{PROCESSES_ENV} takes name=module:attribute items, not {item!r}",
-                               field=PROCESSES_ENV)
-        mapping[name.strip()] = target.strip()
-    return mapping
+class Registry:
+    """The processes registered for one engine: entry points in ``group``, then ``env``."""
+
+    def __init__(self, group: str, env: str, engine: str) -> None:
+        self.group, self.env, self.engine = group, env, engine
+        self._found: dict[str, str] | None = None
+
+    def registered(self) -> Mapping[str, str]:
+        """Every registered process name and its ``module:attribute`` (read once)."""
+        if self._found is None:
+            found = {ep.name: ep.value for ep in entry_points(group=self.group)}
+            for item in filter(None, (part.strip() for part in os.environ.get(self.env, "").split(","))):
+                name, sep, target = item.partition("=")
+                if not sep or ":" not in target:
+                    raise InvalidInput(f"{self.env} takes name=module:attribute items, not {item!r}",
+                                       field=self.env)
+                found[name.strip()] = target.strip()
+            self._found = found
+        return self._found
+
+    def clear(self) -> None:
+        """Reads the registrations again on next use (after the environment changed)."""
+        self._found = None
+
+    def load(self, name: str) -> Any:
+        """The process registered as ``name``; InvalidInput (naming ``process``) when there is none."""
+        target = self.registered().get(name)
+        if target is None:
+            known = ", ".join(sorted(self.registered()))
+            raise InvalidInput(f"process {name!r} is not registered for the {self.engine} engine "
+                               f"(registered: {known})", field="process")
+        module, _, attribute = target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def check(self, name: str, settings: dict[str, Any]) -> None:
+        """Raises InvalidInput unless ``name`` is registered and accepts ``settings``."""
+        validate = getattr(self.load(name), "validate_settings", None)
+        if validate is not None:
+            validate(settings)
 
 
-@lru_cache(maxsize=1)
-def registered() -> Mapping[str, str]:
-    """Every registered process name and its ``module:attribute``."""
-    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    found.update(_from_env(os.environ.get(PROCESSES_ENV, "")))
-    return found
-
-
-def unknown_process(name: str) -> InvalidInput:
-    known = ", ".join(sorted(registered()))
-    return InvalidInput(f"process {name!r} is not registered on this platform (registered: {known})",
-                        field="process")
+FORK = Registry("atomq.processes", "ATOMQ_PROCESSES", "fork")
 
 
 def load(name: str) -> Process:
-    """The process registered as ``name``; InvalidInput when there is none."""
-    target = registered().get(name)
-    if target is None:
-        raise unknown_process(name)
-    module, _, attribute = target.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attribute.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[no-any-return]
-
-
-def check(name: str, settings: dict[str, Any]) -> None:
-    """Raises InvalidInput unless ``name`` is registered and accepts ``settings``."""
-    validate = getattr(load(name), "validate_settings", None)
-    if validate is not None:
-        validate(settings)
+    """The fork engine's process registered as ``name``."""
+    return FORK.load(name)  # type: ignore[no-any-return]

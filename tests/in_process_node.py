@@ -1,0 +1,52 @@
+"""A node in the test's process: a real Valkey of its own, the API on a real HTTP server in a thread.
+
+Executions, supervision and Spark are driven by the tests around it, so
+every step is theirs to time; ``atomq serve`` as a process is in serve_process.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from werkzeug.serving import make_server
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.client import AtomqClient
+from atomq.platform import QueueServer
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.tenants import TenantStore
+from support import free_port
+
+
+class InProcessNode:
+    def __init__(self, data_dir: Path, owner_key: str) -> None:
+        self.valkey = EmbeddedValkey(data_dir / "valkey", port=free_port())
+        self.valkey.start()
+        self.client: redis.Redis = self.valkey.client()
+        self.rq: redis.Redis = self.valkey.client()
+        self.services = Services(queues=QueueServer(self.client), tenants=TenantStore(self.client, owner_key),
+                                 longpolls=LongPollLimiter(8))
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self._http = make_server("127.0.0.1", port, create_app(self.services), threaded=True)
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread.start()
+        self.owner = AtomqClient(self.url, owner_key)
+
+    def close(self) -> None:
+        self.owner.close()
+        self._http.shutdown()
+        self._thread.join(timeout=10)
+        self.client.close()
+        self.rq.close()
+        self.valkey.stop()
+
+    def __enter__(self) -> InProcessNode:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
