@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The echo-service on Spark against the fork engine: documents/s end to end.
+
+Each run is ``atomq demo``'s: its own ``atomq serve`` in a temporary data
+directory (with ``--spark`` on --spark-master, default local[2], or with 2
+fork workers), a tenant, the queues tests/echo/errors, the echo-service
+listener (--batch-size, default 500), a warm-up of 10 messages (so the
+JVM's and the workers' start are left out), then N test messages (80% valid,
+10% without msgId, 10% not JSON) sent in requests of 100, timed from the
+first send until every message has arrived on echo or errors.
+
+For each count in --counts (default 10000 100000) and each engine, --rounds
+runs (default 1); the median messages/s per engine and count, and the
+ratio spark/fork of the same count, measured in the same run. Progress on
+stderr, a line per run on stdout and, last, one JSON object with the medians.
+Exit status 1 if any run loses or dead-letters a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from typing import Any
+
+from atomq.demo import run_demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--counts", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--spark-master", default="local[2]")
+    args = parser.parse_args(argv)
+    medians: dict[str, Any] = {}
+    for count in args.counts:
+        rates: dict[str, list[float]] = {"spark": [], "fork": []}
+        for round_no in range(args.rounds):
+            for engine in ("spark", "fork"):
+                print(f"-- {count} messages on {engine}, round {round_no + 1}/{args.rounds}", file=sys.stderr)
+                summary = run_demo(count, engine, args.spark_master, args.batch_size, None,
+                                   lambda line: print(line, file=sys.stderr, flush=True))
+                if summary["left_in_tests"] or summary["dead_letters"] or \
+                        int(summary["echo"]) + int(summary["errors"]) != count:  # type: ignore[call-overload]
+                    print(f"FAILED: {summary}", file=sys.stderr)
+                    return 1
+                rate = float(summary["messages_per_second"])  # type: ignore[arg-type]
+                rates[engine].append(rate)
+                print(f"{count} {engine} round {round_no + 1}: {rate:.0f} messages/s, "
+                      f"{summary['executions']} executions", flush=True)
+        spark, fork = statistics.median(rates["spark"]), statistics.median(rates["fork"])
+        medians[str(count)] = {"spark": round(spark), "fork": round(fork), "spark_over_fork": round(spark / fork, 2)}
+    print(json.dumps(medians))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
