@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from atomq.client import AtomqClient
+from atomq.platform import keys as k
 from in_process_node import InProcessNode
 from support import wait_until
 
@@ -35,7 +36,7 @@ class Tenant:
 
 @pytest.fixture
 def tenant(node: InProcessNode) -> Iterator[Tenant]:
-    created = node.owner.create_tenant("spark")
+    created = node.owner.create_tenant("spark", rate_limit_per_minute=1000)  # so the node counts requests
     with AtomqClient(node.url, created["api_key"]) as api:
         yield Tenant(created["id"], created["api_key"], api)
 
@@ -76,6 +77,8 @@ def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node:
                                "text string, properties string, dedupe_id string").coalesce(1)
     df.write.format("atomq").options(**tenant.options(node, queue="out")).mode("append").save()
     assert api.queue("out")["depth"] == 250
+    window = node.client.hget(k.tenant_rate_window(tenant.id, node.services.node_id), "count")
+    assert int(window) == 3  # 250 rows of one partition: requests of 100, 100 and 50 documents
     df.write.format("atomq").options(**tenant.options(node, queue="out")).mode("append").save()
     assert api.queue("out")["depth"] == 250  # written again: every row recognised by its dedupe id
     texts = sorted(m["documents"][0]["data"] for m in api.browse("out"))
@@ -153,3 +156,21 @@ def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: InProc
     assert sorted(m["documents"][0]["data"] for m in api.browse("copy")) == sorted(f"c{i}" for i in range(150))
     source = api.queue("source")
     assert (source["depth"], source["in_flight"]) == (0, 0)
+
+
+def test_a_restarted_query_replays_its_uncommitted_batch_with_the_same_rows(
+        spark: Any, node: InProcessNode, tenant: Tenant, tmp_path: Path) -> None:
+    """The batch failed in the sink; the query restarted from its checkpoint reads the very
+    same deliveries again (same ids, same delivery count), then commits them."""
+    api = tenant.api
+    api.put_queue("replayed")
+    api.send_texts("replayed", ["r1", "r2", "r3"])
+    failed: list[Any] = []
+    with pytest.raises(Exception):
+        _consume(spark, node, tenant, "replayed", tmp_path / "cp", failed, fail_on="r2")
+    assert api.queue("replayed")["in_flight"] == 3  # taken by the failed batch, not acked
+    replayed: list[Any] = []
+    _consume(spark, node, tenant, "replayed", tmp_path / "cp", replayed)
+    assert sorted((r.text, r.delivery_count) for r in replayed) == [("r1", 1), ("r2", 1), ("r3", 1)]
+    queue = api.queue("replayed")
+    assert (queue["depth"], queue["in_flight"]) == (0, 0)

@@ -16,11 +16,9 @@ from flask.views import MethodView
 from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.errors import InvalidInput
 from atomq.api.schemas.streams import (
     CommitSchema,
     CommittedSchema,
-    ConsumerSchema,
     PartitionArgs,
     PartitionSchema,
     PlannedSchema,
@@ -31,21 +29,13 @@ from atomq.api.schemas.streams import (
 blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers")
 
 
-@blp.route("/<qname:name>/streams/<qname:consumer>")
-class Consumer(MethodView):
-    @blp.response(200, ConsumerSchema)
-    def get(self, name: str, consumer: str) -> dict[str, int]:
-        """The last batch planned under this consumer's name (0: none): a new query starts after it."""
-        return {"last": services().streams.last(current_tenant(), name, consumer)}
-
-
 @blp.route("/<qname:name>/streams/<qname:consumer>/batches/<int:batch>")
 class Batch(MethodView):
     @blp.arguments(PlanSchema)
     @blp.response(200, PlannedSchema)
     def post(self, body: dict[str, Any], name: str, consumer: str, batch: int) -> dict[str, int]:
-        """Plans micro-batch ``batch``: takes up to ``max`` deliveries, or answers the plan made
-        before for that number. ``count`` 0: nothing to read now."""
+        """Plans micro-batch ``batch``: answers the plan made before for that number while its
+        deliveries are in flight, else takes up to ``max`` deliveries. ``count`` 0: nothing to read."""
         planned = services().streams.plan(current_tenant(), name, consumer, batch, body["max"],
                                           body["partitions"], body.get("subscriber"))
         return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
@@ -75,11 +65,8 @@ class Commit(MethodView):
     @blp.arguments(CommitSchema)
     @blp.response(200, CommittedSchema)
     def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
-        """Acks the planned batches after ``after`` up to ``through``; gives back older ones."""
-        if body["after"] > body["through"]:
-            raise InvalidInput("after must not be greater than through", field="after")
-        return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"],
-                                                   body["after"])}
+        """Acks every planned batch up to ``through``."""
+        return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"])}
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/extend")

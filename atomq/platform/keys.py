@@ -65,8 +65,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:{T}:exec:<execution id>     a started execution's batch (JSON: listener, queue,
                                    subscriber, ids, receipts), expiring with its time limit
     aq:{T}:st:Q:C                  hash: streaming consumer C of queue Q: its planned batches,
-                                   b<n> -> JSON (subscriber, ids, receipts, partitions), and last
-                                   (the last batch planned); see ``atomq.platform.streams``
+                                   b<n> -> JSON (subscriber, ids, receipts, partitions); see
+                                   ``atomq.platform.streams``
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with rq queues (in rq's Redis): aq.T for

@@ -10,9 +10,12 @@ planned batches while it works, and a commit acks every batch up to the one
 committed. Nothing is acked before its commit: a consumer that fails or
 stops leaves its batches to come back by the ack time-out.
 
-A new query under a consumer's name starts after the last batch planned
-under it; its first commit gives back the plans of a query that died
-before committing them.
+Batch numbers start at 1 in every query (Spark asks a restarted query for
+its initial offset again, so it cannot depend on what happened since). A
+plan found under a number is used only while all its deliveries are still
+in flight: a live query's replay, or the plan of a query that died before
+committing it, whose messages the next query under that name processes.
+Otherwise it is given back and the number planned afresh.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from atomq.errors import InvalidInput, NotFound
 from atomq.platform import keys as k
-from atomq.platform.models import BrowsedMessage
+from atomq.platform.models import BrowsedMessage, MessageState
 from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
 from atomq.platform.queue_server import QueueServer
 
@@ -76,8 +79,8 @@ class StreamConsumers:
 
     def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = 100,
              partitions: int = 1, subscriber: str | None = None) -> PlannedBatch | None:
-        """Batch ``batch`` of the consumer: planned now, or as planned before; None when
-        there is nothing to read (or the batch was committed already)."""
+        """Batch ``batch`` of the consumer: as planned before while that plan's deliveries
+        are in flight, else planned now; None when there is nothing to read."""
         key = self._key(tenant, queue, consumer)
         if subscriber is not None:
             check_subscriber_name(subscriber)
@@ -85,11 +88,12 @@ class StreamConsumers:
         _check_int(max_messages, "max", 1, MAX_BATCH)
         _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
         client = self.storage.client
-        existing, last = self.storage.call(client.hmget, key, f"b{batch}", "last")
+        existing = self.storage.call(client.hget, key, f"b{batch}")
         if existing is not None:
-            return self._own(PlannedBatch.from_json(existing), queue, subscriber)
-        if last is not None and batch <= int(last):
-            return None
+            planned = self._own(PlannedBatch.from_json(existing), queue, subscriber)
+            if self._still_in_flight(tenant, planned):
+                return planned
+            self._give_back(tenant, key, batch, planned)
         got = self.queues.get(tenant, queue, max_messages, 0, subscriber)
         if not got:
             return None
@@ -99,11 +103,20 @@ class StreamConsumers:
             # Planned at the same moment by another call: keep that plan, give ours back.
             self.queues.release(tenant, queue, receipts=list(planned.receipts), subscriber=subscriber, delay_s=0)
             return self.plan(tenant, queue, consumer, batch, max_messages, partitions, subscriber)
-        pipe = client.pipeline(transaction=False)
-        pipe.hset(key, "last", max(batch, int(last or 0)))
-        pipe.expire(key, RECORD_TTL_S)
-        self.storage.call(pipe.execute)
+        self.storage.call(client.expire, key, RECORD_TTL_S)
         return planned
+
+    def _still_in_flight(self, tenant: str, planned: PlannedBatch) -> bool:
+        """Whether every delivery of the plan is still the current one (not timed out)."""
+        current = {f"{m.id}~{m.delivery_count}" for m in
+                   self.queues.peek(tenant, planned.queue, list(planned.ids), planned.subscriber)
+                   if m.state is MessageState.IN_FLIGHT}
+        return current.issuperset(planned.receipts)
+
+    def _give_back(self, tenant: str, key: str, batch: int, planned: PlannedBatch) -> None:
+        self.queues.release(tenant, planned.queue, receipts=list(planned.receipts), subscriber=planned.subscriber,
+                            delay_s=0)
+        self.storage.call(self.storage.client.hdel, key, f"b{batch}")
 
     @staticmethod
     def _own(planned: PlannedBatch, queue: str, subscriber: str | None) -> PlannedBatch:
@@ -114,12 +127,6 @@ class StreamConsumers:
     def _planned(self, tenant: str, queue: str, consumer: str) -> dict[int, PlannedBatch]:
         raw = self.storage.call(self.storage.client.hgetall, self._key(tenant, queue, consumer))
         return {int(name[1:]): PlannedBatch.from_json(value) for name, value in raw.items() if name.startswith(b"b")}
-
-    def last(self, tenant: str, queue: str, consumer: str) -> int:
-        """The number of the last batch the consumer planned (0: none). A new query with
-        this consumer's name starts after it, so it never meets a dead query's plans."""
-        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), "last")
-        return int(raw or 0)
 
     def planned(self, tenant: str, queue: str, consumer: str, batch: int) -> PlannedBatch | None:
         """Batch ``batch`` as it was planned; None when it was not (or was committed)."""
@@ -137,26 +144,16 @@ class StreamConsumers:
         _check_int(partition, "partition", 0, planned.partitions - 1)
         return self.queues.peek(tenant, planned.queue, list(planned.slice(partition)), planned.subscriber)
 
-    def commit(self, tenant: str, queue: str, consumer: str, through: int, after: int = 0) -> int:
-        """Acks the planned batches after ``after`` up to ``through`` (a query's own, that
-        Spark committed) and forgets them; the messages acked.
-
-        Plans up to ``after`` were made by an earlier query under this name that
-        died before committing them: they are given back at once, not acked.
-        """
+    def commit(self, tenant: str, queue: str, consumer: str, through: int) -> int:
+        """Acks every planned batch up to ``through`` and forgets it; the messages acked."""
         key = self._key(tenant, queue, consumer)
         _check_int(through, "through", 0, 2**62)
-        _check_int(after, "after", 0, through)
         acked = 0
         for number, planned in sorted(self._planned(tenant, queue, consumer).items()):
             if number > through:
                 break
-            receipts = list(planned.receipts)
-            if number > after:
-                acked += self.queues.ack(tenant, planned.queue, receipts=receipts, subscriber=planned.subscriber)
-            else:
-                self.queues.release(tenant, planned.queue, receipts=receipts, subscriber=planned.subscriber,
-                                    delay_s=0)
+            acked += self.queues.ack(tenant, planned.queue, receipts=list(planned.receipts),
+                                     subscriber=planned.subscriber)
             self.storage.call(self.storage.client.hdel, key, f"b{number}")
         return acked
 

@@ -214,7 +214,6 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._extender: _Extender | None = None
         self._available_now: int | None = None
         self._counted: set[int] = set()
-        self._initial: int | None = None
         self._committed = 0
 
     def _api(self) -> AtomqClient:
@@ -232,14 +231,9 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._api().request("POST", f"{self._base()}/batches/{batch}", body)  # type: ignore[no-any-return]
 
     def initialOffset(self) -> dict[str, int]:
-        """A new query starts after the last batch planned under its consumer's name.
-
-        Asked once and kept: Spark asks more than once, and a later answer
-        would skip the batches planned since.
-        """
-        if self._initial is None:
-            self._initial = int(self._api().request("GET", self._base())["last"])
-        return {"batch": self._initial}
+        """Every query numbers its batches from 1: Spark asks again when it restarts a query
+        whose first batch did not complete, and must get the same answer."""
+        return {"batch": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_per_trigger)
@@ -299,11 +293,9 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit(end["batch"])
 
     def _commit(self, through: int) -> None:
-        """Acks this query's batches up to ``through``, once; plans at or before its
-        initial offset are an earlier query's and are given back instead."""
-        initial = self.initialOffset()["batch"]
-        if through > max(self._committed, initial):
-            self._api().request("POST", f"{self._base()}/commit", {"through": through, "after": initial})
+        """Acks this query's batches up to ``through``, once."""
+        if through > self._committed:
+            self._api().request("POST", f"{self._base()}/commit", {"through": through})
             self._committed = through
 
     def _start_extender(self) -> None:

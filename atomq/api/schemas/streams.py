@@ -9,10 +9,6 @@ from atomq.api.schemas.messages import BrowsedMessageSchema
 from atomq.platform.streams import MAX_BATCH, MAX_PARTITIONS
 
 
-class ConsumerSchema(Strict):
-    last = fields.Integer(required=True, metadata={"description": "the last batch planned (0: none)"})
-
-
 class PlanSchema(Strict):
     max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
     partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
@@ -34,10 +30,7 @@ class PartitionSchema(Strict):
 
 class CommitSchema(Strict):
     through = Int(required=True, validate=validate.Range(0, 2**62),
-                  metadata={"description": "the planned batches after `after` up to this number are acked"})
-    after = Int(load_default=0, validate=validate.Range(0, 2**62), metadata={
-        "description": "the query's first batch number minus one: plans up to it belong to an earlier query "
-                       "and are given back, not acked"})
+                  metadata={"description": "every planned batch up to this number is acked"})
 
 
 class CommittedSchema(Strict):
