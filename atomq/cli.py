@@ -203,6 +203,8 @@ def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int) -> None
         SparkWorker(rq, session, concurrency).run(stop)
     finally:
         session.stop()
+    if not stop.is_set():
+        raise click.ClickException("the SparkContext stopped; start the Spark worker again")
 
 
 @main.command()

@@ -131,10 +131,17 @@ class Demo:
                 api.send_texts("tests", inputs[first:first + 100])
             self.say(f"sent {len(inputs)} test messages in {(len(inputs) + 99) // 100} requests "
                      f"in {time.monotonic() - started:.1f} s")
-            done, last_report = 0, 0.0
-            while done < len(inputs) + WARM_UP:
+            done, settled, last_report = 0, False, 0.0
+            deadline = started + max(120.0, len(inputs) / 50)
+            # Outputs are stored before their inputs are acked: done when both are.
+            while done < len(inputs) + WARM_UP or not settled:
+                if time.monotonic() > deadline:
+                    raise StorageError(f"only {done - WARM_UP} of {len(inputs)} messages arrived within "
+                                       f"{deadline - started:.0f} s; see {self.data_dir / 'serve.log'}")
                 time.sleep(0.5)
                 done = api.queue("echo")["depth"] + api.queue("errors")["depth"]
+                tests = api.queue("tests")
+                settled = tests["depth"] + tests["in_flight"] == 0
                 state = api.listener("echo-service")
                 if state["state"] == "error" and state["failures"] > 5:
                     raise StorageError(f"the listener keeps failing: {state['last_error']}")

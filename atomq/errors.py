@@ -134,3 +134,12 @@ class JavaMissing(AtomqError):
 
     http_status = 503
     code = "java_missing"
+
+
+class EngineUnavailable(AtomqError):
+    """The engine that runs executions (Spark) is not there: a batch it could not run
+    is given back without counting a failed delivery, and the listener waits."""
+
+    http_status = 503
+    code = "engine_unavailable"
+    retry_after_s = 10.0

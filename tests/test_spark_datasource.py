@@ -94,6 +94,7 @@ def _consume(spark: Any, node: InProcessNode, tenant: Tenant, queue: str, checkp
             raise RuntimeError(f"failing batch {batch_id}")
         sink.extend(rows)
 
+    options.setdefault("consumer", checkpoint.name)
     stream = spark.readStream.format("atomq").options(**tenant.options(node, queue=queue, **options)).load()
     query = stream.writeStream.foreachBatch(handle).option("checkpointLocation", str(checkpoint)) \
         .trigger(availableNow=True).start()
@@ -148,7 +149,7 @@ def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: InProc
     api.put_queue("source")
     api.put_queue("copy")
     api.send_texts("source", [f"c{i}" for i in range(150)])
-    stream = spark.readStream.format("atomq").options(**tenant.options(node, queue="source")).load()
+    stream = spark.readStream.format("atomq").options(**tenant.options(node, queue="source", consumer="copier")).load()
     query = (stream.selectExpr("text", "concat('copy-', message_id) AS dedupe_id")
              .writeStream.format("atomq").options(**tenant.options(node, queue="copy"))
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())

@@ -19,6 +19,7 @@ from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.streams import (
     CommitSchema,
     CommittedSchema,
+    ExtendBatchesSchema,
     PartitionArgs,
     PartitionSchema,
     PlannedSchema,
@@ -36,15 +37,19 @@ class Batch(MethodView):
     def post(self, body: dict[str, Any], name: str, consumer: str, batch: int) -> dict[str, int]:
         """Plans micro-batch ``batch``: answers the plan made before for that number while its
         deliveries are in flight, else takes up to ``max`` deliveries. ``count`` 0: nothing to read."""
-        planned = services().streams.plan(current_tenant(), name, consumer, batch, body["max"],
-                                          body["partitions"], body.get("subscriber"))
+        s = services()
+        tenant = current_tenant()
+        with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
+            planned = s.streams.plan(tenant, name, consumer, batch, body["max"], body["partitions"],
+                                     body.get("subscriber"), wait_ms, stop=s.stopping)
         return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
             {"count": 0, "partitions": 0}
 
+    @blp.arguments(PartitionArgs, location="query")
     @blp.response(200, PlannedSchema)
-    def get(self, name: str, consumer: str, batch: int) -> dict[str, int]:
+    def get(self, args: dict[str, Any], name: str, consumer: str, batch: int) -> dict[str, int]:
         """Micro-batch ``batch`` as planned (count 0: not planned, or committed)."""
-        planned = services().streams.planned(current_tenant(), name, consumer, batch)
+        planned = services().streams.planned(current_tenant(), name, consumer, batch, args.get("subscriber"))
         return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
             {"count": 0, "partitions": 0}
 
@@ -66,12 +71,15 @@ class Commit(MethodView):
     @blp.response(200, CommittedSchema)
     def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
         """Acks every planned batch up to ``through``."""
-        return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"])}
+        return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"],
+                                                   body.get("subscriber"))}
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/extend")
 class Extend(MethodView):
+    @blp.arguments(ExtendBatchesSchema)
     @blp.response(200, StreamExtendedSchema)
-    def post(self, name: str, consumer: str) -> dict[str, int]:
-        """A full ack time-out more for every planned, uncommitted batch."""
-        return {"extended": services().streams.extend(current_tenant(), name, consumer)}
+    def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
+        """A full ack time-out more for the planned batches the query works on."""
+        return {"extended": services().streams.extend(current_tenant(), name, consumer, body["batches"],
+                                                      body.get("subscriber"))}

@@ -64,9 +64,9 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    accepted: the bounded window of processed messages
     aq:{T}:exec:<execution id>     a started execution's batch (JSON: listener, queue,
                                    subscriber, ids, receipts), expiring with its time limit
-    aq:{T}:st:Q:C                  hash: streaming consumer C of queue Q: its planned batches,
-                                   b<n> -> JSON (subscriber, ids, receipts, partitions); see
-                                   ``atomq.platform.streams``
+    aq:{T}:st:Q:S:C                hash: streaming consumer C of queue Q (subscriber S, "" for
+                                   point-to-point): its planned batches, b<n> -> JSON (ids,
+                                   receipts, partitions); see ``atomq.platform.streams``
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with rq queues (in rq's Redis): aq.T for
@@ -268,9 +268,9 @@ def execution_record(tenant: str, execution: str) -> str:
     return f"{tenant_prefix(tenant)}:exec:{execution}"
 
 
-def stream_consumer(tenant: str, queue: str, consumer: str) -> str:
+def stream_consumer(tenant: str, queue: str, subscriber: str | None, consumer: str) -> str:
     """The planned, not yet committed batches of a streaming consumer (a Spark query) of a queue."""
-    return f"{tenant_prefix(tenant)}:st:{queue}:{consumer}"
+    return f"{tenant_prefix(tenant)}:st:{queue}:{subscriber or ''}:{consumer}"
 
 
 def tenant_listeners(tenant: str) -> str:

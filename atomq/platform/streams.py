@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from atomq.errors import InvalidInput, NotFound
@@ -73,17 +75,18 @@ class StreamConsumers:
         self.queues = queues
         self.storage = queues.storage
 
-    def _key(self, tenant: str, queue: str, consumer: str) -> str:
-        return k.stream_consumer(check_tenant_id(tenant), check_queue_name(queue, field="queue"),
+    def _key(self, tenant: str, queue: str, consumer: str, subscriber: str | None) -> str:
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        return k.stream_consumer(check_tenant_id(tenant), check_queue_name(queue, field="queue"), subscriber,
                                  check_consumer_name(consumer))
 
     def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = 100,
-             partitions: int = 1, subscriber: str | None = None) -> PlannedBatch | None:
+             partitions: int = 1, subscriber: str | None = None, wait_ms: int = 0,
+             stop: threading.Event | None = None) -> PlannedBatch | None:
         """Batch ``batch`` of the consumer: as planned before while that plan's deliveries
         are in flight, else planned now; None when there is nothing to read."""
-        key = self._key(tenant, queue, consumer)
-        if subscriber is not None:
-            check_subscriber_name(subscriber)
+        key = self._key(tenant, queue, consumer, subscriber)
         _check_int(batch, "batch", 0, 2**62)
         _check_int(max_messages, "max", 1, MAX_BATCH)
         _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
@@ -94,7 +97,7 @@ class StreamConsumers:
             if self._still_in_flight(tenant, planned):
                 return planned
             self._give_back(tenant, key, batch, planned)
-        got = self.queues.get(tenant, queue, max_messages, 0, subscriber)
+        got = self.queues.get(tenant, queue, max_messages, wait_ms, subscriber, stop=stop)
         if not got:
             return None
         planned = PlannedBatch(queue=queue, subscriber=subscriber, ids=tuple(m.id for m in got),
@@ -124,19 +127,22 @@ class StreamConsumers:
             raise InvalidInput("this consumer's batch was planned on another queue or subscriber", field="consumer")
         return planned
 
-    def _planned(self, tenant: str, queue: str, consumer: str) -> dict[int, PlannedBatch]:
-        raw = self.storage.call(self.storage.client.hgetall, self._key(tenant, queue, consumer))
+    def _planned(self, tenant: str, queue: str, consumer: str, subscriber: str | None) -> dict[int, PlannedBatch]:
+        raw = self.storage.call(self.storage.client.hgetall, self._key(tenant, queue, consumer, subscriber))
         return {int(name[1:]): PlannedBatch.from_json(value) for name, value in raw.items() if name.startswith(b"b")}
 
-    def planned(self, tenant: str, queue: str, consumer: str, batch: int) -> PlannedBatch | None:
+    def planned(self, tenant: str, queue: str, consumer: str, batch: int,
+                subscriber: str | None = None) -> PlannedBatch | None:
         """Batch ``batch`` as it was planned; None when it was not (or was committed)."""
-        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), f"b{batch}")
+        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer, subscriber),
+                                f"b{batch}")
         return None if raw is None else PlannedBatch.from_json(raw)
 
     def read(self, tenant: str, queue: str, consumer: str, batch: int, partition: int,
              subscriber: str | None = None) -> list[BrowsedMessage]:
         """The messages of one partition of a planned batch (those not settled since)."""
-        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer), f"b{batch}")
+        raw = self.storage.call(self.storage.client.hget, self._key(tenant, queue, consumer, subscriber),
+                                f"b{batch}")
         if raw is None:
             raise NotFound(f"batch {batch} of consumer {consumer!r} is not planned (or was committed)",
                            consumer=consumer, batch=batch)
@@ -144,12 +150,12 @@ class StreamConsumers:
         _check_int(partition, "partition", 0, planned.partitions - 1)
         return self.queues.peek(tenant, planned.queue, list(planned.slice(partition)), planned.subscriber)
 
-    def commit(self, tenant: str, queue: str, consumer: str, through: int) -> int:
+    def commit(self, tenant: str, queue: str, consumer: str, through: int, subscriber: str | None = None) -> int:
         """Acks every planned batch up to ``through`` and forgets it; the messages acked."""
-        key = self._key(tenant, queue, consumer)
+        key = self._key(tenant, queue, consumer, subscriber)
         _check_int(through, "through", 0, 2**62)
         acked = 0
-        for number, planned in sorted(self._planned(tenant, queue, consumer).items()):
+        for number, planned in sorted(self._planned(tenant, queue, consumer, subscriber).items()):
             if number > through:
                 break
             acked += self.queues.ack(tenant, planned.queue, receipts=list(planned.receipts),
@@ -157,13 +163,18 @@ class StreamConsumers:
             self.storage.call(self.storage.client.hdel, key, f"b{number}")
         return acked
 
-    def extend(self, tenant: str, queue: str, consumer: str) -> int:
-        """A full ack time-out more for every planned batch; the deliveries extended."""
+    def extend(self, tenant: str, queue: str, consumer: str, batches: Sequence[int],
+               subscriber: str | None = None) -> int:
+        """A full ack time-out more for the planned batches ``batches`` (those the query
+        works on: an earlier query's leftovers are left to time out); the deliveries extended."""
+        key = self._key(tenant, queue, consumer, subscriber)
+        wanted = set(batches)
         extended = 0
-        for planned in self._planned(tenant, queue, consumer).values():
-            extended += self.queues.extend(tenant, planned.queue, receipts=list(planned.receipts),
-                                           subscriber=planned.subscriber)
-        self.storage.call(self.storage.client.expire, self._key(tenant, queue, consumer), RECORD_TTL_S)
+        for number, planned in self._planned(tenant, queue, consumer, subscriber).items():
+            if number in wanted:
+                extended += self.queues.extend(tenant, planned.queue, receipts=list(planned.receipts),
+                                               subscriber=planned.subscriber)
+        self.storage.call(self.storage.client.expire, key, RECORD_TTL_S)
         return extended
 
 

@@ -11,7 +11,8 @@ Everything goes through the main node's HTTP API with the tenant's key
 tenancy, rate limits and quotas hold. Options: ``url`` (default
 http://127.0.0.1:61717), ``key``, ``tenant``, ``queue``, ``subscriber``;
 for reads ``deadLetters`` (browse the dead letter queue); for streams
-``consumer`` (default ``spark``: one name per query reading a queue),
+``consumer`` (required: the query's name, under which its batches are
+recorded; one running query per name and queue),
 ``maxMessagesPerTrigger`` (default 1000, at most 1000) and ``partitions``
 (default 2); for writes ``maxDocumentsPerRequest`` (default 100).
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -85,6 +86,7 @@ payload as UTF-8 when it is text; ``state``, ``failed_deliveries`` and
 ``reason`` come with browsing (dead letters have a reason)."""
 
 MAX_PLAN = 1000
+IDLE_WAIT_MS = 500
 DEFAULT_MAX_DOCUMENTS = 100
 
 
@@ -103,7 +105,7 @@ class _Options:
         self.queue = options.get("queue") or ""
         self.subscriber = options.get("subscriber") or None
         self.dead_letters = str(options.get("deadLetters", "false")).lower() == "true"
-        self.consumer = options.get("consumer") or "spark"
+        self.consumer = options.get("consumer") or ""
         self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", 1000, 1, MAX_PLAN)
         self.partitions = _int_option(options, "partitions", 2, 1, 64)
         self.max_documents = _int_option(options, "maxDocumentsPerRequest", DEFAULT_MAX_DOCUMENTS, 1, 1000)
@@ -187,19 +189,25 @@ class BrowseReader(DataSourceReader):
 
 
 class _Extender(threading.Thread):
-    """Extends the consumer's planned batches on the driver until the reader stops."""
+    """Extends the reader's planned, uncommitted batches on the driver until the reader stops."""
 
-    def __init__(self, options: _Options, interval_s: float) -> None:
+    def __init__(self, options: _Options, interval_s: float, batches: Callable[[], list[int]]) -> None:
         super().__init__(name="atomq-stream-extend", daemon=True)
-        self.options, self.interval_s = options, interval_s
+        self.options, self.interval_s, self.batches = options, interval_s, batches
         self.stopped = threading.Event()
 
     def run(self) -> None:
         o = self.options
         with o.client() as client:
             while not self.stopped.wait(self.interval_s):
+                batches = self.batches()
+                if not batches:
+                    continue
                 try:
-                    client.request("POST", f"/v1/queues/{o.queue}/streams/{o.consumer}/extend")
+                    body: dict[str, Any] = {"batches": batches}
+                    if o.subscriber:
+                        body["subscriber"] = o.subscriber
+                    client.request("POST", f"/v1/queues/{o.queue}/streams/{o.consumer}/extend", body)
                 except Exception:  # the next beat tries again; the ack time-out is the fallback
                     continue
 
@@ -210,11 +218,16 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: _Options) -> None:
         self.options = options
         options.need_queue()
+        if not options.consumer:
+            raise InvalidInput("a streaming read needs option consumer: the name of this query, under which "
+                               "its batches are recorded (one running query per name)", field="consumer")
         self._client: AtomqClient | None = None
         self._extender: _Extender | None = None
         self._available_now: int | None = None
         self._counted: set[int] = set()
         self._committed = 0
+        self._mine: set[int] = set()
+        """Batches this reader planned or replays, not yet committed: the ones it extends."""
 
     def _api(self) -> AtomqClient:
         if self._client is None:
@@ -224,11 +237,16 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _base(self) -> str:
         return f"/v1/queues/{self.options.queue}/streams/{self.options.consumer}"
 
-    def _plan(self, batch: int, max_messages: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"max": max_messages, "partitions": self.options.partitions}
+    def _with_subscriber(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.options.subscriber:
             body["subscriber"] = self.options.subscriber
-        return self._api().request("POST", f"{self._base()}/batches/{batch}", body)  # type: ignore[no-any-return]
+        return body
+
+    def _plan(self, batch: int, max_messages: int) -> dict[str, Any]:
+        # An idle query waits on the node a moment rather than asking again every few ms.
+        body = {"max": max_messages, "partitions": self.options.partitions, "wait_ms": IDLE_WAIT_MS}
+        return self._api().request("POST", f"{self._base()}/batches/{batch}",  # type: ignore[no-any-return]
+                                   self._with_subscriber(body), timeout=30 + IDLE_WAIT_MS / 1000)
 
     def initialOffset(self) -> dict[str, int]:
         """Every query numbers its batches from 1: Spark asks again when it restarts a query
@@ -265,6 +283,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planned = self._plan(batch, wanted)
         if not planned["count"]:
             return start
+        self._mine.add(batch)
         if self._available_now is not None and batch not in self._counted:
             # Spark may ask again for the same start: the plan is the same, counted once.
             self._counted.add(batch)
@@ -272,10 +291,13 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"batch": batch}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        self._start_extender()  # a restarted query replays first: its batch needs extending too
         parts: list[InputPartition] = []
         for batch in range(start["batch"] + 1, end["batch"] + 1):
+            self._mine.add(batch)
             # The plan recorded for that number: a replay reads the same rows.
-            planned = self._api().request("GET", f"{self._base()}/batches/{batch}")
+            query = {"subscriber": self.options.subscriber} if self.options.subscriber else {}
+            planned = self._api().request("GET", f"{self._base()}/batches/{batch}", **query)
             parts += [InputPartition((batch, i)) for i in range(planned["partitions"])]
         return parts
 
@@ -295,13 +317,14 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit(self, through: int) -> None:
         """Acks this query's batches up to ``through``, once."""
         if through > self._committed:
-            self._api().request("POST", f"{self._base()}/commit", {"through": through})
+            self._api().request("POST", f"{self._base()}/commit", self._with_subscriber({"through": through}))
             self._committed = through
+            self._mine = {b for b in self._mine if b > through}
 
     def _start_extender(self) -> None:
         if self._extender is None:
             ack_timeout = float(self._api().queue(self.options.queue)["ack_timeout_s"])
-            self._extender = _Extender(self.options, max(ack_timeout / 3, 0.1))
+            self._extender = _Extender(self.options, max(ack_timeout / 3, 0.1), lambda: sorted(self._mine))
             self._extender.start()
 
     def stop(self) -> None:
@@ -322,8 +345,9 @@ class QueueWriter(DataSourceWriter):
     def __init__(self, options: _Options, schema: StructType) -> None:
         self.options = options
         names = set(schema.fieldNames())
-        self.data_column = next((c for c in ("text", "data", "payload") if c in names), None)
-        if self.data_column is None:
+        # In this order, per row: a row read from atomq has text only when its payload is UTF-8.
+        self.data_columns = [c for c in ("text", "data", "payload") if c in names]
+        if not self.data_columns:
             raise InvalidInput("a DataFrame written to atomq needs a text, data or payload column", field="columns")
         self.has = {c: c in names for c in ("properties", "dedupe_id", "queue")}
         if not self.has["queue"]:
@@ -343,9 +367,10 @@ class QueueWriter(DataSourceWriter):
         return SendCommitMessage(messages, sender.requests)
 
     def _message(self, row: Any) -> dict[str, Any]:
-        value = row[self.data_column]
+        value = next((row[c] for c in self.data_columns if row[c] is not None), None)
         if value is None:
-            raise InvalidInput(f"column {self.data_column} is null", field=self.data_column)
+            raise InvalidInput(f"a row has no document: {', '.join(self.data_columns)} all null",
+                               field=self.data_columns[0])
         doc = {"data": value} if isinstance(value, str) else _binary(bytes(value))
         message: dict[str, Any] = {"documents": [doc]}
         if self.has["properties"] and row["properties"] is not None:

@@ -30,7 +30,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from atomq.errors import InvalidInput
+from py4j.protocol import Py4JError
+
+from atomq.errors import EngineUnavailable, InvalidInput
 from atomq.workers.builtin import echo_route, validate_echo, validate_forward
 from atomq.workers.context import ExecutionContext, InputDocument
 from atomq.workers.processes import Registry
@@ -109,14 +111,37 @@ def batch_frame(spark: SparkSession, ctx: ExecutionContext) -> DataFrame:
     return spark.createDataFrame(rows, INPUT_SCHEMA)
 
 
+def spark_alive(spark: SparkSession) -> bool:
+    """Whether the session's SparkContext still runs (the JVM may have died or been stopped)."""
+    try:
+        jsc = spark.sparkContext._jsc
+        return jsc is not None and not jsc.sc().isStopped()
+    except Py4JError:
+        return False
+
+
 def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) -> None:
     """Runs a Spark process on the execution's batch and hands its outputs to ``ctx.send``
-    (which buffers them into requests of 100 and gives each its dedupe id)."""
-    outputs = load(process_name)(batch_frame(spark, ctx), ctx.settings)
-    names = set(outputs.columns)
+    (which buffers them into requests of 100 and gives each its dedupe id).
+
+    When Spark itself is gone the batch is not the messages' fault: EngineUnavailable
+    gives it back without counting a failed delivery.
+    """
+    if not spark_alive(spark):
+        raise EngineUnavailable("the Spark worker's SparkContext is stopped")
+    try:
+        outputs = load(process_name)(batch_frame(spark, ctx), ctx.settings)
+        names = set(outputs.columns)
+        rows = outputs.collect()
+    except Py4JError as exc:
+        raise EngineUnavailable(f"Spark failed: {type(exc).__name__}") from None
+    except Exception:
+        if not spark_alive(spark):
+            raise EngineUnavailable("the Spark worker's SparkContext stopped during the execution") from None
+        raise
     data_column = "text" if "text" in names else "payload"
     by_id = {m.id: m for m in ctx.messages}
-    for row in outputs.collect():
+    for row in rows:
         source = by_id.get(row["message_id"])
         if source is None:
             raise InvalidInput("a Spark process's output must carry the message_id of its input",

@@ -30,13 +30,16 @@ def find_java() -> tuple[Path, int]:
     on_path = shutil.which("java")
     if on_path:
         candidates.append(Path(on_path))
+    wrong = []
     for java in candidates:
         if java.exists():
             version = _major_version(java)
             if version in SUPPORTED_JAVA:
                 return java, version
-            raise JavaMissing(f"Spark needs Java 17 or 21; {java} is Java {version}. Install a Java 17 or 21 "
-                              "runtime (Debian/Ubuntu: apt install openjdk-17-jre-headless) and set JAVA_HOME.")
+            wrong.append(f"{java} is Java {version}")
+    if wrong:
+        raise JavaMissing(f"Spark needs Java 17 or 21; {'; '.join(wrong)}. Install a Java 17 or 21 runtime "
+                          "(Debian/Ubuntu: apt install openjdk-17-jre-headless) and set JAVA_HOME to it.")
     raise JavaMissing("Spark needs a Java 17 or 21 runtime and none was found (JAVA_HOME unset, no java on PATH). "
                       "Install one (Debian/Ubuntu: apt install openjdk-17-jre-headless; macOS: brew install "
                       "openjdk@17) or set JAVA_HOME to it.")

@@ -21,9 +21,10 @@ import redis
 from pyspark import InheritableThread
 from rq import Queue
 from rq.exceptions import DequeueTimeout
+from rq.job import JobStatus
 
 from atomq.platform import keys as k
-from atomq.spark_workers.processes import run_on_spark
+from atomq.spark_workers.processes import run_on_spark, spark_alive
 from atomq.workers import execution
 
 log = logging.getLogger("atomq.spark_worker")
@@ -35,8 +36,9 @@ class FairPools:
     """The session's FAIR pools, one per tenant, with the tenant's weight.
 
     Spark makes a pool on first use with weight 1; atomq makes it first,
-    with the weight, through the scheduler's root pool. A changed weight is
-    applied when the pool is idle (Spark's pools cannot change weight).
+    with the weight, through the scheduler's root pool. Spark's pools cannot
+    change weight, and a pool replaced while task sets wait in it strands
+    them: a changed weight applies when the Spark worker restarts.
     """
 
     def __init__(self, spark: Any) -> None:
@@ -47,11 +49,8 @@ class FairPools:
         sc = self.spark.sparkContext
         root = sc._jsc.sc().taskScheduler().rootPool()
         with self._lock:
-            pool = root.getSchedulableByName(tenant)
-            if pool is not None and (pool.weight() == weight or pool.runningTasks() > 0):
+            if root.getSchedulableByName(tenant) is not None:
                 return
-            if pool is not None:
-                root.removeSchedulable(pool)
             jvm = sc._jvm
             root.addSchedulable(jvm.org.apache.spark.scheduler.Pool(
                 tenant, jvm.org.apache.spark.scheduler.SchedulingMode.FAIR(), 0, weight))
@@ -97,6 +96,10 @@ class SparkWorker:
 
     def _execute(self, job: Any) -> None:
         try:
+            # Started and kept, as rq's own worker does: the supervisor reads a job that is
+            # gone or failed as an execution that is lost.
+            job.set_status(JobStatus.STARTED)
+            self.rq.persist(job.key)
             tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
             self.pools.ensure(tenant, weight)
             self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", tenant)
@@ -108,8 +111,9 @@ class SparkWorker:
             self.slots.release()
 
     def run(self, stop: threading.Event) -> None:
-        """Works until ``stop`` is set, then lets the running executions finish."""
-        while not stop.is_set():
+        """Works until ``stop`` is set (or the SparkContext is gone: the worker then exits and
+        whoever runs it starts another), then lets the running executions finish."""
+        while not stop.is_set() and spark_alive(self.spark):
             try:
                 self.take()
             except redis.RedisError as exc:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomq.client import AtomqClient
-from atomq.errors import AtomqError, QuotaExceeded, RateLimited
+from atomq.errors import AtomqError, EngineUnavailable, QuotaExceeded, RateLimited
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext, InputMessage
 
@@ -143,10 +143,11 @@ def run(api_url: str, listener: str, execution: str, token: str,
                     ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
                     runner(spec["process"], ctx)
                     sender.flush()
-                except (RateLimited, QuotaExceeded) as exc:
+                except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
                     # Refused for a while, not for anything in the messages: they come back
                     # without counting a failed delivery, and the listener backs off.
-                    wait = exc.retry_after if isinstance(exc, RateLimited) else QUOTA_RETRY_S
+                    wait = (exc.retry_after if isinstance(exc, RateLimited) else
+                            EngineUnavailable.retry_after_s if isinstance(exc, EngineUnavailable) else QUOTA_RETRY_S)
                     outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
                 except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
                     log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)

@@ -13,6 +13,8 @@ class PlanSchema(Strict):
     max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
     partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000),
+                  metadata={"description": "how long to wait for a first message when none is ready"})
 
 
 class PlannedSchema(Strict):
@@ -31,6 +33,14 @@ class PartitionSchema(Strict):
 class CommitSchema(Strict):
     through = Int(required=True, validate=validate.Range(0, 2**62),
                   metadata={"description": "every planned batch up to this number is acked"})
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+
+class ExtendBatchesSchema(Strict):
+    batches = fields.List(Int(validate=validate.Range(0, 2**62)), required=True,
+                          validate=validate.Length(max=1000),
+                          metadata={"description": "the planned batches the query works on"})
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
 
 
 class CommittedSchema(Strict):
