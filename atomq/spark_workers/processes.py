@@ -81,7 +81,7 @@ def _echo_route_row(message_id, payload):  # type: ignore[no-untyped-def]
     return route, body, json.dumps(properties)
 
 
-_echo_route = F.udf(_echo_route_row, returnType=_ROUTE)
+_echo_route = F.udf(_echo_route_row, returnType=_ROUTE, useArrow=False)  # no pandas needed
 
 
 def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:

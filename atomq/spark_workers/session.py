@@ -65,7 +65,6 @@ def session_conf(master: str = DEFAULT_MASTER, app_name: str = "atomq", **extra:
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     conf.update(extra)
     return conf
