@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from serve_node import BenchError, ServeNode, _die_with_parent, expect, progress
+from serve_node import BenchError, ServeNode, _die_with_parent, expect, progress, stop_on_sigterm
 
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 SEND_CHUNK = 100
@@ -494,15 +494,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker_child:
         return worker_child(args.worker_child, args.timings)
-    signal.signal(signal.SIGTERM, _sigterm)
+    stop_on_sigterm()
     results: dict[str, Any] = {}
     started = time.monotonic()
     try:

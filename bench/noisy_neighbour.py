@@ -50,7 +50,7 @@ from typing import Any
 
 import requests
 
-from serve_node import BenchError, ServeNode, expect, progress
+from serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
 
 PAYLOAD_BYTES = 1024
 STEADY_BATCH = 10
@@ -252,13 +252,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    stop_on_sigterm()
     node: Node | None = None
     results: dict[str, dict[str, Any]] = {}
     try:

@@ -73,7 +73,7 @@ import requests
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from atomq.platform.embedded import EmbeddedValkey
-from serve_node import BenchError, ServeNode, expect, progress
+from serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
 
 PAYLOAD_BYTES = 1024
 BATCH = 100
@@ -858,13 +858,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)  # clean up on kill too, as on Ctrl-C
+    stop_on_sigterm()
     tenant = f"bench-{uuid.uuid4().hex[:12]}"
     data_dir = server = client = node = amqp = None
     skipped: list[str] = []
