@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -65,6 +64,7 @@ from pyspark.sql.types import (
 
 from atomq.client import DEFAULT_URL, AtomqClient
 from atomq.errors import InvalidInput
+from atomq.workers.execution import Extender
 
 SCHEMA = StructType([
     StructField("message_id", StringType(), False),
@@ -188,30 +188,6 @@ class BrowseReader(DataSourceReader):
                 yield from _rows(message)
 
 
-class _Extender(threading.Thread):
-    """Extends the reader's planned, uncommitted batches on the driver until the reader stops."""
-
-    def __init__(self, options: _Options, interval_s: float, batches: Callable[[], list[int]]) -> None:
-        super().__init__(name="atomq-stream-extend", daemon=True)
-        self.options, self.interval_s, self.batches = options, interval_s, batches
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        o = self.options
-        with o.client() as client:
-            while not self.stopped.wait(self.interval_s):
-                batches = self.batches()
-                if not batches:
-                    continue
-                try:
-                    body: dict[str, Any] = {"batches": batches}
-                    if o.subscriber:
-                        body["subscriber"] = o.subscriber
-                    client.request("POST", f"/v1/queues/{o.queue}/streams/{o.consumer}/extend", body)
-                except Exception:  # the next beat tries again; the ack time-out is the fallback
-                    continue
-
-
 class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A streaming read that consumes the queue: one planned batch per micro-batch."""
 
@@ -222,7 +198,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InvalidInput("a streaming read needs option consumer: the name of this query, under which "
                                "its batches are recorded (one running query per name)", field="consumer")
         self._client: AtomqClient | None = None
-        self._extender: _Extender | None = None
+        self._extender: Extender | None = None
         self._available_now: int | None = None
         self._counted: set[int] = set()
         self._committed = 0
@@ -324,12 +300,19 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _start_extender(self) -> None:
         if self._extender is None:
             ack_timeout = float(self._api().queue(self.options.queue)["ack_timeout_s"])
-            self._extender = _Extender(self.options, max(ack_timeout / 3, 0.1), lambda: sorted(self._mine))
+            o = self.options
+            self._extender = Extender(o.url, o.key, f"{self._base()}/extend", ack_timeout, self._extend_body,
+                                      tenant=o.tenant)
             self._extender.start()
+
+    def _extend_body(self) -> dict[str, Any] | None:
+        """The batches this reader planned or replays, not yet committed (None: none)."""
+        batches = sorted(self._mine)
+        return self._with_subscriber({"batches": batches}) if batches else None
 
     def stop(self) -> None:
         if self._extender is not None:
-            self._extender.stopped.set()
+            self._extender.stop()
         if self._client is not None:
             self._client.close()
 

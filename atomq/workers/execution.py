@@ -74,22 +74,31 @@ class BatchingSender:
                 self.documents += count
 
 
-class _Extender(threading.Thread):
-    """Extends the batch's deliveries while the process works, so a long
-    execution does not run past its ack time-out; stops when told."""
+class Extender(threading.Thread):
+    """Extends deliveries every third of their ack time-out while work on them goes on,
+    with its own client (a requests session is not shared between threads); stops when told.
 
-    def __init__(self, client: AtomqClient, path: str, ack_timeout_s: float) -> None:
+    ``body`` gives the request's body each time, or None to skip this beat. A
+    failed extension is logged: the ack time-out is the fallback.
+    """
+
+    def __init__(self, url: str, key: str, path: str, ack_timeout_s: float,
+                 body: Callable[[], Any] = dict, tenant: str | None = None) -> None:
         super().__init__(name="atomq-extend", daemon=True)
-        self.client, self.path, self.ack_timeout_s = client, path, ack_timeout_s
+        self.url, self.key, self.path, self.body, self.tenant = url, key, path, body, tenant
+        self.interval_s = max(ack_timeout_s / 3, 0.05)
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        interval = max(self.ack_timeout_s / 3, 0.05)
-        while not self.stopped.wait(interval):
-            try:
-                self.client.request("POST", self.path)
-            except AtomqError as exc:
-                log.warning("extending the deliveries failed (%s); they may time out", exc.code)
+        with AtomqClient(self.url, self.key, tenant=self.tenant) as client:
+            while not self.stopped.wait(self.interval_s):
+                body = self.body()
+                if body is None:
+                    continue
+                try:
+                    client.request("POST", self.path, body)
+                except AtomqError as exc:
+                    log.warning("extending deliveries failed (%s); they may time out", exc.code)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -136,23 +145,21 @@ def run(api_url: str, listener: str, execution: str, token: str,
         sender = BatchingSender(client, max_send_documents)
         outcome: dict[str, Any] = {"ok": True, "processed": [m["id"] for m in deliveries]}
         if fresh:
-            with AtomqClient(api_url, token) as extend_client:
-                extender = _Extender(extend_client, f"{base}/extend", float(started["ack_timeout_s"]))
-                extender.start()
-                try:
-                    ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
-                    runner(spec["process"], ctx)
-                    sender.flush()
-                except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
-                    # Refused for a while, not for anything in the messages: they come back
-                    # without counting a failed delivery, and the listener backs off.
-                    wait = (exc.retry_after if isinstance(exc, RateLimited) else
-                            EngineUnavailable.retry_after_s if isinstance(exc, EngineUnavailable) else QUOTA_RETRY_S)
-                    outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
-                except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
-                    log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
-                    outcome = {"ok": False, "error": _describe(exc)}
-                finally:
-                    extender.stop()
+            extender = Extender(api_url, token, f"{base}/extend", float(started["ack_timeout_s"]))
+            extender.start()
+            try:
+                ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
+                runner(spec["process"], ctx)
+                sender.flush()
+            except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
+                # Refused for a while, not for anything in the messages: they come back
+                # without counting a failed delivery, and the listener backs off.
+                wait = exc.retry_after if isinstance(exc, RateLimited) else getattr(exc, "retry_after_s", QUOTA_RETRY_S)
+                outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
+            except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
+                log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
+                outcome = {"ok": False, "error": _describe(exc)}
+            finally:
+                extender.stop()
         client.request("POST", f"{base}/finish", outcome)
         return ExecutionResult(True, outcome["ok"], len(deliveries), len(deliveries) - len(fresh), sender.requests)
