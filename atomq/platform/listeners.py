@@ -229,18 +229,14 @@ class ListenerStore:
         has_batch, score = self.storage.call(pipe.execute)
         return bool(has_batch) or score is not None
 
-    def waiting_executions(self, tenant: str, name: str) -> tuple[list[str], set[str]]:
-        """The executions a listener waits for, and which of them have not started."""
+    def waiting_executions(self, tenant: str, name: str) -> list[str]:
+        """The executions a listener waits for (scheduled or running)."""
         lk = self._keys(tenant, name)
-        pipe = self.storage.client.pipeline(transaction=False)
-        pipe.zrange(lk.executions, 0, -1)
-        pipe.smembers(lk.pending)
-        waiting, pending = self.storage.call(pipe.execute)
-        return [e.decode() for e in waiting], {e.decode() for e in pending}
+        return [e.decode() for e in self.storage.call(self.storage.client.zrange, lk.executions, 0, -1)]
 
     def expire_execution(self, tenant: str, name: str, execution: str) -> None:
-        """Brings an execution's deadline to now: its work horse is known to be dead,
-        so the next round counts it lost."""
+        """Brings an execution's deadline to now: its work horse is known to be dead (or its
+        job never started), so the next round counts it lost (or just frees its slot)."""
         lk = self._keys(tenant, name)
         self.storage.call(self.storage.client.zadd, lk.executions, {execution: 0}, xx=True)
 

@@ -21,7 +21,6 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from atomq.client import AtomqClient
@@ -105,17 +104,6 @@ class Extender(threading.Thread):
         self.join()
 
 
-@dataclass(frozen=True)
-class ExecutionResult:
-    """What an execution did, for the caller's logs and for tests."""
-
-    ran: bool
-    ok: bool
-    messages: int
-    skipped: int
-    send_requests: int
-
-
 def _describe(exc: BaseException) -> str:
     line = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return line[:1000]
@@ -128,7 +116,7 @@ def run_registered(process_name: str, ctx: ExecutionContext) -> None:
 
 def run(api_url: str, listener: str, execution: str, token: str,
         max_send_documents: int = DEFAULT_MAX_SEND_DOCUMENTS,
-        runner: Callable[[str, ExecutionContext], None] = run_registered) -> ExecutionResult:
+        runner: Callable[[str, ExecutionContext], None] = run_registered) -> None:
     """The rq job function: runs one execution of ``listener`` against the main node at ``api_url``.
 
     ``runner`` runs the process on the batch: in this work horse (the fork
@@ -138,7 +126,7 @@ def run(api_url: str, listener: str, execution: str, token: str,
     with AtomqClient(api_url, token) as client:
         started = client.request("POST", f"{base}/start")
         if not started["run"]:
-            return ExecutionResult(False, True, 0, 0, 0)
+            return
         spec = started["listener"]
         deliveries = started["messages"]
         fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
@@ -162,4 +150,3 @@ def run(api_url: str, listener: str, execution: str, token: str,
             finally:
                 extender.stop()
         client.request("POST", f"{base}/finish", outcome)
-        return ExecutionResult(True, outcome["ok"], len(deliveries), len(deliveries) - len(fresh), sender.requests)

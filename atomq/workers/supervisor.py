@@ -179,7 +179,7 @@ class Supervisor:
         deadline: a started one's work horse died (killed, out of memory, timed out) and
         counts as lost; one that never started (its job failed before taking a batch, or
         rq dropped it) just frees its slot."""
-        waiting, _ = self.listeners.waiting_executions(tenant, name)
+        waiting = self.listeners.waiting_executions(tenant, name)
         if not waiting:
             return
         with self.rq.pipeline(transaction=False) as pipe:
