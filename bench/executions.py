@@ -494,7 +494,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker_child:
