@@ -169,7 +169,7 @@ def _start_loops(worker: NodeWorker) -> None:
         services.queues, services.tenants.execution_tokens, rq,
         SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
                          max_send_documents=config.max_send_documents), holder, services.tenants.exists,
-        spark_weight=lambda tenant: int(getattr(services.tenants.get(tenant), "spark_weight", 1)))
+        spark_weight=lambda tenant: services.tenants.get(tenant).spark_weight)
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
