@@ -53,8 +53,8 @@ class Messages(MethodView):
         messages = parse_send(_json_body())
         settings = s.current_settings()
         rate_limit, quota = s.attachments(tenant)
-        with s.rate_limits.send(tenant, rate_limit, settings.incoming_rate_limit_per_minute,
-                                settings.rate_limit_window_s):
+        with s.queues.counters.counting_refusals(tenant), s.rate_limits.send(
+                tenant, rate_limit, settings.incoming_rate_limit_per_minute, settings.rate_limit_window_s):
             if settings.max_disk_bytes:
                 used = s.total_stored_bytes()
                 if used + (request.content_length or 0) > settings.max_disk_bytes:

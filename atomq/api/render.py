@@ -60,10 +60,12 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "depth": info.depth,
         "in_flight": info.in_flight,
         "dead_letters": info.dead_letters,
+        "scheduled": info.scheduled,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [
-            {"name": name, "depth": c.depth, "in_flight": c.in_flight, "dead_letters": c.dead_letters}
+            {"name": name, "depth": c.depth, "in_flight": c.in_flight, "dead_letters": c.dead_letters,
+             "scheduled": c.scheduled}
             for name, c in sorted(info.subscribers.items())
         ]
     return out

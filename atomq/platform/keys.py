@@ -20,7 +20,10 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
                                    to it), kept only while above 1: no entry means one
     aq:{T}:usage                   hash: bytes (documents and message envelopes stored), messages
                                    (message copies stored); kept by the scripts with every change
-    aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, subv
+    aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, gen, subv, and
+                                   the queue's counters kept by the scripts: n:<kind> totals
+                                   and the rate ring r:<s|a><slot> (see atomq.platform.counters)
+    aq:{T}:refused                 hash: rate_limited, quota_rejected (sends refused)
     aq:{T}:q:Q:subs                set of subscriber names (publish/subscribe)
     aq:{T}:q:Q:dd:<sha1>           de-duplication marker: message id, expires with the window
 
@@ -127,6 +130,10 @@ class TenantKeys:
     @property
     def usage(self) -> str:
         return f"{self._p}:usage"
+
+    @property
+    def refusals(self) -> str:
+        return f"{self._p}:refused"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(self, queue)

@@ -152,6 +152,8 @@ class DestinationCounts:
     depth: int
     in_flight: int
     dead_letters: int
+    scheduled: int = 0
+    """Of ``depth``, those waiting for a redelivery delay to pass."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class QueueInfo:
     depth: int = 0
     in_flight: int = 0
     dead_letters: int = 0
+    scheduled: int = 0
     subscribers: dict[str, DestinationCounts] = field(default_factory=dict)
 
 

@@ -17,6 +17,7 @@ import redis
 
 from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
 from atomq.platform import keys as k
+from atomq.platform.counters import MessageCounters
 from atomq.platform.codec import decode_messages, encode_document
 from atomq.platform.format import check_format
 from atomq.platform.management import Management, check_ids
@@ -34,6 +35,7 @@ from atomq.platform.settings import QueueSettings
 from atomq.platform.storage import Storage
 
 MAX_SEND_RETRIES = 5
+CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv")
 MAX_DEDUPE_ID_LENGTH = 256
 
 
@@ -59,6 +61,7 @@ class QueueServer(Management):
         self.storage = Storage(client)
         check_format(client)
         self.storage.scripts.load_all(client)
+        self.counters = MessageCounters(self.storage)
         # (tenant, queue) -> (model, route, subscribers): what a send
         # fans out to. Scripts verify it, so a stale entry costs one retry, never a wrong send.
         self._routes: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
@@ -131,13 +134,14 @@ class QueueServer(Management):
             pipe.xlen(d.dlq)
         raw = self.storage.call(pipe.execute)
         per_sub: dict[str, DestinationCounts] = {}
-        total = [0, 0, 0]
+        total = [0, 0, 0, 0]
         for i, sub in enumerate(dests):
             ready, sched, flight, dead = raw[i * 4 : i * 4 + 4]
-            counts = DestinationCounts(depth=ready + sched, in_flight=flight, dead_letters=dead)
+            counts = DestinationCounts(depth=ready + sched, in_flight=flight, dead_letters=dead, scheduled=sched)
             total[0] += counts.depth
             total[1] += counts.in_flight
             total[2] += counts.dead_letters
+            total[3] += counts.scheduled
             if sub is not None:
                 per_sub[sub] = counts
         return QueueInfo(
@@ -148,6 +152,7 @@ class QueueServer(Management):
             depth=total[0],
             in_flight=total[1],
             dead_letters=total[2],
+            scheduled=total[3],
             subscribers=per_sub,
         )
 
@@ -245,9 +250,10 @@ class QueueServer(Management):
 
     def _read_config(self, qk: k.QueueKeys) -> tuple[str | None, dict[bytes, bytes], list[str]]:
         pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(qk.config)
+        pipe.hmget(qk.config, CONFIG_FIELDS)  # not HGETALL: the hash holds the queue's counters too
         pipe.smembers(qk.subscribers)
-        cfg, subs = self.storage.call(pipe.execute)
+        values, subs = self.storage.call(pipe.execute)
+        cfg = {name.encode(): v for name, v in zip(CONFIG_FIELDS, values) if v is not None}
         model = cfg.get(b"model")
         return (model.decode() if model else None), cfg, sorted(s.decode() for s in subs)
 

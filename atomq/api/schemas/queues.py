@@ -17,6 +17,7 @@ class CountsSchema(Strict):
     depth = fields.Integer(required=True, metadata={"description": "ready or scheduled for redelivery"})
     in_flight = fields.Integer(required=True)
     dead_letters = fields.Integer(required=True)
+    scheduled = fields.Integer(required=True, metadata={"description": "of depth, those waiting out a redelivery delay"})
 
 
 class SubscriberSchema(CountsSchema):

@@ -9,6 +9,28 @@
 
 local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
+-- The queue's counters live in its cfg hash, so they go with the queue and
+-- need no key of their own in every script: n:<kind> totals, and the
+-- send/ack rate ring r:<s|a><slot> = "<10-second bucket>:<count>", one slot
+-- per bucket over the last RATE_SLOTS buckets (see atomq.platform.counters).
+local RATE_SLOTS = 32
+
+local function count(kind, n)
+  if n > 0 then redis.call('HINCRBY', CFG, 'n:' .. kind, n) end
+end
+
+local function count_rate(kind, n, now)
+  if n <= 0 then return end
+  local bucket = math.floor(now / 10000)
+  local field = 'r:' .. kind .. (bucket % RATE_SLOTS)
+  local old = redis.call('HGET', CFG, field)
+  if old then
+    local colon = string.find(old, ':', 1, true)
+    if tonumber(string.sub(old, 1, colon - 1)) == bucket then n = n + tonumber(string.sub(old, colon + 1)) end
+  end
+  redis.call('HSET', CFG, field, bucket .. ':' .. n)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -157,6 +179,7 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now)
   if fails > q.max_redeliveries then
     local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
     redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+    count('dead_lettered', 1)
     return 'dead'
   end
   redis.call('ZADD', d.sched, now + redelivery_delay(delays, fails), id)
@@ -174,6 +197,7 @@ local function sweep_destination(d, q, delays, now, limit)
     fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now)
     moved = moved + 1
   end
+  count('ack_timeouts', #expired)
   local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit)
   if #due > 0 then
     redis.call('ZREM', d.sched, unpack(due))

@@ -88,8 +88,10 @@ out[1] = #live
 if #live == 0 then return out end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
+local redelivered = 0
 local j, o = 0, #out
 for _, i in ipairs(live) do
+  if counts[i] > 1 then redelivered = redelivered + 1 end
   out[o + 1], out[o + 2], out[o + 3] = ids[i], counts[i], envs[i]
   o = o + 3
   for _ = 1, ndocs[i] do
@@ -98,4 +100,6 @@ for _, i in ipairs(live) do
     o = o + 2
   end
 end
+count('delivered', #live)
+count('redelivered', redelivered)
 return out

@@ -148,4 +148,6 @@ if #msg_args > 0 then
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
   redis.call('HINCRBY', USAGE, 'messages', (#msg_args / 2) * ndest)
 end
+count('sent', new_count)
+count_rate('s', new_count, now)
 return ids

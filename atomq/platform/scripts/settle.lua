@@ -55,6 +55,8 @@ if #hits == 0 then return {0, 0} end
 if action == 'ack' then
   call_batched('ZREM', d.inflight, hits)
   forget(d, hits, KEYS[13])
+  count('acked', #hits)
+  count_rate('a', #hits, now)
   return {#hits, 0}
 elseif action == 'extend' then
   local deadline = now + tonumber(ARGV[2])
@@ -84,4 +86,5 @@ for i, id in ipairs(hits) do
     requeued = requeued + 1
   end
 end
+count('nacked', #hits)
 return {requeued, dead}

@@ -1,0 +1,97 @@
+"""What happened to each queue's messages, counted by the scripts that do it.
+
+A send, a delivery, an ack, a nack, an ack time-out and a move to the dead
+letter queue each count themselves inside the script that makes the change,
+so the totals are exact across every node and process, survive a crash of
+any of them, and cost no extra round trip. The scripts keep them in the
+queue's cfg hash (``n:<kind>``) together with a ring of 10-second buckets of
+sends and acks (``r:s<slot>``, ``r:a<slot>``, each ``"<bucket>:<count>"``),
+which is what the dashboard's rate chart draws: every node reads the same
+buckets. Refusals (rate limit, quota) happen before any queue is touched and
+are counted per tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from atomq.errors import QuotaExceeded, RateLimited
+from atomq.platform import keys as k
+from atomq.platform.names import check_tenant_id
+from atomq.platform.storage import Storage
+
+QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts")
+"""The per-queue totals the scripts keep, in the order ``queue_totals`` reads them."""
+REFUSALS = ("rate_limited", "quota_rejected")
+"""The per-tenant totals of sends refused before they reached a queue."""
+RATE_BUCKET_S = 10
+RATE_SLOTS = 32
+"""As RATE_SLOTS in scripts/_lib.lua: the ring holds this many buckets, the oldest being overwritten."""
+MAX_RATE_BUCKETS = RATE_SLOTS - 1
+"""The current bucket and the ones before it that the ring still holds whole."""
+
+
+@dataclass(frozen=True)
+class RateBucket:
+    """Sends and acks of one queue in the 10 seconds from ``start`` (epoch seconds)."""
+
+    start: int
+    sent: int
+    acked: int
+
+
+class MessageCounters:
+    """Reads the queues' counters and counts refused sends."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def queue_totals(self, tenant: str, queues: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Each queue's totals (QUEUE_COUNTS); a queue removed meanwhile is left out."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        fields = ["model"] + [f"n:{kind}" for kind in QUEUE_COUNTS]
+        pipe = self._storage.client.pipeline(transaction=False)
+        for name in queues:
+            pipe.hmget(tk.queue(name).config, fields)
+        out: dict[str, dict[str, int]] = {}
+        for name, values in zip(queues, self._storage.call(pipe.execute)):
+            if values[0] is not None:
+                out[name] = {kind: int(v or 0) for kind, v in zip(QUEUE_COUNTS, values[1:])}
+        return out
+
+    def rates(self, tenant: str, queue: str, buckets: int = 30) -> list[RateBucket]:
+        """The last ``buckets`` 10-second buckets of sends and acks, oldest first, the current one last."""
+        if not 1 <= buckets <= MAX_RATE_BUCKETS:
+            raise ValueError(f"buckets must be from 1 to {MAX_RATE_BUCKETS}")
+        config = k.TenantKeys(check_tenant_id(tenant)).queue(queue).config
+        fields = [f"r:{kind}{slot}" for kind in "sa" for slot in range(RATE_SLOTS)]
+        pipe = self._storage.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.hmget(config, fields)
+        (seconds, _), values = self._storage.call(pipe.execute)
+        held: dict[tuple[str, int], int] = {}
+        for field, value in zip(fields, values):
+            if value is not None:
+                bucket, _, n = value.partition(b":")
+                held[(field[2], int(bucket))] = int(n)
+        current = seconds // RATE_BUCKET_S
+        return [RateBucket(start=b * RATE_BUCKET_S, sent=held.get(("s", b), 0), acked=held.get(("a", b), 0))
+                for b in range(current - buckets + 1, current + 1)]
+
+    def refusals(self, tenant: str) -> dict[str, int]:
+        """The tenant's totals of refused sends (REFUSALS)."""
+        values = self._storage.call(self._storage.client.hmget, k.TenantKeys(check_tenant_id(tenant)).refusals,
+                                    list(REFUSALS))
+        return {kind: int(v or 0) for kind, v in zip(REFUSALS, values)}
+
+    @contextmanager
+    def counting_refusals(self, tenant: str) -> Iterator[None]:
+        """Counts a send refused by a rate-limit window or a quota inside the block, and lets the refusal go on."""
+        try:
+            yield
+        except (RateLimited, QuotaExceeded) as exc:
+            kind = "rate_limited" if isinstance(exc, RateLimited) else "quota_rejected"
+            self._storage.call(self._storage.client.hincrby, k.TenantKeys(tenant).refusals, kind, 1)
+            raise
