@@ -97,10 +97,19 @@ def _env(name: str) -> dict[str, Any]:
               help="Also start a Spark worker (one SparkSession) for listeners with engine \"spark\".")
 @click.option("--spark-master", default="local[*]", show_default=True, **_env("SPARK_MASTER"),
               help="The Spark master of --spark: local[N], local-cluster[...], spark://HOST:PORT, yarn, k8s://...")
+@click.option("--metrics-public", is_flag=True, **_env("METRICS_PUBLIC"),
+              help="Serve /metrics without a key (default: the owner key only).")
+@click.option("--metrics-max-tenants", type=click.IntRange(0), default=100, show_default=True,
+              **_env("METRICS_MAX_TENANTS"), help="Tenants with series of their own in /metrics; the rest add up "
+                                                  "under tenant=\"other\".")
+@click.option("--metrics-max-queues", type=click.IntRange(0), default=100, show_default=True,
+              **_env("METRICS_MAX_QUEUES"), help="Queues (and listeners) of a tenant with series of their own; the "
+                                                 "rest add up under queue=\"other\".")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
-          max_send_documents: int, spark_worker: bool, spark_master: str) -> None:
+          max_send_documents: int, spark_worker: bool, spark_master: str, metrics_public: bool,
+          metrics_max_tenants: int, metrics_max_queues: int) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
 
     The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
@@ -115,7 +124,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
                             workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,
                             execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,
-                            spark_worker=spark_worker, spark_master=spark_master))
+                            spark_worker=spark_worker, spark_master=spark_master, metrics_public=metrics_public,
+                            metrics_max_tenants=metrics_max_tenants, metrics_max_queues=metrics_max_queues))
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
 

@@ -39,6 +39,8 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
 
 from atomq.api import create_app
+from atomq.api.auth import METRICS_PUBLIC
+from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
 from atomq.api.services import LongPollLimiter, Services
 from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
@@ -79,6 +81,9 @@ class NodeConfig:
     max_send_documents: int = 100
     spark_worker: bool = False
     spark_master: str = "local[*]"
+    metrics_public: bool = False
+    metrics_max_tenants: int = 100
+    metrics_max_queues: int = 100
 
     @property
     def api_url(self) -> str:
@@ -225,7 +230,10 @@ class Node(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
-        return create_app(services, {"MAX_CONTENT_LENGTH": self.config.max_request_bytes})
+        c = self.config
+        return create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,
+                                     METRICS_MAX_TENANTS: c.metrics_max_tenants,
+                                     METRICS_MAX_QUEUES: c.metrics_max_queues})
 
     def run(self) -> None:
         NodeArbiter(self).run()

@@ -32,7 +32,8 @@ class InProcessNode:
                                  longpolls=LongPollLimiter(8))
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self._http = make_server("127.0.0.1", port, create_app(self.services), threaded=True)
+        self.app = create_app(self.services)
+        self._http = make_server("127.0.0.1", port, self.app, threaded=True)
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._thread.start()
         self.owner = AtomqClient(self.url, owner_key)

@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,29 @@ def test_happy_path_over_real_http_with_keep_alive(server: AtomqServe) -> None:
         pools = acme.session.get_adapter(server.url).poolmanager.pools  # type: ignore[attr-defined]
         (pool,) = [pools[k] for k in pools.keys()]
         assert (pool.num_connections, pool.num_requests) == (1, 13)
+
+
+def test_metrics_add_up_every_worker_process_and_one_node_exports_them(serve: ServeFactory) -> None:
+    node = serve("--metrics-public")
+    tenant, key = new_tenant(node, "measured")
+    with Http(node.url, key) as acme:
+        acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
+
+    def send(i: int) -> int:
+        return requests.post(f"{node.url}/v1/queues/orders/messages", json=messages(f"m{i}"), timeout=10,
+                             headers={"Authorization": f"Bearer {key}"}).status_code
+
+    # Concurrent requests, a connection each, so both HTTP workers are likely to answer some of them.
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(send, range(20))) == [201] * 20
+    timed = f'atomq_request_duration_seconds_count{{method="POST",route="/v1/queues/{{name}}/messages",tenant="{tenant}"}}'
+    # Each worker hands its share of the latency histogram to Redis every 5 s; the counters are exact at once.
+    wait_until(lambda: f"{timed} 20.0" in requests.get(f"{node.url}/metrics", timeout=10).text, 20,
+               "both workers' latency in /metrics")
+    text = requests.get(f"{node.url}/metrics", timeout=10).text
+    assert f'atomq_messages_sent_total{{queue="orders",tenant="{tenant}"}} 20.0' in text
+    assert f'atomq_queue_depth{{queue="orders",tenant="{tenant}"}} 20.0' in text
+    assert len(re.findall(r"^atomq_metrics_exporter\{[^}]*\} 1\.0$", text, re.M)) == 1
 
 
 # -- 2. long-polls ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 
-from atomq.api import auth, dead_letters, errors, health, listeners, messages, queues, server, streams, tenants
+from atomq.api import auth, dead_letters, errors, health, listeners, messages, metrics, queues, server, streams, tenants
+from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
@@ -44,6 +45,9 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     app.config.update(config or {})
     app.extensions["atomq"] = services
     app.url_map.converters["qname"] = NameConverter
+    latency = LatencyRecorder(services.queues.storage)
+    latency.install(app)
+    app.extensions["atomq_latency"] = latency
     app.before_request(auth.authenticate)
     api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
@@ -52,6 +56,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     for module in (health, server, tenants, queues, messages, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
+    app.register_blueprint(metrics.blp)
     return app
 
 

@@ -14,6 +14,11 @@ from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from atomq.tenants import Principal
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
+METRICS_PATH = "/metrics"
+METRICS_PUBLIC = "METRICS_PUBLIC"
+"""Public too when the app's ``METRICS_PUBLIC`` is set (``atomq serve --metrics-public``)."""
+DASHBOARD_PATH = "/dashboard/"
+"""The dashboard's pages sign people in with a session of their own (``atomq.api.dashboard.access``)."""
 EXECUTION_ENDPOINTS = frozenset({
     ("messages.Messages", "POST"),
     ("listeners.ExecutionStart", "POST"),
@@ -25,7 +30,9 @@ EXECUTION_ENDPOINTS = frozenset({
 
 def authenticate() -> None:
     """``before_request``: resolves ``g.principal`` (401 when the key is missing or unknown)."""
-    if request.path in PUBLIC_PATHS or request.method == "OPTIONS":
+    if request.path in PUBLIC_PATHS or f"{request.path}/".startswith(DASHBOARD_PATH) or request.method == "OPTIONS":
+        return
+    if request.path == METRICS_PATH and current_app.config.get(METRICS_PUBLIC):
         return
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
@@ -53,6 +60,7 @@ def current_tenant() -> str:
     """The tenant a queue call acts for: the key's tenant, or the owner's ``X-Atomq-Tenant``."""
     p = principal()
     if p.tenant_id is not None:
+        g.atomq_tenant = p.tenant_id
         return p.tenant_id
     tenant = request.headers.get("X-Atomq-Tenant", "").strip()
     if not tenant:
@@ -60,4 +68,5 @@ def current_tenant() -> str:
                            field="X-Atomq-Tenant")
     if not current_app.extensions["atomq"].tenants.exists(tenant):
         raise NotFound(f"tenant {tenant!r} does not exist", tenant=tenant)
+    g.atomq_tenant = tenant  # the request's tenant for its latency and log records
     return tenant

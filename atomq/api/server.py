@@ -10,8 +10,9 @@ from flask.views import MethodView
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
+from atomq.api.services import Services
 from atomq.platform import store_sizes
-from atomq.platform.server_settings import ServerSettings, memory_state
+from atomq.platform.server_settings import memory_state
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
 
@@ -21,8 +22,10 @@ def owner_only() -> None:
     require_owner()
 
 
-def _state(settings: ServerSettings) -> dict[str, Any]:
-    s = services()
+def server_state(s: Services) -> dict[str, Any]:
+    """The server's status, memory state, store sizes and shared settings: what
+    ``GET /v1/server`` answers and the dashboard's owner view shows."""
+    settings = s.current_settings()
     memory = s.queues.storage.call(s.queues.client.info, "memory")
     used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
     state = memory_state(used, limit)
@@ -45,7 +48,7 @@ class Server(MethodView):
     @blp.response(200, ServerSchema)
     def get(self) -> dict[str, Any]:
         """The server's status, memory state and shared settings."""
-        return _state(services().current_settings())
+        return server_state(services())
 
     @blp.arguments(ServerPatchSchema)
     @blp.response(200, ServerSchema)
@@ -53,4 +56,4 @@ class Server(MethodView):
         """Changes shared settings; every node applies them within a few seconds."""
         s = services()
         s.settings.update(**body)
-        return _state(s.current_settings())
+        return server_state(s)

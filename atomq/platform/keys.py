@@ -76,6 +76,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    fork executions, aq.spark.T for Spark executions
     aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
                                    (see ``atomq.platform.store_sizes``)
+    aq:metrics:latency             hash: the API's request latency histogram, summed over every
+                                   process of every node (see ``atomq.api.latency``)
 """
 
 from __future__ import annotations
@@ -320,6 +322,10 @@ class ListenerKeys:
         """The five keys in the order the listener scripts expect them."""
         return [self.definitions, self.stat, self.executions, self.pending, self.done]
 
+
+REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
+"""Hash of the API's request latency histogram, summed over every process of every node
+(fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.api.latency``)."""
 
 STORE_SIZES_KEY = f"{PREFIX}:server:stores"
 TEMPORARY_KEY_PATTERNS = (

@@ -1,0 +1,121 @@
+"""Request latency: an OpenTelemetry histogram per process, summed in Redis.
+
+``atomq serve`` answers from several worker processes on several nodes, and
+the SDK's Prometheus reader sees only the process it runs in, so a scrape
+would show one worker's share. Each process therefore records into its own
+MeterProvider, whose periodic reader hands the delta of every few seconds
+to :class:`RedisHistogramExporter`; that adds it to one Redis hash, which
+the metrics endpoint reads whole. A process's last few seconds reach Redis
+at its next export, at a scrape it answers, or when it exits.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from flask import Flask, g, request
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+from atomq.platform import keys as k
+from atomq.platform.storage import Storage
+
+INSTRUMENT = "atomq.request.duration"
+BOUNDS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
+"""Histogram bucket bounds in seconds; the top ones are for long-polling gets (up to 20 s)."""
+EXPORT_INTERVAL_MS = 5000
+LABELS = ("tenant", "method", "route")
+_RULE_ARG = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+
+
+def route_label(rule: str) -> str:
+    """A URL rule as the OpenAPI path it documents: ``/v1/queues/<qname:name>`` → ``/v1/queues/{name}``."""
+    return _RULE_ARG.sub(r"{\1}", rule)
+
+
+def series_field(labels: Mapping[str, str], part: str) -> str:
+    """The hash field of one series' bucket count, ``sum`` or ``count`` (label values hold no ``|``)."""
+    return "|".join(labels.get(name, "") for name in LABELS) + "|" + part
+
+
+class RedisHistogramExporter(MetricExporter):  # type: ignore[misc]
+    """Adds each export's delta of the latency histogram to the shared hash."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+        self._storage = storage
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        pipe = self._storage.client.pipeline(transaction=False)
+        for resource in metrics_data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        if isinstance(point, HistogramDataPoint) and point.count:
+                            labels = {name: str(point.attributes.get(name, "")) for name in LABELS}
+                            for i, n in enumerate(point.bucket_counts):
+                                if n:
+                                    pipe.hincrby(k.REQUEST_LATENCY_KEY, series_field(labels, str(i)), n)
+                            pipe.hincrbyfloat(k.REQUEST_LATENCY_KEY, series_field(labels, "sum"), point.sum)
+                            pipe.hincrby(k.REQUEST_LATENCY_KEY, series_field(labels, "count"), point.count)
+        try:
+            pipe.execute()
+        except redis.RedisError:
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        return None
+
+
+class LatencyRecorder:
+    """Times every request of one app into the process's histogram."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._reader = PeriodicExportingMetricReader(RedisHistogramExporter(storage),
+                                                     export_interval_millis=EXPORT_INTERVAL_MS)
+        self.provider = MeterProvider(metric_readers=[self._reader], views=[
+            View(instrument_name=INSTRUMENT, aggregation=ExplicitBucketHistogramAggregation(BOUNDS_S))])
+        self._histogram = self.provider.get_meter("atomq").create_histogram(
+            INSTRUMENT, unit="s", description="Time to answer an API request")
+
+    def install(self, app: Flask) -> None:
+        app.before_request(self._start)
+        app.after_request(self._finish)
+
+    @staticmethod
+    def _start() -> None:
+        g.atomq_started = time.perf_counter()
+
+    def _finish(self, response: Any) -> Any:
+        started = g.pop("atomq_started", None)
+        if started is not None:
+            rule = request.url_rule
+            self._histogram.record(time.perf_counter() - started, {
+                "tenant": g.get("atomq_tenant") or "",
+                "method": request.method,
+                "route": route_label(rule.rule) if rule is not None else "",
+            })
+        return response
+
+    def flush(self) -> None:
+        """Hands this process's unexported share to Redis now (a scrape answered here is then current for it)."""
+        self._reader.force_flush()
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()

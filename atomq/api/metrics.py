@@ -1,0 +1,237 @@
+"""``GET /metrics``: the platform in Prometheus text.
+
+Two kinds of figures, kept where every node can read them:
+
+- what the scripts count and Redis holds (queue depths and counters, tenant
+  usage and refusals, listener executions, the stores' sizes) is the same
+  whichever node reads it, so only the node holding the maintenance lease
+  exports it; otherwise a Prometheus that scrapes every node would add the
+  figures up once per node. ``atomq_metrics_exporter`` says which node does.
+- request latency is recorded by each process's OpenTelemetry histogram and
+  summed in Redis (``atomq.api.latency``); the exporting node serves it too.
+
+prometheus_client writes the text format: the SDK's own Prometheus reader
+shows only the process it runs in and has no way to render a histogram
+summed elsewhere. Label sets stay bounded: the first ``METRICS_MAX_TENANTS``
+tenants (by id) and the first ``METRICS_MAX_QUEUES`` queues and listeners of
+each (by name) get series of their own; the rest are added up under
+``other``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from flask import Blueprint, Response, current_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from atomq.api.auth import METRICS_PUBLIC, require_owner
+from atomq.api.latency import BOUNDS_S, LABELS, LatencyRecorder
+from atomq.api.server import server_state
+from atomq.api.services import Services
+from atomq.platform import keys as k
+from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
+from atomq.platform.server_settings import MEMORY_STATES
+from atomq.tenants.records import Tenant
+
+blp = Blueprint("metrics", __name__)
+
+METRICS_MAX_TENANTS = "METRICS_MAX_TENANTS"
+METRICS_MAX_QUEUES = "METRICS_MAX_QUEUES"
+DEFAULT_MAX_TENANTS = 100
+DEFAULT_MAX_QUEUES = 100
+OTHER = "other"
+
+QUEUE_GAUGES = {
+    "depth": "Messages waiting: ready, or scheduled for redelivery",
+    "in_flight": "Messages delivered and not yet acked or nacked",
+    "scheduled": "Messages waiting out a redelivery delay (part of the depth)",
+    "dead_letters": "Messages in the dead letter queue",
+}
+QUEUE_COUNTERS = {
+    "sent": ("atomq_messages_sent", "Messages stored by sends (a repeated de-duplication id is not)"),
+    "delivered": ("atomq_messages_delivered", "Deliveries by gets and listeners, first ones and redeliveries"),
+    "redelivered": ("atomq_messages_redelivered", "Deliveries of a message delivered before"),
+    "acked": ("atomq_messages_acked", "Deliveries acked"),
+    "nacked": ("atomq_messages_nacked", "Deliveries nacked"),
+    "dead_lettered": ("atomq_messages_dead_lettered", "Messages moved to the dead letter queue"),
+    "ack_timeouts": ("atomq_ack_timeouts", "Deliveries whose ack time-out ran out (failed deliveries)"),
+}
+REFUSAL_COUNTERS = {
+    "rate_limited": ("atomq_sends_rate_limited", "Sends refused by a rate-limit window (429)"),
+    "quota_rejected": ("atomq_sends_quota_rejected", "Sends refused by a disk quota or the server's disk limit (507)"),
+}
+assert set(QUEUE_COUNTERS) == set(QUEUE_COUNTS) and set(REFUSAL_COUNTERS) == set(REFUSALS)
+
+
+@blp.before_request
+def owner_unless_public() -> None:
+    if not current_app.config.get(METRICS_PUBLIC):
+        require_owner()
+
+
+@blp.get("/metrics")
+def metrics() -> Response:
+    """The platform's metrics in Prometheus text (owner key, or public with ``--metrics-public``)."""
+    services: Services = current_app.extensions["atomq"]
+    recorder: LatencyRecorder | None = current_app.extensions.get("atomq_latency")
+    if recorder is not None:
+        recorder.flush()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PlatformCollector(
+        services, current_app.config.get(METRICS_MAX_TENANTS, DEFAULT_MAX_TENANTS),
+        current_app.config.get(METRICS_MAX_QUEUES, DEFAULT_MAX_QUEUES)))
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def exports_shared_figures(services: Services) -> bool:
+    """Whether this node holds the maintenance lease (held as ``<node id>:<pid>`` by one of its processes)."""
+    holder = services.queues.storage.call(services.queues.client.get, k.lease_key("maintenance"))
+    return holder is not None and holder.decode().startswith(f"{services.node_id}:")
+
+
+class _Capped:
+    """Gives the first ``cap`` names (in sorted order) labels of their own, the rest ``other``."""
+
+    def __init__(self, names: Iterable[str], cap: int) -> None:
+        self._own = set(sorted(names)[:cap])
+
+    def __call__(self, name: str) -> str:
+        return name if name in self._own else OTHER
+
+
+class PlatformCollector(Collector):  # type: ignore[misc]
+    """Reads the figures at scrape time; nothing is kept between scrapes."""
+
+    def __init__(self, services: Services, max_tenants: int, max_queues: int) -> None:
+        self._s = services
+        self._max_tenants = max_tenants
+        self._max_queues = max_queues
+
+    def collect(self) -> Iterator[Metric]:
+        exporting = exports_shared_figures(self._s)
+        flag = GaugeMetricFamily("atomq_metrics_exporter", "1 on the node that exports the shared figures",
+                                 labels=["node"])
+        flag.add_metric([self._s.node_id], 1 if exporting else 0)
+        yield flag
+        if exporting:
+            tenants = self._s.tenants.list()
+            tenant_label = _Capped((t.id for t in tenants), self._max_tenants)
+            yield from self._server()
+            yield from self._tenants(tenants, tenant_label)
+            yield from self._latency({t.id for t in tenants}, tenant_label)
+
+    def _server(self) -> Iterator[Metric]:
+        state = server_state(self._s)
+        yield GaugeMetricFamily("atomq_server_up", "1 while the server is ok, 0 while degraded",
+                                value=1 if state["status"] == "ok" else 0)
+        memory = GaugeMetricFamily("atomq_memory_state", "The memory state: 1 for the current one",
+                                   labels=["state"])
+        for name in [name for _, name in MEMORY_STATES] + ["red"]:
+            memory.add_metric([name], 1 if state["memory_state"] == name else 0)
+        yield memory
+        for field, text in (
+            ("message_store_bytes", "Messages and documents held in queues and dead letter queues"),
+            ("temporary_store_bytes", "State kept only while work is under way"),
+            ("job_scheduler_store_bytes", "The redelivery schedule and the execution job queues"),
+            ("memory_bytes", "Memory Redis uses"),
+            ("max_memory_bytes", "Redis's maxmemory (0: none)"),
+            ("max_disk_bytes", "The server's disk limit (0: none)"),
+            ("incoming_rate_limit_per_minute", "Sends a node takes per window (0: no limit)"),
+        ):
+            if state.get(field) is not None:
+                yield GaugeMetricFamily(f"atomq_{field}", text, value=state[field])
+
+    def _tenants(self, tenants: list[Tenant], tenant_label: _Capped) -> Iterator[Metric]:
+        s = self._s
+        info = GaugeMetricFamily("atomq_tenant_info", "A tenant's name", labels=["tenant", "name"])
+        tenant_gauges: dict[str, defaultdict[str, float]] = {
+            name: defaultdict(float) for name in ("stored_bytes", "stored_messages", "disk_quota_bytes",
+                                                  "rate_limit_per_minute")}
+        refusals: dict[str, defaultdict[str, float]] = {kind: defaultdict(float) for kind in REFUSALS}
+        queue_gauges: dict[str, defaultdict[tuple[str, str], float]] = {n: defaultdict(float) for n in QUEUE_GAUGES}
+        queue_counts: dict[str, defaultdict[tuple[str, str], float]] = {n: defaultdict(float) for n in QUEUE_COUNTS}
+        listener_counts: dict[str, defaultdict[tuple[str, str], float]] = {
+            "executions": defaultdict(float), "failures": defaultdict(float), "running": defaultdict(float)}
+        for t in tenants:
+            tl = tenant_label(t.id)
+            if tl != OTHER:
+                info.add_metric([t.id, t.name], 1)
+            usage = s.queues.usage(t.id)
+            tenant_gauges["stored_bytes"][tl] += usage["stored_bytes"]
+            tenant_gauges["stored_messages"][tl] += usage["messages"]
+            tenant_gauges["disk_quota_bytes"][tl] += t.disk_quota_bytes
+            tenant_gauges["rate_limit_per_minute"][tl] += t.rate_limit_per_minute
+            for kind, n in s.queues.counters.refusals(t.id).items():
+                refusals[kind][tl] += n
+            queues = s.queues.list_queues(t.id)
+            queue_label = _Capped((q.name for q in queues), self._max_queues if tl != OTHER else 0)
+            totals = s.queues.counters.queue_totals(t.id, [q.name for q in queues])
+            for q in queues:
+                key = (tl, queue_label(q.name))
+                for name in QUEUE_GAUGES:
+                    queue_gauges[name][key] += getattr(q, name)
+                for kind, n in totals.get(q.name, {}).items():
+                    queue_counts[kind][key] += n
+            listeners = s.listeners.of_tenant(t.id)
+            listener_label = _Capped((li.name for li in listeners), self._max_queues if tl != OTHER else 0)
+            for li in listeners:
+                key = (tl, listener_label(li.name))
+                listener_counts["executions"][key] += li.executions
+                listener_counts["failures"][key] += li.failures
+                listener_counts["running"][key] += 1 if li.state == "running" else 0
+        yield info
+        for name, values in tenant_gauges.items():
+            yield _family(GaugeMetricFamily, f"atomq_tenant_{name}", f"The tenant's {name.replace('_', ' ')}",
+                          ["tenant"], {(t,): v for t, v in values.items()})
+        for kind, (name, text) in REFUSAL_COUNTERS.items():
+            yield _family(CounterMetricFamily, name, text, ["tenant"], {(t,): v for t, v in refusals[kind].items()})
+        for name, text in QUEUE_GAUGES.items():
+            yield _family(GaugeMetricFamily, f"atomq_queue_{name}", text, ["tenant", "queue"], queue_gauges[name])
+        for kind, (name, text) in QUEUE_COUNTERS.items():
+            yield _family(CounterMetricFamily, name, text, ["tenant", "queue"], queue_counts[kind])
+        yield _family(CounterMetricFamily, "atomq_listener_executions", "Executions a listener finished",
+                      ["tenant", "listener"], listener_counts["executions"])
+        yield _family(CounterMetricFamily, "atomq_listener_failures", "Executions that failed",
+                      ["tenant", "listener"], listener_counts["failures"])
+        yield _family(GaugeMetricFamily, "atomq_listeners_running", "Listeners in the running state",
+                      ["tenant", "listener"], listener_counts["running"])
+
+    def _latency(self, tenant_ids: set[str], tenant_label: _Capped) -> Iterator[Metric]:
+        storage, client = self._s.queues.storage, self._s.queues.client
+        raw = storage.call(client.hgetall, k.REQUEST_LATENCY_KEY)
+        series: defaultdict[tuple[str, ...], dict[str, float]] = defaultdict(dict)
+        unknown = {field.split(b"|", 1)[0].decode() for field in raw} - tenant_ids - {""}
+        # A deleted tenant's series are dropped, so the hash does not grow with every tenant there ever was.
+        deleted = {t for t in unknown if not self._s.tenants.exists(t)}
+        gone = []
+        for field, value in raw.items():
+            *labels, part = field.decode().split("|")
+            if labels[0] in deleted:
+                gone.append(field)
+                continue
+            labels[0] = tenant_label(labels[0]) if labels[0] else ""
+            held = series[tuple(labels)]
+            held[part] = held.get(part, 0) + float(value)
+        family = HistogramMetricFamily("atomq_request_duration_seconds", "Time to answer an API request",
+                                       labels=list(LABELS))
+        for labels, held in sorted(series.items()):
+            cumulative, buckets = 0.0, []
+            for i, bound in enumerate((*BOUNDS_S, float("inf"))):
+                cumulative += held.get(str(i), 0)
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            family.add_metric(list(labels), buckets, sum_value=held.get("sum", 0.0))
+        yield family
+        if gone:
+            storage.call(client.hdel, k.REQUEST_LATENCY_KEY, *gone)
+
+
+def _family(cls: Any, name: str, text: str, labels: list[str], values: dict[Any, float]) -> Metric:
+    family = cls(name, text, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family

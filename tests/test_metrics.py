@@ -1,0 +1,141 @@
+"""``GET /metrics`` after known traffic: exact counts, bounded labels, one exporting node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from atomq.api.auth import METRICS_PUBLIC
+from atomq.api.metrics import METRICS_MAX_QUEUES
+from atomq.client import AtomqClient
+from atomq.errors import QuotaExceeded, RateLimited
+from atomq.platform.lease import Lease
+from in_process_node import InProcessNode
+
+OWNER = "owner-key-for-metrics-tests"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNode]:
+    with InProcessNode(tmp_path_factory.mktemp("metrics"), OWNER) as node:
+        yield node
+
+
+def scrape(node: InProcessNode, key: str = OWNER) -> Samples:
+    response = requests.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.text) for s in family.samples}
+
+
+def value(samples: Samples, metric: str, **labels: str) -> float:
+    return samples[(metric, frozenset(labels.items()))]
+
+
+def export_here(node: InProcessNode) -> Lease:
+    """This node takes the maintenance lease, as its maintenance loop would."""
+    lease = Lease(node.services.queues.storage, "maintenance", f"{node.services.node_id}:1", ttl_s=600)
+    assert lease.acquire()
+    return lease
+
+
+def test_only_the_lease_holder_exports_the_shared_figures(node: InProcessNode) -> None:
+    lease = Lease(node.services.queues.storage, "maintenance", "n_elsewhere:1", ttl_s=600)
+    assert lease.acquire()
+    try:
+        samples = scrape(node)
+        assert value(samples, "atomq_metrics_exporter", node=node.services.node_id) == 0
+        assert not [name for name, _ in samples if name.startswith("atomq_queue_")]
+    finally:
+        lease.release()
+    export_here(node).release()
+
+
+def test_counts_after_known_traffic_are_exact(node: InProcessNode) -> None:
+    owner = node.owner
+    busy = owner.create_tenant("busy")
+    limited = owner.create_tenant("limited", rate_limit_per_minute=1, disk_quota_bytes=300)
+    lease = export_here(node)
+    try:
+        with AtomqClient(node.url, busy["api_key"]) as api, AtomqClient(node.url, limited["api_key"]) as small:
+            api.put_queue("orders", max_redeliveries=1)
+            ids = api.send_texts("orders", ["a", "b", "c"]) + api.send_texts("orders", ["d", "e"])
+            assert len(api.get("orders", max_messages=10)) == 5
+            api.ack("orders", ids=ids[:2])
+            assert api.nack("orders", ids=ids[2:])["requeued"] == 3
+            again = api.get("orders", max_messages=10, wait_ms=5000)  # redelivered after the first delay, 1 s
+            assert sorted(m["id"] for m in again) == sorted(ids[2:])
+            assert api.nack("orders", ids=[ids[2]], reason="bad")["dead_lettered"] == 1
+            api.ack("orders", ids=ids[3:])
+            api.send_texts("orders", ["waiting"])
+
+            small.put_queue("q")
+            small.send_texts("q", ["x" * 100])
+            with pytest.raises(RateLimited):
+                small.send_texts("q", ["y"])
+            owner.update_tenant(limited["id"], rate_limit_per_minute=0)
+            node.services._attachments.clear()  # as the node would re-read them within a few seconds
+            with pytest.raises(QuotaExceeded):
+                small.send_texts("q", ["z" * 300])
+
+        samples = scrape(node)
+        busy_orders = {"tenant": busy["id"], "queue": "orders"}
+        assert value(samples, "atomq_metrics_exporter", node=node.services.node_id) == 1
+        assert value(samples, "atomq_tenant_info", tenant=busy["id"], name="busy") == 1
+        expected = {"atomq_messages_sent_total": 6, "atomq_messages_delivered_total": 8,
+                    "atomq_messages_redelivered_total": 3, "atomq_messages_acked_total": 4,
+                    "atomq_messages_nacked_total": 4, "atomq_messages_dead_lettered_total": 1,
+                    "atomq_ack_timeouts_total": 0, "atomq_queue_depth": 1, "atomq_queue_in_flight": 0,
+                    "atomq_queue_scheduled": 0, "atomq_queue_dead_letters": 1}
+        assert {name: value(samples, name, **busy_orders) for name in expected} == expected
+        assert value(samples, "atomq_tenant_stored_messages", tenant=busy["id"]) == 2
+        assert value(samples, "atomq_sends_rate_limited_total", tenant=limited["id"]) == 1
+        assert value(samples, "atomq_sends_quota_rejected_total", tenant=limited["id"]) == 1
+        assert value(samples, "atomq_sends_rate_limited_total", tenant=busy["id"]) == 0
+        assert value(samples, "atomq_tenant_disk_quota_bytes", tenant=limited["id"]) == 300
+        assert value(samples, "atomq_messages_sent_total", tenant=limited["id"], queue="q") == 1
+
+        # Three send requests of the busy tenant, each timed once by this node's only process.
+        send_route = {"tenant": busy["id"], "method": "POST", "route": "/v1/queues/{name}/messages"}
+        assert value(samples, "atomq_request_duration_seconds_count", **send_route) == 3
+        assert value(samples, "atomq_request_duration_seconds_bucket", le="+Inf", **send_route) == 3
+        assert value(samples, "atomq_request_duration_seconds_sum", **send_route) > 0
+        for name in ("atomq_server_up", "atomq_message_store_bytes", "atomq_memory_bytes"):
+            assert (name, frozenset()) in samples
+        assert value(samples, "atomq_memory_state", state="green") == 1
+        assert not [labels for name, labels in samples if dict(labels).get("queue") == "other"]
+    finally:
+        lease.release()
+
+
+def test_queues_past_the_cap_are_added_up_under_other(node: InProcessNode, monkeypatch) -> None:
+    tenant = node.owner.create_tenant("many")
+    monkeypatch.setitem(node.app.config, METRICS_MAX_QUEUES, 2)
+    lease = export_here(node)
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as api:
+            for i, name in enumerate(["a", "b", "c", "d"]):
+                api.put_queue(name)
+                api.send_texts(name, ["m"] * (i + 1))
+        samples = scrape(node)
+        depth = {dict(labels)["queue"]: v for name, labels in samples
+                 if name == "atomq_queue_depth" and dict(labels)["tenant"] == tenant["id"]
+                 for v in [samples[(name, labels)]]}
+        assert depth == {"a": 1, "b": 2, "other": 3 + 4}
+    finally:
+        lease.release()
+
+
+def test_metrics_need_the_owner_key_unless_public(node: InProcessNode, monkeypatch) -> None:
+    tenant = node.owner.create_tenant("nosy")
+    assert requests.get(f"{node.url}/metrics", timeout=10).status_code == 401
+    refused = requests.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {tenant['api_key']}"},
+                           timeout=10)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    monkeypatch.setitem(node.app.config, METRICS_PUBLIC, True)
+    assert requests.get(f"{node.url}/metrics", timeout=10).status_code == 200
