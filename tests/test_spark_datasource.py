@@ -143,6 +143,28 @@ def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
     assert {r.delivery_count for r in sink2} == {2}
 
 
+def test_a_query_started_under_the_same_consumer_name_fences_off_the_running_one(
+        spark: Any, node: InProcessNode, tenant: Tenant, tmp_path: Path) -> None:
+    api = tenant.api
+    api.put_queue("shared")
+    api.send_texts("shared", ["a", "b", "c"])
+    seen: list[Any] = []
+
+    def handle(batch_df: Any, batch_id: int) -> None:
+        seen.extend(batch_df.collect())
+        # Another query starts under the same name while this batch is being processed.
+        api.request("POST", "/v1/queues/shared/streams/twin/open", {})
+
+    stream = spark.readStream.format("atomq").options(**tenant.options(node, queue="shared", consumer="twin")).load()
+    query = stream.writeStream.foreachBatch(handle).option("checkpointLocation", str(tmp_path / "cp")) \
+        .trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="opened by another query"):
+        query.awaitTermination(60)
+    assert sorted(r.text for r in seen) == ["a", "b", "c"]
+    queue = api.queue("shared")
+    assert (queue["depth"], queue["in_flight"]) == (0, 3), "the fenced query acked nothing"
+
+
 def test_a_streaming_write_copies_a_consumed_queue_once(spark: Any, node: InProcessNode, tenant: Tenant,
                                                          tmp_path: Path) -> None:
     api = tenant.api

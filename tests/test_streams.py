@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from atomq.errors import InvalidInput, NotFound
+from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import QueueServer
 from atomq.platform.streams import StreamConsumers
 from support import msg
@@ -74,3 +74,24 @@ def test_extend_reaches_only_the_batches_named(streams: StreamConsumers, qs: Que
     assert streams.extend(tenant, "events", "q1", [1]) == 2
     assert streams.extend(tenant, "events", "q1", [1, 7]) == 4
     assert streams.extend(tenant, "events", "q1", []) == 0
+
+
+def test_a_query_opened_later_under_the_name_fences_off_the_earlier_one(
+        streams: StreamConsumers, qs: QueueServer, tenant: str) -> None:
+    first = streams.open(tenant, "events", "q1")
+    assert streams.plan(tenant, "events", "q1", 1, max_messages=3, generation=first) is not None
+    second = streams.open(tenant, "events", "q1")
+    assert second == first + 1
+    # The second query numbers its batches from 1 too: it takes over batch 1 as planned.
+    taken_over = streams.plan(tenant, "events", "q1", 1, max_messages=3, generation=second)
+    assert taken_over is not None and len(taken_over.ids) == 3
+    assert streams.plan(tenant, "events", "q1", 2, max_messages=3, generation=second) is not None
+    for call in (lambda: streams.commit(tenant, "events", "q1", through=2, generation=first),
+                 lambda: streams.extend(tenant, "events", "q1", [1, 2], generation=first),
+                 lambda: streams.plan(tenant, "events", "q1", 3, max_messages=3, generation=first)):
+        with pytest.raises(Conflict) as refused:
+            call()
+        assert refused.value.details == {"consumer": "q1", "generation": second}
+    assert qs.get_queue(tenant, "events").in_flight == 6, "the earlier query acked and took nothing"
+    assert streams.commit(tenant, "events", "q1", through=2, generation=second) == 6
+    assert streams.open(tenant, "events", "q1", subscriber=None) == second + 1

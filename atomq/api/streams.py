@@ -3,7 +3,8 @@
 The protocol of the Spark data source's streaming read (see
 ``atomq.platform.streams``): plan micro-batch n (idempotent), read its
 partitions (the same rows on every replay), extend while working, commit
-through n (ack). Tenant key, like every queue call.
+through n (ack), each fenced by the generation the query's open answered.
+Tenant key, like every queue call.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from atomq.api.schemas.streams import (
     CommitSchema,
     CommittedSchema,
     ExtendBatchesSchema,
+    OpenedSchema,
+    OpenSchema,
     PartitionArgs,
     PartitionSchema,
     PlannedSchema,
@@ -28,6 +31,16 @@ from atomq.api.schemas.streams import (
 )
 
 blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers")
+
+
+@blp.route("/<qname:name>/streams/<qname:consumer>/open")
+class Open(MethodView):
+    @blp.arguments(OpenSchema)
+    @blp.response(200, OpenedSchema)
+    def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
+        """Starts a query under the consumer's name: answers its generation, which the query's
+        plans, extends and commits carry; those of queries opened before are refused from now on."""
+        return {"generation": services().streams.open(current_tenant(), name, consumer, body.get("subscriber"))}
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/batches/<int:batch>")
@@ -41,7 +54,8 @@ class Batch(MethodView):
         tenant = current_tenant()
         with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
             planned = s.streams.plan(tenant, name, consumer, batch, body["max"], body["partitions"],
-                                     body.get("subscriber"), wait_ms, stop=s.stopping)
+                                     body.get("subscriber"), wait_ms, stop=s.stopping,
+                                     generation=body.get("generation"))
         return {"count": len(planned.ids), "partitions": planned.partitions} if planned else \
             {"count": 0, "partitions": 0}
 
@@ -72,7 +86,7 @@ class Commit(MethodView):
     def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
         """Acks every planned batch up to ``through``."""
         return {"acked": services().streams.commit(current_tenant(), name, consumer, body["through"],
-                                                   body.get("subscriber"))}
+                                                   body.get("subscriber"), body.get("generation"))}
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/extend")
@@ -82,4 +96,4 @@ class Extend(MethodView):
     def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
         """A full ack time-out more for the planned batches the query works on."""
         return {"extended": services().streams.extend(current_tenant(), name, consumer, body["batches"],
-                                                      body.get("subscriber"))}
+                                                      body.get("subscriber"), body.get("generation"))}

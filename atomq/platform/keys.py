@@ -69,7 +69,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    subscriber, ids, receipts), expiring with its time limit
     aq:{T}:st:Q:S:C                hash: streaming consumer C of queue Q (subscriber S, "" for
                                    point-to-point): its planned batches, b<n> -> JSON (ids,
-                                   receipts, partitions); see ``atomq.platform.streams``
+                                   receipts, partitions), and gen, the generation of the query
+                                   that opened it last; see ``atomq.platform.streams``
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with rq queues (in rq's Redis): aq.T for

@@ -16,6 +16,13 @@ plan found under a number is used only while all its deliveries are still
 in flight: a live query's replay, or the plan of a query that died before
 committing it, whose messages the next query under that name processes.
 Otherwise it is given back and the number planned afresh.
+
+One running query per consumer name: a query opens the consumer when it
+starts and gets the next generation; plans, extends and commits carry it,
+and those of an older generation are refused (Conflict). Two queries
+started under one name cannot ack each other's batches: the later one
+takes the name over and the earlier one stops at its next call, as a
+restarted query takes over from the one that died.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atomq.errors import InvalidInput, NotFound
+from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.models import BrowsedMessage, MessageState
 from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
@@ -35,6 +42,8 @@ from atomq.platform.queue_server import QueueServer
 RECORD_TTL_S = 24 * 3600
 """How long a consumer's planned batches are kept without a plan or an extend:
 past it the consumer is gone and its messages have long come back."""
+GENERATION = "gen"
+"""The field of the consumer's record that holds the generation of the query last opened."""
 MAX_BATCH = 1000
 MAX_PARTITIONS = 64
 
@@ -81,12 +90,36 @@ class StreamConsumers:
         return k.stream_consumer(check_tenant_id(tenant), check_queue_name(queue, field="queue"), subscriber,
                                  check_consumer_name(consumer))
 
+    def open(self, tenant: str, queue: str, consumer: str, subscriber: str | None = None) -> int:
+        """Starts a query under the consumer's name: its generation, which fences off earlier ones."""
+        key = self._key(tenant, queue, consumer, subscriber)
+        pipe = self.storage.client.pipeline(transaction=True)
+        pipe.hincrby(key, GENERATION, 1)
+        pipe.expire(key, RECORD_TTL_S)
+        generation, _ = self.storage.call(pipe.execute)
+        return int(generation)
+
+    def _fence(self, key: str, consumer: str, generation: int | None) -> None:
+        """Refuses a call of a query whose consumer name a later query opened (None: an unfenced caller).
+
+        Checked just before the call's writes: a query opened in between
+        still shares the name for that one call, as a lease's holders may.
+        """
+        if generation is None:
+            return
+        current = int(self.storage.call(self.storage.client.hget, key, GENERATION) or 0)
+        if current != generation:
+            raise Conflict(f"consumer {consumer!r} was opened by another query since this one started "
+                           f"(generation {current}, this one {generation}): this query must stop",
+                           consumer=consumer, generation=current)
+
     def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = 100,
              partitions: int = 1, subscriber: str | None = None, wait_ms: int = 0,
-             stop: threading.Event | None = None) -> PlannedBatch | None:
+             stop: threading.Event | None = None, generation: int | None = None) -> PlannedBatch | None:
         """Batch ``batch`` of the consumer: as planned before while that plan's deliveries
         are in flight, else planned now; None when there is nothing to read."""
         key = self._key(tenant, queue, consumer, subscriber)
+        self._fence(key, consumer, generation)
         _check_int(batch, "batch", 0, 2**62)
         _check_int(max_messages, "max", 1, MAX_BATCH)
         _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
@@ -105,7 +138,8 @@ class StreamConsumers:
         if not self.storage.call(client.hsetnx, key, f"b{batch}", planned.to_json()):
             # Planned at the same moment by another call: keep that plan, give ours back.
             self.queues.release(tenant, queue, receipts=list(planned.receipts), subscriber=subscriber, delay_s=0)
-            return self.plan(tenant, queue, consumer, batch, max_messages, partitions, subscriber)
+            return self.plan(tenant, queue, consumer, batch, max_messages, partitions, subscriber,
+                             generation=generation)
         self.storage.call(client.expire, key, RECORD_TTL_S)
         return planned
 
@@ -150,10 +184,12 @@ class StreamConsumers:
         _check_int(partition, "partition", 0, planned.partitions - 1)
         return self.queues.peek(tenant, planned.queue, list(planned.slice(partition)), planned.subscriber)
 
-    def commit(self, tenant: str, queue: str, consumer: str, through: int, subscriber: str | None = None) -> int:
+    def commit(self, tenant: str, queue: str, consumer: str, through: int, subscriber: str | None = None,
+               generation: int | None = None) -> int:
         """Acks every planned batch up to ``through`` and forgets it; the messages acked."""
         key = self._key(tenant, queue, consumer, subscriber)
         _check_int(through, "through", 0, 2**62)
+        self._fence(key, consumer, generation)
         acked = 0
         for number, planned in sorted(self._planned(tenant, queue, consumer, subscriber).items()):
             if number > through:
@@ -164,10 +200,11 @@ class StreamConsumers:
         return acked
 
     def extend(self, tenant: str, queue: str, consumer: str, batches: Sequence[int],
-               subscriber: str | None = None) -> int:
+               subscriber: str | None = None, generation: int | None = None) -> int:
         """A full ack time-out more for the planned batches ``batches`` (those the query
         works on: an earlier query's leftovers are left to time out); the deliveries extended."""
         key = self._key(tenant, queue, consumer, subscriber)
+        self._fence(key, consumer, generation)
         wanted = set(batches)
         extended = 0
         for number, planned in self._planned(tenant, queue, consumer, subscriber).items():

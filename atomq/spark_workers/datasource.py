@@ -12,7 +12,8 @@ tenancy, rate limits and quotas hold. Options: ``url`` (default
 http://127.0.0.1:61717), ``key``, ``tenant``, ``queue``, ``subscriber``;
 for reads ``deadLetters`` (browse the dead letter queue); for streams
 ``consumer`` (required: the query's name, under which its batches are
-recorded; one running query per name and queue),
+recorded; one running query per name and queue: a query started under
+a name fences off the one before it, which then fails),
 ``maxMessagesPerTrigger`` (default 1000, at most 1000) and ``partitions``
 (default 2); for writes ``maxDocumentsPerRequest`` (default 100).
 
@@ -204,6 +205,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed = 0
         self._mine: set[int] = set()
         """Batches this reader planned or replays, not yet committed: the ones it extends."""
+        self._opened: int | None = None
 
     def _api(self) -> AtomqClient:
         if self._client is None:
@@ -218,9 +220,18 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             body["subscriber"] = self.options.subscriber
         return body
 
+    def _generation(self) -> int:
+        """This query's generation of the consumer, opened on the driver's first call: a query
+        started later under the same name fences this one off."""
+        if self._opened is None:
+            self._opened = self._api().request("POST", f"{self._base()}/open",
+                                               self._with_subscriber({}))["generation"]
+        return self._opened
+
     def _plan(self, batch: int, max_messages: int) -> dict[str, Any]:
         # An idle query waits on the node a moment rather than asking again every few ms.
-        body = {"max": max_messages, "partitions": self.options.partitions, "wait_ms": IDLE_WAIT_MS}
+        body = {"max": max_messages, "partitions": self.options.partitions, "wait_ms": IDLE_WAIT_MS,
+                "generation": self._generation()}
         return self._api().request("POST", f"{self._base()}/batches/{batch}",  # type: ignore[no-any-return]
                                    self._with_subscriber(body), timeout=30 + IDLE_WAIT_MS / 1000)
 
@@ -293,12 +304,14 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit(self, through: int) -> None:
         """Acks this query's batches up to ``through``, once."""
         if through > self._committed:
-            self._api().request("POST", f"{self._base()}/commit", self._with_subscriber({"through": through}))
+            self._api().request("POST", f"{self._base()}/commit",
+                                self._with_subscriber({"through": through, "generation": self._generation()}))
             self._committed = through
             self._mine = {b for b in self._mine if b > through}
 
     def _start_extender(self) -> None:
         if self._extender is None:
+            self._generation()  # opened here, before the extender's thread can need it
             ack_timeout = float(self._api().queue(self.options.queue)["ack_timeout_s"])
             o = self.options
             self._extender = Extender(o.url, o.key, f"{self._base()}/extend", ack_timeout, self._extend_body,
@@ -308,7 +321,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _extend_body(self) -> dict[str, Any] | None:
         """The batches this reader planned or replays, not yet committed (None: none)."""
         batches = sorted(self._mine)
-        return self._with_subscriber({"batches": batches}) if batches else None
+        return self._with_subscriber({"batches": batches, "generation": self._opened}) if batches else None
 
     def stop(self) -> None:
         if self._extender is not None:

@@ -9,10 +9,23 @@ from atomq.api.schemas.messages import BrowsedMessageSchema
 from atomq.platform.streams import MAX_BATCH, MAX_PARTITIONS
 
 
+GENERATION_DOC = {"description": "the generation the query's open answered: a call of a query that another "
+                                  "one opened since is refused (409); leave it out to share the name unfenced"}
+
+
+class OpenSchema(Strict):
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+
+
+class OpenedSchema(Strict):
+    generation = fields.Integer(required=True)
+
+
 class PlanSchema(Strict):
     max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
     partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
     wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000),
                   metadata={"description": "how long to wait for a first message when none is ready"})
 
@@ -34,6 +47,7 @@ class CommitSchema(Strict):
     through = Int(required=True, validate=validate.Range(0, 2**62),
                   metadata={"description": "every planned batch up to this number is acked"})
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
 
 
 class ExtendBatchesSchema(Strict):
@@ -41,6 +55,7 @@ class ExtendBatchesSchema(Strict):
                           validate=validate.Length(max=1000),
                           metadata={"description": "the planned batches the query works on"})
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
 
 
 class CommittedSchema(Strict):
