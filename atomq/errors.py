@@ -136,6 +136,14 @@ class JavaMissing(AtomqError):
     code = "java_missing"
 
 
+class ExecutionTimeLimit(AtomqError):
+    """An execution ran past its time limit and was stopped: it failed, like any execution
+    whose process raised, and its messages count a failed delivery."""
+
+    http_status = 500
+    code = "execution_time_limit"
+
+
 class EngineUnavailable(AtomqError):
     """The engine that runs executions (Spark) is not there: a batch it could not run
     is given back without counting a failed delivery, and the listener waits."""

@@ -1,4 +1,4 @@
-"""Processes the tests register (``ATOMQ_PROCESSES``) to make executions fail, stall or report.
+"""Processes the tests register (``ATOMQ_PROCESSES``, ``ATOMQ_SPARK_PROCESSES``) to make executions fail, stall or report.
 
 Importable by the work horses of a served node: the tests put this
 directory on their ``PYTHONPATH``.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from atomq.workers.context import ExecutionContext
 
@@ -31,3 +32,22 @@ def stall_first_delivery(ctx: ExecutionContext) -> None:
     for message in ctx.messages:
         for document in message.documents:
             ctx.send(ctx.settings["to"], [document], source=message)
+
+
+def spark_stall_first_delivery(df: Any, settings: dict[str, Any]) -> Any:
+    """Forwards each document to ``settings["to"]`` on Spark; a first delivery's task first
+    sleeps ``settings["sleep_s"]``, holding its Spark job until a time limit cancels it."""
+    from pyspark.sql import functions as f
+
+    sleep_s = float(settings.get("sleep_s", 60))
+
+    # Defined in here, so Spark's Python workers get it by value: they cannot import this module.
+    def stall(delivery_count: int, text: str) -> str:
+        import time as clock
+
+        if delivery_count == 1:
+            clock.sleep(sleep_s)
+        return text
+
+    slow = f.udf(stall, "string", useArrow=False)
+    return df.select("message_id", slow("delivery_count", "text").alias("text"), f.lit(settings["to"]).alias("queue"))

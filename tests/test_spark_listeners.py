@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from rq import Queue, SimpleWorker
 from atomq.api.services import Services
 from atomq.client import AtomqClient
 from atomq.platform import keys as k
+from atomq.spark_workers.processes import SPARK
 from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from in_process_node import InProcessNode
@@ -130,3 +131,26 @@ def test_echo_service_on_spark_gives_the_fork_engines_results(harness: Harness, 
     assert outputs["spark"] == outputs["fork"]
     assert sum(1 for q, _, _ in outputs["spark"] if q == "echo") == 20
     assert sum(1 for q, _, _ in outputs["spark"] if q == "errors") == 4
+
+
+def test_a_spark_execution_past_its_time_limit_is_cancelled_and_fails(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SPARK.env, "stall=listener_processes:spark_stall_first_delivery")
+    SPARK.clear()
+    monkeypatch.setattr(harness.supervisor, "config", replace(harness.supervisor.config, execution_timeout_s=3))
+    api = tenant.api
+    api.put_queue("slow-in")
+    api.put_queue("slow-out")
+    api.send_texts("slow-in", ["a", "b"])
+    api.request("PUT", "/v1/listeners/slow", {"queue": "slow-in", "process": "stall", "engine": "spark",
+                                              "settings": {"to": "slow-out", "sleep_s": 600}})
+    try:
+        drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/slow")["executions"] == 2,
+              "the cancelled execution and its successful retry")
+    finally:
+        SPARK.clear()
+    listener = api.request("GET", "/v1/listeners/slow")
+    assert listener["failures"] == 1 and "time limit of 3 s" in listener["last_error"]
+    assert sorted(texts(api, "slow-out")) == ["a", "b"]
+    queue_in = api.queue("slow-in")
+    assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)

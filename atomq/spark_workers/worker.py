@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -23,6 +24,7 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout
 from rq.job import JobStatus
 
+from atomq.errors import ExecutionTimeLimit
 from atomq.platform import keys as k
 from atomq.spark_workers.processes import run_on_spark, spark_alive
 from atomq.workers import execution
@@ -30,6 +32,8 @@ from atomq.workers import execution
 log = logging.getLogger("atomq.spark_worker")
 
 WAIT_S = 2
+DEFAULT_TIME_LIMIT_S = 240.0
+"""For a job without a timeout of its own; the supervisor gives every job ``--execution-timeout``."""
 
 
 class FairPools:
@@ -54,6 +58,40 @@ class FairPools:
             jvm = sc._jvm
             root.addSchedulable(jvm.org.apache.spark.scheduler.Pool(
                 tenant, jvm.org.apache.spark.scheduler.SchedulingMode.FAIR(), 0, weight))
+
+
+class TimeLimit:
+    """Cancels an execution's Spark jobs once it has run for its time limit.
+
+    A fork execution past its limit is killed with its work horse; a Spark
+    execution shares the worker, so its job group is cancelled instead
+    (interrupting its tasks), and the execution fails as one that ran too
+    long: its messages count a failed delivery, as when a work horse dies.
+    """
+
+    def __init__(self, sc: Any, group: str, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = threading.Event()
+        self._sc, self._group = sc, group
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired.set()
+        self._sc.cancelJobGroup(self._group)
+
+    def run(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            if self.expired.is_set():
+                raise ExecutionTimeLimit(f"the execution ran past its time limit of {self.seconds:g} s "
+                                         "and its Spark jobs were cancelled") from None
+            raise
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class SparkWorker:
@@ -102,8 +140,16 @@ class SparkWorker:
             self.rq.persist(job.key)
             tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
             self.pools.ensure(tenant, weight)
-            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", tenant)
-            execution.run(**job.kwargs, runner=lambda name, ctx: run_on_spark(self.spark, name, ctx))
+            sc = self.spark.sparkContext
+            # Both are properties of this thread: its Spark jobs run in the tenant's pool, in a
+            # job group of their own that the time limit can cancel.
+            sc.setLocalProperty("spark.scheduler.pool", tenant)
+            sc.setJobGroup(job.id, f"atomq execution {job.id}", interruptOnCancel=True)
+            limit = TimeLimit(sc, job.id, float(job.timeout or DEFAULT_TIME_LIMIT_S))
+            try:
+                execution.run(**job.kwargs, runner=lambda name, ctx: limit.run(run_on_spark, self.spark, name, ctx))
+            finally:
+                limit.cancel()
         except Exception as exc:  # the supervisor sees the execution lost; the worker goes on
             log.warning("Spark execution %s failed: %s", job.id, type(exc).__name__)
         finally:
