@@ -14,6 +14,7 @@ from flask_smorest import Api
 from atomq.api import auth, dead_letters, errors, health, listeners, messages, metrics, queues, server, streams, tenants
 from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
+from atomq.api.dashboard import bp as dashboard_blueprint
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
 from atomq.api.services import Services
@@ -56,6 +57,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     for module in (health, server, tenants, queues, messages, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
+    app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document
     app.register_blueprint(metrics.blp)
     return app
 

@@ -79,6 +79,12 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    (see ``atomq.platform.store_sizes``)
     aq:metrics:latency             hash: the API's request latency histogram, summed over every
                                    process of every node (see ``atomq.api.latency``)
+
+Dashboard sessions (see ``atomq.api.dashboard.sessions``), in no tenant's keyspace::
+
+    aq:dash:<sha256 hex>           hash: one signed-in session, named by the SHA-256 of its
+                                   cookie's session id (the id itself is never stored),
+                                   expiring after its idle time
 """
 
 from __future__ import annotations
@@ -324,6 +330,11 @@ class ListenerKeys:
         return [self.definitions, self.stat, self.executions, self.pending, self.done]
 
 
+def dashboard_session(session_id: str) -> str:
+    """A dashboard session's record; hashed, so reading Redis gives no cookie that signs in."""
+    return f"{PREFIX}:dash:{hashlib.sha256(session_id.encode('utf-8')).hexdigest()}"
+
+
 REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
 """Hash of the API's request latency histogram, summed over every process of every node
 (fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.api.latency``)."""
@@ -334,5 +345,6 @@ TEMPORARY_KEY_PATTERNS = (
     f"{PREFIX}:rl:node:*",  # node rate windows (node_rate_window)
     f"{PREFIX}:{{*}}:rl:*",  # tenant rate windows (tenant_rate_window)
     f"{PREFIX}:{{*}}:st:*",  # streaming consumers' planned batches (stream_consumer)
+    f"{PREFIX}:dash:*",  # dashboard sessions (dashboard_session)
 )
 """SCAN patterns of the temporary keys that no index names."""

@@ -16,6 +16,7 @@ leaves nothing that works when it should not:
 from __future__ import annotations
 
 import builtins
+import hmac
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -271,3 +272,23 @@ class TenantStore:
         if stored is None:
             raise Unauthorized(api_keys.UNKNOWN_KEY)
         return Principal(tenant_id=api_keys.verify(api_key, stored.decode()), key_id=key_id)
+
+    def reauthenticate(self, key_id: str | None, key_digest: str) -> Principal:
+        """Who a key known only by its id and SHA-256 digest acts as now (``key_id``
+        None for the owner's key); raises Unauthorized once it no longer works.
+
+        For holders that must not keep the key itself, such as a dashboard
+        session: the same one read as ``authenticate``, nothing cached, the
+        digests compared in constant time, so a revoked key fails at once.
+        """
+        if key_id is None:
+            if not hmac.compare_digest(key_digest, self._owner_digest):
+                raise Unauthorized(api_keys.UNKNOWN_KEY)
+            return OWNER
+        if not api_keys.KEY_ID.fullmatch(key_id):
+            raise Unauthorized(api_keys.UNKNOWN_KEY)
+        stored = self._call(self.client.hget, k.API_KEYS_KEY, key_id)
+        tenant_id, _, stored_digest = (stored or b"").decode().partition("|")
+        if not hmac.compare_digest(key_digest, stored_digest) or not tenant_id:
+            raise Unauthorized(api_keys.UNKNOWN_KEY)
+        return Principal(tenant_id=tenant_id, key_id=key_id)

@@ -1,0 +1,111 @@
+"""What the dashboard's forms do: manage a queue's messages and dead letters, the queue, listeners.
+
+Every action is a POST that ``access.gate`` let through with its CSRF token,
+runs one platform call (as the API's endpoint for it does), leaves a notice
+saying what it did and sends the browser back to the page (303), so a reload
+repeats nothing. Clearing and deleting a queue ask for a confirmation in the
+form itself: a ticked box, the queue's name typed again.
+"""
+
+from __future__ import annotations
+
+from flask import redirect, request, url_for
+from werkzeug.wrappers import Response
+
+from atomq.api.blueprint import services
+from atomq.api.dashboard import access
+from atomq.api.dashboard.blueprint import bp
+from atomq.errors import InvalidInput
+
+LISTENER_ACTIONS = {"pause": "Paused", "resume": "Resumed", "restart": "Restarted"}
+"""The listener controls, with what the notice says once one is done."""
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def _notice(text: str) -> None:
+    access.sessions().set_notice(access.current(), text)
+
+
+def _subscriber() -> str | None:
+    return request.form.get("subscriber") or None
+
+
+def _back_to_queue(tenant_id: str, queue: str) -> Response:
+    return redirect(url_for(".queue_page", tenant_id=tenant_id, queue=queue, subscriber=_subscriber()), 303)
+
+
+def _selection(noun: str) -> tuple[list[str] | None, bool]:
+    """The form's selection: ``(ids, False)``, or ``(None, True)`` when its "all" button was pressed."""
+    if request.form.get("all") == "yes":
+        return None, True
+    ids = request.form.getlist("id")
+    if not ids:
+        raise InvalidInput(f"select at least one {noun} first", field="id")
+    return ids, False
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/messages/delete")
+def delete_messages(tenant_id: str, queue: str) -> Response:
+    """Deletes the selected messages (of the subscriber shown, for publish/subscribe)."""
+    tenant = access.scoped_tenant(tenant_id)
+    ids, _ = _selection("message")
+    deleted = services().queues.delete_messages(tenant.id, queue, ids=ids, subscriber=_subscriber())
+    _notice(f"Deleted {_plural(deleted, 'message')}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/clear")
+def clear_queue(tenant_id: str, queue: str) -> Response:
+    """Deletes every waiting and in-flight message, of every subscriber; dead letters stay."""
+    tenant = access.scoped_tenant(tenant_id)
+    if request.form.get("confirm") != "yes":
+        raise InvalidInput("tick the box to confirm that every message of the queue goes", field="confirm")
+    deleted = services().queues.delete_messages(tenant.id, queue, all=True)
+    _notice(f"Cleared the queue: deleted {_plural(deleted, 'message')}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/dead-letters/resend")
+def resend_dead_letters(tenant_id: str, queue: str) -> Response:
+    """Puts the selected (or all) dead letters back on the queue with a fresh redelivery budget."""
+    tenant = access.scoped_tenant(tenant_id)
+    ids, everything = _selection("dead letter")
+    resent = services().queues.resend_dead_letters(tenant.id, queue, ids=ids, all=everything,
+                                                   subscriber=_subscriber())
+    _notice(f"Resent {_plural(resent, 'dead letter')}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/dead-letters/delete")
+def delete_dead_letters(tenant_id: str, queue: str) -> Response:
+    tenant = access.scoped_tenant(tenant_id)
+    ids, everything = _selection("dead letter")
+    deleted = services().queues.delete_dead_letters(tenant.id, queue, ids=ids, all=everything,
+                                                    subscriber=_subscriber())
+    _notice(f"Deleted {_plural(deleted, 'dead letter')}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/delete")
+def delete_queue(tenant_id: str, queue: str) -> Response:
+    """Removes the queue with its messages, dead letters and subscribers, once its name is typed again."""
+    tenant = access.scoped_tenant(tenant_id)
+    if request.form.get("confirm_name") != queue:
+        raise InvalidInput("type the queue's name to confirm that it goes", field="confirm_name")
+    services().queues.delete_queue(tenant.id, queue)
+    _notice(f"Deleted the queue {queue}.")
+    return redirect(url_for(".tenant_page", tenant_id=tenant.id), 303)
+
+
+@bp.post("/tenants/<tenant_id>/listeners/<qname:name>/<action>")
+def control_listener(tenant_id: str, name: str, action: str) -> Response:
+    """Pauses, resumes or restarts a listener."""
+    tenant = access.scoped_tenant(tenant_id)
+    if action not in LISTENER_ACTIONS:
+        raise access.page_not_found()
+    services().listeners.control(tenant.id, name, action)
+    _notice(f"{LISTENER_ACTIONS[action]} the listener {name}.")
+    return redirect(url_for(".tenant_page", tenant_id=tenant.id), 303)

@@ -1,0 +1,102 @@
+"""The numbers a dashboard page shows, under the keys its script refreshes them by.
+
+A page's template and its JSON endpoint take their numbers from the same
+functions here, so what a page shows when it loads and what replaces it
+every few seconds cannot drift apart. A template writes ``text[key]`` inside
+an element marked ``data-live="<key>"`` and a ``<meter>`` marked
+``data-live-meter="<key>"`` from ``meters[key]`` (used, limit); the script
+(``static/dashboard.js``) sets them again from the endpoint's JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomq.api.dashboard.formatting import count, of_limit, per_minute, size
+from atomq.platform import QueueInfo
+from atomq.platform.counters import RateBucket
+from atomq.platform.listeners import Listener
+from atomq.tenants import Tenant
+
+RATE_BUCKETS = 30
+"""The chart's span: 30 buckets of 10 seconds, the last five minutes."""
+
+
+@dataclass
+class Figures:
+    """Texts by key, and meters by key as ``[used, limit]`` (only where there is a limit)."""
+
+    text: dict[str, str] = field(default_factory=dict)
+    meters: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, other: Figures) -> Figures:
+        self.text.update(other.text)
+        self.meters.update(other.meters)
+        return self
+
+    def as_json(self) -> dict[str, Any]:
+        return {"text": self.text, "meters": self.meters}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def server(state: dict[str, Any]) -> Figures:
+    """The server's status (``atomq.api.server.server_state``): memory and stores against their limits."""
+    f = Figures(text={
+        "server.status": state["status"],
+        "server.memory_state": state["memory_state"],
+        "server.memory": of_limit(state["memory_bytes"], state["max_memory_bytes"]),
+        "server.message_store": of_limit(state["message_store_bytes"], state["max_disk_bytes"]),
+        "server.temporary_store": size(state["temporary_store_bytes"]),
+        "server.job_scheduler_store": size(state["job_scheduler_store_bytes"]),
+        "server.incoming_rate_limit": per_minute(state["incoming_rate_limit_per_minute"]),
+        "server.rate_limit_window": _seconds(state["rate_limit_window_s"]),
+        "server.redelivery_delays": ", ".join(_seconds(d) for d in state["redelivery_delays_s"]),
+        "server.document_retention": _seconds(state["document_retention_s"]),
+        "server.dedupe_window": _seconds(state["dedupe_window_s"]),
+    })
+    if state["max_memory_bytes"]:
+        f.meters["server.memory"] = [state["memory_bytes"], state["max_memory_bytes"]]
+    if state["max_disk_bytes"]:
+        f.meters["server.message_store"] = [state["message_store_bytes"], state["max_disk_bytes"]]
+    return f
+
+
+def tenant(t: Tenant, usage: dict[str, int]) -> Figures:
+    """A tenant's usage (``QueueServer.usage``) against its quota and rate limit."""
+    p = f"tenant.{t.id}."
+    f = Figures(text={
+        p + "stored": of_limit(usage["stored_bytes"], t.disk_quota_bytes),
+        p + "messages": count(usage["messages"]),
+        p + "rate_limit": per_minute(t.rate_limit_per_minute),
+    })
+    if t.disk_quota_bytes:
+        f.meters[p + "stored"] = [usage["stored_bytes"], t.disk_quota_bytes]
+    return f
+
+
+def queue(info: QueueInfo) -> Figures:
+    """A queue's counts, and each subscriber's for publish/subscribe."""
+    p = f"queue.{info.name}."
+    f = Figures(text={p + "depth": count(info.depth), p + "in_flight": count(info.in_flight),
+                      p + "dead_letters": count(info.dead_letters)})
+    for name, c in info.subscribers.items():
+        s = f"{p}sub.{name}."
+        f.text.update({s + "depth": count(c.depth), s + "in_flight": count(c.in_flight),
+                       s + "dead_letters": count(c.dead_letters)})
+    return f
+
+
+def listener(item: Listener) -> Figures:
+    p = f"listener.{item.name}."
+    return Figures(text={p + "state": item.state, p + "executions": count(item.executions),
+                         p + "failures": count(item.failures), p + "last_error": item.last_error or "-"})
+
+
+def rates(buckets: Sequence[RateBucket]) -> list[dict[str, int]]:
+    """Send and ack counts per 10-second bucket, oldest first, for the chart."""
+    return [{"start": b.start, "sent": b.sent, "acked": b.acked} for b in buckets]

@@ -1,0 +1,69 @@
+"""How the dashboard writes numbers, times and message contents for people."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+PREVIEW_CHARS = 2000
+"""A document shows this much of its data: a page of 50 messages of 1 MiB each would not load."""
+
+
+def size(n: int | None) -> str:
+    """Bytes in binary units: ``512 B``, ``1.5 KiB``, ``3.2 GiB``."""
+    if n is None:
+        return "not measured yet"
+    if n < 1024:
+        return f"{n:,} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def of_limit(used: int, limit: int, unit: str = "bytes") -> str:
+    """``used`` against ``limit`` (0: no limit), as the pages say it."""
+    shown = size if unit == "bytes" else count
+    if not limit:
+        return f"{shown(used)} (no limit)"
+    return f"{shown(used)} of {shown(limit)} ({100 * used / limit:.0f}%)"
+
+
+def count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def per_minute(limit: int) -> str:
+    return "no limit" if not limit else f"{limit:,} per minute"
+
+
+def when(seconds: float | None) -> str:
+    """Epoch seconds as UTC, to the second."""
+    if not seconds:
+        return "-"
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(seconds: float | None) -> str:
+    """Epoch seconds for a ``<time datetime>`` attribute."""
+    return "" if not seconds else datetime.fromtimestamp(seconds, timezone.utc).isoformat()
+
+
+def properties(props: dict[str, Any]) -> str:
+    return json.dumps(props, ensure_ascii=False, sort_keys=True) if props else ""
+
+
+def preview(data: str | bytes) -> tuple[str, str]:
+    """A document's data as ``(what it is, its start)``: text as it is, bytes in base64."""
+    if isinstance(data, bytes):
+        text = base64.b64encode(data).decode("ascii")
+        kind = f"{len(data):,} bytes, base64"
+    else:
+        text, kind = data, f"text, {len(data):,} characters"
+    if len(text) > PREVIEW_CHARS:
+        return f"{kind}; the first {PREVIEW_CHARS:,} characters", text[:PREVIEW_CHARS]
+    return kind, text

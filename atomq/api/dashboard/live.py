@@ -1,0 +1,38 @@
+"""The JSON the pages' script fetches every few seconds to refresh their numbers and the chart.
+
+Each endpoint answers ``{"text": {key: text}, "meters": {key: [used, limit]}}``
+with the keys its page marks (see ``figures``); the queue's adds ``rates``,
+the chart's buckets. Errors come as the API's JSON errors (``access.gate``
+and ``errors``), 401 once the session has ended, so the script knows to
+reload into the sign-in page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atomq.api.blueprint import services
+from atomq.api.dashboard import access, figures
+from atomq.api.dashboard.blueprint import bp
+from atomq.api.dashboard.pages import overview_figures, tenant_figures
+
+
+@bp.get("/live")
+def overview_live() -> dict[str, Any]:
+    access.owner_only()
+    return overview_figures()[2].as_json()
+
+
+@bp.get("/tenants/<tenant_id>/live")
+def tenant_live(tenant_id: str) -> dict[str, Any]:
+    return tenant_figures(access.scoped_tenant(tenant_id))[2].as_json()
+
+
+@bp.get("/tenants/<tenant_id>/queues/<qname:queue>/live")
+def queue_live(tenant_id: str, queue: str) -> dict[str, Any]:
+    """The queue's counts and its send and ack rates over the last five minutes, in 10-second buckets."""
+    tenant = access.scoped_tenant(tenant_id)
+    s = services()
+    info = s.queues.get_queue(tenant.id, queue)
+    rates = s.queues.counters.rates(tenant.id, queue, buckets=figures.RATE_BUCKETS)
+    return {**figures.queue(info).as_json(), "rates": figures.rates(rates)}
