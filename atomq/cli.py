@@ -11,6 +11,7 @@ then flags; each flag names its variable in ``--help``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -56,7 +57,25 @@ def _env(name: str) -> dict[str, Any]:
     return {"envvar": f"ATOMQ_{name}", "show_envvar": True}
 
 
+def _setup_logging(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Sets up logging as the option is read; the execution workers ``serve`` starts are
+    processes of their own, which read the format from the environment."""
+    from atomq.telemetry import setup_logging
+
+    setup_logging(value)
+    os.environ["ATOMQ_LOG_FORMAT"] = value
+    return value
+
+
+log_format_option = click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, **_env("LOG_FORMAT"),
+    expose_value=False, callback=_setup_logging,
+    help="Log lines as text, or as JSON objects: time, level, logger, message, and tenant, queue, listener, "
+         "trace_id and span_id when known. Traces: see the OTEL_* variables in the README.")
+
+
 @main.command()
+@log_format_option
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default="atomq-data",
               show_default=True, **_env("DATA_DIR"),
               help="Where the embedded Valkey keeps its data (DIR/valkey) and the owner key (DIR/owner.key).")
@@ -131,6 +150,7 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
 
 
 @main.command()
+@log_format_option
 @click.option("--rq-redis-url", required=True, **_env("RQ_REDIS_URL"),
               help="The Redis holding rq's execution job queues (what `atomq serve` uses as its rq Redis).")
 @click.option("--burst", is_flag=True, help="Run the executions waiting now, then exit.")
@@ -180,6 +200,7 @@ def demo(messages: int, engine: str, spark_master: str, batch_size: int, data_di
 
 
 @main.command("spark-worker")
+@log_format_option
 @click.option("--rq-redis-url", required=True, **_env("RQ_REDIS_URL"),
               help="The Redis holding rq's execution job queues (what `atomq serve` uses as its rq Redis).")
 @click.option("--spark-master", default="local[*]", show_default=True, **_env("SPARK_MASTER"),

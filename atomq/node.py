@@ -36,8 +36,10 @@ from typing import Any
 import redis
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
+from atomq import telemetry
 from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
@@ -147,6 +149,14 @@ def rq_connection(url: str) -> redis.Redis:
     return client
 
 
+class NodeLogger(Logger):  # type: ignore[misc]
+    """gunicorn's logger, its lines in the format of atomq's own (``--log-format``)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        telemetry.adopt_handlers(self.error_log)
+
+
 class NodeWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's threaded worker that also ends long-polls when told to stop."""
 
@@ -221,6 +231,7 @@ class Node(BaseApplication):  # type: ignore[misc]
             "worker_exit": _stop_loops,
             "accesslog": None,  # requests carry keys in headers; nothing about them is logged
             "errorlog": "-",
+            "logger_class": "atomq.node.NodeLogger",
             "loglevel": "info",
             "proc_name": "atomq",
             "control_socket_disable": True,  # one per user home: several nodes on a machine would share it
@@ -229,6 +240,8 @@ class Node(BaseApplication):  # type: ignore[misc]
             self.cfg.set(name, value)
 
     def load(self) -> Any:
+        # In each HTTP worker, after gunicorn's fork: the span processor's thread is this process's own.
+        telemetry.setup_tracing()
         services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
         c = self.config
         return create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,

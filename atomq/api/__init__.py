@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 
+from atomq import telemetry
 from atomq.api import auth, dead_letters, errors, health, listeners, messages, metrics, queues, server, streams, tenants
 from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
@@ -44,6 +45,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         JSON_SORT_KEYS=False,
     )
     app.config.update(config or {})
+    telemetry.instrument_app(app)  # first: the request's span is current in every hook after it
     app.extensions["atomq"] = services
     app.url_map.converters["qname"] = NameConverter
     latency = LatencyRecorder(services.queues.storage)

@@ -26,6 +26,7 @@ from atomq.api.schemas.messages import (
 )
 from atomq.api.send_body import parse_send
 from atomq.errors import InvalidInput, QuotaExceeded
+from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages")
 
@@ -51,6 +52,7 @@ class Messages(MethodView):
         s = services()
         tenant = current_tenant()
         messages = parse_send(_json_body())
+        stamp_traceparents(messages)
         settings = s.current_settings()
         rate_limit, quota = s.attachments(tenant)
         with s.queues.counters.counting_refusals(tenant), s.rate_limits.send(

@@ -24,6 +24,7 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout
 from rq.job import JobStatus
 
+from atomq import telemetry
 from atomq.errors import ExecutionTimeLimit
 from atomq.platform import keys as k
 from atomq.spark_workers.processes import run_on_spark, spark_alive
@@ -158,7 +159,10 @@ class SparkWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Works until ``stop`` is set (or the SparkContext is gone: the worker then exits and
-        whoever runs it starts another), then lets the running executions finish."""
+        whoever runs it starts another), then lets the running executions finish. Executions
+        are traced as a work horse's are (``execution.run``); nothing forks here, so the
+        provider's own atexit flush sends the last spans."""
+        telemetry.setup_tracing()
         while not stop.is_set() and spark_alive(self.spark):
             try:
                 self.take()

@@ -34,6 +34,17 @@ def is_execution_token(key: str) -> bool:
     return isinstance(key, str) and key.startswith(PREFIX)
 
 
+def unverified_tenant(token: str) -> str | None:
+    """The tenant a token names, read without checking its signature: for the holder's
+    own spans and log lines only (the payload is no secret; the node checks the signature)."""
+    payload = token.removeprefix(PREFIX).partition(".")[0]
+    try:
+        tenant = json.loads(_unb64(payload))["t"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return tenant if isinstance(tenant, str) else None
+
+
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 

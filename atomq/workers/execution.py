@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from opentelemetry.trace import StatusCode
+
+from atomq import telemetry
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError, EngineUnavailable, QuotaExceeded, RateLimited
+from atomq.tenants import execution_tokens
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext, InputMessage
 
@@ -78,18 +83,22 @@ class Extender(threading.Thread):
     with its own client (a requests session is not shared between threads); stops when told.
 
     ``body`` gives the request's body each time, or None to skip this beat. A
-    failed extension is logged: the ack time-out is the fallback.
+    failed extension is logged: the ack time-out is the fallback. ``headers``
+    go with every request (an execution's trace context).
     """
 
     def __init__(self, url: str, key: str, path: str, ack_timeout_s: float,
-                 body: Callable[[], Any] = dict, tenant: str | None = None) -> None:
+                 body: Callable[[], Any] = dict, tenant: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(name="atomq-extend", daemon=True)
         self.url, self.key, self.path, self.body, self.tenant = url, key, path, body, tenant
+        self.headers = dict(headers or {})
         self.interval_s = max(ack_timeout_s / 3, 0.05)
         self.stopped = threading.Event()
 
     def run(self) -> None:
         with AtomqClient(self.url, self.key, tenant=self.tenant) as client:
+            client.session.headers.update(self.headers)
             while not self.stopped.wait(self.interval_s):
                 body = self.body()
                 if body is None:
@@ -121,32 +130,49 @@ def run(api_url: str, listener: str, execution: str, token: str,
 
     ``runner`` runs the process on the batch: in this work horse (the fork
     engine), or as a DataFrame pipeline on Spark (``atomq.spark_workers``).
+
+    With tracing on, the execution continues the trace of its first message
+    (``telemetry.execution_span``) and its requests after taking the batch
+    carry that span's context, so the node's spans for its sends and
+    finish, and the messages it sends, are part of it.
     """
     base = f"/v1/listeners/{listener}/executions/{execution}"
-    with AtomqClient(api_url, token) as client:
+    tenant = execution_tokens.unverified_tenant(token)
+    with telemetry.log_context(tenant=tenant, listener=listener), AtomqClient(api_url, token) as client:
+        started_ns = time.time_ns()
         started = client.request("POST", f"{base}/start")
         if not started["run"]:
             return
         spec = started["listener"]
         deliveries = started["messages"]
-        fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
-        sender = BatchingSender(client, max_send_documents)
-        outcome: dict[str, Any] = {"ok": True, "processed": [m["id"] for m in deliveries]}
-        if fresh:
-            extender = Extender(api_url, token, f"{base}/extend", float(started["ack_timeout_s"]))
-            extender.start()
-            try:
-                ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
-                runner(spec["process"], ctx)
-                sender.flush()
-            except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
-                # Refused for a while, not for anything in the messages: they come back
-                # without counting a failed delivery, and the listener backs off.
-                wait = exc.retry_after if isinstance(exc, RateLimited) else getattr(exc, "retry_after_s", QUOTA_RETRY_S)
-                outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
-            except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
-                log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
-                outcome = {"ok": False, "error": _describe(exc)}
-            finally:
-                extender.stop()
-        client.request("POST", f"{base}/finish", outcome)
+        with telemetry.log_context(queue=spec.get("queue")), telemetry.execution_span(
+                tenant=tenant, listener=listener, execution=execution, queue=spec.get("queue"),
+                messages=deliveries, started_ns=started_ns, batch_taken_ns=time.time_ns()) as span:
+            headers = telemetry.trace_headers()
+            client.session.headers.update(headers)
+            fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
+            sender = BatchingSender(client, max_send_documents)
+            outcome: dict[str, Any] = {"ok": True, "processed": [m["id"] for m in deliveries]}
+            if fresh:
+                extender = Extender(api_url, token, f"{base}/extend", float(started["ack_timeout_s"]),
+                                    headers=headers)
+                extender.start()
+                try:
+                    ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
+                    runner(spec["process"], ctx)
+                    sender.flush()
+                except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
+                    # Refused for a while, not for anything in the messages: they come back
+                    # without counting a failed delivery, and the listener backs off.
+                    wait = exc.retry_after if isinstance(exc, RateLimited) else getattr(exc, "retry_after_s",
+                                                                                         QUOTA_RETRY_S)
+                    outcome = {"ok": False, "error": _describe(exc), "retry_after_s": wait}
+                    span.set_status(StatusCode.ERROR, type(exc).__name__)
+                except Exception as exc:  # a process may raise anything; it fails the execution, not the worker
+                    log.info("execution %s of listener %s failed: %s", execution, listener, type(exc).__name__)
+                    outcome = {"ok": False, "error": _describe(exc)}
+                    # The type only, in the span as in the log: the message may quote the tenant's data.
+                    span.set_status(StatusCode.ERROR, type(exc).__name__)
+                finally:
+                    extender.stop()
+            client.request("POST", f"{base}/finish", outcome)

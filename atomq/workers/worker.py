@@ -18,6 +18,7 @@ from rq import Queue, Worker
 from rq.job import Job
 from rq.worker import BaseWorker, DequeueStrategy
 
+from atomq import telemetry
 from atomq.errors import AtomqError
 from atomq.platform import keys as k
 from atomq.platform.store_sizes import memory_of
@@ -65,6 +66,15 @@ class TenantQueues(BaseWorker):
 class TenantWorker(TenantQueues, Worker):
     """rq's forking worker (a work horse per execution) on the tenants' execution queues."""
 
+    def perform_job(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> bool:
+        """Runs in the work horse, which rq ends with ``os._exit``: that skips the tracer
+        provider's atexit flush, so the execution's spans are sent here (the rest of rq's
+        arguments, which changed between versions, pass through)."""
+        try:
+            return bool(super().perform_job(job, queue, *args, **kwargs))
+        finally:
+            telemetry.flush()
+
 
 def preload() -> None:
     """Imports, once, what every execution needs: each work horse is forked from this
@@ -80,8 +90,10 @@ def preload() -> None:
 def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | None = None,
                worker_class: type[TenantQueues] = TenantWorker) -> bool:
     """Works until stopped (SIGTERM or SIGINT: finish the running execution, then stop);
-    True when it ran any execution."""
+    True when it ran any execution. Tracing is set up here, before the work horses fork
+    from this process (see ``telemetry.setup_tracing``)."""
     preload()
+    telemetry.setup_tracing()
     worker = worker_class([IDLE_QUEUE], connection=rq_connection, name=name)
     worker._refresh_queues()
     return bool(worker.work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING"))
