@@ -137,7 +137,7 @@ def test_a_spark_execution_past_its_time_limit_is_cancelled_and_fails(
         harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SPARK.env, "stall=listener_processes:spark_stall_first_delivery")
     SPARK.clear()
-    monkeypatch.setattr(harness.supervisor, "config", replace(harness.supervisor.config, execution_timeout_s=3))
+    monkeypatch.setattr(harness.supervisor, "config", replace(harness.supervisor.config, execution_timeout_s=8))
     api = tenant.api
     api.put_queue("slow-in")
     api.put_queue("slow-out")
@@ -150,7 +150,7 @@ def test_a_spark_execution_past_its_time_limit_is_cancelled_and_fails(
     finally:
         SPARK.clear()
     listener = api.request("GET", "/v1/listeners/slow")
-    assert listener["failures"] == 1 and "time limit of 3 s" in listener["last_error"]
+    assert listener["failures"] == 1 and "time limit of 8 s" in listener["last_error"]
     assert sorted(texts(api, "slow-out")) == ["a", "b"]
     queue_in = api.queue("slow-in")
     assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)
