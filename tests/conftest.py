@@ -13,7 +13,9 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 import redis
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from atomq import telemetry
 from atomq.platform import QueueServer
 from atomq.platform.embedded import EmbeddedValkey
 from support import FAST, free_port
@@ -62,3 +64,12 @@ def spark() -> Iterator[object]:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on for one test, its spans kept in memory; off again afterwards."""
+    exporter = InMemorySpanExporter()
+    telemetry.setup_tracing(exporter)
+    yield exporter
+    telemetry.shutdown_tracing()

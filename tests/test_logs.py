@@ -52,14 +52,6 @@ def lines() -> Iterator[io.StringIO]:
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    telemetry.setup_tracing(exporter)
-    yield exporter
-    telemetry.shutdown_tracing()
-
-
-@pytest.fixture
 def node(spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessNode]:
     monkeypatch.setenv(processes.FORK.env, "talk=test_logs:talk")
     processes.FORK.clear()

@@ -48,14 +48,6 @@ OTEL_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_E
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    telemetry.setup_tracing(exporter)
-    yield exporter
-    telemetry.shutdown_tracing()
-
-
-@pytest.fixture
 def traced_node(spans: InMemorySpanExporter, tmp_path: Path) -> Iterator[InProcessNode]:
     """A node made after tracing was set up, so its app is instrumented."""
     with InProcessNode(tmp_path, OWNER) as node:
