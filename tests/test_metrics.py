@@ -13,6 +13,8 @@ from atomq.api.metrics import METRICS_MAX_QUEUES
 from atomq.client import AtomqClient
 from atomq.errors import QuotaExceeded, RateLimited
 from atomq.platform.lease import Lease
+from atomq.workers import processes
+from in_process_executions import run_executions
 from in_process_node import InProcessNode
 
 OWNER = "owner-key-for-metrics-tests"
@@ -111,6 +113,39 @@ def test_counts_after_known_traffic_are_exact(node: InProcessNode) -> None:
         assert not [labels for name, labels in samples if dict(labels).get("queue") == "other"]
     finally:
         lease.release()
+
+
+def test_listener_executions_and_failures_are_exact(node: InProcessNode, monkeypatch) -> None:
+    monkeypatch.setenv(processes.FORK.env, "fail=listener_processes:always_fail")
+    processes.FORK.clear()
+    tenant = node.owner.create_tenant("listening")
+    lease = export_here(node)
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as api:
+            for name in ("in", "out", "bad"):
+                api.put_queue(name, max_redeliveries=0)
+            api.put_listener("fwd", "in", "forward", batch_size=10, settings={"to": "out"})
+            api.put_listener("failing", "bad", "fail", batch_size=10)
+            api.send_texts("in", [f"m{i}" for i in range(25)])
+            api.send_texts("bad", ["x", "y"])
+            run_executions(node, tenant["id"], lambda: api.queue("out")["depth"] == 25
+                           and api.queue("bad")["dead_letters"] == 2)
+            states = {li["name"]: li["state"] for li in api.listeners()}
+        samples = scrape(node)
+        # 25 messages waiting when the listener starts: batches of 10, 10 and 5. Two poison
+        # messages: one execution, failed, and with no redelivery allowed both are dead letters.
+        expected = {"fwd": (3, 0), "failing": (1, 1)}
+        for name, (executions, failures) in expected.items():
+            labels = {"tenant": tenant["id"], "listener": name}
+            assert value(samples, "atomq_listener_executions_total", **labels) == executions
+            assert value(samples, "atomq_listener_failures_total", **labels) == failures
+            assert value(samples, "atomq_listeners_running", **labels) == (states[name] == "running")
+        assert states["fwd"] == "running"
+        assert value(samples, "atomq_messages_sent_total", tenant=tenant["id"], queue="out") == 25
+        assert value(samples, "atomq_messages_dead_lettered_total", tenant=tenant["id"], queue="bad") == 2
+    finally:
+        lease.release()
+        processes.FORK.clear()
 
 
 def test_queues_past_the_cap_are_added_up_under_other(node: InProcessNode, monkeypatch) -> None:

@@ -30,12 +30,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from rq import Queue, SimpleWorker
 
 from atomq import telemetry
 from atomq.client import AtomqClient
-from atomq.platform import keys as k
-from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from in_process_executions import run_executions
 from in_process_node import InProcessNode
 from serve_process import AtomqServe, print_logs
 from support import free_port, wait_until
@@ -67,21 +65,6 @@ def tenant(traced_node: InProcessNode) -> Iterator[Tenant]:
         yield Tenant(created["id"], api)
 
 
-def run_executions(node: InProcessNode, tenant: Tenant, done: Any) -> None:
-    """Supervision rounds and the scheduled executions, in this process, until ``done()``."""
-    supervisor = Supervisor(node.services.queues, node.services.tenants.execution_tokens, node.rq,
-                            SupervisorConfig(api_url=node.url, execution_timeout_s=30), holder="test-node",
-                            tenant_exists=node.services.tenants.exists)
-    queue = Queue(k.rq_queue_name(tenant.id), connection=node.rq)
-
-    def step() -> bool:
-        supervisor.round()
-        SimpleWorker([queue], connection=node.rq).work(burst=True, logging_level="WARNING")
-        return bool(done())
-
-    wait_until(step, 20, "the executions")
-
-
 def trace_and_span(traceparent: str) -> tuple[int, int]:
     _, trace_id, span_id, _ = traceparent.split("-")
     return int(trace_id, 16), int(span_id, 16)
@@ -104,7 +87,7 @@ def test_one_trace_holds_the_send_the_wait_the_execution_and_its_sends(
     api.put_queue("out")
     api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
     api.send_texts("in", ["a", "b"])
-    run_executions(traced_node, tenant, lambda: api.queue("out")["depth"] == 2)
+    run_executions(traced_node, tenant.id, lambda: api.queue("out")["depth"] == 2)
 
     def finished() -> list[ReadableSpan]:
         return list(spans.get_finished_spans())
