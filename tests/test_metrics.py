@@ -9,9 +9,10 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from atomq.api.auth import METRICS_PUBLIC
-from atomq.api.metrics import METRICS_MAX_QUEUES
+from atomq.api.metrics import METRICS_MAX_QUEUES, QUEUE_COUNTERS, REFUSAL_COUNTERS
 from atomq.client import AtomqClient
 from atomq.errors import QuotaExceeded, RateLimited
+from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.lease import Lease
 from atomq.workers import processes
 from in_process_executions import run_executions
@@ -139,13 +140,17 @@ def test_listener_executions_and_failures_are_exact(node: InProcessNode, monkeyp
             labels = {"tenant": tenant["id"], "listener": name}
             assert value(samples, "atomq_listener_executions_total", **labels) == executions
             assert value(samples, "atomq_listener_failures_total", **labels) == failures
-            assert value(samples, "atomq_listeners_running", **labels) == (states[name] == "running")
+            assert value(samples, "atomq_listener_running", **labels) == (states[name] == "running")
         assert states["fwd"] == "running"
         assert value(samples, "atomq_messages_sent_total", tenant=tenant["id"], queue="out") == 25
         assert value(samples, "atomq_messages_dead_lettered_total", tenant=tenant["id"], queue="bad") == 2
     finally:
         lease.release()
         processes.FORK.clear()
+
+
+def test_every_count_the_scripts_keep_has_its_metric() -> None:
+    assert set(QUEUE_COUNTERS) == set(QUEUE_COUNTS) and set(REFUSAL_COUNTERS) == set(REFUSALS)
 
 
 def test_queues_past_the_cap_are_added_up_under_other(node: InProcessNode, monkeypatch) -> None:

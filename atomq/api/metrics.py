@@ -65,7 +65,6 @@ REFUSAL_COUNTERS = {
     "rate_limited": ("atomq_sends_rate_limited", "Sends refused by a rate-limit window (429)"),
     "quota_rejected": ("atomq_sends_quota_rejected", "Sends refused by a disk quota or the server's disk limit (507)"),
 }
-assert set(QUEUE_COUNTERS) == set(QUEUE_COUNTS) and set(REFUSAL_COUNTERS) == set(REFUSALS)
 
 
 @blp.before_request
@@ -198,7 +197,7 @@ class PlatformCollector(Collector):  # type: ignore[misc]
                       ["tenant", "listener"], listener_counts["executions"])
         yield _family(CounterMetricFamily, "atomq_listener_failures", "Executions that failed",
                       ["tenant", "listener"], listener_counts["failures"])
-        yield _family(GaugeMetricFamily, "atomq_listeners_running", "Listeners in the running state",
+        yield _family(GaugeMetricFamily, "atomq_listener_running", "1 while the listener is running (not paused or in error)",
                       ["tenant", "listener"], listener_counts["running"])
 
     def _latency(self, tenant_ids: set[str], tenant_label: _Capped) -> Iterator[Metric]:
