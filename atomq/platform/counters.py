@@ -67,10 +67,9 @@ class MessageCounters:
             raise ValueError(f"buckets must be from 1 to {MAX_RATE_BUCKETS}")
         config = k.TenantKeys(check_tenant_id(tenant)).queue(queue).config
         fields = [f"r:{kind}{slot}" for kind in "sa" for slot in range(RATE_SLOTS)]
-        pipe = self._storage.client.pipeline(transaction=False)
-        pipe.time()
-        pipe.hmget(config, fields)
-        (seconds, _), values = self._storage.call(pipe.execute)
+        # Two calls, not a pipeline: TIME names no key, so a cluster client routes each on its own.
+        seconds, _ = self._storage.call(self._storage.client.time)
+        values = self._storage.call(self._storage.client.hmget, config, fields)
         held: dict[tuple[str, int], int] = {}
         for field, value in zip(fields, values):
             if value is not None:
