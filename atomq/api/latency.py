@@ -89,9 +89,9 @@ class LatencyRecorder:
     def __init__(self, storage: Storage) -> None:
         self._reader = PeriodicExportingMetricReader(RedisHistogramExporter(storage),
                                                      export_interval_millis=EXPORT_INTERVAL_MS)
-        self.provider = MeterProvider(metric_readers=[self._reader], views=[
+        self._provider = MeterProvider(metric_readers=[self._reader], views=[
             View(instrument_name=INSTRUMENT, aggregation=ExplicitBucketHistogramAggregation(BOUNDS_S))])
-        self._histogram = self.provider.get_meter("atomq").create_histogram(
+        self._histogram = self._provider.get_meter("atomq").create_histogram(
             INSTRUMENT, unit="s", description="Time to answer an API request")
 
     def install(self, app: Flask) -> None:
@@ -116,6 +116,3 @@ class LatencyRecorder:
     def flush(self) -> None:
         """Hands this process's unexported share to Redis now (a scrape answered here is then current for it)."""
         self._reader.force_flush()
-
-    def shutdown(self) -> None:
-        self.provider.shutdown()
