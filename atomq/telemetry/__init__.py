@@ -25,12 +25,11 @@ from atomq.telemetry.traces import (
     shutdown_tracing,
     stamp_traceparents,
     trace_headers,
-    traceparent,
     tracing,
 )
 
 __all__ = [
     "LOG_FORMATS", "ContextFilter", "JsonFormatter", "TextFormatter", "adopt_handlers", "execution_span",
     "exporters_from_environment", "flush", "instrument_app", "log_context", "redact", "setup_logging",
-    "setup_tracing", "shutdown_tracing", "stamp_traceparents", "trace_headers", "traceparent", "tracing",
+    "setup_tracing", "shutdown_tracing", "stamp_traceparents", "trace_headers", "tracing",
 ]

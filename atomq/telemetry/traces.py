@@ -230,21 +230,17 @@ def shutdown_tracing() -> None:
 # -- tracing: messages and executions ----------------------------------------------------------
 
 
-def traceparent(span_context: SpanContext) -> str:
-    """A span's context in the W3C ``traceparent`` format: ``00-<trace>-<span>-<flags>``."""
-    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
-
-
 def stamp_traceparents(messages: Sequence[OutgoingMessage]) -> None:
     """Gives each message without a ``traceparent`` the current span's, so the execution that
     consumes it continues this trace; a client's own is kept. When tracing is off this is one
     test of a module global: the send is the hot path."""
     if _tracer is None:
         return
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
+    carrier: dict[str, str] = {}
+    _w3c.inject(carrier)  # the W3C propagator writes nothing for an invalid (absent) span
+    value = carrier.get("traceparent")
+    if value is None:
         return
-    value = traceparent(context)
     for message in messages:
         if message.traceparent is None:
             message.traceparent = value
