@@ -46,6 +46,7 @@ from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
 from atomq.api.services import LongPollLimiter, Services
 from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
+from atomq.platform import keys as k
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey, parent_death_signal
 from atomq.platform.lease import Lease
@@ -178,7 +179,7 @@ def _start_loops(worker: NodeWorker) -> None:
     node: Node = worker.app
     config = node.config
     holder = f"{services.node_id}:{os.getpid()}"
-    lease = Lease(services.queues.storage, "maintenance", holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
+    lease = Lease(services.queues.storage, k.MAINTENANCE_LEASE, holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
     rq = rq_client(node.rq_redis_url)
     supervisor = Supervisor(
         services.queues, services.tenants.execution_tokens, rq,

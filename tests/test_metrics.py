@@ -12,6 +12,7 @@ from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, QUEUE_COUNTERS, REFUSAL_COUNTERS
 from atomq.client import AtomqClient
 from atomq.errors import QuotaExceeded, RateLimited
+from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.lease import Lease
 from atomq.workers import processes
@@ -42,13 +43,13 @@ def value(samples: Samples, metric: str, **labels: str) -> float:
 
 def export_here(node: InProcessNode) -> Lease:
     """This node takes the maintenance lease, as its maintenance loop would."""
-    lease = Lease(node.services.queues.storage, "maintenance", f"{node.services.node_id}:1", ttl_s=600)
+    lease = Lease(node.services.queues.storage, k.MAINTENANCE_LEASE, f"{node.services.node_id}:1", ttl_s=600)
     assert lease.acquire()
     return lease
 
 
 def test_only_the_lease_holder_exports_the_shared_figures(node: InProcessNode) -> None:
-    lease = Lease(node.services.queues.storage, "maintenance", "n_elsewhere:1", ttl_s=600)
+    lease = Lease(node.services.queues.storage, k.MAINTENANCE_LEASE, "n_elsewhere:1", ttl_s=600)
     assert lease.acquire()
     try:
         samples = scrape(node)

@@ -89,7 +89,7 @@ def metrics() -> Response:
 
 def exports_shared_figures(services: Services) -> bool:
     """Whether this node holds the maintenance lease (held as ``<node id>:<pid>`` by one of its processes)."""
-    holder = services.queues.storage.call(services.queues.client.get, k.lease_key("maintenance"))
+    holder = services.queues.storage.call(services.queues.client.get, k.lease_key(k.MAINTENANCE_LEASE))
     return holder is not None and holder.decode().startswith(f"{services.node_id}:")
 
 

@@ -274,6 +274,11 @@ def rq_spark_queue_name(tenant: str) -> str:
     return f"{PREFIX}.spark.{tenant}"
 
 
+MAINTENANCE_LEASE = "maintenance"
+"""The lease (see :func:`lease_key`) of the maintenance loop; its holder's node also exports the
+figures Redis holds in ``/metrics``. Held as ``<node id>:<pid>``."""
+
+
 def listener_lease_name(tenant: str, listener: str) -> str:
     """The lease of one listener's supervision (see :func:`lease_key`)."""
     return f"listener:{tenant}:{listener}"
