@@ -33,8 +33,6 @@ from atomq.workers import execution
 log = logging.getLogger("atomq.spark_worker")
 
 WAIT_S = 2
-DEFAULT_TIME_LIMIT_S = 240.0
-"""For a job without a timeout of its own; the supervisor gives every job ``--execution-timeout``."""
 
 
 class FairPools:
@@ -146,7 +144,8 @@ class SparkWorker:
             # job group of their own that the time limit can cancel.
             sc.setLocalProperty("spark.scheduler.pool", tenant)
             sc.setJobGroup(job.id, f"atomq execution {job.id}", interruptOnCancel=True)
-            limit = TimeLimit(sc, job.id, float(job.timeout or DEFAULT_TIME_LIMIT_S))
+            # The supervisor gives every job --execution-timeout; one without takes rq's own default, as rq would.
+            limit = TimeLimit(sc, job.id, float(job.timeout or Queue.DEFAULT_TIMEOUT))
             try:
                 execution.run(**job.kwargs, runner=lambda name, ctx: limit.run(run_on_spark, self.spark, name, ctx))
             finally:
