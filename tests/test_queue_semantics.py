@@ -165,7 +165,11 @@ def test_stale_receipts_change_nothing(qs, tenant, queue) -> None:
     assert qs.ack(tenant, queue, receipts=[first.receipt]) == 0
     assert qs.nack(tenant, queue, receipts=[first.receipt]).requeued == 0
     assert qs.extend(tenant, queue, receipts=[first.receipt], seconds=5) == 0
-    assert qs.ack(tenant, queue, receipts=["garbage", "x~1"]) == 0
+    assert qs.ack(tenant, queue, receipts=["1-000000000001~1", f"{second.id}~9"]) == 0, "unknown deliveries"
+    for malformed in ("garbage", "x~1", f"{second.id}~0{second.delivery_count}", f"{second.id}~"):
+        with pytest.raises(InvalidInput) as err:
+            qs.ack(tenant, queue, receipts=[malformed])
+        assert err.value.details["field"] == "receipts"
     assert qs.get_queue(tenant, queue).in_flight == 1
     assert qs.ack(tenant, queue, receipts=[second.receipt]) == 1
 
@@ -589,13 +593,26 @@ def test_a_queue_has_at_most_max_subscribers(backend, tenant) -> None:
     assert qs.put_subscriber(tenant, "news", "a") is False, "an existing one is still fine"
 
 
-def test_a_message_with_thousands_of_documents_can_be_browsed(qs, tenant, queue) -> None:
-    docs = tuple(OutgoingDocument(f"d{i}") for i in range(9000))
-    (msg_id,) = qs.send(tenant, queue, [OutgoingMessage(documents=docs)])
-    (browsed,) = qs.browse(tenant, queue).items
-    assert browsed.id == msg_id and len(browsed.documents) == 9000 and browsed.documents[-1].data == "d8999"
-    (d,) = qs.get(tenant, queue)
-    assert [x.data for x in d.documents[:2]] == ["d0", "d1"] and d.documents[-1].id == f"{msg_id}.9000"
+def test_a_send_of_the_most_documents_is_stored_browsed_and_delivered(qs, tenant, queue) -> None:
+    """100 messages of 100 documents: every variadic call in the scripts runs in slices."""
+    batch = [OutgoingMessage(documents=tuple(OutgoingDocument(f"m{m}d{i}") for i in range(100))) for m in range(100)]
+    ids = qs.send(tenant, queue, batch)
+    page = qs.browse(tenant, queue, limit=1000).items
+    assert [b.id for b in page] == ids and page[-1].documents[-1].data == "m99d99"
+    got = qs.get(tenant, queue, max_messages=1000)
+    assert len(got) == 100 and got[0].documents[1].data == "m0d1" and got[-1].documents[-1].id == f"{ids[-1]}.100"
+
+
+def test_documents_past_the_limits_are_refused_whole(qs, tenant, queue) -> None:
+    with pytest.raises(TooLarge) as err:
+        qs.send(tenant, queue, [OutgoingMessage(documents=tuple(OutgoingDocument("d") for _ in range(101)))])
+    assert err.value.details["field"] == "messages.0.documents"
+    batch = [OutgoingMessage(documents=tuple(OutgoingDocument("d") for _ in range(100))) for _ in range(100)]
+    batch.append(msg("one too many"))
+    with pytest.raises(TooLarge) as err:
+        qs.send(tenant, queue, batch)
+    assert err.value.details == {"field": "messages", "limit": 10_000}
+    assert qs.get_queue(tenant, queue).depth == 0
 
 
 def test_a_blocking_get_ends_when_its_queue_is_deleted(qs, tenant, queue) -> None:

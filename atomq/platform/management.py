@@ -24,11 +24,15 @@ def queue_not_found(queue: str) -> NotFound:
     return NotFound(f"queue {queue!r} does not exist", queue=queue)
 
 
+MAX_SELECTORS = 10_000
+"""Most ids or receipts one call names: a settle is one script, and this bounds it."""
+
+
 def check_ids(values: Sequence[str], field: str) -> None:
     if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
         raise InvalidInput(f"{field} must be a list of message id strings", field=field)
-    if len(values) > 10_000:
-        raise TooLarge(f"{field} holds at most 10000 entries", field=field, limit=10_000)
+    if len(values) > MAX_SELECTORS:
+        raise TooLarge(f"{field} holds at most {MAX_SELECTORS} entries", field=field, limit=MAX_SELECTORS)
 
 
 class Management:
@@ -91,9 +95,20 @@ class Management:
         if not ids:
             return []
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
-        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(), ["ids", len(ids), "", *ids],
-                                 errors=self._queue_errors(queue))
-        return decode_messages(reply, 2, reply[1], BrowsedMessage)
+        out: list[BrowsedMessage] = []
+        rest = list(ids)
+        while rest:
+            reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(),
+                                     ["ids", len(rest), "", *self._reply_budget(), *rest],
+                                     errors=self._queue_errors(queue))
+            out += decode_messages(reply, 2, reply[1], BrowsedMessage)
+            cut = reply[0].decode()
+            rest = rest[rest.index(cut) + 1:] if cut else []
+        return out
+
+    def _reply_budget(self) -> tuple[int, int]:
+        """The browse and get scripts' bound on a reply: its bytes, and the most one document holds."""
+        return self.settings.max_reply_bytes, self.settings.max_document_bytes + 1
 
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
               subscriber: str | None) -> Page:
@@ -102,8 +117,8 @@ class Management:
         if after is not None and (not isinstance(after, str) or len(after) > 64):
             raise InvalidInput("after must be a cursor returned as next", field="after")
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
-        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(), [view, limit, after or ""],
-                                 errors=self._queue_errors(queue))
+        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(),
+                                 [view, limit, after or "", *self._reply_budget()], errors=self._queue_errors(queue))
         cursor, count = reply[0], reply[1]
         items = decode_messages(reply, 2, count, cls)
         return Page(items=items, next=cursor.decode() if cursor else None)

@@ -14,6 +14,10 @@ from atomq.errors import InvalidInput
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MESSAGE_ID = r"[0-9]{1,15}-[0-9]{12}"
+RECEIPT = re.compile(rf"({MESSAGE_ID})~([1-9][0-9]{{0,8}})")
+"""A receipt as a get writes it: ``<message id>~<delivery count>``, the count without
+leading zeros, so one delivery has one spelling and a call cannot name it twice."""
 
 
 def check_queue_name(name: str, field: str = "name") -> str:
@@ -41,3 +45,21 @@ def check_tenant_id(tenant: str) -> str:
             field="tenant",
         )
     return tenant
+
+
+def check_receipts(receipts: object) -> list[str]:
+    """The receipts of a settle call, each in the one spelling a get gives it.
+
+    Settling compares the count as a number: ``<id>~01`` would name the same
+    delivery as ``<id>~1`` under a second spelling, so anything but the
+    canonical form is refused here, before a script counts it twice.
+    """
+    if isinstance(receipts, (str, bytes)) or not isinstance(receipts, (list, tuple)):
+        raise InvalidInput("receipts must be a list of receipts", field="receipts")
+    for r in receipts:
+        if not isinstance(r, str) or not RECEIPT.fullmatch(r):
+            raise InvalidInput(
+                "receipts must be given as a get wrote them: '<message id>~<delivery count>', "
+                f"the count a whole number without leading zeros; {str(r)[:80]!r} is not one",
+                field="receipts")
+    return list(receipts)

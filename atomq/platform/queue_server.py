@@ -20,7 +20,7 @@ from atomq.platform import keys as k
 from atomq.platform.counters import MessageCounters
 from atomq.platform.codec import decode_messages, encode_document
 from atomq.platform.format import check_format
-from atomq.platform.management import Management, check_ids
+from atomq.platform.management import MAX_SELECTORS, Management, check_ids
 from atomq.platform.management import queue_not_found as _not_found
 from atomq.platform.models import (
     Delivery,
@@ -30,7 +30,7 @@ from atomq.platform.models import (
     QueueInfo,
     QueueModel,
 )
-from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.names import check_queue_name, check_receipts, check_subscriber_name, check_tenant_id
 from atomq.platform.settings import QueueSettings
 from atomq.platform.storage import Storage
 
@@ -108,11 +108,14 @@ class QueueServer(Management):
         created = self.storage.run(
             "queue_put",
             self._base(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq],
-            [name, model.value, max_redeliveries, round(ack_timeout_s * 1000)],
+            [name, model.value, max_redeliveries, round(ack_timeout_s * 1000), self.settings.max_queues_per_tenant],
             errors={
                 "CONFLICT": lambda: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
                 ),
+                "TOOMANYQUEUES": lambda: Conflict(
+                    f"a tenant has at most {self.settings.max_queues_per_tenant} queues: delete one first",
+                    code="too_many_queues", limit=self.settings.max_queues_per_tenant),
             },
         )
         self._forget_route(tenant, name)
@@ -354,10 +357,18 @@ class QueueServer(Management):
             )
         args: list[Any] = [len(messages)]
         dedupe_index: dict[str, int] = {}
+        documents = 0
         for i, m in enumerate(messages):
             if not m.documents:
                 raise InvalidInput("a message refers to at least one document",
                                    field=f"messages.{i}.documents")
+            if len(m.documents) > s.max_documents_per_message:
+                raise TooLarge(f"a message refers to at most {s.max_documents_per_message} documents",
+                               field=f"messages.{i}.documents", limit=s.max_documents_per_message)
+            documents += len(m.documents)
+            if documents > s.max_documents_per_send:
+                raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
+                               field="messages", limit=s.max_documents_per_send)
             dd = 0
             if m.dedupe_id is not None:
                 if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= MAX_DEDUPE_ID_LENGTH:
@@ -402,7 +413,7 @@ class QueueServer(Management):
             raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
         d = qk.destination(subscriber)
         keys = self._base(tk, qk) + d.as_list() + [qk.subscribers]
-        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers]
+        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._reply_budget()]
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self.storage.run("get", keys, args, errors=self._queue_errors(queue))
@@ -555,7 +566,9 @@ def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tupl
     if ids is not None:
         check_ids(ids, "ids")
         return "id", list(ids)
-    check_ids(receipts or [], "receipts")
-    return "receipt", list(receipts or [])
+    checked = check_receipts(receipts)
+    if len(checked) > MAX_SELECTORS:
+        raise TooLarge(f"receipts holds at most {MAX_SELECTORS} entries", field="receipts", limit=MAX_SELECTORS)
+    return "receipt", checked
 
 

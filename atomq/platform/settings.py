@@ -44,6 +44,15 @@ class QueueSettings:
             script blocks Redis for long.
         max_subscribers: most subscribers of one publish/subscribe queue; a
             send copies to all of them in one script, so this bounds it.
+        max_documents_per_message: most documents one message refers to; with
+            the next, what one send can make a script store.
+        max_documents_per_send: most documents in one send, over its messages.
+        max_reply_bytes: most document bytes one get, browse or dead-letter page
+            answers: a reply is built whole in the store's single thread, in the
+            client buffer and in a web worker, so it must not grow with what a
+            tenant stored. A single message bigger than this still comes alone.
+        max_queues_per_tenant: most queue components of one tenant; every
+            tenant's queues share one store and one maintenance loop.
     """
 
     redelivery_delays_s: tuple[float, ...] = DEFAULT_REDELIVERY_DELAYS_S
@@ -55,6 +64,10 @@ class QueueSettings:
     max_wait_ms: int = 20_000
     chunk_size: int = 500
     max_subscribers: int = 100
+    max_documents_per_message: int = 100
+    max_documents_per_send: int = 10_000
+    max_reply_bytes: int = 16 * 1024 * 1024
+    max_queues_per_tenant: int = 1000
     _delays_arg: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

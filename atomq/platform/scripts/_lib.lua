@@ -89,6 +89,52 @@ local function hmget_batched(key, fields)
   return out
 end
 
+-- Reads the documents of the messages live[1..] (indexes into ids, with
+-- ndocs[i] documents each) until the reply would pass `budget` bytes of
+-- documents and their properties; the first message always comes, however
+-- big. It reads in slices that cannot pass what is left of the budget
+-- (`max_doc` bytes a document at most), so the script never holds much more
+-- than the budget. Returns the number of messages kept and their documents'
+-- data and properties, in order.
+local function take_within(live, ids, ndocs, budget, max_doc)
+  local data, props = {}, {}
+  local kept, used, pos = 0, 0, 1
+  while pos <= #live do
+    local fit = math.floor((budget - used) / max_doc)
+    local last, want = pos - 1, 0
+    for x = pos, #live do
+      local nd = ndocs[live[x]]
+      if want + nd > fit then break end
+      want = want + nd
+      last = x
+    end
+    if last < pos then last = pos end  -- no whole message surely fits: read one and see
+    local docs = {}
+    for x = pos, last do
+      local id = ids[live[x]]
+      for k = 1, ndocs[live[x]] do docs[#docs + 1] = id .. '.' .. k end
+    end
+    local dpart = hmget_batched(DOC, docs)
+    local ppart = hmget_batched(DOCP, docs)
+    local j = 0
+    for x = pos, last do
+      local nd = ndocs[live[x]]
+      local size = 0
+      for k = j + 1, j + nd do size = size + #(dpart[k] or '') + #(ppart[k] or '') end
+      if kept > 0 and used + size > budget then return kept, data, props end
+      for k = j + 1, j + nd do
+        data[#data + 1] = dpart[k]
+        props[#props + 1] = ppart[k]
+      end
+      j = j + nd
+      used = used + size
+      kept = kept + 1
+    end
+    pos = last + 1
+  end
+  return kept, data, props
+end
+
 -- Delay in ms after failed delivery k (1-based); the last delay repeats.
 local function redelivery_delay(delays, k)
   return delays[math.min(k, #delays)]

@@ -2,9 +2,12 @@
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
---              ARGV[4..] that are not dead, in that order, missing ones left out)
+--              ARGV[6..] that are not dead, in that order, missing ones left out)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
+-- ARGV[4]      most document bytes in the page (a first message bigger than that comes
+--              alone; the page ends early, with a cursor, at the first that does not fit)
+-- ARGV[5]      the largest document a send accepts (bounds what one read may fetch)
 -- Returns {next cursor or "", n, then per message: id, state, envelope, then
 --          per document: data, properties; then for dead letters: reason, dead-lettered ms}.
 
@@ -19,9 +22,9 @@ if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 local picked, wheres = {}, {}
 local scanned, last = 0, nil
 local more = false
-if ARGV[1] == 'ids' and #ARGV > 3 then
+if ARGV[1] == 'ids' and #ARGV > 5 then
   local ids = {}
-  for i = 4, math.min(#ARGV, 3 + limit) do ids[#ids + 1] = ARGV[i] end
+  for i = 6, math.min(#ARGV, 5 + limit) do ids[#ids + 1] = ARGV[i] end
   local states = hmget_batched(d.state, ids)
   for i, id in ipairs(ids) do
     local s = states[i]
@@ -60,21 +63,26 @@ end
 local out = {more and last or '', #picked}
 if #picked == 0 then return out end
 local envs = redis.call('HMGET', d.msg, unpack(picked))
-for i, id in ipairs(picked) do
-  local env = envs[i]
+local live, ndocs = {}, {}
+for i = 1, #picked do
+  live[i] = i
+  ndocs[i] = doc_count(envs[i])
+end
+local kept, data, props = take_within(live, picked, ndocs, tonumber(ARGV[4]), tonumber(ARGV[5]))
+if kept < #picked then
+  out[1] = picked[kept]
+  out[2] = kept
+end
+local j = 0
+for i = 1, kept do
+  local id = picked[i]
   out[#out + 1] = id
   out[#out + 1] = wheres[i]
-  out[#out + 1] = env
-  local ndocs = doc_count(env)
-  if ndocs > 0 then
-    local docs = {}
-    for k = 1, ndocs do docs[k] = id .. '.' .. k end
-    local data = hmget_batched(DOC, docs)
-    local props = hmget_batched(DOCP, docs)
-    for k = 1, ndocs do
-      out[#out + 1] = data[k] or ''
-      out[#out + 1] = props[k] or ''
-    end
+  out[#out + 1] = envs[i]
+  for _ = 1, ndocs[i] do
+    j = j + 1
+    out[#out + 1] = data[j] or ''
+    out[#out + 1] = props[j] or ''
   end
   if dead_view then
     local entry = string.sub(wheres[i], string.find(wheres[i], '|d', 1, true) + 2)

@@ -7,6 +7,8 @@
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
 -- ARGV[4]      most subscribers a queue may have
+-- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone)
+-- ARGV[6]      the largest document a send accepts (bounds what one read may fetch)
 -- Returns {n, wake, last_id, then per message: id, delivery count, envelope,
 --          then per document: data, properties ("" = none)}.
 -- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
@@ -60,37 +62,39 @@ end
 -- Everything that reads comes before the first write: a script's writes are
 -- not rolled back, so nothing after a write may fail.
 local envs = redis.call('HMGET', d.msg, unpack(ids))
-local deadline = now + q.ack_timeout_ms
-local state_args, flight_args, docs, ndocs, live = {}, {}, {}, {}, {}
-for i, id in ipairs(ids) do
+local live, ndocs = {}, {}
+for i = 1, n do
   if envs[i] then
     live[#live + 1] = i
-    state_args[#state_args + 1] = id
-    state_args[#state_args + 1] = counts[i] .. '|' .. fails[i] .. '|f'
-    flight_args[#flight_args + 1] = deadline
-    flight_args[#flight_args + 1] = id
-    local nd = doc_count(envs[i])
-    ndocs[i] = nd
-    for k = 1, nd do docs[#docs + 1] = id .. '.' .. k end
+    ndocs[i] = doc_count(envs[i])
   end
 end
-local data, props = {}, {}
-if #docs > 0 then
-  data = hmget_batched(DOC, docs)
-  props = hmget_batched(DOCP, docs)
-end
--- The entries taken are the stream's first n: trimming below the next id drops
--- exactly them, far cheaper than XDEL of each.
-local last = entry_ids[n]
+local kept, data, props = take_within(live, ids, ndocs, tonumber(ARGV[5]), tonumber(ARGV[6]))
+-- The entries taken are the stream's first ones up to the last message kept
+-- (with the entries of gone messages among them): trimming below the next id
+-- drops exactly them, far cheaper than XDEL of each.
+local upto = n
+if kept < #live then upto = live[kept] end
+local last = entry_ids[upto]
 local dash = string.find(last, '-', 1, true)
 redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
-out[1] = #live
-if #live == 0 then return out end
+out[1] = kept
+if kept == 0 then return out end
+local deadline = now + q.ack_timeout_ms
+local state_args, flight_args = {}, {}
+for x = 1, kept do
+  local i = live[x]
+  state_args[#state_args + 1] = ids[i]
+  state_args[#state_args + 1] = counts[i] .. '|' .. fails[i] .. '|f'
+  flight_args[#flight_args + 1] = deadline
+  flight_args[#flight_args + 1] = ids[i]
+end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
 local redelivered = 0
 local j, o = 0, #out
-for _, i in ipairs(live) do
+for x = 1, kept do
+  local i = live[x]
   if counts[i] > 1 then redelivered = redelivered + 1 end
   out[o + 1], out[o + 2], out[o + 3] = ids[i], counts[i], envs[i]
   o = o + 3
@@ -100,6 +104,6 @@ for _, i in ipairs(live) do
     o = o + 2
   end
 end
-count('delivered', #live)
+count('delivered', kept)
 count('redelivered', redelivered)
 return out

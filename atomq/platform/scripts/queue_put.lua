@@ -5,12 +5,16 @@
 -- KEYS[7]      the point-to-point destination's msg hash
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- ARGV[1..4]   name, model, max_redeliveries, ack_timeout_ms
+-- ARGV[5]      most queues the tenant may have
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
--- that holds messages or subscribers.
+-- that holds messages or subscribers, TOOMANYQUEUES for a new queue past ARGV[5].
 -- The generation tells one life of a name from the next: routes and
 -- de-duplication markers of a removed queue never apply to its successor.
 
 local model = redis.call('HGET', CFG, 'model')
+if not model and redis.call('SCARD', KEYS[5]) >= tonumber(ARGV[5]) then
+  return redis.error_reply('TOOMANYQUEUES the tenant has its most queues')
+end
 if model and model ~= ARGV[2] then
   if redis.call('HLEN', KEYS[7]) > 0 or redis.call('SCARD', KEYS[6]) > 0 then
     return redis.error_reply('CONFLICT the model of a queue that holds messages or subscribers cannot change')

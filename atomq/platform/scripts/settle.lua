@@ -37,14 +37,16 @@ sweep_destination(d, q, delays, now, 1000)
 local ids, wants = selected(ARGV[4], 6)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
-local hits, hit_dc, hit_fails = {}, {}, {}
+local hits, hit_dc, hit_fails, taken = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local s = states[i]
   -- In flight ends in "|f"; the counts are parsed only where a receipt or a nack needs them.
-  if s and string.byte(s, -1) == 102 and string.byte(s, -2) == 124 then
+  if s and not taken[id] and string.byte(s, -1) == 102 and string.byte(s, -2) == 124 then
     local dc, fails = 0, 0
     if wants[i] or action == 'nack' or action == 'release' then dc, fails = parse_state(s) end
+    -- One call settles a message once, however many selectors name it.
     if not wants[i] or wants[i] == dc then
+      taken[id] = true
       hits[#hits + 1] = id
       hit_dc[#hits] = dc
       hit_fails[#hits] = fails

@@ -1,0 +1,118 @@
+"""A hostile or careless tenant against the queue server's books and its shared store.
+
+Each test is a defect once seen: receipts spelled several ways settling one
+delivery several times, replies that grew with what a tenant stored, queues
+without bound. Run on the real Valkey and on fakeredis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from atomq.errors import Conflict, InvalidInput
+from atomq.platform import QueueServer
+from atomq.platform.audit import audit_tenant
+from support import FAST, browse_all, dead_all, msg
+
+P2P = "point_to_point"
+
+
+@pytest.fixture
+def queue(qs: QueueServer, tenant: str) -> str:
+    qs.put_queue(tenant, "orders", P2P, max_redeliveries=0)
+    return "orders"
+
+
+def small_replies(qs: QueueServer, reply_bytes: int) -> QueueServer:
+    return QueueServer(qs.client, dataclasses.replace(FAST, max_reply_bytes=reply_bytes))
+
+
+def test_a_receipt_in_another_spelling_is_refused(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("m")])
+    (d,) = qs.get(tenant, queue)
+    for spelling in (f"{d.id}~01", f"{d.id}~001", f"{d.id}~+1", f"{d.id}~1.0", f" {d.receipt}"):
+        with pytest.raises(InvalidInput) as err:
+            qs.ack(tenant, queue, receipts=[d.receipt, spelling])
+        assert err.value.details["field"] == "receipts"
+    assert qs.get_queue(tenant, queue).in_flight == 1, "a refused call changes nothing"
+    assert qs.usage(tenant)["messages"] == 1
+
+
+def test_one_call_settles_a_message_once_whatever_names_it(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("a"), msg("b")])
+    a, b = qs.get(tenant, queue, max_messages=2)
+    assert qs.ack(tenant, queue, receipts=[a.receipt, a.receipt, a.receipt]) == 1
+    assert qs.ack(tenant, queue, ids=[b.id, b.id]) == 1
+    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    qs.send(tenant, queue, [msg("c")])
+    (c,) = qs.get(tenant, queue)
+    assert qs.nack(tenant, queue, receipts=[c.receipt, c.receipt]).dead_lettered == 1
+    assert [x.id for x in dead_all(qs, tenant, queue)] == [c.id]
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_the_settle_script_itself_counts_one_delivery_once(qs, tenant, queue) -> None:
+    """Beneath the boundary's check: the script dedupes by message, not by selector text."""
+    qs.send(tenant, queue, [msg("m")])
+    (d,) = qs.get(tenant, queue)
+    tk, qk = qs._queue_keys(tenant, queue)
+    dest = qk.destination()
+    done, _ = qs.storage.run("settle", qs._base(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage],
+                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "",
+                              f"{d.id}~1", f"{d.id}~01", f"{d.id}~001"])
+    assert done == 1
+    usage = qs.usage(tenant)
+    assert usage["stored_bytes"] >= 0 and usage["messages"] == 0
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_a_get_stops_adding_messages_at_the_reply_limit(qs, tenant, queue) -> None:
+    small = small_replies(qs, 10_000)
+    ids = small.send(tenant, queue, [msg("x" * 1000) for _ in range(30)])
+    got = small.get(tenant, queue, max_messages=30)
+    # Each message is 1,001 stored bytes (a type byte): nine fit in 10,000, a tenth would not.
+    assert [d.id for d in got] == ids[:9]
+    assert small.get_queue(tenant, queue).depth == 21 and small.get_queue(tenant, queue).in_flight == 9
+    rest = []
+    while len(rest) < 21:
+        rest += small.get(tenant, queue, max_messages=30)
+    assert [d.id for d in rest] == ids[9:], "the messages left out come next, in order"
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_one_message_bigger_than_the_reply_limit_still_comes_alone(qs, tenant, queue) -> None:
+    small = small_replies(qs, 10_000)
+    big, after = small.send(tenant, queue, [msg("y" * 6000, "z" * 6000), msg("small")])
+    first = small.get(tenant, queue, max_messages=10)
+    assert [d.id for d in first] == [big] and len(first[0].documents) == 2
+    assert [d.id for d in small.get(tenant, queue, max_messages=10)] == [after]
+
+
+def test_browse_and_dead_letter_pages_end_at_the_reply_limit_without_gaps(qs, tenant, queue) -> None:
+    small = small_replies(qs, 5_000)
+    ids = small.send(tenant, queue, [msg("p" * 1000) for _ in range(12)])
+    page = small.browse(tenant, queue, limit=100)
+    assert [m.id for m in page.items] == ids[:4] and page.next == ids[3]
+    assert [m.id for m in browse_all(small, tenant, queue, limit=100)] == ids
+    assert [m.id for m in small.peek(tenant, queue, ids)] == ids, "peek reads every id, a reply at a time"
+    got: list = []
+    while len(got) < 12:
+        got += small.get(tenant, queue, max_messages=12)
+    small.nack(tenant, queue, receipts=[d.receipt for d in got], reason="bad")
+    assert [m.id for m in dead_all(small, tenant, queue, limit=100)] == ids
+    assert small.dead_letters(tenant, queue, limit=100).next == ids[3]
+
+
+def test_queues_per_tenant_are_bounded(qs, tenant) -> None:
+    capped = QueueServer(qs.client, dataclasses.replace(FAST, max_queues_per_tenant=3))
+    for name in ("a", "b", "c"):
+        capped.put_queue(tenant, name, P2P)
+    with pytest.raises(Conflict) as err:
+        capped.put_queue(tenant, "d", P2P)
+    assert err.value.code == "too_many_queues" and err.value.details["limit"] == 3
+    capped.put_queue(tenant, "c", P2P, max_redeliveries=2)  # an update is not a new queue
+    capped.delete_queue(tenant, "a")
+    capped.put_queue(tenant, "d", P2P)
+    assert [q.name for q in capped.list_queues(tenant)] == ["b", "c", "d"]
