@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 
 from atomq.errors import Conflict, InvalidInput
-from atomq.platform import QueueServer
+from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant
-from support import FAST, browse_all, dead_all, msg
+from support import FAST, browse_all, dead_all, msg, wait_until
 
 P2P = "point_to_point"
 
@@ -116,3 +116,61 @@ def test_queues_per_tenant_are_bounded(qs, tenant) -> None:
     capped.delete_queue(tenant, "a")
     capped.put_queue(tenant, "d", P2P)
     assert [q.name for q in capped.list_queues(tenant)] == ["b", "c", "d"]
+
+
+def test_dead_letter_reasons_count_until_they_leave(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("m")])
+    before = qs.usage(tenant)["stored_bytes"]
+    (d,) = qs.get(tenant, queue)
+    assert qs.nack(tenant, queue, receipts=[d.receipt], reason="r" * 4000).dead_lettered == 1
+    assert qs.usage(tenant)["stored_bytes"] == before + 4000
+    assert qs.resend_dead_letters(tenant, queue, all=True) == 1
+    assert qs.usage(tenant)["stored_bytes"] == before
+    (d,) = qs.get(tenant, queue)
+    qs.nack(tenant, queue, receipts=[d.receipt], reason="again")
+    assert qs.delete_dead_letters(tenant, queue, all=True) == 1
+    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_de_duplication_markers_count_until_they_expire(qs, tenant, queue) -> None:
+    short = QueueServer(qs.client, dataclasses.replace(FAST, dedupe_window_s=2))
+    (d_id,) = short.send(tenant, queue, [msg("m", dedupe_id="k1")])
+    short.get(tenant, queue)
+    assert short.ack(tenant, queue, ids=[d_id]) == 1
+    marked = short.usage(tenant)["stored_bytes"]
+    assert marked > 0 and short.usage(tenant)["messages"] == 0, "the marker outlives its message"
+    assert short.expire_markers(tenant) == 0, "not before the marker expires"
+    wait_until(lambda: short.expire_markers(tenant) == marked or short.usage(tenant)["stored_bytes"] == 0,
+               8, "the marker's bytes to leave the usage")
+    assert short.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_stored_bytes_is_within_a_quarter_of_what_the_store_measures(valkey, tenant) -> None:
+    """The contract's bound, on a mixed load big enough to leave the compact encodings."""
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "mixed", P2P, max_redeliveries=0)
+    qs.put_queue(tenant, "fan", "publish_subscribe")
+    for sub in ("a", "b"):
+        qs.put_subscriber(tenant, "fan", sub)
+    sizes = [0, 10, 200, 3000]
+    for round_ in range(6):
+        batch = []
+        for i in range(500):
+            n = round_ * 500 + i
+            docs = tuple(OutgoingDocument("x" * sizes[n % 4], {"n": n} if n % 3 == 0 else {})
+                         for _ in range(1 + n % 3))
+            batch.append(OutgoingMessage(documents=docs, properties={"p": n} if n % 2 else {},
+                                         dedupe_id=f"id-{n}" if n % 5 == 0 else None))
+        qs.send(tenant, "mixed", batch)
+        qs.send(tenant, "fan", batch[:100])
+    got = qs.get(tenant, "mixed", max_messages=1000)
+    qs.nack(tenant, "mixed", receipts=[d.receipt for d in got[:400]], reason="failed: " + "e" * 40)
+    measured = sum(client.memory_usage(key, samples=0) or 0
+                   for key in client.scan_iter(match=f"aq:{{{tenant}}}:*", count=1000))
+    counted = qs.usage(tenant)["stored_bytes"]
+    assert 0.75 <= counted / measured <= 1.25, f"stored_bytes {counted} against {measured} measured"
+    print(f"stored_bytes {counted}, measured {measured}: {counted / measured:.3f}")
+    assert audit_tenant(client, tenant) == []

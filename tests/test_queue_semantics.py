@@ -636,24 +636,36 @@ def test_a_blocking_get_ends_when_its_queue_is_deleted(qs, tenant, queue) -> Non
 
 def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, backend) -> None:
     from atomq.errors import QuotaExceeded
+    from atomq.platform import keys as k
     from atomq.platform.audit import recount_usage
+    from atomq.platform.footprint import COPY_BYTES, DOC_BYTES, MARKER_BYTES
+
+    def cost(m, copies: int) -> int:
+        """What the footprint says one message costs: its copies, then its documents."""
+        return copies * (COPY_BYTES + len(f"{len(m.documents)}|{m.envelope_json()}")) + sum(
+            DOC_BYTES + 1 + len(d.data) for d in m.documents)
 
     qs.put_queue(tenant, "news", PUBSUB)
     qs.put_subscriber(tenant, "news", "a")
     qs.put_subscriber(tenant, "news", "b")
-    qs.send(tenant, "news", [msg("x" * 100, dedupe_id="once")])
-    envelope = len('1|{"v":1,"dd":"once"}')
-    assert qs.usage(tenant) == {"stored_bytes": 101 + 2 * envelope, "messages": 2}, "one document, two copies"
+    once = msg("x" * 100, dedupe_id="once")
+    qs.send(tenant, "news", [once])
+    marker = k.TenantKeys(tenant).queue("news").dedupe("once")
+    marker_bytes = MARKER_BYTES + len(marker) + len(backend.get(marker))
+    assert qs.usage(tenant) == {"stored_bytes": cost(once, 2) + marker_bytes, "messages": 2}, \
+        "one document, two copies, one marker"
     qs.send(tenant, "news", [msg("x" * 100, dedupe_id="once")])
     assert qs.usage(tenant)["messages"] == 2, "a repeated dedupe id stores nothing"
     used = qs.usage(tenant)["stored_bytes"]
+    small, big = msg("small"), msg("y" * 500)
+    room = cost(small, 2) + 10
     with pytest.raises(QuotaExceeded) as err:
-        qs.send(tenant, "news", [msg("small"), msg("y" * 500)], quota_bytes=used + 300)
-    assert (err.value.limit, err.value.used) == (used + 300, used)
+        qs.send(tenant, "news", [small, big], quota_bytes=used + room)
+    assert (err.value.limit, err.value.used) == (used + room, used)
     assert qs.get_queue(tenant, "news").subscribers["a"].depth == 1, "the refused batch stored nothing"
-    qs.send(tenant, "news", [msg("small")], quota_bytes=used + 300)
+    qs.send(tenant, "news", [small], quota_bytes=used + room)
     for sub in ("a", "b"):
         for d in qs.get(tenant, "news", subscriber=sub, max_messages=10):
             qs.ack(tenant, "news", ids=[d.id], subscriber=sub)
-    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    assert qs.usage(tenant) == {"stored_bytes": marker_bytes, "messages": 0}, "the marker counts until it expires"
     assert recount_usage(backend, tenant) == qs.usage(tenant)

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from atomq.platform import keys as k
+from atomq.platform.footprint import COPY_BYTES, DOC_BYTES
 
 
 def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
@@ -30,16 +31,22 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
 
 
 def recount_usage(client: Any, tenant: str) -> dict[str, int]:
-    """The tenant's usage counted from its data (what ``aq:{T}:usage`` must say)."""
+    """The tenant's usage counted from its data (what ``aq:{T}:usage`` must say), as the
+    scripts count it (``atomq.platform.footprint``); de-duplication markers count as their
+    ledger says, since an expired marker leaves nothing to recount."""
     tk = k.TenantKeys(tenant)
     stored, copies = 0, 0
     for d in _destinations(client, tk):
         for env in client.hvals(d.msg):
-            stored += len(env)
+            stored += COPY_BYTES + len(env)
             copies += 1
+        for _, fields in client.xrange(d.dlq):
+            stored += len(fields.get(b"r", b""))
     for doc in client.hkeys(tk.doc):
-        stored += client.hstrlen(tk.doc, doc) + client.hstrlen(tk.doc_props, doc)
-    return {"stored_bytes": stored, "messages": copies}
+        props = client.hstrlen(tk.doc_props, doc)
+        stored += DOC_BYTES + client.hstrlen(tk.doc, doc) + (DOC_BYTES + props if props else 0)
+    markers = sum(int(v) for v in client.hvals(tk.marker_ledger))
+    return {"stored_bytes": stored + markers, "messages": copies}
 
 
 def repair_usage(client: Any, tenant: str) -> dict[str, int]:
@@ -50,8 +57,10 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     quiet, and audit again after.
     """
     counted = recount_usage(client, tenant)
-    client.hset(k.TenantKeys(tenant).usage,
-                mapping={"bytes": counted["stored_bytes"], "messages": counted["messages"]})
+    tk = k.TenantKeys(tenant)
+    markers = sum(int(v) for v in client.hvals(tk.marker_ledger))
+    client.hset(tk.usage, mapping={"bytes": counted["stored_bytes"] - markers, "markers": markers,
+                                   "messages": counted["messages"]})
     return counted
 
 
@@ -101,8 +110,10 @@ def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
     orphans = {i.decode() for i in r.hkeys(tk.doc_props)} - docs
     if orphans:
         problems.append(f"{len(orphans)} document properties without a document")
-    stored = r.hmget(tk.usage, "bytes", "messages")
-    kept = {"stored_bytes": int(stored[0] or 0), "messages": int(stored[1] or 0)}
+    stored = r.hmget(tk.usage, "bytes", "markers", "messages")
+    kept = {"stored_bytes": int(stored[0] or 0) + int(stored[1] or 0), "messages": int(stored[2] or 0)}
+    if int(stored[0] or 0) < 0 or int(stored[1] or 0) < 0 or kept["messages"] < 0:
+        problems.append(f"usage counters are negative: {kept}")
     counted = recount_usage(r, tenant)
     if kept != counted:
         problems.append(f"usage counters say {kept}, the data holds {counted}")

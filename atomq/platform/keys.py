@@ -18,8 +18,12 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:{T}:docp                    hash doc id -> properties (JSON), only when not empty
     aq:{T}:docr                    hash doc id -> reference count (message copies that refer
                                    to it), kept only while above 1: no entry means one
-    aq:{T}:usage                   hash: bytes (documents and message envelopes stored), messages
+    aq:{T}:usage                   hash: bytes (what the stored message copies, their documents and
+                                   dead-letter reasons cost, see ``atomq.platform.footprint``),
+                                   markers (what live de-duplication markers cost), messages
                                    (message copies stored); kept by the scripts with every change
+    aq:{T}:ddbytes                 hash <expiry ms> -> bytes of the de-duplication markers that
+                                   expire by then: when to take them off usage's markers
     aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, gen, subv, and
                                    the queue's counters kept by the scripts: n:<kind> totals
                                    and the rate ring r:<s|a><slot> (see atomq.platform.counters)
@@ -139,6 +143,10 @@ class TenantKeys:
     @property
     def usage(self) -> str:
         return f"{self._p}:usage"
+
+    @property
+    def marker_ledger(self) -> str:
+        return f"{self._p}:ddbytes"
 
     @property
     def refusals(self) -> str:
@@ -346,7 +354,6 @@ REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
 
 STORE_SIZES_KEY = f"{PREFIX}:server:stores"
 TEMPORARY_KEY_PATTERNS = (
-    f"{PREFIX}:{{*}}:q:*:dd:" + "[0-9a-f]" * 40,  # de-duplication markers (QueueKeys.dedupe)
     f"{PREFIX}:rl:node:*",  # node rate windows (node_rate_window)
     f"{PREFIX}:{{*}}:rl:*",  # tenant rate windows (tenant_rate_window)
     f"{PREFIX}:{{*}}:st:*",  # streaming consumers' planned batches (stream_consumer)

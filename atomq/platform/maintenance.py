@@ -25,7 +25,7 @@ log = logging.getLogger("atomq.maintenance")
 
 def maintain_all(qs: QueueServer) -> dict[str, int]:
     """One round of maintenance over every tenant; returns the totals."""
-    totals = {"removals": 0, "moved": 0, "purged": 0}
+    totals = {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0}
     for tenant in qs.tenants():
         try:
             for name, count in qs.maintain(tenant).items():

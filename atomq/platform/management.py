@@ -172,16 +172,17 @@ class Management:
     # -- usage --------------------------------------------------------------------
 
     def usage(self, tenant: str) -> dict[str, int]:
-        """What the tenant stores: ``stored_bytes`` (documents and message envelopes,
-        dead letters included) and ``messages`` (message copies), kept by every script."""
+        """What the tenant stores: ``stored_bytes`` (what its messages, documents, dead-letter
+        reasons and de-duplication markers cost the store, see ``atomq.platform.footprint``)
+        and ``messages`` (message copies), kept by every script."""
         tk = k.TenantKeys(check_tenant_id(tenant))
-        raw = self.storage.call(self.client.hmget, tk.usage, "bytes", "messages")
-        return {"stored_bytes": int(raw[0] or 0), "messages": int(raw[1] or 0)}
+        raw = self.storage.call(self.client.hmget, tk.usage, "bytes", "markers", "messages")
+        return {"stored_bytes": int(raw[0] or 0) + int(raw[1] or 0), "messages": int(raw[2] or 0)}
 
     def total_stored_bytes(self) -> int:
         """Bytes stored by all tenants (the sum of their usage counters)."""
         tenants = self.tenants()
         pipe = self.client.pipeline(transaction=False)
         for tenant in tenants:
-            pipe.hget(k.TenantKeys(tenant).usage, "bytes")
-        return sum(int(v or 0) for v in self.storage.call(pipe.execute))
+            pipe.hmget(k.TenantKeys(tenant).usage, "bytes", "markers")
+        return sum(int(b or 0) + int(m or 0) for b, m in self.storage.call(pipe.execute))

@@ -321,7 +321,7 @@ class QueueServer(Management):
             for d in dests:
                 keys.extend(d.as_list())
             keys.extend(dedupe_keys)
-            keys.append(tk.usage)
+            keys += [tk.marker_ledger, tk.usage]
             window_ms = round(self.settings.dedupe_window_s * 1000)
             try:
                 ids = self.storage.run(
@@ -412,7 +412,7 @@ class QueueServer(Management):
         if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= s.max_wait_ms:
             raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
         d = qk.destination(subscriber)
-        keys = self._base(tk, qk) + d.as_list() + [qk.subscribers]
+        keys = self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._reply_budget()]
         deadline = time.monotonic() + wait_ms / 1000
         while True:
@@ -527,7 +527,7 @@ class QueueServer(Management):
         for qk, d in self._all_destinations(tk):
             while True:
                 try:
-                    n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list(),
+                    n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list() + [tk.usage],
                                              [self.settings.delays_ms_arg, self.settings.chunk_size],
                                              errors={"NOQUEUE": lambda: _not_found(qk.name)}))
                 except NotFound:
@@ -551,12 +551,19 @@ class QueueServer(Management):
             removed += self._drain(tk, self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
         return removed
 
+    def expire_markers(self, tenant: str) -> int:
+        """Takes the bytes of expired de-duplication markers off the tenant's usage; returns them."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        freed, _ = self.storage.run("markers_expire", [tk.marker_ledger, tk.usage], [])
+        return int(freed)
+
     def maintain(self, tenant: str) -> dict[str, int]:
         """One round of every maintenance task for one tenant."""
         return {
             "removals": self.resume_removals(tenant),
             "moved": self.sweep(tenant),
             "purged": self.purge(tenant),
+            "marker_bytes": self.expire_markers(tenant),
         }
 
 

@@ -1,9 +1,9 @@
 """How much memory the server's stores other than messages take, measured now and then.
 
 The seed's server reports three stores: messages (kept exactly by the usage
-counters), temporary data (work under way: in-flight deliveries, the
-listeners' executions and processed-message windows, de-duplication markers,
-rate windows) and the job scheduler (the redelivery schedules and the rq
+counters, de-duplication markers included, since they count against the
+tenants' quotas), temporary data (work under way: in-flight deliveries, the
+listeners' executions and processed-message windows, rate windows) and the job scheduler (the redelivery schedules and the rq
 execution queues with their jobs). The last two are not counted with each
 write; the maintenance lease holder measures them with MEMORY USAGE every
 ``MEASURE_EVERY_S`` and keeps the figures in Redis, so every node reports

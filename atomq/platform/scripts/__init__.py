@@ -1,7 +1,8 @@
 """The Lua scripts of the queue server, loaded once and called by name.
 
 Each ``<name>.lua`` beside this file documents its KEYS and ARGV in a header.
-Redis has no ``include``; the shared helpers of ``_lib.lua`` are prepended to
+Redis has no ``include``; the shared helpers of ``_lib.lua``, after the
+measured footprint constants of ``atomq.platform.footprint``, are prepended to
 every script here, so each script still arrives at Redis as one unit and its
 SHA is stable for EVALSHA.
 """
@@ -14,6 +15,8 @@ from typing import Any, Sequence
 import redis
 from redis.commands.core import Script
 
+from atomq.platform.footprint import lua_prelude
+
 NAMES = (
     "send",
     "get",
@@ -21,6 +24,7 @@ NAMES = (
     "browse",
     "manage",
     "sweep",
+    "markers_expire",
     "queue_put",
     "subscriber_put",
     "unlink_component",
@@ -46,7 +50,7 @@ class ScriptLibrary:
     """
 
     def __init__(self, client: redis.Redis) -> None:
-        lib = _source("_lib")
+        lib = lua_prelude() + _source("_lib")
         self._scripts: dict[str, Script] = {
             name: client.register_script(lib + "\n" + _source(name)) for name in NAMES
         }

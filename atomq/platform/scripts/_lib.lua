@@ -171,19 +171,21 @@ end
 
 -- Forgets message copies and releases their documents; frees each document
 -- whose last reference this was, and takes what it freed off the tenant's
--- usage (hash `usage`: bytes, messages). DOCR holds a count only while it is
--- above one (documents of several subscribers' copies); no entry means one.
-local function forget(d, ids, usage)
+-- usage (hash `usage`: bytes, messages), counted as the send counted it
+-- (see atomq.platform.footprint), plus `extra` bytes the caller freed
+-- (dead-letter reasons). DOCR holds a count only while it is above one
+-- (documents of several subscribers' copies); no entry means one.
+local function forget(d, ids, usage, extra)
   if #ids == 0 then return end
   local envs = hmget_batched(d.msg, ids)
   call_batched('HDEL', d.msg, ids)
   call_batched('HDEL', d.state, ids)
   call_batched('ZREM', d.all, ids)
-  local docs, freed, copies = {}, 0, 0
+  local docs, freed, copies = {}, extra or 0, 0
   for i, id in ipairs(ids) do
     if envs[i] then
       copies = copies + 1
-      freed = freed + #envs[i]
+      freed = freed + COPY_BYTES + #envs[i]
       for k = 1, doc_count(envs[i]) do docs[#docs + 1] = id .. '.' .. k end
     end
   end
@@ -209,7 +211,9 @@ local function forget(d, ids, usage)
   if #counted > 0 then call_batched('HDEL', DOCR, counted) end
   if #drop > 0 then
     for _, doc in ipairs(drop) do
-      freed = freed + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+      freed = freed + DOC_BYTES + redis.call('HSTRLEN', DOC, doc)
+      local props = redis.call('HSTRLEN', DOCP, doc)
+      if props > 0 then freed = freed + DOC_BYTES + props end
     end
     call_batched('HDEL', DOC, drop)
     call_batched('HDEL', DOCP, drop)
@@ -217,14 +221,29 @@ local function forget(d, ids, usage)
   redis.call('HINCRBY', usage, 'bytes', -freed)
 end
 
--- One failed delivery (nack or ack time-out) of an in-flight message.
+-- The reason a dead letter was given (`where` is its state's d<entry>).
+local function dead_reason(d, where)
+  local entry = string.sub(where, 2)
+  local rec = redis.call('XRANGE', d.dlq, entry, entry)
+  if #rec > 0 then
+    local f = rec[1][2]
+    for k = 1, #f, 2 do
+      if f[k] == 'r' then return f[k + 1] end
+    end
+  end
+  return ''
+end
+
+-- One failed delivery (nack or ack time-out) of an in-flight message; a dead
+-- letter's reason counts in the tenant's usage hash `usage`.
 -- Returns 'requeued' or 'dead'.
-local function fail_delivery(d, q, delays, id, dc, fails, reason, now)
+local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
   fails = fails + 1
   redis.call('ZREM', d.inflight, id)
   if fails > q.max_redeliveries then
     local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
     redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+    if #reason > 0 then redis.call('HINCRBY', usage, 'bytes', #reason) end
     count('dead_lettered', 1)
     return 'dead'
   end
@@ -234,13 +253,14 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now)
 end
 
 -- Moves due redeliveries to ready and fails expired deliveries, at most
--- `limit` of each. Returns the number of messages moved.
-local function sweep_destination(d, q, delays, now, limit)
+-- `limit` of each (`usage`: the tenant's usage hash). Returns the number of
+-- messages moved.
+local function sweep_destination(d, q, delays, now, limit, usage)
   local moved = 0
   local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(expired) do
     local dc, fails = parse_state(redis.call('HGET', d.state, id))
-    fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now)
+    fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now, usage)
     moved = moved + 1
   end
   count('ack_timeouts', #expired)

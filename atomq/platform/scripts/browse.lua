@@ -85,17 +85,9 @@ for i = 1, kept do
     out[#out + 1] = props[j] or ''
   end
   if dead_view then
-    local entry = string.sub(wheres[i], string.find(wheres[i], '|d', 1, true) + 2)
-    local rec = redis.call('XRANGE', d.dlq, entry, entry)
-    local reason = ''
-    if #rec > 0 then
-      local f = rec[1][2]
-      for k = 1, #f, 2 do
-        if f[k] == 'r' then reason = f[k + 1] end
-      end
-    end
-    out[#out + 1] = reason
-    out[#out + 1] = tonumber(string.sub(entry, 1, string.find(entry, '-', 1, true) - 1))
+    local where = string.sub(wheres[i], string.find(wheres[i], '|d', 1, true) + 1)
+    out[#out + 1] = dead_reason(d, where)
+    out[#out + 1] = tonumber(string.sub(where, 2, string.find(where, '-', 1, true) - 1))
   end
 end
 return out

@@ -3,6 +3,7 @@
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
 -- KEYS[12]     subs (publish/subscribe: the subscriber is created on its first get)
+-- KEYS[13]     the tenant's usage hash (ack time-outs may dead-letter)
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -30,7 +31,7 @@ end
 local d = dest_at(5)
 local delays = parse_delays(ARGV[2])
 local now = now_ms()
-sweep_destination(d, q, delays, now, 1000)
+sweep_destination(d, q, delays, now, 1000, KEYS[13])
 
 local out = {0, -1, '0-0'}
 local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', tonumber(ARGV[1]))

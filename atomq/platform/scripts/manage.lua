@@ -31,7 +31,7 @@ else
   if #ids == size then cursor = ids[#ids] end
 end
 
-local count, gone = 0, {}
+local count, gone, reasons = 0, {}, 0
 if #ids == 0 then return {0, cursor} end
 local states = hmget_batched(d.state, ids)
 for i, id in ipairs(ids) do
@@ -40,15 +40,21 @@ for i, id in ipairs(ids) do
     local dc, _, where = parse_state(s)
     local dead = string.sub(where, 1, 1) == 'd'
     if action == 'drop' or (action == 'delete' and not dead) or (action == 'delete_dead' and dead) then
+      if dead then reasons = reasons + #dead_reason(d, where) end
       unlink(d, id, where)
       gone[#gone + 1] = id
       count = count + 1
     elseif action == 'resend' and dead then
+      reasons = reasons + #dead_reason(d, where)
       unlink(d, id, where)
       make_ready(d, id, dc, 0)
       count = count + 1
     end
   end
 end
-forget(d, gone, KEYS[12])
+if action == 'resend' then
+  if reasons > 0 then redis.call('HINCRBY', KEYS[12], 'bytes', -reasons) end
+else
+  forget(d, gone, KEYS[12], reasons)
+end
 return {count, cursor}

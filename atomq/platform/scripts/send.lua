@@ -3,12 +3,15 @@
 -- KEYS[5]      seq (the tenant's message counter)
 -- KEYS[6]      subs (subscriber set; checked through cfg.subv)
 -- KEYS[7..]    7 keys per destination (ARGV[2] destinations), then the de-duplication
---              markers, then (last) the tenant's usage hash
+--              markers, then the tenant's marker ledger, then (last) its usage hash
 -- ARGV[5]      the tenant's disk quota in bytes (0: none)
 -- ARGV[1]      the route the caller read: "<model>|<generation>|<subscriber version>"
 --              (no subscriber version for point-to-point)
 -- ARGV[2]      number of destinations
 -- ARGV[3]      de-duplication window in ms
+-- A new marker's bytes count in the usage hash's `markers` until the marker
+-- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
+-- takes them off again (markers_expire.lua).
 -- ARGV[4]      number of messages; from ARGV[6] on, per message:
 --              dedupe key index (0 = none), envelope JSON, document count,
 --              then per document: data, properties JSON ("" = none)
@@ -38,6 +41,7 @@ end
 local dd_base = 7 + ndest * 7 - 1
 
 local USAGE = KEYS[#KEYS]
+local LEDGER = KEYS[#KEYS - 1]
 local quota = tonumber(ARGV[5])
 
 -- Pass 1, reads only: which messages are new, and what they would store.
@@ -67,16 +71,19 @@ for m = 1, nmsg do
   if not original[m] and not repeat_of[m] then
     new_count = new_count + 1
     if ndest > 0 then
-      new_bytes = new_bytes + (#ARGV[pos + 1] + #tostring(ndocs) + 1) * ndest
+      new_bytes = new_bytes + (COPY_BYTES + #ARGV[pos + 1] + #tostring(ndocs) + 1) * ndest
       for k = 0, ndocs - 1 do
-        new_bytes = new_bytes + #ARGV[pos + 3 + 2 * k] + #ARGV[pos + 4 + 2 * k]
+        local props = #ARGV[pos + 4 + 2 * k]
+        new_bytes = new_bytes + DOC_BYTES + #ARGV[pos + 3 + 2 * k]
+        if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
       end
     end
   end
   pos = pos + 3 + ndocs * 2
 end
 if quota > 0 and new_bytes > 0 then
-  local used = tonumber(redis.call('HGET', USAGE, 'bytes') or '0')
+  local counted = redis.call('HMGET', USAGE, 'bytes', 'markers')
+  local used = tonumber(counted[1] or '0') + tonumber(counted[2] or '0')
   if used + new_bytes > quota then
     return redis.error_reply('QUOTA ' .. used .. ' ' .. quota .. ' ' .. new_bytes)
   end
@@ -87,6 +94,7 @@ local now = now_ms()
 local seq = redis.call('INCRBY', KEYS[5], new_count) - new_count
 local stamp = tostring(now)
 local ids = {}
+local marker_bytes = 0
 local doc_args, docp_args, docr_args, msg_args, all_args = {}, {}, {}, {}, {}
 for m = 1, nmsg do
   pos = starts[m]
@@ -104,7 +112,9 @@ for m = 1, nmsg do
     local id = stamp .. '-' .. string.rep('0', 12 - #s) .. s
     ids[m] = id
     if dd > 0 then
-      redis.call('SET', KEYS[dd_base + dd], q.gen .. '|' .. id, 'PX', window)
+      local key, value = KEYS[dd_base + dd], q.gen .. '|' .. id
+      redis.call('SET', key, value, 'PX', window)
+      marker_bytes = marker_bytes + MARKER_BYTES + #key + #value
     end
     if ndest > 0 then
       for k = 1, ndocs do
@@ -147,6 +157,13 @@ if #msg_args > 0 then
   end
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
   redis.call('HINCRBY', USAGE, 'messages', (#msg_args / 2) * ndest)
+end
+if marker_bytes > 0 then
+  -- Buckets of a 32nd of the window (at least 1 s), so the ledger holds ~33 fields.
+  local width = math.max(1000, math.floor(window / 32))
+  local expiry = (math.floor((now + window) / width) + 1) * width
+  redis.call('HINCRBY', LEDGER, expiry, marker_bytes)
+  redis.call('HINCRBY', USAGE, 'markers', marker_bytes)
 end
 count('sent', new_count)
 count_rate('s', new_count, now)

@@ -33,7 +33,7 @@ local action = ARGV[1]
 local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
-sweep_destination(d, q, delays, now, 1000)
+sweep_destination(d, q, delays, now, 1000, KEYS[13])
 local ids, wants = selected(ARGV[4], 6)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
@@ -56,7 +56,7 @@ end
 if #hits == 0 then return {0, 0} end
 if action == 'ack' then
   call_batched('ZREM', d.inflight, hits)
-  forget(d, hits, KEYS[13])
+  forget(d, hits, KEYS[13], 0)
   count('acked', #hits)
   count_rate('a', #hits, now)
   return {#hits, 0}
@@ -82,7 +82,7 @@ elseif action == 'release' then
 end
 local requeued, dead = 0, 0
 for i, id in ipairs(hits) do
-  if fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now) == 'dead' then
+  if fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now, KEYS[13]) == 'dead' then
     dead = dead + 1
   else
     requeued = requeued + 1
