@@ -13,6 +13,7 @@ import pytest
 
 from atomq.errors import Conflict, InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from support import FAST, browse_all, dead_all, msg, wait_until
 
@@ -140,9 +141,12 @@ def test_de_duplication_markers_count_until_they_expire(qs, tenant, queue) -> No
     assert short.ack(tenant, queue, ids=[d_id]) == 1
     marked = short.usage(tenant)["stored_bytes"]
     assert marked > 0 and short.usage(tenant)["messages"] == 0, "the marker outlives its message"
-    assert short.expire_markers(tenant) == 0, "not before the marker expires"
-    wait_until(lambda: short.expire_markers(tenant) == marked or short.usage(tenant)["stored_bytes"] == 0,
-               8, "the marker's bytes to leave the usage")
+    assert short.maintain(tenant)["marker_bytes"] == 0, "not before the marker expires"
+    assert short.usage(tenant)["stored_bytes"] == marked
+    freed: list[int] = []
+    wait_until(lambda: freed.append(short.maintain(tenant)["marker_bytes"]) or sum(freed) > 0,
+               8, "the maintenance to take the marker's bytes off")
+    assert sum(freed) == marked
     assert short.usage(tenant) == {"stored_bytes": 0, "messages": 0}
     assert audit_tenant(qs.client, tenant) == []
 
@@ -174,3 +178,33 @@ def test_stored_bytes_is_within_a_quarter_of_what_the_store_measures(valkey, ten
     assert 0.75 <= counted / measured <= 1.25, f"stored_bytes {counted} against {measured} measured"
     print(f"stored_bytes {counted}, measured {measured}: {counted / measured:.3f}")
     assert audit_tenant(client, tenant) == []
+
+
+def test_a_maintenance_round_visits_only_destinations_with_something_due(qs, tenant) -> None:
+    """A tenant's idle queues cost its round nothing: the due index names only the busy one."""
+    for i in range(200):
+        qs.put_queue(tenant, f"idle{i:03d}", P2P)
+        qs.send(tenant, f"idle{i:03d}", [msg("waiting")])
+    qs.put_queue(tenant, "busy", P2P, ack_timeout_s=0.05)
+    qs.send(tenant, "busy", [msg("m")])
+    (d,) = qs.get(tenant, "busy")
+    wait_until(lambda: qs.due_work([tenant])[tenant].due == ["busy"], 5, "the delivery's deadline")
+    work = qs.due_work([tenant])[tenant]
+    assert work.old == [] and work.removals == []
+    assert qs.maintain(tenant, work)["moved"] == 1
+    assert qs.get_queue(tenant, "busy").scheduled == 1, "its ack time-out counted a failed delivery"
+    wait_until(lambda: qs.maintain(tenant)["moved"] == 1, 5, "the redelivery to fall due")
+    assert qs.due_work([tenant])[tenant].due == [] and qs.get_queue(tenant, "busy").depth == 1
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_the_retention_purge_visits_only_destinations_holding_old_messages(qs, tenant) -> None:
+    short = QueueServer(qs.client, dataclasses.replace(FAST, document_retention_s=0.2))
+    short.put_queue(tenant, "old", P2P)
+    short.put_queue(tenant, "empty", P2P)
+    short.send(tenant, "old", [msg("a"), msg("b")])
+    wait_until(lambda: short.due_work([tenant])[tenant].old == ["old"], 5, "the messages to pass the retention")
+    assert short.maintain(tenant)["purged"] == 2
+    assert short.due_work([tenant])[tenant].old == [] and short.get_queue(tenant, "old").depth == 0
+    assert qs.client.zscore(k.TenantKeys(tenant).oldest, "old") is None, "an emptied queue leaves the index"
+    assert audit_tenant(qs.client, tenant) == []

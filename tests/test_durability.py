@@ -25,7 +25,7 @@ from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.format import FORMAT_VERSION
-from support import FAST, browse_all, counts, dead_all, msg, pid_running
+from support import FAST, browse_all, counts, dead_all, msg, pid_running, wait_until
 
 P2P = "point_to_point"
 
@@ -385,17 +385,41 @@ def test_the_format_version_is_recorded_and_a_newer_one_is_refused(tmp_path) -> 
     try:
         assert client.get(k.FORMAT_VERSION_KEY) is None, "a fresh server"
         QueueServer(client)
-        assert FORMAT_VERSION == 1
-        assert client.get("aq:format") == b"1"
+        assert FORMAT_VERSION == 2
+        assert client.get("aq:format") == b"2"
         QueueServer(client)
-        assert client.get("aq:format") == b"1", "a second start keeps it"
+        assert client.get("aq:format") == b"2", "a second start keeps it"
 
         client.set("aq:format", 99)
         with pytest.raises(FormatVersionError) as err:
             QueueServer(client)
         assert err.value.code == "format_version"
-        assert err.value.details == {"stored": 99, "supported": 1}
+        assert err.value.details == {"stored": 99, "supported": 2}
         assert client.get("aq:format") == b"99", "a refused start writes nothing over it"
     finally:
         client.close()
         server.stop()
+
+
+def test_data_of_format_1_gets_its_usage_recounted_and_its_due_indexes_built(valkey, tenant) -> None:
+    """Format 1 counted usage without the bookkeeping and had no due indexes: the first
+    node of format 2 migrates it, and the maintenance round then finds what is due."""
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "old", "point_to_point", ack_timeout_s=0.2)
+    qs.send(tenant, "old", [msg("a"), msg("b")])
+    (taken, _) = qs.get(tenant, "old", max_messages=2)
+    tk = k.TenantKeys(tenant)
+    client.delete(tk.due, tk.oldest)  # as format 1 kept them: not at all
+    client.hset(tk.usage, "bytes", 20)  # and its usage: the documents and envelopes only
+    client.set(k.FORMAT_VERSION_KEY, 1)
+    try:
+        migrated = QueueServer(client, FAST)
+        assert client.get(k.FORMAT_VERSION_KEY) == b"2"
+        assert audit_tenant(client, tenant) == [], "usage recounted"
+        assert client.zscore(tk.due, "old") is not None and client.zscore(tk.oldest, "old") is not None
+        wait_until(lambda: migrated.maintain(tenant)["moved"] > 0, 5, "the in-flight messages' time-out")
+        assert migrated.get_queue(tenant, "old").in_flight == 0, "the round found them through the index"
+        assert taken.id in [m.id for m in migrated.browse(tenant, "old").items]
+    finally:
+        client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)

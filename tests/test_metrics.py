@@ -63,7 +63,7 @@ def test_only_the_lease_holder_exports_the_shared_figures(node: InProcessNode) -
 def test_counts_after_known_traffic_are_exact(node: InProcessNode) -> None:
     owner = node.owner
     busy = owner.create_tenant("busy")
-    limited = owner.create_tenant("limited", rate_limit_per_minute=1, disk_quota_bytes=300)
+    limited = owner.create_tenant("limited", rate_limit_per_minute=1, disk_quota_bytes=1000)
     lease = export_here(node)
     try:
         with AtomqClient(node.url, busy["api_key"]) as api, AtomqClient(node.url, limited["api_key"]) as small:
@@ -101,7 +101,7 @@ def test_counts_after_known_traffic_are_exact(node: InProcessNode) -> None:
         assert value(samples, "atomq_sends_rate_limited_total", tenant=limited["id"]) == 1
         assert value(samples, "atomq_sends_quota_rejected_total", tenant=limited["id"]) == 1
         assert value(samples, "atomq_sends_rate_limited_total", tenant=busy["id"]) == 0
-        assert value(samples, "atomq_tenant_disk_quota_bytes", tenant=limited["id"]) == 300
+        assert value(samples, "atomq_tenant_disk_quota_bytes", tenant=limited["id"]) == 1000
         assert value(samples, "atomq_messages_sent_total", tenant=limited["id"], queue="q") == 1
 
         # Three send requests of the busy tenant, each timed once by this node's only process.

@@ -17,6 +17,23 @@ from atomq.platform import keys as k
 from atomq.platform.footprint import COPY_BYTES, DOC_BYTES
 
 
+def _index_problems(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> list[str]:
+    """The due indexes' promise: a destination's score is at or before its earliest due
+    redelivery or ack deadline, and at or before its oldest message's send time."""
+    if not d.member:
+        return []
+    problems = []
+    firsts = [float(s) for key in (d.inflight, d.sched) for _, s in r.zrange(key, 0, 0, withscores=True)]
+    due = r.zscore(tk.due, d.member)
+    if firsts and (due is None or due > min(firsts)):
+        problems.append(f"{d.base}: due at {min(firsts)} but indexed at {due}")
+    oldest = r.zrange(d.all, 0, 0)
+    indexed = r.zscore(tk.oldest, d.member)
+    if oldest and (indexed is None or indexed > int(oldest[0].split(b"-")[0])):
+        problems.append(f"{d.base}: oldest message {oldest[0].decode()} but indexed at {indexed}")
+    return problems
+
+
 def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     """Every destination holding messages: the live ones and those a removal still drains."""
     out = []
@@ -97,6 +114,7 @@ def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
             problems.append(f"{d.base}: in-flight set and states disagree")
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
+        problems += _index_problems(r, tk, d)
         for msg_id, env in envs.items():
             ndocs = int(env.split("|", 1)[0])
             for n in range(1, ndocs + 1):

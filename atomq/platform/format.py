@@ -11,7 +11,10 @@ import redis
 from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.keys import FORMAT_VERSION_KEY
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""1: the first. 2: usage counts the store's per-message bookkeeping (``atomq.platform.footprint``),
+and the maintenance works from per-tenant indexes of due destinations: data of format 1 has its
+usage recounted and its indexes built (``QueueServer``) before a node serves it."""
 
 
 def check_format(client: redis.Redis) -> int:
@@ -28,3 +31,11 @@ def check_format(client: redis.Redis) -> int:
             stored=stored, supported=FORMAT_VERSION,
         )
     return stored
+
+
+def record_format(client: redis.Redis) -> None:
+    """Marks the data as migrated to this atomq's format."""
+    try:
+        client.set(FORMAT_VERSION_KEY, FORMAT_VERSION)
+    except redis.RedisError as exc:
+        raise StorageError(f"Redis failed while writing the format version: {exc}") from None

@@ -24,6 +24,11 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
                                    (message copies stored); kept by the scripts with every change
     aq:{T}:ddbytes                 hash <expiry ms> -> bytes of the de-duplication markers that
                                    expire by then: when to take them off usage's markers
+    aq:{T}:due                     sorted set destination -> a time (ms) at or before its earliest
+                                   redelivery or ack deadline: what the maintenance sweeps
+    aq:{T}:oldest                  sorted set destination -> send time (ms) at or before its oldest
+                                   message: what the retention purge visits
+                                   (a destination is named ``Q``, or ``Q/S`` for a subscriber)
     aq:{T}:q:Q:cfg                 hash: model, max_redeliveries, ack_timeout_ms, gen, subv, and
                                    the queue's counters kept by the scripts: n:<kind> totals
                                    and the rate ring r:<s|a><slot> (see atomq.platform.counters)
@@ -149,6 +154,20 @@ class TenantKeys:
         return f"{self._p}:ddbytes"
 
     @property
+    def due(self) -> str:
+        return f"{self._p}:due"
+
+    @property
+    def oldest(self) -> str:
+        return f"{self._p}:oldest"
+
+    def destination_named(self, member: str) -> tuple[QueueKeys, DestinationKeys]:
+        """The destination a due index names (see :attr:`DestinationKeys.member`)."""
+        queue, _, subscriber = member.partition("/")
+        qk = self.queue(queue)
+        return qk, qk.destination(subscriber or None)
+
+    @property
     def refusals(self) -> str:
         return f"{self._p}:refused"
 
@@ -189,15 +208,21 @@ class QueueKeys:
         return f"{self._p}:dd:{digest}"
 
     def destination(self, subscriber: str | None = None) -> DestinationKeys:
-        base = self._p if subscriber is None else f"{self._p}:s:{subscriber}"
-        return DestinationKeys(base)
+        if subscriber is None:
+            return DestinationKeys(self._p, self.name)
+        return DestinationKeys(f"{self._p}:s:{subscriber}", f"{self.name}/{subscriber}")
 
 
 @dataclass(frozen=True)
 class DestinationKeys:
-    """The keys of one destination: a point-to-point queue or one subscriber."""
+    """The keys of one destination: a point-to-point queue or one subscriber.
+
+    ``member`` names it in the tenant's due indexes (``Q``, or ``Q/S``: names hold no
+    ``/``); a removed destination, drained in the background, has none.
+    """
 
     base: str
+    member: str = ""
 
     @property
     def ready(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import redis
@@ -19,7 +20,8 @@ from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExce
 from atomq.platform import keys as k
 from atomq.platform.counters import MessageCounters
 from atomq.platform.codec import decode_messages, encode_document
-from atomq.platform.format import check_format
+from atomq.platform.audit import repair_usage
+from atomq.platform.format import FORMAT_VERSION, check_format, record_format
 from atomq.platform.management import MAX_SELECTORS, Management, check_ids
 from atomq.platform.management import queue_not_found as _not_found
 from atomq.platform.models import (
@@ -37,6 +39,18 @@ from atomq.platform.storage import Storage
 MAX_SEND_RETRIES = 5
 CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv")
 MAX_DEDUPE_ID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class DueWork:
+    """One tenant's maintenance due now: destinations (by index name) to sweep, destinations
+    holding messages past the retention, removals under way, and the bytes of expired
+    de-duplication markers just taken off its usage."""
+
+    due: list[str]
+    old: list[str]
+    removals: list[str]
+    marker_bytes: int
 
 
 class _StaleRoute(AtomqError):
@@ -59,13 +73,27 @@ class QueueServer(Management):
     def __init__(self, client: redis.Redis, settings: QueueSettings | None = None) -> None:
         self.settings = settings or QueueSettings()
         self.storage = Storage(client)
-        check_format(client)
+        stored_format = check_format(client)
         self.storage.scripts.load_all(client)
         self.counters = MessageCounters(self.storage)
         # (tenant, queue) -> (model, route, subscribers): what a send
         # fans out to. Scripts verify it, so a stale entry costs one retry, never a wrong send.
         self._routes: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
         self._routes_lock = threading.Lock()
+        if stored_format < FORMAT_VERSION:
+            self._migrate_from_format_1()
+
+    def _migrate_from_format_1(self) -> None:
+        """Recounts every tenant's usage with the bookkeeping and builds its due indexes.
+
+        Idempotent, so nodes that start together may both run it; run the upgrade
+        while no older node still writes, since it would count usage the old way.
+        """
+        for tenant in self.tenants():
+            repair_usage(self.client, tenant)
+            self.sweep(tenant)
+            self.purge(tenant)
+        record_format(self.client)
 
     @property
     def client(self) -> redis.Redis:
@@ -219,11 +247,11 @@ class QueueServer(Management):
                 sources: list[k.DestinationKeys]) -> str | None:
         """Moves a component's destinations aside atomically; returns the removal marker, or None if absent."""
         removal_id = uuid.uuid4().hex
-        keys = self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting]
+        keys = self._base(tk, qk) + [tk.queues, qk.subscribers, tk.deleting, tk.due, tk.oldest]
         for i, d in enumerate(sources):
             keys += d.as_list() + tk.removed_destination(removal_id, i).as_list()
         marker = f"{removal_id}:{len(sources)}"
-        existed = self.storage.run("unlink_component", keys, [kind, name, route, marker],
+        existed = self.storage.run("unlink_component", keys, [kind, name, route, marker, *(d.member for d in sources)],
                                    errors={"STALESUBS": lambda: _StaleRoute("stale")})
         return marker if existed else None
 
@@ -321,13 +349,14 @@ class QueueServer(Management):
             for d in dests:
                 keys.extend(d.as_list())
             keys.extend(dedupe_keys)
-            keys += [tk.marker_ledger, tk.usage]
+            keys += [tk.oldest, tk.marker_ledger, tk.usage]
             window_ms = round(self.settings.dedupe_window_s * 1000)
             try:
                 ids = self.storage.run(
                     "send",
                     keys,
-                    [expected, len(dests), window_ms, args_tail[0], quota_bytes, *args_tail[1:]],
+                    [expected, len(dests), window_ms, args_tail[0], quota_bytes, *(d.member for d in dests),
+                     *args_tail[1:]],
                     errors={"NOQUEUE": lambda: _not_found(queue), "STALESUBS": lambda: _StaleRoute("stale"),
                             "QUOTA": lambda: _QuotaRefused("quota")},
                 )
@@ -412,8 +441,8 @@ class QueueServer(Management):
         if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= s.max_wait_ms:
             raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
         d = qk.destination(subscriber)
-        keys = self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage]
-        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._reply_budget()]
+        keys = self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due]
+        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._reply_budget(), d.member]
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self.storage.run("get", keys, args, errors=self._queue_errors(queue))
@@ -477,8 +506,8 @@ class QueueServer(Management):
         d = qk.destination(subscriber)
         done, dead = self.storage.run(
             "settle",
-            self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage],
-            [action, arg, self.settings.delays_ms_arg, mode, subscriber or "", *items],
+            self._base(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due],
+            [action, arg, self.settings.delays_ms_arg, mode, subscriber or "", d.member, *items],
             errors=self._queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
                 f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
         )
@@ -519,52 +548,86 @@ class QueueServer(Management):
     def sweep(self, tenant: str) -> int:
         """Moves due redeliveries to ready and fails expired deliveries of every queue.
 
-        Gets do this for their own queue too; the sweep keeps counts true for
-        queues nobody reads. Returns the number of messages moved.
+        Visits every destination and sets each one's place in the due index:
+        the maintenance round visits only the due ones (:meth:`maintain`);
+        this full walk is for the format migration and for operators.
+        Returns the number of messages moved.
         """
         tk = k.TenantKeys(check_tenant_id(tenant))
+        return sum(self._sweep(tk, qk, d) for qk, d in self._all_destinations(tk))
+
+    def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys) -> int:
         moved = 0
-        for qk, d in self._all_destinations(tk):
-            while True:
-                try:
-                    n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list() + [tk.usage],
-                                             [self.settings.delays_ms_arg, self.settings.chunk_size],
-                                             errors={"NOQUEUE": lambda: _not_found(qk.name)}))
-                except NotFound:
-                    break  # removed since the round began
-                moved += n
-                if n < self.settings.chunk_size:
-                    break
-        return moved
+        while True:
+            try:
+                n = int(self.storage.run("sweep", self._base(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
+                                         [self.settings.delays_ms_arg, self.settings.chunk_size, d.member],
+                                         errors={"NOQUEUE": lambda: _not_found(qk.name)}))
+            except NotFound:
+                return moved  # removed since it was indexed; the script took it out of the indexes
+            moved += n
+            if n < self.settings.chunk_size:
+                return moved
+
+    def _retention_cutoff_ms(self) -> int:
+        seconds, micros = self.storage.call(self.client.time)
+        return int(seconds * 1000 + micros // 1000 - round(self.settings.document_retention_s * 1000))
 
     def purge(self, tenant: str) -> int:
-        """Removes every message, queued or dead, whose documents are past the retention.
+        """Removes every message, queued or dead, whose documents are past the retention,
+        visiting every destination and setting each one's place in the index of oldest
+        messages (the maintenance round visits only those past the retention).
 
         Documents are created with their message, so a message id (which
         starts with its send time) dates its documents. Returns the count removed.
         """
         tk = k.TenantKeys(check_tenant_id(tenant))
-        seconds, micros = self.storage.call(self.client.time)
-        cutoff_ms = seconds * 1000 + micros // 1000 - round(self.settings.document_retention_s * 1000)
-        removed = 0
-        for qk, d in self._all_destinations(tk):
-            removed += self._drain(tk, self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
+        cutoff_ms = self._retention_cutoff_ms()
+        return sum(self._purge(tk, qk, d, cutoff_ms) for qk, d in self._all_destinations(tk))
+
+    def _purge(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, cutoff_ms: int) -> int:
+        removed = self._drain(tk, self._base(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
+        self.storage.run("oldest", [d.all, tk.oldest], [d.member])
         return removed
 
-    def expire_markers(self, tenant: str) -> int:
-        """Takes the bytes of expired de-duplication markers off the tenant's usage; returns them."""
-        tk = k.TenantKeys(check_tenant_id(tenant))
-        freed, _ = self.storage.run("markers_expire", [tk.marker_ledger, tk.usage], [])
-        return int(freed)
+    def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
+        """What each tenant's maintenance has to do now, read from its indexes for all of
+        ``tenants`` in one round trip; takes expired de-duplication markers off their usage."""
+        args = [round(self.settings.document_retention_s * 1000), limit]
+        calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
+        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting] for t, tk in calls}
+        pipe = self.client.pipeline(transaction=False)
+        for tenant, _ in calls:
+            self.storage.scripts.queue(pipe, "due", keys[tenant], args)
+        replies = self.storage.call(pipe.execute, raise_on_error=False)
+        out = {}
+        for (tenant, _), reply in zip(calls, replies):
+            if isinstance(reply, Exception):  # NOSCRIPT on a node that lost its scripts, say: once more alone
+                reply = self.storage.run("due", keys[tenant], args)
+            due, old, removals, freed = reply
+            out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
+                                  removals=[m.decode() for m in removals], marker_bytes=int(freed))
+        return out
 
-    def maintain(self, tenant: str) -> dict[str, int]:
-        """One round of every maintenance task for one tenant."""
-        return {
-            "removals": self.resume_removals(tenant),
-            "moved": self.sweep(tenant),
-            "purged": self.purge(tenant),
-            "marker_bytes": self.expire_markers(tenant),
-        }
+    def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]:
+        """One round of maintenance for one tenant: finishes removals, sweeps the destinations
+        that have something due, purges those holding messages past the retention.
+
+        Visits only what the tenant's indexes say is due, so an idle queue costs
+        nothing and a tenant with many queues does not slow the others' rounds.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        if work is None:
+            work = self.due_work([tenant])[tenant]
+        for marker in work.removals:
+            self._finish_removal(tk, marker)
+        moved = sum(self._sweep(tk, *tk.destination_named(m)) for m in work.due)
+        purged = 0
+        if work.old:
+            cutoff_ms = self._retention_cutoff_ms()
+            purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms) for m in work.old)
+        return {"removals": len(work.removals), "moved": moved, "purged": purged,
+                "marker_bytes": work.marker_bytes}
 
 
 def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tuple[str, list[str]]:

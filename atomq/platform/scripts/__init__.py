@@ -24,7 +24,8 @@ NAMES = (
     "browse",
     "manage",
     "sweep",
-    "markers_expire",
+    "due",
+    "oldest",
     "queue_put",
     "subscriber_put",
     "unlink_component",
@@ -57,6 +58,10 @@ class ScriptLibrary:
 
     def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._scripts[name](keys=list(keys), args=list(args))
+
+    def queue(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Adds a call of script ``name`` to a pipeline (its reply comes with the pipeline's)."""
+        self._scripts[name](keys=list(keys), args=list(args), client=pipe)
 
     def missing(self, client: redis.Redis) -> list[str]:
         """Names of scripts Redis does not hold (after a restart or SCRIPT FLUSH)."""

@@ -236,7 +236,7 @@ end
 
 -- One failed delivery (nack or ack time-out) of an in-flight message; a dead
 -- letter's reason counts in the tenant's usage hash `usage`.
--- Returns 'requeued' or 'dead'.
+-- Returns 'dead', or 'requeued' and the time it is due again.
 local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
   fails = fails + 1
   redis.call('ZREM', d.inflight, id)
@@ -247,9 +247,10 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
     count('dead_lettered', 1)
     return 'dead'
   end
-  redis.call('ZADD', d.sched, now + redelivery_delay(delays, fails), id)
+  local at = now + redelivery_delay(delays, fails)
+  redis.call('ZADD', d.sched, at, id)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 's'))
-  return 'requeued'
+  return 'requeued', at
 end
 
 -- Moves due redeliveries to ready and fails expired deliveries, at most
@@ -274,6 +275,25 @@ local function sweep_destination(d, q, delays, now, limit, usage)
     moved = moved + #due
   end
   return moved
+end
+
+-- The earliest time (ms) anything of the destination falls due: a scheduled
+-- redelivery or an ack deadline; nil when nothing is scheduled or in flight.
+local function next_due(d)
+  local first
+  local s = redis.call('ZRANGE', d.sched, 0, 0, 'WITHSCORES')
+  if #s > 0 then first = tonumber(s[2]) end
+  local f = redis.call('ZRANGE', d.inflight, 0, 0, 'WITHSCORES')
+  if #f > 0 and (not first or tonumber(f[2]) < first) then first = tonumber(f[2]) end
+  return first
+end
+
+-- Keeps the due index's promise for a destination named `member` ("" for a
+-- removed one, which no index names): its score is at or before anything of
+-- it falling due at `at`, so a maintenance round that visits only due
+-- destinations misses nothing. Only lowers a score; the sweep sets it exactly.
+local function due_by(due, member, at)
+  if member ~= '' then redis.call('ZADD', due, 'LT', at, member) end
 end
 
 -- Adds a subscriber (bumping the subscriber version that sends check), up to

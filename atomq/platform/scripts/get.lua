@@ -4,12 +4,14 @@
 -- KEYS[5..11]  the destination
 -- KEYS[12]     subs (publish/subscribe: the subscriber is created on its first get)
 -- KEYS[13]     the tenant's usage hash (ack time-outs may dead-letter)
+-- KEYS[14]     the tenant's due index
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
 -- ARGV[4]      most subscribers a queue may have
 -- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone)
 -- ARGV[6]      the largest document a send accepts (bounds what one read may fetch)
+-- ARGV[7]      the destination's name in the due index
 -- Returns {n, wake, last_id, then per message: id, delivery count, envelope,
 --          then per document: data, properties ("" = none)}.
 -- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
@@ -37,12 +39,8 @@ local out = {0, -1, '0-0'}
 local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', tonumber(ARGV[1]))
 local n = #entries
 if n == 0 then
-  local nexts = {}
-  local s = redis.call('ZRANGE', d.sched, 0, 0, 'WITHSCORES')
-  if #s > 0 then nexts[#nexts + 1] = tonumber(s[2]) end
-  local f = redis.call('ZRANGE', d.inflight, 0, 0, 'WITHSCORES')
-  if #f > 0 then nexts[#nexts + 1] = tonumber(f[2]) end
-  if #nexts > 0 then out[2] = math.max(0, math.min(unpack(nexts)) - now) end
+  local first = next_due(d)
+  if first then out[2] = math.max(0, first - now) end
   if redis.call('EXISTS', d.ready) == 1 then
     local info = redis.call('XINFO', 'STREAM', d.ready)
     for i = 1, #info, 2 do
@@ -92,6 +90,7 @@ for x = 1, kept do
 end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
+due_by(KEYS[14], ARGV[7], deadline)
 local redelivered = 0
 local j, o = 0, #out
 for x = 1, kept do

@@ -3,7 +3,8 @@
 -- KEYS[5]      seq (the tenant's message counter)
 -- KEYS[6]      subs (subscriber set; checked through cfg.subv)
 -- KEYS[7..]    7 keys per destination (ARGV[2] destinations), then the de-duplication
---              markers, then the tenant's marker ledger, then (last) its usage hash
+--              markers, then the tenant's index of oldest messages, its marker ledger
+--              and (last) its usage hash
 -- ARGV[5]      the tenant's disk quota in bytes (0: none)
 -- ARGV[1]      the route the caller read: "<model>|<generation>|<subscriber version>"
 --              (no subscriber version for point-to-point)
@@ -11,8 +12,9 @@
 -- ARGV[3]      de-duplication window in ms
 -- A new marker's bytes count in the usage hash's `markers` until the marker
 -- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
--- takes them off again (markers_expire.lua).
--- ARGV[4]      number of messages; from ARGV[6] on, per message:
+-- takes them off again (due.lua).
+-- ARGV[6..]    each destination's name in the index of oldest messages
+-- ARGV[4]      number of messages; from ARGV[6 + ARGV[2]] on, per message:
 --              dedupe key index (0 = none), envelope JSON, document count,
 --              then per document: data, properties JSON ("" = none)
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
@@ -42,6 +44,7 @@ local dd_base = 7 + ndest * 7 - 1
 
 local USAGE = KEYS[#KEYS]
 local LEDGER = KEYS[#KEYS - 1]
+local OLDEST = KEYS[#KEYS - 2]
 local quota = tonumber(ARGV[5])
 
 -- Pass 1, reads only: which messages are new, and what they would store.
@@ -50,7 +53,7 @@ local original = {}       -- message index -> the id a repeated dedupe id answer
 local repeat_of = {}      -- message index -> earlier message of this batch it repeats
 local starts = {}         -- message index -> ARGV position of its envelope
 local new_count, new_bytes = 0, 0
-local pos = 6
+local pos = 6 + ndest
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
   local ndocs = tonumber(ARGV[pos + 2])
@@ -143,7 +146,8 @@ if #msg_args > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
-  for _, d in ipairs(dests) do
+  for i, d in ipairs(dests) do
+    redis.call('ZADD', OLDEST, 'NX', now, ARGV[5 + i])
     call_batched('HSET', d.msg, msg_args)
     call_batched('ZADD', d.all, all_args)
     local state_args = {}

@@ -4,12 +4,14 @@
 -- KEYS[5..11]  the destination
 -- KEYS[12]     subs
 -- KEYS[13]     the tenant's usage hash
+-- KEYS[14]     the tenant's due index
 -- ARGV[1]      action: ack | nack | release | extend
 -- ARGV[2]      action argument: nack reason, or extension or release delay in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
 -- ARGV[4]      selector mode: id | receipt
 -- ARGV[5]      subscriber name ("" for point-to-point)
--- ARGV[6..]    message ids or receipts ("<id>~<delivery count>")
+-- ARGV[6]      the destination's name in the due index
+-- ARGV[7..]    message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
 -- that receipt was issued for. Returns {done, dead} (dead: nack only).
 -- release gives a delivery back without counting it as failed: the message
@@ -34,7 +36,7 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000, KEYS[13])
-local ids, wants = selected(ARGV[4], 6)
+local ids, wants = selected(ARGV[4], 7)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
 local hits, hit_dc, hit_fails, taken = {}, {}, {}, {}
@@ -78,15 +80,19 @@ elseif action == 'release' then
     redis.call('ZADD', d.sched, due, id)
     redis.call('HSET', d.state, id, fmt_state(hit_dc[i], hit_fails[i], 's'))
   end
+  due_by(KEYS[14], ARGV[6], due)
   return {#hits, 0}
 end
-local requeued, dead = 0, 0
+local requeued, dead, first_due = 0, 0, nil
 for i, id in ipairs(hits) do
-  if fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now, KEYS[13]) == 'dead' then
+  local outcome, at = fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now, KEYS[13])
+  if outcome == 'dead' then
     dead = dead + 1
   else
     requeued = requeued + 1
+    if not first_due or at < first_due then first_due = at end
   end
 end
+if first_due then due_by(KEYS[14], ARGV[6], first_due) end
 count('nacked', #hits)
 return {requeued, dead}

@@ -1,11 +1,33 @@
--- Moves due redeliveries to ready and fails expired deliveries (bounded).
+-- Moves due redeliveries to ready and fails expired deliveries (bounded), then
+-- sets the destination's score in the due index to when it next falls due.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..11]  the destination
 -- KEYS[12]     the tenant's usage hash (ack time-outs may dead-letter)
+-- KEYS[13]     the tenant's due index
+-- KEYS[14]     the tenant's index of oldest messages
 -- ARGV[1]      redelivery delays in ms, comma-separated
 -- ARGV[2]      at most this many of each kind
--- Returns the number of messages moved (ARGV[2] or more: call again).
+-- ARGV[3]      the destination's name in the indexes ("" for none)
+-- Returns the number of messages moved (ARGV[2] or more: call again), or
+-- NOQUEUE, after taking the destination out of both indexes.
 
+local member = ARGV[3]
 local q = require_queue()
-if q.err then return q end
-return sweep_destination(dest_at(5), q, parse_delays(ARGV[1]), now_ms(), tonumber(ARGV[2]), KEYS[12])
+if q.err then
+  if member ~= '' then
+    redis.call('ZREM', KEYS[13], member)
+    redis.call('ZREM', KEYS[14], member)
+  end
+  return q
+end
+local d = dest_at(5)
+local moved = sweep_destination(d, q, parse_delays(ARGV[1]), now_ms(), tonumber(ARGV[2]), KEYS[12])
+if member ~= '' then
+  local first = next_due(d)
+  if first then
+    redis.call('ZADD', KEYS[13], first, member)
+  else
+    redis.call('ZREM', KEYS[13], member)
+  end
+end
+return moved
