@@ -10,6 +10,12 @@ runs the maintenance loop and the supervisor, whose work only the holders of
 the leases (one node or worker at a time, per listener) actually do. The
 execution workers are ``atomq worker`` processes started by the master.
 
+Those loops run under ``run_loop``: an error makes one back off and shows in
+``/v1/ready`` (each worker records its failing loops in ``DIR/health``, which
+every worker reads), never ends it. The master holds the data directory's
+lock (``DIR/atomq.lock``) for the node's life, so that no second node, audit
+or selftest starts another Valkey on the node's files.
+
 On SIGTERM: the execution workers finish their executions (which still need
 the API) and stop; then the HTTP workers stop taking connections, end their
 long-polls (within a second), finish the requests in flight, stop their

@@ -388,6 +388,29 @@ def test_kill_9_of_the_master_leaves_a_directory_the_next_serve_takes_over(serve
     assert audit.returncode == 0 and f"{tenant}: consistent" in audit.stdout, audit.stdout + audit.stderr
 
 
+def test_serve_stops_a_valkey_left_running_on_its_directory_and_keeps_its_data(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    """Where no parent-death signal stopped it (another OS, a server started by hand), a Valkey
+    may outlive its node: the next owner of the directory shuts it down (it is ours: its pid file
+    and its command line say so) before starting its own on the same files."""
+    stray = EmbeddedValkey(tmp_path / "data" / "valkey")
+    stray.start()
+    stray_pid = stray.pid
+    assert stray_pid is not None
+    try:
+        with stray.client() as c:
+            c.set("left-behind", "still here")
+        node = serve()
+        node.track_processes()
+        assert node.valkey is not None and node.valkey.pid != stray_pid
+        wait_until(lambda: not pid_running(stray_pid), 10, "the stray Valkey to be shut down")
+        with node.redis() as c:
+            assert c.get("left-behind") == b"still here"
+    finally:
+        stray.stop()
+    assert node.valkey.is_running(), "stopping the stray's object leaves the node's server alone"
+
+
 def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeFactory) -> None:
     """``document_retention_s`` of 1e306 used to kill the maintenance thread for good; only the
     lease holder's round fails, and every HTTP worker's /v1/ready says so."""
