@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import redis
 
 from atomq.cli_manage import COMMANDS
 from atomq.errors import AtomqError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant, repair_usage
 from atomq.platform.connection import open_redis
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.data_dir import DataDirLock, in_use, read_holder
+from atomq.platform.embedded import EmbeddedValkey, client_of_running
 
 
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -250,8 +252,10 @@ def selftest(data_dir: Path | None) -> None:
     """Start the embedded Valkey, then send, get, ack and nack a few messages, saying what happens."""
     temp = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="atomq-selftest-")) if data_dir is None else data_dir
+    lock = DataDirLock(root)
     server = EmbeddedValkey(root / "valkey")
     try:
+        lock.acquire("selftest")
         click.echo(f"starting the embedded Valkey in {server.data_dir} (AOF on, noeviction) ...")
         server.start()
         qs = QueueServer(server.client())
@@ -287,14 +291,18 @@ def selftest(data_dir: Path | None) -> None:
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
     finally:
-        server.stop()
+        try:
+            server.stop()
+        finally:
+            lock.release()
         if temp:
             shutil.rmtree(root, ignore_errors=True)
 
 
 @main.command()
 @click.option("--redis-url", envvar="ATOMQ_REDIS_URL", show_envvar=True,
-              help="The Redis to audit (default: the embedded Valkey of --data-dir, started for the audit).")
+              help="The Redis to audit (default: the embedded Valkey of --data-dir: the running node's, "
+                   "else one started for the audit).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
               show_envvar=True, default="atomq-data", show_default=True,
               help="The data directory of the embedded Valkey.")
@@ -302,14 +310,21 @@ def selftest(data_dir: Path | None) -> None:
 @click.option("--repair", is_flag=True,
               help="Recount each tenant's usage counters from its data first (run it while the tenant is quiet).")
 def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repair: bool) -> None:
-    """Check that every tenant's queues, deliveries, documents and usage agree; exit 1 if not."""
-    server = None if redis_url else EmbeddedValkey(data_dir / "valkey")
+    """Check that every tenant's queues, deliveries, documents and usage agree; exit 1 if not.
+
+    On the data directory of a running node, the audit goes through that node's embedded Valkey.
+    """
+    lock = DataDirLock(data_dir)
+    server = None
     try:
-        if server is not None:
+        if redis_url:
+            client = open_redis(redis_url)
+        elif lock.try_acquire("audit"):
+            server = EmbeddedValkey(data_dir / "valkey")
             server.start()
             client = server.client()
         else:
-            client = open_redis(redis_url)
+            client = _running_node_store(data_dir)
         qs = QueueServer(client)
         bad = 0
         for tenant in tenants or qs.tenants():
@@ -322,9 +337,31 @@ def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repai
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
     finally:
-        if server is not None:
-            server.stop()
+        try:
+            if server is not None:
+                server.stop()
+        finally:
+            lock.release()
     sys.exit(1 if bad else 0)
+
+
+def _running_node_store(data_dir: Path) -> redis.Redis:
+    """A client of the embedded Valkey of the node that holds ``data_dir``, which must not
+    be stopped or doubled; an error that says why when there is none to reach."""
+    holder = read_holder(data_dir)
+    deadline = time.monotonic() + 10
+    while holder is not None and holder.valkey_socket is None and not holder.redis_url_given:
+        if time.monotonic() > deadline:  # a node still starting its Valkey
+            break
+        time.sleep(0.1)
+        holder = read_holder(data_dir)
+    if holder is None or holder.valkey_socket is None:
+        raise in_use(data_dir, holder, "it uses a Redis of its own: audit that with --redis-url"
+                     if holder is not None and holder.redis_url_given
+                     else "its embedded Valkey cannot be found: audit once it has stopped")
+    click.echo(f"{data_dir} belongs to atomq {holder.command} (pid {holder.pid}): auditing through its Valkey",
+               err=True)
+    return client_of_running(data_dir / "valkey", holder.valkey_socket, socket_timeout=30)
 
 
 for _command in COMMANDS:

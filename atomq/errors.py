@@ -118,6 +118,13 @@ class EmbeddedServerError(AtomqError):
     code = "embedded_server_error"
 
 
+class DataDirInUse(AtomqError):
+    """Another atomq process (a running node) holds the data directory; ``details['pid']`` names it."""
+
+    http_status = 409
+    code = "data_dir_in_use"
+
+
 class Unauthorized(AtomqError):
     """The request carries no API key, or one that is malformed, unknown or revoked.
 

@@ -10,6 +10,12 @@ runs the maintenance loop and the supervisor, whose work only the holders of
 the leases (one node or worker at a time, per listener) actually do. The
 execution workers are ``atomq worker`` processes started by the master.
 
+Those loops run under ``run_loop``: an error makes one back off and shows in
+``/v1/ready`` (each worker records its failing loops in ``DIR/health``, which
+every worker reads), never ends it. The master holds the data directory's
+lock (``DIR/atomq.lock``) for the node's life, so that no second node, audit
+or selftest starts another Valkey on the node's files.
+
 On SIGTERM: the execution workers finish their executions (which still need
 the API) and stop; then the HTTP workers stop taking connections, end their
 long-polls (within a second), finish the requests in flight, stop their
@@ -23,6 +29,7 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,7 +54,9 @@ from atomq.api.services import LongPollLimiter, Services
 from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
 from atomq.platform.connection import open_redis
+from atomq.platform.data_dir import DataDirLock
 from atomq.platform.embedded import EmbeddedValkey, parent_death_signal
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
@@ -171,11 +180,15 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]
 
 
 MAINTENANCE_LEASE_TTL_S = 10.0
+HEALTH_DIR = "health"
+"""Under the data directory: each HTTP worker's record of its failing loops (see ``HealthBoard``)."""
 
 
 def _start_loops(worker: NodeWorker) -> None:
-    """The maintenance loop and the listener supervisor of one HTTP worker process."""
+    """The maintenance loop and the listener supervisor of one HTTP worker process, each under
+    ``run_loop``: an error makes it back off and shows in ``/v1/ready``, never ends it."""
     services: Services = worker.wsgi.extensions["atomq"]
+    health: HealthBoard = worker.wsgi.extensions[HEALTH_EXTENSION]
     node: Node = worker.app
     config = node.config
     holder = f"{services.node_id}:{os.getpid()}"
@@ -190,8 +203,9 @@ def _start_loops(worker: NodeWorker) -> None:
     threads = [
         threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
                          args=(services.queues, stop, config.maintenance_interval_s, lease,
-                               services.current_settings, lambda: job_queue_bytes(rq))),
-        threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True, args=(stop,)),
+                               services.current_settings, lambda: job_queue_bytes(rq), health)),
+        threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True,
+                         kwargs={"stop": stop, "health": health}),
     ]
     for thread in threads:
         thread.start()
@@ -204,6 +218,7 @@ def _stop_loops(server: Any, worker: NodeWorker) -> None:
         stop.set()
         for thread in threads:
             thread.join(timeout=10)
+        worker.wsgi.extensions[HEALTH_EXTENSION].close()
 
 
 class Node(BaseApplication):  # type: ignore[misc]
@@ -245,9 +260,11 @@ class Node(BaseApplication):  # type: ignore[misc]
         telemetry.setup_tracing()
         services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
         c = self.config
-        return create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,
-                                     METRICS_MAX_TENANTS: c.metrics_max_tenants,
-                                     METRICS_MAX_QUEUES: c.metrics_max_queues})
+        app = create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,
+                                    METRICS_MAX_TENANTS: c.metrics_max_tenants,
+                                    METRICS_MAX_QUEUES: c.metrics_max_queues})
+        app.extensions[HEALTH_EXTENSION] = HealthBoard(c.data_dir / HEALTH_DIR)
+        return app
 
     def run(self) -> None:
         NodeArbiter(self).run()
@@ -306,20 +323,31 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]
 
 
 def serve(config: NodeConfig) -> None:
-    """Runs the main node until SIGTERM or SIGINT; stops the embedded Valkey last."""
-    config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    owner_key, key_path = load_owner_key(config.data_dir)
-    if key_path is not None:
-        print(f"atomq: the owner key is in {key_path}", flush=True)
-    server = None
+    """Runs the main node until SIGTERM or SIGINT; stops the embedded Valkey last.
+
+    The node owns its data directory for its life: a second node, an audit or a
+    selftest on it meets the lock (see ``atomq.platform.data_dir``).
+    """
+    lock = DataDirLock(config.data_dir)
+    lock.acquire("serve")
     master = os.getpid()
-    redis_url = config.redis_url
-    if redis_url is None:
-        server = EmbeddedValkey(config.data_dir / "valkey")
-        server.start()
-        redis_url = server.url
-        print(f"atomq: embedded Valkey (pid {server.pid}) keeps its data in {server.data_dir}", flush=True)
+    server = None
     try:
+        owner_key, key_path = load_owner_key(config.data_dir)
+        if key_path is not None:
+            print(f"atomq: the owner key is in {key_path}", flush=True)
+        health_dir = config.data_dir / HEALTH_DIR
+        shutil.rmtree(health_dir, ignore_errors=True)  # a previous owner's workers are gone
+        health_dir.mkdir(mode=0o700)
+        redis_url = config.redis_url
+        if redis_url is None:
+            server = EmbeddedValkey(config.data_dir / "valkey")
+            server.start()
+            redis_url = server.url
+            lock.note_valkey(server.socket_path, server.port)
+            print(f"atomq: embedded Valkey (pid {server.pid}) keeps its data in {server.data_dir}", flush=True)
+        else:
+            lock.note_redis_url()
         # Fail here, once, on an unusable Redis or a newer data format; not in every worker.
         QueueServer(open_redis(redis_url, allow_eviction=config.allow_eviction)).client.close()
         rq_redis_url = config.rq_redis_url or redis_url
@@ -328,6 +356,10 @@ def serve(config: NodeConfig) -> None:
         Node(config, redis_url, owner_key, rq_redis_url).run()
     finally:
         # gunicorn's forked workers leave through this frame too (SystemExit);
-        # only the master owns the embedded Valkey.
-        if server is not None and os.getpid() == master:
-            server.stop()
+        # only the master owns the embedded Valkey and the directory.
+        if os.getpid() == master:
+            try:
+                if server is not None:
+                    server.stop()
+            finally:
+                lock.release()

@@ -251,6 +251,20 @@ def test_server_left_running_on_the_dir_is_shut_down_cleanly(servers, tmp_path: 
         assert c.ping()
 
 
+def test_another_process_reaches_a_running_server_with_the_directorys_password(servers, tmp_path: Path) -> None:
+    """What ``atomq audit`` does on the directory of a running node: no second server, the same data."""
+    running = servers(tmp_path / "valkey")
+    running.start()
+    with running.client() as c:
+        write_data(c)
+    with embedded.client_of_running(tmp_path / "valkey", running.socket_path) as c:
+        assert_data(c)
+        assert int(c.info("server")["process_id"]) == running.pid
+
+    with pytest.raises(EmbeddedServerError, match="cannot read the embedded Valkey's password"):
+        embedded.client_of_running(tmp_path / "elsewhere", running.socket_path)
+
+
 @pytest.mark.slow
 def test_kill_9_of_atomq_makes_valkey_shut_down_cleanly(servers, tmp_path: Path) -> None:
     data_dir = tmp_path / "valkey"

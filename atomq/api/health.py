@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from flask import Response
+from flask import Response, current_app
 from flask.views import MethodView
 
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.render import json_response
+from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
 
 blp = ApiBlueprint("health", __name__, url_prefix="/v1", description="Health (no key)")
+
+
+def loop_problems() -> list[str]:
+    """The node's background loops that fail now, in any of its processes (see ``HealthBoard``)."""
+    board: HealthBoard | None = current_app.extensions.get(HEALTH_EXTENSION)
+    return board.problems() if board is not None else []
 
 
 @blp.route("/health")
@@ -26,9 +33,11 @@ class Ready(MethodView):
     @blp.response(200)
     @blp.alt_response(503, description="not ready: the body says why")
     def get(self) -> Response:
-        """200 while the node can do its work: Redis answers, scripts are loaded, memory is not full."""
+        """200 while the node can do its work: Redis answers, scripts are loaded, memory is not full,
+        and no background loop (maintenance, listener supervision) is failing."""
         s = services()
         problems = s.queues.readiness_problems()
+        problems += loop_problems()
         if s.stopping.is_set():
             problems.append("the node is shutting down")
         if problems:

@@ -33,7 +33,7 @@ from redis.retry import Retry
 
 from atomq.errors import EmbeddedServerError
 
-__all__ = ["EmbeddedValkey", "find_server_binary", "default_maxmemory"]
+__all__ = ["EmbeddedValkey", "find_server_binary", "default_maxmemory", "client_of_running"]
 
 _SERVER_NAMES = ("valkey-server", "redis-server")
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 108 including the final NUL
@@ -150,6 +150,19 @@ def parent_death_signal() -> Any:
             os._exit(1)
 
     return preexec
+
+
+def client_of_running(data_dir: str | os.PathLike[str], socket_path: str, **kwargs: Any) -> redis.Redis:
+    """A client of the embedded Valkey another process runs on ``data_dir`` (its server
+    directory), listening on ``socket_path`` as that process recorded it; the password is
+    read from the directory's password file, as the server's own owner reads it."""
+    password_path = Path(data_dir) / "password"
+    try:
+        password = password_path.read_text().strip()
+    except OSError as e:
+        raise EmbeddedServerError(f"cannot read the embedded Valkey's password in {password_path}: {e}",
+                                  path=str(password_path)) from None
+    return redis.Redis(unix_socket_path=socket_path, password=password, **kwargs)
 
 
 class EmbeddedValkey:

@@ -17,10 +17,14 @@ from collections.abc import Callable
 
 from atomq.errors import AtomqError
 from atomq.platform import store_sizes
+from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.lease import Lease
 from atomq.platform.queue_server import QueueServer
 
 log = logging.getLogger("atomq.maintenance")
+
+MAINTENANCE_PART = "maintenance"
+"""The name ``/v1/ready`` gives the maintenance loop when it fails."""
 
 
 TENANTS_PER_READ = 100
@@ -50,34 +54,37 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
 
 def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,
                     lease: Lease | None = None, before_round: Callable[[], object] | None = None,
-                    job_queue_bytes: Callable[[], int] | None = None) -> None:
+                    job_queue_bytes: Callable[[], int] | None = None, health: HealthBoard | None = None,
+                    max_backoff_s: float = MAX_BACKOFF_S) -> None:
     """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set, and
     measures the temporary and job scheduler stores every ``store_sizes.MEASURE_EVERY_S``.
 
     With a lease, only while this node holds it; the lease is given up on stop.
     ``before_round`` runs first each round (the node brings the shared server
     settings, such as the retention, up to date with it). ``job_queue_bytes``
-    measures the execution job queues (see ``store_sizes.measure``).
+    measures the execution job queues (see ``store_sizes.measure``). A round
+    that fails, whatever the error, is retried with back-off (up to
+    ``max_backoff_s``) and reported on ``health`` as the part ``maintenance``.
     """
     measured_at = float("-inf")
+
+    def one_round() -> None:
+        nonlocal measured_at
+        if before_round is not None:
+            before_round()
+        if lease is None or lease.acquire():
+            totals = maintain_all(qs)
+            if any(totals.values()):
+                log.info("maintenance: %s", totals)
+            if time.monotonic() - measured_at >= store_sizes.MEASURE_EVERY_S:
+                measured_at = time.monotonic()
+                store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
+
     try:
-        while not stop.is_set():
-            try:
-                if before_round is not None:
-                    before_round()
-                if lease is None or lease.acquire():
-                    totals = maintain_all(qs)
-                    if any(totals.values()):
-                        log.info("maintenance: %s", totals)
-                    if time.monotonic() - measured_at >= store_sizes.MEASURE_EVERY_S:
-                        measured_at = time.monotonic()
-                        store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
-            except AtomqError as exc:
-                log.warning("maintenance round failed: %s", exc.message)
-            stop.wait(interval_s)
+        run_loop(MAINTENANCE_PART, one_round, stop, interval_s, health, max_backoff_s=max_backoff_s)
     finally:
         if lease is not None:
             try:
                 lease.release()
-            except AtomqError as exc:
-                log.warning("could not release the maintenance lease: %s", exc.message)
+            except Exception as exc:  # its time-out frees it anyway
+                log.warning("could not release the maintenance lease: %s", describe(exc))

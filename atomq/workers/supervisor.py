@@ -31,6 +31,7 @@ from rq.job import Job, JobStatus
 from atomq.errors import AtomqError
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
 from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.tenants.execution_tokens import ExecutionTokens
@@ -38,6 +39,8 @@ from atomq.tenants.execution_tokens import ExecutionTokens
 log = logging.getLogger("atomq.supervisor")
 
 EXECUTION_FUNCTION = "atomq.workers.execution.run"
+SUPERVISION_PART = "listener supervision"
+"""The name ``/v1/ready`` gives the supervisor's loop when it fails."""
 DEAD_JOB_STATES = {JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value}
 
 
@@ -190,14 +193,11 @@ class Supervisor:
             if state is None or state.decode() in DEAD_JOB_STATES:
                 self.listeners.expire_execution(tenant, name, execution)
 
-    def run(self, stop: threading.Event, interval_s: float = 0.2) -> None:
-        """Rounds until ``stop`` is set; errors are logged and the next round tries again."""
+    def run(self, stop: threading.Event, interval_s: float = 0.2, health: HealthBoard | None = None,
+            max_backoff_s: float = MAX_BACKOFF_S) -> None:
+        """Rounds until ``stop`` is set; a round that fails, whatever the error, is retried with
+        back-off (up to ``max_backoff_s``) and reported on ``health`` as ``listener supervision``."""
         try:
-            while not stop.is_set():
-                try:
-                    self.round()
-                except (AtomqError, redis.RedisError) as exc:
-                    log.warning("a supervision round failed: %s", exc)
-                stop.wait(interval_s)
+            run_loop(SUPERVISION_PART, self.round, stop, interval_s, health, max_backoff_s=max_backoff_s)
         finally:
             self.release_all()

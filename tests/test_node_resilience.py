@@ -1,0 +1,434 @@
+"""The node's background work and its data directory, tried as they fail in the field.
+
+Background loops (maintenance, listener supervision) used to die for good of
+any error that was not atomq's or redis-py's ``RedisError`` while
+``/v1/ready`` kept saying ready; now each runs under ``run_loop``, backs off,
+is named in ``/v1/ready`` by every HTTP worker while it fails and comes back
+by itself. A data directory used to have as many owners as commands started
+on it: a second ``serve`` or an ``audit`` shut the running node's Valkey
+down. Now the first takes ``DIR/atomq.lock`` and the others refuse or, like
+``audit``, go through the running node's store.
+
+Everything runs on real Valkey servers and real ``atomq serve`` processes;
+the one injected fault is redis-py's cluster exception, which only a Redis
+Cluster raises on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+from redis.exceptions import RedisClusterException
+
+from atomq.api import create_app
+from atomq.api.services import LongPollLimiter, Services
+from atomq.errors import DataDirInUse
+from atomq.platform import QueueServer, QueueSettings
+from atomq.platform import keys as k
+from atomq.platform.background import HEALTH_EXTENSION, HealthBoard, run_loop
+from atomq.platform.data_dir import DataDirLock, read_holder
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
+from atomq.tenants import TenantStore
+from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
+from serve_process import REPO, AtomqServe, Http, print_logs
+from support import free_port, msg, pid_running, wait_until
+
+# -- one loop under run_loop ----------------------------------------------------------------
+
+
+def test_a_loop_outlives_any_exception_backs_off_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    overflow = OverflowError("too big")
+    # What each call of the step does: raise, or succeed (None); past the list it succeeds.
+    script: list[BaseException | None] = [RedisClusterException("Cluster is down"), overflow, overflow, overflow,
+                                          None, overflow]
+    calls: list[float] = []
+    health = HealthBoard()
+    seen: list[list[str]] = []
+
+    def step() -> None:
+        calls.append(time.monotonic())
+        seen.append(health.problems())
+        outcome = script[len(calls) - 1] if len(calls) <= len(script) else None
+        if outcome is not None:
+            raise outcome
+
+    stop = threading.Event()
+    caplog.set_level(logging.INFO, logger="atomq.background")
+    loop = threading.Thread(target=run_loop, args=("sweeping", step, stop, 0.01, health, 0.05, 0.2))
+    loop.start()
+    try:
+        wait_until(lambda: len(calls) >= 9, 10, "the loop to go on after five failures")
+    finally:
+        stop.set()
+        loop.join(timeout=5)
+    assert seen[1] == ["sweeping: RedisClusterException: Cluster is down"]
+    assert seen[2] == seen[3] == seen[4] == ["sweeping: OverflowError: too big"]
+    assert seen[5] == [], "a success clears the part"
+    assert seen[6] == ["sweeping: OverflowError: too big"] and seen[7] == []
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2 and gaps[3] >= 0.2, f"back-off doubles: {gaps}"
+    assert gaps[3] < 0.4, f"up to its cap of 0.2 s: {gaps}"
+    assert 0.05 <= gaps[5] < 0.2, f"a success starts the back-off again from the first step: {gaps}"
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage().split(";")[0] for r in errors] == [
+        "sweeping failed: RedisClusterException: Cluster is down", "sweeping failed: OverflowError: too big",
+        "sweeping failed: OverflowError: too big"], "a failure is logged once for as long as it repeats"
+    assert all(r.exc_info is not None for r in errors), "with its traceback"
+    assert sum("sweeping works again" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_a_base_exception_still_ends_the_loop() -> None:
+    def step() -> None:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        run_loop("exiting", step, threading.Event(), 0.01, HealthBoard(), 0.01, 0.01)
+
+
+def _report_then_wait(directory: Path, part: str, problem: str | None, go_on: Any, reported: Any) -> None:
+    board = HealthBoard(directory)
+    board.report(part, "first failure")
+    board.report(part, problem)
+    reported.set()
+    go_on.wait(30)
+    board.close()
+
+
+def test_every_process_of_a_node_sees_the_failing_parts_of_the_others(tmp_path: Path) -> None:
+    """gunicorn answers /v1/ready from any worker: a part failing in one worker shows in all."""
+    ctx = multiprocessing.get_context("fork")
+    here = HealthBoard(tmp_path)
+    go_on, reported = ctx.Event(), ctx.Event()
+    failing = ctx.Process(target=_report_then_wait, args=(tmp_path, "maintenance", "StorageError: gone",
+                                                          go_on, reported))
+    failing.start()
+    try:
+        assert reported.wait(30)
+        assert here.problems() == ["maintenance: StorageError: gone"]
+        go_on.set()
+        failing.join(30)
+        assert failing.exitcode == 0
+        assert here.problems() == [], "a process that stops cleanly takes its record with it"
+    finally:
+        go_on.set()
+        failing.join(30)
+
+    go_on, reported = ctx.Event(), ctx.Event()
+    killed = ctx.Process(target=_report_then_wait, args=(tmp_path, "listener supervision", "boom", go_on, reported))
+    killed.start()
+    assert reported.wait(30)
+    assert here.problems() == ["listener supervision: boom"]
+    assert killed.pid is not None
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.join(30)
+    assert here.problems() == [], "a dead process's record counts for nothing"
+    assert [p.name for p in tmp_path.glob("*.json")] == [f"{os.getpid()}.json"], "and is removed"
+    here.close()
+
+
+# -- a store outage under the loops of a node in this process -------------------------------
+
+
+@pytest.fixture
+def private_valkey(tmp_path: Path) -> Iterator[EmbeddedValkey]:
+    """A Valkey of this test alone, on a fixed TCP port, so that it can stop and start again."""
+    server = EmbeddedValkey(tmp_path / "valkey", port=free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_store_outage_is_a_failing_part_and_the_loops_come_back_by_themselves(
+        private_valkey: EmbeddedValkey) -> None:
+    url = private_valkey.tcp_url
+    assert url is not None
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    rq = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    queues = QueueServer(client, QueueSettings(redelivery_delays_s=(1.0,)))
+    services = Services(queues=queues, tenants=TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}"),
+                        longpolls=LongPollLimiter(1))
+    app = create_app(services)
+    health = HealthBoard()
+    app.extensions[HEALTH_EXTENSION] = health
+    http = app.test_client()
+    supervisor = Supervisor(queues, services.tenants.execution_tokens, rq, SupervisorConfig(api_url="http://unused"),
+                            "this-node", services.tenants.exists)
+    tenant = "t_resilience01"
+    queues.put_queue(tenant, "orders", "point_to_point")
+    queues.send(tenant, "orders", [msg("a")])
+    stop = threading.Event()
+    loops = [threading.Thread(target=run_maintenance, args=(queues, stop, 0.05), kwargs={
+                 "health": health, "max_backoff_s": 0.5}),
+             threading.Thread(target=supervisor.run, kwargs={"stop": stop, "interval_s": 0.05, "health": health,
+                                                             "max_backoff_s": 0.5})]
+    for loop in loops:
+        loop.start()
+    try:
+        assert http.get("/v1/ready").status_code == 200
+        (delivery,) = queues.get(tenant, "orders")
+        queues.nack(tenant, "orders", receipts=[delivery.receipt], reason="try again in a second")
+        assert queues.get_queue(tenant, "orders").scheduled == 1
+
+        private_valkey.stop()
+
+        def failing_parts() -> set[str]:
+            answer = http.get("/v1/ready")
+            assert answer.status_code == 503, answer.json
+            return {problem.split(":")[0] for problem in answer.json["problems"]}
+
+        wait_until(lambda: {MAINTENANCE_PART, SUPERVISION_PART} <= failing_parts(), 10,
+                   "/v1/ready to name both loops")
+        assert all(loop.is_alive() for loop in loops)
+
+        private_valkey.start()
+        wait_until(lambda: http.get("/v1/ready").status_code == 200, 10, "/v1/ready to recover")
+        assert health.problems() == []
+        wait_until(lambda: queues.get_queue(tenant, "orders").scheduled == 0, 10,
+                   "maintenance to move the due redelivery after the outage")
+        info = queues.get_queue(tenant, "orders")
+        assert (info.depth, info.in_flight) == (1, 0)
+        (again,) = queues.get(tenant, "orders")
+        assert again.delivery_count == 2
+        queues.ack(tenant, "orders", receipts=[again.receipt])
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.join(timeout=10)
+        client.close()
+        rq.close()
+    assert not any(loop.is_alive() for loop in loops), "the loops end when told to"
+
+
+def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> None:
+    """redis-py's cluster client raises RedisClusterException, which is not a RedisError."""
+    client = valkey.client()
+    queues = QueueServer(client)
+    services = Services(queues=queues, tenants=TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}"),
+                        longpolls=LongPollLimiter(1))
+    supervisor = Supervisor(queues, services.tenants.execution_tokens, client,
+                            SupervisorConfig(api_url="http://unused"), "this-node", services.tenants.exists)
+    real_tenants = supervisor.listeners.tenants
+    outage = threading.Event()
+    outage.set()
+    rounds: list[float] = []
+
+    def tenants() -> list[str]:
+        rounds.append(time.monotonic())
+        if outage.is_set():
+            raise RedisClusterException("ClusterDownError: The cluster is down")
+        return real_tenants()
+
+    supervisor.listeners.tenants = tenants  # type: ignore[method-assign]
+    health = HealthBoard()
+    stop = threading.Event()
+    loop = threading.Thread(target=supervisor.run, kwargs={"stop": stop, "interval_s": 0.01, "health": health,
+                                                           "max_backoff_s": 0.2})
+    loop.start()
+    try:
+        wait_until(lambda: len(rounds) >= 3, 10, "three failed rounds")
+        assert health.problems() == [
+            "listener supervision: RedisClusterException: ClusterDownError: The cluster is down"]
+        outage.clear()
+        wait_until(lambda: not health.problems(), 10, "the supervisor to work again")
+        count = len(rounds)
+        wait_until(lambda: len(rounds) >= count + 10, 10, "rounds at the normal interval")
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        client.close()
+    assert not loop.is_alive()
+
+
+# -- the lock of a data directory -----------------------------------------------------------
+
+
+def test_a_forked_child_does_not_keep_the_lock(tmp_path: Path) -> None:
+    lock = DataDirLock(tmp_path)
+    lock.acquire("serve")
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only waits to be killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        with DataDirLock(tmp_path) as other:
+            assert not other.try_acquire("audit")
+            holder = read_holder(tmp_path)
+            assert holder is not None and (holder.pid, holder.command) == (os.getpid(), "serve")
+            with pytest.raises(DataDirInUse, match=f"in use by atomq serve \\(pid {os.getpid()}\\)"):
+                other.acquire("serve")
+            wait_until(lambda: not any(os.path.realpath(f"/proc/{child}/fd/{fd}") == str(lock.path)
+                                       for fd in os.listdir(f"/proc/{child}/fd")), 10,
+                       "the child to close its copy of the lock")
+            lock.release()
+            assert pid_running(child)
+            assert other.try_acquire("audit"), "the parent's release frees it though its child still runs"
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+ServeFactory = Callable[..., AtomqServe]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeFactory]:
+    """Starts ``atomq serve`` processes on ``tmp_path/data`` (each on a port of its own); stops all at teardown."""
+    nodes: list[AtomqServe] = []
+    owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
+
+    def start(*args: str, healthy: bool = True) -> AtomqServe:
+        node = AtomqServe(tmp_path / "data", tmp_path / f"serve-{len(nodes)}.log", owner_key, free_port(), 2, args)
+        nodes.append(node)
+        node.start(healthy=healthy)
+        return node
+
+    try:
+        yield start
+    finally:
+        errors = []
+        for node in nodes:
+            try:
+                node.ensure_stopped()
+            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
+                errors.append(str(e))
+        print_logs(nodes)
+        assert not errors, errors
+
+
+def _atomq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {name: v for name, v in os.environ.items() if not name.startswith("ATOMQ_")}
+    return subprocess.run([sys.executable, "-m", "atomq", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _ready(node: AtomqServe) -> requests.Response:
+    return requests.get(node.url + "/v1/ready", headers={"Connection": "close"}, timeout=10)
+
+
+def _tenant_with_messages(node: AtomqServe, *texts: str) -> tuple[str, str]:
+    with node.owner() as owner:
+        created = owner("POST", "/v1/tenants", {"name": "acme"}, 201)
+    with Http(node.url, created["api_key"]) as acme:
+        acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
+        acme("POST", "/v1/queues/orders/messages", {"messages": [{"documents": [{"data": t}]} for t in texts]}, 201)
+    return created["id"], created["api_key"]
+
+
+def test_a_second_serve_or_a_selftest_on_a_running_nodes_directory_is_refused(serve: ServeFactory) -> None:
+    node = serve()
+    node.track_processes()
+    assert node.valkey is not None
+    valkey_pid = node.valkey.pid
+    second = serve(healthy=False)
+    assert second.wait(30) not in (None, 0), "the second serve exits with an error"
+    log = second.log_path.read_text()
+    assert f"in use by atomq serve (pid {node.pid})" in log, log
+    selftest = _atomq("selftest", "--data-dir", str(node.data_dir))
+    assert selftest.returncode != 0
+    assert f"in use by atomq serve (pid {node.pid})" in selftest.stderr, selftest.stderr
+    assert pid_running(valkey_pid) and int((node.valkey_dir / "valkey.pid").read_text()) == valkey_pid
+    answer = _ready(node)
+    assert answer.status_code == 200, answer.text
+
+
+def test_audit_of_a_running_nodes_directory_goes_through_its_store(serve: ServeFactory) -> None:
+    node = serve()
+    node.track_processes()
+    assert node.valkey is not None
+    valkey_pid = node.valkey.pid
+    tenant, key = _tenant_with_messages(node, "one", "two")
+    audit = _atomq("audit", "--data-dir", str(node.data_dir))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert f"{tenant}: consistent" in audit.stdout
+    assert f"belongs to atomq serve (pid {node.pid}): auditing through its Valkey" in audit.stderr
+    assert pid_running(valkey_pid), "the node's Valkey still runs"
+    assert _ready(node).status_code == 200
+    with Http(node.url, key) as acme:
+        got = acme("POST", "/v1/queues/orders/get", {"max": 10}, 200)["messages"]
+        assert sorted(m["documents"][0]["data"] for m in got) == ["one", "two"]
+        acme("POST", "/v1/queues/orders/ack", {"receipts": [m["receipt"] for m in got]}, 200)
+
+
+def test_kill_9_of_the_master_leaves_a_directory_the_next_serve_takes_over(serve: ServeFactory) -> None:
+    node = serve()
+    node.track_processes()
+    assert node.valkey is not None
+    old_valkey = node.valkey.pid
+    tenant, key = _tenant_with_messages(node, "kept")
+    os.kill(node.pid, signal.SIGKILL)
+    assert node.wait(10) is not None
+    again = serve()
+    again.track_processes()
+    assert again.valkey is not None and again.valkey.pid != old_valkey
+    assert not pid_running(old_valkey), "no old server runs on the directory"
+    holder = read_holder(again.data_dir)
+    assert holder is not None and holder.pid == again.pid
+    with Http(again.url, key) as acme:
+        (got,) = acme("POST", "/v1/queues/orders/get", {"max": 10}, 200)["messages"]
+        assert got["documents"][0]["data"] == "kept"
+        acme("POST", "/v1/queues/orders/ack", {"receipts": [got["receipt"]]}, 200)
+    audit = _atomq("audit", "--data-dir", str(again.data_dir), "--tenant", tenant)
+    assert audit.returncode == 0 and f"{tenant}: consistent" in audit.stdout, audit.stdout + audit.stderr
+
+
+def test_serve_stops_a_valkey_left_running_on_its_directory_and_keeps_its_data(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    """Where no parent-death signal stopped it (another OS, a server started by hand), a Valkey
+    may outlive its node: the next owner of the directory shuts it down (it is ours: its pid file
+    and its command line say so) before starting its own on the same files."""
+    stray = EmbeddedValkey(tmp_path / "data" / "valkey")
+    stray.start()
+    stray_pid = stray.pid
+    assert stray_pid is not None
+    try:
+        with stray.client() as c:
+            c.set("left-behind", "still here")
+        node = serve()
+        node.track_processes()
+        assert node.valkey is not None and node.valkey.pid != stray_pid
+        wait_until(lambda: not pid_running(stray_pid), 10, "the stray Valkey to be shut down")
+        with node.redis() as c:
+            assert c.get("left-behind") == b"still here"
+    finally:
+        stray.stop()
+    assert node.valkey.is_running(), "stopping the stray's object leaves the node's server alone"
+
+
+def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeFactory) -> None:
+    """``document_retention_s`` of 1e306 used to kill the maintenance thread for good; only the
+    lease holder's round fails, and every HTTP worker's /v1/ready says so."""
+    node = serve()
+    _tenant_with_messages(node, "x")
+    store = node.redis()
+    try:
+        store.hset(k.SERVER_SETTINGS_KEY, "document_retention_s", "1e306")
+        wait_until(lambda: _ready(node).status_code == 503, 20, "/v1/ready to see the failing maintenance")
+        answers = [_ready(node) for _ in range(20)]
+        assert all(a.status_code == 503 for a in answers), [a.text for a in answers]
+        for answer in answers:
+            body = answer.json()
+            assert body["status"] == "unavailable"
+            assert any(p.startswith(f"{MAINTENANCE_PART}: ") for p in body["problems"]), body
+        assert "maintenance failed" in node.log_path.read_text()
+    finally:
+        store.hdel(k.SERVER_SETTINGS_KEY, "document_retention_s")
+        store.close()
+    wait_until(lambda: _ready(node).status_code == 200, 40, "/v1/ready to recover")
+    assert "maintenance works again" in node.log_path.read_text()
