@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from atomq.errors import AtomqError
+from atomq.errors import StorageError
 from atomq.platform import store_sizes
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.lease import Lease
@@ -47,8 +47,10 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
             try:
                 for name, count in qs.maintain(tenant, work).items():
                     totals[name] += count
-            except AtomqError as exc:
-                log.warning("maintenance of tenant %s failed: %s", tenant, exc.message)
+            except StorageError:
+                raise  # the store, not the tenant: the whole round fails and says so in /v1/ready
+            except Exception:  # one tenant's trouble must not hold up every other tenant's round
+                log.warning("maintenance of tenant %s failed", tenant, exc_info=True)
     return totals
 
 
