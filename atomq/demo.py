@@ -92,6 +92,7 @@ class Demo:
         env = {**os.environ, "ATOMQ_OWNER_KEY": self.owner_key}
         runs_on = f"a Spark worker on {self.spark_master}" if self.engine == "spark" else "2 fork workers"
         self.say(f"starting atomq serve on {self.url} with {runs_on}")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
