@@ -12,7 +12,8 @@ says so once in the node's own log, records why (``liveness.WorkerProblems``:
 the Spark listeners wait, with that reason), and looks again every minute,
 or as soon as another Spark listener is deployed; it says so again only when
 the reason changes. A worker that exits is started again after a back-off
-that doubles with each exit that came soon after its start (5 s up to 5 min);
+that doubles with each exit that came soon after its start (from 5 s, up to
+a minute for a fork worker and 5 minutes for the Spark worker);
 the Spark worker writes the reason of a fatal exit to a file the node names,
 which the node logs and records.
 """
@@ -43,7 +44,8 @@ log = logging.getLogger("atomq.node")
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 SPARK_MODES = ("on_demand", "at_start", "never")
 BACKOFF_FIRST_S = 5.0
-BACKOFF_MAX_S = 300.0
+BACKOFF_MAX_S = {"fork": 60.0, "spark": 300.0}
+"""A fork worker is cheap to start and needed back soon after an outage of rq's Redis; a Spark worker is a JVM."""
 STEADY_S = 60.0
 """A worker that ran this long before it exited starts its back-off over."""
 JAVA_RECHECK_S = 60.0
@@ -83,7 +85,7 @@ class KeptWorker:
     def exited(self, now: float) -> float:
         """Notes an exit; the back-off before the next start."""
         self.quick_exits = self.quick_exits + 1 if now - self.started_at < STEADY_S else 1
-        delay = min(BACKOFF_FIRST_S * 2.0 ** (self.quick_exits - 1), BACKOFF_MAX_S)
+        delay = min(BACKOFF_FIRST_S * 2.0 ** (self.quick_exits - 1), BACKOFF_MAX_S[self.engine])
         self.next_start = now + delay
         self.proc = None
         return delay
