@@ -408,3 +408,15 @@ def test_the_demo_stopped_by_sigterm_leaves_no_node_or_valkey_behind(tmp_path: P
         said.append(lines.get())
     assert any(line.startswith("the node's log is kept in") for line in said), said
     assert (data / "serve.log").exists()
+
+
+def test_a_spark_worker_that_cannot_start_writes_why_where_its_node_reads_it(
+        valkey: EmbeddedValkey, tmp_path: Path) -> None:
+    error_file = tmp_path / node_workers.SPARK_ERROR_FILE
+    done = subprocess.run([sys.executable, "-m", "atomq", "spark-worker", "--error-file", str(error_file)],
+                          env=clean_env(ATOMQ_RQ_REDIS_URL=valkey.url, **no_java_env(tmp_path)),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    reason = error_file.read_text().strip()
+    assert reason.startswith(f"no Java runtime: JAVA_HOME is {tmp_path / 'no-java-here'}, which has no bin/java")
+    assert reason in done.stderr
