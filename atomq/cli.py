@@ -99,9 +99,9 @@ log_format_option = click.option(
               **_env("MAX_REQUEST_BYTES"), help="Larger request bodies get 413 before they are read.")
 @click.option("--shutdown-timeout", type=click.FloatRange(1, 600), default=20.0, show_default=True,
               **_env("SHUTDOWN_TIMEOUT"), help="Seconds SIGTERM waits for requests in flight.")
-@click.option("--workers", type=click.IntRange(0, 256), default=0, show_default=True, **_env("WORKERS"),
-              help="Execution workers (rq forking workers, one work horse per execution) to start beside "
-                   "the API; more can run anywhere with `atomq worker`.")
+@click.option("--workers", type=click.IntRange(0, 256), default=2, show_default=True, **_env("WORKERS"),
+              help="Execution workers for listeners with engine \"fork\" (rq forking workers, one work horse per "
+                   "execution) to start beside the API; 0 for none. More can run anywhere with `atomq worker`.")
 @click.option("--rq-redis-url", **_env("RQ_REDIS_URL"),
               help="A standalone Redis for rq's execution job queues (default: the node's own Redis, "
                    "which must then not be a cluster).")
@@ -114,10 +114,13 @@ log_format_option = click.option(
                    "outputs are recognised only within that window.")
 @click.option("--max-send-documents", type=click.IntRange(1, 1000), default=100, show_default=True,
               **_env("MAX_SEND_DOCUMENTS"), help="Most documents an execution sends in one request.")
-@click.option("--spark", "spark_worker", is_flag=True, **_env("SPARK"),
-              help="Also start a Spark worker (one SparkSession) for listeners with engine \"spark\".")
+@click.option("--spark/--no-spark", "spark", default=None, **_env("SPARK"),
+              help="The Spark worker (one SparkSession) for listeners with engine \"spark\": by default it starts "
+                   "the first time such a listener exists, if a Java 17 or 21 runtime is found; --spark starts it "
+                   "at once, --no-spark never.")
 @click.option("--spark-master", default="local[*]", show_default=True, **_env("SPARK_MASTER"),
-              help="The Spark master of --spark: local[N], local-cluster[...], spark://HOST:PORT, yarn, k8s://...")
+              help="The Spark master of the Spark worker: local[N], local-cluster[...], spark://HOST:PORT, yarn, "
+                   "k8s://...")
 @click.option("--metrics-public", is_flag=True, **_env("METRICS_PUBLIC"),
               help="Serve /metrics without a key (default: the owner key only).")
 @click.option("--metrics-max-tenants", type=click.IntRange(0), default=100, show_default=True,
@@ -129,10 +132,13 @@ log_format_option = click.option(
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
-          max_send_documents: int, spark_worker: bool, spark_master: str, metrics_public: bool,
+          max_send_documents: int, spark: bool | None, spark_master: str, metrics_public: bool,
           metrics_max_tenants: int, metrics_max_queues: int) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
 
+    It runs listeners out of the box: 2 execution workers (--workers), and a Spark worker
+    once a listener with engine "spark" is deployed (--spark, --no-spark). A listener whose
+    engine has no live worker is in state "waiting", saying what is missing.
     The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
     """
     from atomq.node import NodeConfig
@@ -145,7 +151,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
                             workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,
                             execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,
-                            spark_worker=spark_worker, spark_master=spark_master, metrics_public=metrics_public,
+                            spark={None: "on_demand", True: "at_start", False: "never"}[spark],
+                            spark_master=spark_master, metrics_public=metrics_public,
                             metrics_max_tenants=metrics_max_tenants, metrics_max_queues=metrics_max_queues))
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
@@ -209,7 +216,9 @@ def demo(messages: int, engine: str, spark_master: str, batch_size: int, data_di
               help="local[N], local-cluster[N,cores,memory], spark://HOST:PORT, yarn or k8s://...")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=4, show_default=True,
               **_env("SPARK_CONCURRENCY"), help="Spark executions run at once (each in its tenant's FAIR pool).")
-def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int) -> None:
+@click.option("--error-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="On a fatal error, also write its reason here (atomq serve reads it when its Spark worker exits).")
+def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int, error_file: Path | None) -> None:
     """Run the executions of listeners with engine "spark" on one SparkSession.
 
     Each tenant's executions run in its own FAIR scheduler pool, named after the tenant and
@@ -223,11 +232,19 @@ def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int) -> None
     from atomq.spark_workers.session import start_session
     from atomq.spark_workers.worker import SparkWorker
 
+    def fatal(reason: str) -> click.ClickException:
+        if error_file is not None:
+            error_file.write_text(reason + "\n")
+        return click.ClickException(reason)
+
     try:
         rq = rq_connection(rq_redis_url)
         session = start_session(spark_master, "atomq-spark-worker", **{"spark.scheduler.mode": "FAIR"})
     except AtomqError as exc:
-        raise click.ClickException(exc.message) from None
+        raise fatal(exc.message) from None
+    except Exception as exc:  # py4j's and pyspark's own: the JVM did not start
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise fatal(f"Spark did not start: {type(exc).__name__}: {first_line}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -237,7 +254,7 @@ def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int) -> None
     finally:
         session.stop()
     if not stop.is_set():
-        raise click.ClickException("the SparkContext stopped; start the Spark worker again")
+        raise fatal("the SparkContext stopped; start the Spark worker again")
 
 
 @main.command()

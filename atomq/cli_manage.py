@@ -266,7 +266,9 @@ def _settings(settings_json: str | None, pairs: tuple[str, ...]) -> dict[str, An
 def listeners_list(c: AtomqClient) -> None:
     """Every listener with its state and counts.
 
-    LAST ERROR is cut short here; `listeners show` or --json has it whole.
+    STATE is running, paused, error (the last execution failed) or waiting: no worker of the
+    listener's engine is alive, and LAST ERROR says what is missing. LAST ERROR is cut short
+    here; `listeners show` or --json has it whole.
     """
     data = c.listeners()
     emit(data, _listener_rows(data), LISTENER_HEADERS)

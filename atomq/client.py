@@ -94,6 +94,12 @@ class AtomqClient:
             raise error_from_response(response)
         return response.json() if response.content else None
 
+    def ready(self) -> Any:
+        """``/v1/ready`` (no key needed): ``{"status": "ready"}``, plus ``warnings`` naming what keeps
+        the node's execution workers from running (no Java runtime for Spark, say); StorageError when
+        the node is not ready."""
+        return self.request("GET", "/v1/ready")
+
     # -- tenants and the server (owner key) ----------------------------------------------
 
     def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0,

@@ -5,10 +5,17 @@ would), makes a tenant with the queues ``tests``, ``echo`` and ``errors``,
 deploys the ``echo-service`` listener on Spark, sends test messages of which
 a share lack their ``msgId`` and a share are not JSON at all, and reports
 what arrived where, with the throughput. Every step prints a line.
+
+It fails fast and says why: without a usable Java runtime before it starts
+anything, and when the listener stays ``waiting`` (or in ``error``) past a
+short grace, with the listener's own reason. Whatever way it ends (done,
+failed, Ctrl-C or SIGTERM) it stops the node it started, Valkey with it; a
+failed run keeps the node's log and prints where it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -18,17 +25,24 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from atomq.client import AtomqClient
-from atomq.errors import StorageError
+from atomq.errors import JavaMissing, StorageError
+from atomq.spark_workers.session import find_java
+from atomq.workers.liveness import SPARK_STARTING
 
 
 WARM_UP = 10
 """Valid messages sent and processed before the timed run (they go to echo, and are not counted)."""
+STUCK_GRACE_S = 15.0
+"""How long the listener may wait for a worker (or be in error) during the warm-up before the
+demo gives up with its reason; a Spark worker that is still starting is not stuck."""
+LOG_TAIL_LINES = 20
 
 
 def _free_port() -> int:
@@ -66,17 +80,21 @@ class Demo:
         self.owner_key = f"aq_owner_demo_{os.urandom(12).hex()}"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "serve.log"
+
     def start(self, timeout: float = 60) -> None:
         args = [sys.executable, "-m", "atomq", "serve", "--data-dir", str(self.data_dir / "node"),
-                "--port", str(self.port), "--workers", "2" if self.engine == "fork" else "0"]
+                "--port", str(self.port)]
         if self.engine == "spark":
-            args += ["--spark", "--spark-master", self.spark_master]
+            args += ["--workers", "0", "--spark", "--spark-master", self.spark_master]
         env = {**os.environ, "ATOMQ_OWNER_KEY": self.owner_key}
-        log = open(self.data_dir / "serve.log", "ab")
         runs_on = f"a Spark worker on {self.spark_master}" if self.engine == "spark" else "2 fork workers"
-        self.say(f"starting atomq serve on {self.url} with {runs_on}; its log: {self.data_dir / 'serve.log'}")
-        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        self.say(f"starting atomq serve on {self.url} with {runs_on}")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         with AtomqClient(self.url, self.owner_key, timeout=2) as owner:
             while True:
@@ -84,19 +102,35 @@ class Demo:
                     owner.request("GET", "/v1/health")
                     return
                 except StorageError:
-                    if self.proc.poll() is not None or time.monotonic() > deadline:
-                        raise StorageError(f"atomq serve did not start; see {self.data_dir / 'serve.log'}") from None
+                    self._check_node()
+                    if time.monotonic() > deadline:
+                        raise StorageError(f"atomq serve did not answer within {timeout:.0f} s") from None
                     time.sleep(0.2)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        if self.temp:
+    def _check_node(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise StorageError(f"atomq serve exited with status {self.proc.returncode}")
+
+    def stop(self, failed: bool) -> None:
+        """Stops the node (SIGTERM, then SIGKILL to its process group); removes the temporary
+        directory, but after a failure keeps the node's log there and says where it is."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    # Its workers and Valkey get SIGTERM when it dies (a parent-death signal).
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+        if failed and self.log_path.exists():
+            lines = self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            self.say(f"the node's log is kept in {self.log_path}; its last lines:")
+            for line in lines:
+                self.say(f"  | {line}")
+            if self.temp:
+                shutil.rmtree(self.data_dir / "node", ignore_errors=True)
+        elif self.temp:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _warm_up(self, api: AtomqClient, timeout: float = 180) -> None:
@@ -104,11 +138,19 @@ class Demo:
         started = time.monotonic()
         api.send_texts("tests", [json.dumps({"msgId": f"warm-up-{i}"}) for i in range(WARM_UP)])
         self.say(f"warming up: {WARM_UP} messages while the {self.engine} workers start ...")
+        stuck_since: float | None = None
         while api.queue("echo")["depth"] < WARM_UP:
-            if time.monotonic() - started > timeout:
-                raise StorageError(f"the listener did not run within {timeout:.0f} s; "
-                                   f"see {self.data_dir / 'serve.log'}")
-            time.sleep(0.2)
+            self._check_node()
+            now = time.monotonic()
+            listener = api.listener("echo-service")
+            stuck = listener["state"] in ("waiting", "error") and not listener["last_error"].startswith(SPARK_STARTING)
+            stuck_since = (stuck_since or now) if stuck else None
+            if stuck_since is not None and now - stuck_since > STUCK_GRACE_S:
+                raise StorageError(f"the listener cannot run ({listener['state']}): {listener['last_error']}")
+            if now - started > timeout:
+                raise StorageError(f"the listener did not run within {timeout:.0f} s "
+                                   f"(state {listener['state']}: {listener['last_error'] or 'no error'})")
+            time.sleep(0.5)
         self.say(f"warmed up in {time.monotonic() - started:.1f} s")
 
     def run(self) -> dict[str, object]:
@@ -137,8 +179,9 @@ class Demo:
             while done < len(inputs) + WARM_UP or not settled:
                 if time.monotonic() > deadline:
                     raise StorageError(f"only {done - WARM_UP} of {len(inputs)} messages arrived within "
-                                       f"{deadline - started:.0f} s; see {self.data_dir / 'serve.log'}")
+                                       f"{deadline - started:.0f} s")
                 time.sleep(0.5)
+                self._check_node()
                 done = api.queue("echo")["depth"] + api.queue("errors")["depth"]
                 tests = api.queue("tests")
                 settled = tests["depth"] + tests["in_flight"] == 0
@@ -164,15 +207,63 @@ class Demo:
 def run_demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None,
              say: Callable[[str], None]) -> dict[str, object]:
     """The whole demo; the summary it printed."""
+    if engine == "spark":
+        try:
+            find_java()
+        except JavaMissing as exc:
+            raise JavaMissing(f"the Spark worker cannot start: {exc.message} (or run the demo with --engine fork)") \
+                from None
     demo = Demo(messages, engine, spark_master, batch_size, data_dir, say)
-    try:
-        demo.start()
-        summary = demo.run()
-    finally:
-        say("stopping atomq serve")
-        demo.stop()
+    failed = True
+    with _signals_end_the_run():
+        try:
+            demo.start()
+            summary = demo.run()
+            failed = False
+        finally:
+            with _signals_ignored():
+                say("stopping atomq serve")
+                demo.stop(failed)
     say(f"echo: {summary['echo']}  errors: {summary['errors']} {summary['error_reasons']}  "
         f"dead letters: {summary['dead_letters']}  left in tests: {summary['left_in_tests']}")
     say(f"{summary['executions']} executions, {summary['failures']} failed; "
         f"{messages} messages in {summary['seconds']} s: {summary['messages_per_second']} messages/s end to end")
     return summary
+
+
+STOP_TIMEOUT_S = 60.0
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _end_the_run(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _signals_end_the_run() -> Iterator[None]:
+    """SIGTERM (and SIGINT, as Python does anyway) end the run through its ``finally``, which
+    stops the node: by default SIGTERM would end this process and leave the node running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _end_the_run) for sig in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """While the node is being stopped a second Ctrl-C must not leave it half stopped
+    (the stop is bounded: past ``STOP_TIMEOUT_S`` it is killed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

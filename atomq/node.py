@@ -1,7 +1,8 @@
 """The main node, ``atomq serve``: the HTTP API on a threaded WSGI server,
 the maintenance loop and the listener supervisor under leases, the execution
-workers (``--workers N``), and (unless given a Redis URL) the embedded Valkey
-that holds the data.
+workers (``--workers N``, 2 by default, and a Spark worker once a Spark
+listener exists: ``atomq.workers.node_workers``), and (unless given a Redis
+URL) the embedded Valkey that holds the data.
 
 gunicorn's threaded workers serve the API: a blocking get holds one thread,
 not the process. The embedded Valkey belongs to the master process; each
@@ -30,11 +31,7 @@ import math
 import os
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,18 +54,18 @@ from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
 from atomq.platform.connection import open_redis
 from atomq.platform.data_dir import DataDirLock
-from atomq.platform.embedded import EmbeddedValkey, parent_death_signal
+from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
+from atomq.platform.storage import Storage
 from atomq.tenants import TenantStore
+from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import job_queue_bytes
 
 log = logging.getLogger("atomq.node")
 
 OWNER_KEY_ENV = "ATOMQ_OWNER_KEY"
-RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
-RESPAWN_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,12 +83,13 @@ class NodeConfig:
     max_request_bytes: int = 10 * 1024 * 1024
     shutdown_timeout_s: float = 20.0
     maintenance_interval_s: float = 1.0
-    workers: int = 0
+    workers: int = 2
     rq_redis_url: str | None = None
     advertise_url: str | None = None
     execution_timeout_s: int = 240
     max_send_documents: int = 100
-    spark_worker: bool = False
+    spark: str = "on_demand"
+    """``on_demand``: start the Spark worker once a Spark listener exists; ``at_start``; ``never``."""
     spark_master: str = "local[*]"
     metrics_public: bool = False
     metrics_max_tenants: int = DEFAULT_MAX_TENANTS
@@ -182,6 +180,8 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]
 MAINTENANCE_LEASE_TTL_S = 10.0
 HEALTH_DIR = "health"
 """Under the data directory: each HTTP worker's record of its failing loops (see ``HealthBoard``)."""
+MASTER_STORE_TIMEOUT_S = 2.0
+"""The master's loop reads the store (is there a Spark listener yet?); it must never hang there."""
 
 
 def _start_loops(worker: NodeWorker) -> None:
@@ -197,7 +197,8 @@ def _start_loops(worker: NodeWorker) -> None:
     supervisor = Supervisor(
         services.queues, services.tenants.execution_tokens, rq,
         SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
-                         max_send_documents=config.max_send_documents), holder, services.tenants.exists,
+                         max_send_documents=config.max_send_documents, worker_liveness=True), holder,
+        services.tenants.exists,
         spark_weight=lambda tenant: services.tenants.get(tenant).spark_weight)
     stop = threading.Event()
     threads = [
@@ -271,54 +272,33 @@ class Node(BaseApplication):  # type: ignore[misc]
 
 
 class NodeArbiter(Arbiter):  # type: ignore[misc]
-    """gunicorn's master, which also keeps ``--workers N`` execution workers running
-    and stops them first, while the API they report to still answers."""
+    """gunicorn's master, which also keeps the node's execution workers running
+    (:class:`NodeWorkers`) and stops them first, while the API they report to still answers."""
 
     def __init__(self, app: Node) -> None:
         super().__init__(app)
         self.node = app
-        self.execution_workers: list[subprocess.Popen[bytes]] = []
-        self._spawned_at: list[float] = []
+        c = app.config
+        self._store: Storage | None = None
+        self.execution_workers = NodeWorkers(
+            WorkerPlan(fork_workers=c.workers, spark=c.spark, spark_master=c.spark_master,
+                       rq_redis_url=app.rq_redis_url, error_dir=c.data_dir, node_id=app.node_id),
+            self._storage)
 
-    def _spawn_execution_worker(self, index: int) -> subprocess.Popen[bytes]:
-        """Worker ``index``: the Spark worker last (with --spark), fork workers before it."""
-        # The URL may hold a password: it goes through the environment, never the command line.
-        env = {**os.environ, RQ_REDIS_URL_ENV: self.node.rq_redis_url}
-        command = [sys.executable, "-m", "atomq", "worker"]
-        if index >= self.node.config.workers:
-            command = [sys.executable, "-m", "atomq", "spark-worker", "--spark-master", self.node.config.spark_master]
-        # Its own session: a terminal's Ctrl-C reaches the master, which stops the workers
-        # first; and the master's death, even by kill -9, stops them too.
-        return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=parent_death_signal())
+    def _storage(self) -> Storage:
+        """The master's own client of the store, made on first use (after gunicorn's first forks)."""
+        if self._store is None:
+            self._store = Storage(open_redis(self.node.redis_url, allow_eviction=self.node.config.allow_eviction,
+                                             socket_timeout=MASTER_STORE_TIMEOUT_S,
+                                             socket_connect_timeout=MASTER_STORE_TIMEOUT_S))
+        return self._store
 
     def manage_workers(self) -> None:
         super().manage_workers()
-        if getattr(self, "_stopping_execution_workers", False):
-            return
-        now = time.monotonic()
-        for i, proc in enumerate(self.execution_workers):
-            # One that keeps dying (rq's Redis away, say) is started again at most every few seconds.
-            if proc.poll() is not None and now - self._spawned_at[i] >= RESPAWN_INTERVAL_S:
-                log.warning("execution worker %d exited (%s); starting another", proc.pid, proc.returncode)
-                self.execution_workers[i] = self._spawn_execution_worker(i)
-                self._spawned_at[i] = now
-        wanted = self.node.config.workers + (1 if self.node.config.spark_worker else 0)
-        while len(self.execution_workers) < wanted:
-            self.execution_workers.append(self._spawn_execution_worker(len(self.execution_workers)))
-            self._spawned_at.append(now)
+        self.execution_workers.manage()
 
     def stop(self, graceful: bool = True) -> None:
-        self._stopping_execution_workers = True
-        for proc in self.execution_workers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        timeout = self.node.config.shutdown_timeout_s
-        for proc in self.execution_workers:
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self.execution_workers.stop(self.node.config.shutdown_timeout_s)
         super().stop(graceful)
 
 

@@ -568,3 +568,83 @@ def test_deleting_a_tenant_drops_its_listeners_and_its_rq_queue(harness: Harness
     assert created["id"].encode() not in harness.rq.smembers(k.RQ_TENANTS_KEY)
     assert queue.count == 0
     assert created["id"] not in harness.services.listeners.tenants()
+
+
+# -- waiting for a worker ---------------------------------------------------------------------
+
+
+def test_spark_listeners_are_counted_for_the_nodes_that_start_spark_workers(harness: Harness) -> None:
+    store = harness.services.listeners
+    created = harness.owner.create_tenant("spark-count")
+    count_key = k.tenant_spark_listeners(created["id"])
+    before = store.spark_listener_count()
+    spark = {"queue": "in", "process": "forward", "engine": "spark", "settings": {"to": "out"}}
+    with AtomqClient(harness.url, created["api_key"]) as api:
+        api.put_queue("in")
+        api.put_queue("out")
+        api.request("PUT", "/v1/listeners/s1", spark)
+        api.request("PUT", "/v1/listeners/s1", spark)  # a redeploy counts once
+        api.request("PUT", "/v1/listeners/s2", spark)
+        api.request("PUT", "/v1/listeners/f1", {**spark, "engine": "fork"})
+        assert (int(harness.rq.get(count_key)), store.spark_listener_count()) == (2, before + 2)
+        api.request("PUT", "/v1/listeners/s2", {**spark, "engine": "fork"})  # spark -> fork
+        api.request("DELETE", "/v1/listeners/s1")
+        api.request("DELETE", "/v1/listeners/f1")
+        assert (int(harness.rq.get(count_key)), store.spark_listener_count()) == (0, before)
+        api.request("PUT", "/v1/listeners/s2", spark)  # fork -> spark
+        assert store.spark_listener_count() == before + 1
+    assert created["id"].encode() in harness.rq.smembers(k.SPARK_LISTENER_TENANTS_KEY)
+    harness.owner.delete_tenant(created["id"])
+    assert store.spark_listener_count() == before
+    # A deleted tenant never deploys again: the nodes stop reading its counter.
+    assert created["id"].encode() not in harness.rq.smembers(k.SPARK_LISTENER_TENANTS_KEY)
+
+
+def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_one_is(
+        harness: Harness, tenant: Tenant) -> None:
+    from rq import Worker
+
+    from atomq.workers import liveness
+
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.request("PUT", "/v1/listeners/f", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    api.request("PUT", "/v1/listeners/s", {"queue": "in", "process": "forward", "engine": "spark",
+                                           "settings": {"to": "out"}})
+    api.request("PUT", "/v1/listeners/p", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    api.request("POST", "/v1/listeners/p/pause")
+    watching = Supervisor(harness.services.queues, harness.services.tenants.execution_tokens, harness.rq,
+                          SupervisorConfig(api_url=harness.url, worker_liveness=True), holder="watcher",
+                          tenant_exists=harness.services.tenants.exists)
+    assert watching.liveness is not None
+    watching.liveness.check_interval_s = 0
+
+    def states() -> dict[str, tuple[str, str]]:
+        watching.round()
+        return {x["name"]: (x["state"], x["last_error"]) for x in api.listeners()}
+
+    try:
+        assert states() == {"f": ("waiting", liveness.FORK_MISSING), "s": ("waiting", liveness.SPARK_MISSING),
+                            "p": ("paused", "")}
+        # A node whose Spark worker cannot start says why, and its listeners say so too.
+        problems = liveness.WorkerProblems(harness.services.queues.storage)
+        problems.put("n_test", liveness.WorkerProblem("spark", "failed", "no Java runtime was found", time.time()))
+        assert states()["s"] == ("waiting", "no Spark worker is running: no Java runtime was found")
+        # A worker anywhere that heartbeats ends the wait.
+        liveness.spark_heartbeat(harness.rq, "spark-test-worker")
+        fork_worker = Worker([Queue(k.rq_queue_name(tenant.id), connection=harness.rq)], connection=harness.rq,
+                             name=f"fork-test-{tenant.id}")
+        fork_worker.register_birth()
+        assert states() == {"f": ("running", ""), "s": ("running", ""), "p": ("paused", "")}
+        api.request("POST", "/v1/listeners/p/resume")
+        assert states()["p"] == ("running", "")
+        # ... and when the workers are gone it waits again.
+        fork_worker.register_death()
+        liveness.spark_gone(harness.rq, "spark-test-worker")
+        assert states()["f"] == ("waiting", liveness.FORK_MISSING)
+        assert states()["s"] == ("waiting", "no Spark worker is running: no Java runtime was found")
+    finally:
+        harness.services.queues.client.delete(k.WORKER_PROBLEMS_KEY)
+        harness.rq.delete(k.SPARK_WORKERS_KEY)
+        watching.release_all()

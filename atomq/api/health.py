@@ -8,6 +8,7 @@ from flask.views import MethodView
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.render import json_response
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
+from atomq.workers.liveness import WorkerProblems
 
 blp = ApiBlueprint("health", __name__, url_prefix="/v1", description="Health (no key)")
 
@@ -34,7 +35,11 @@ class Ready(MethodView):
     @blp.alt_response(503, description="not ready: the body says why")
     def get(self) -> Response:
         """200 while the node can do its work: Redis answers, scripts are loaded, memory is not full,
-        and no background loop (maintenance, listener supervision) is failing."""
+        and no background loop (maintenance, listener supervision) is failing.
+
+        ``warnings`` names what does not stop it serving queues, such as a Spark worker
+        that cannot start (no Java runtime): listeners of that engine wait meanwhile.
+        """
         s = services()
         problems = s.queues.readiness_problems()
         problems += loop_problems()
@@ -42,4 +47,7 @@ class Ready(MethodView):
             problems.append("the node is shutting down")
         if problems:
             return json_response({"status": "unavailable", "problems": problems}, 503)
-        return json_response({"status": "ready"})
+        # The node serves queues without its execution workers: it stays ready, and says what is wrong.
+        warnings = [f"{p.engine} worker: {p.message}" for p in WorkerProblems(s.queues.storage).of_node(s.node_id)
+                    if p.state == "failed"]
+        return json_response({"status": "ready", **({"warnings": warnings} if warnings else {})})

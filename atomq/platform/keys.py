@@ -68,7 +68,8 @@ Listeners (``L`` a listener name, validated like a queue name; see
 ``atomq.platform.listeners``)::
 
     aq:{T}:listeners               hash L -> the listener's definition (JSON)
-    aq:{T}:l:L:stat                hash: state, executions, failures, last_error
+    aq:{T}:l:L:stat                hash: state (running, paused, error or waiting: no worker of
+                                   its engine is alive), executions, failures, last_error
     aq:{T}:l:L:exec                sorted set execution id -> deadline (ms): executions
                                    scheduled and not yet finished (each holds a slot)
     aq:{T}:l:L:pending             set of execution ids not yet started by a work horse
@@ -80,10 +81,19 @@ Listeners (``L`` a listener name, validated like a queue name; see
                                    point-to-point): its planned batches, b<n> -> JSON (ids,
                                    receipts, partitions), and gen, the generation of the query
                                    that opened it last; see ``atomq.platform.streams``
+    aq:{T}:listeners:spark         the number of the tenant's listeners with engine "spark"
+                                   (kept by the listener scripts with each deploy and delete)
     aq:listener:tenants            set of tenant ids that have listeners (for the supervisors)
+    aq:listener:spark:tenants      set of tenant ids that have deployed a Spark listener: where a
+                                   node looks for the first one, to start its Spark worker then
+    aq:workers:problems            hash ``<node id>:<engine>`` -> JSON (state ``starting`` or
+                                   ``failed``, message, at): why a node's own execution worker of
+                                   that engine is not running; see ``atomq.workers.liveness``
     aq:exec:secret                 the key that signs execution tokens (shared by every node)
     aq:rq:tenants                  set of tenant ids with rq queues (in rq's Redis): aq.T for
                                    fork executions, aq.spark.T for Spark executions
+    aq:spark:workers               sorted set (in rq's Redis) Spark worker name -> the time (ms,
+                                   the server's clock) its heartbeat runs out: the live ones
     aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
                                    (see ``atomq.platform.store_sizes``)
     aq:metrics:latency             hash: the API's request latency histogram, summed over every
@@ -293,6 +303,9 @@ def tenant_api_keys(tenant: str) -> str:
 
 
 LISTENER_TENANTS_KEY = f"{PREFIX}:listener:tenants"
+SPARK_LISTENER_TENANTS_KEY = f"{PREFIX}:listener:spark:tenants"
+WORKER_PROBLEMS_KEY = f"{PREFIX}:workers:problems"
+SPARK_WORKERS_KEY = f"{PREFIX}:spark:workers"
 EXECUTION_SECRET_KEY = f"{PREFIX}:exec:secret"
 RQ_TENANTS_KEY = f"{PREFIX}:rq:tenants"
 
@@ -332,6 +345,16 @@ def tenant_listeners(tenant: str) -> str:
     return f"{tenant_prefix(tenant)}:listeners"
 
 
+def tenant_spark_listeners(tenant: str) -> str:
+    """How many of a tenant's listeners have engine "spark" (a node starts its Spark worker for the first)."""
+    return f"{tenant_prefix(tenant)}:listeners:spark"
+
+
+def worker_problem_field(node_id: str, engine: str) -> str:
+    """A node's field in :data:`WORKER_PROBLEMS_KEY`, for its worker of ``engine``."""
+    return f"{node_id}:{engine}"
+
+
 @dataclass(frozen=True)
 class ListenerKeys:
     """The keys of one listener's state."""
@@ -362,6 +385,10 @@ class ListenerKeys:
     @property
     def done(self) -> str:
         return f"{self._p}:done"
+
+    @property
+    def spark_count(self) -> str:
+        return tenant_spark_listeners(self.tenant)
 
     def as_list(self) -> list[str]:
         """The five keys in the order the listener scripts expect them."""

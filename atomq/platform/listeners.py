@@ -2,9 +2,10 @@
 
 A listener names a queue (or a subscriber of a publish/subscribe queue) and
 a registered process. Its state lives in Redis (see ``keys.ListenerKeys``),
-so it survives restarts and every node sees the same: running, paused or
-error, its counts, and the executions it waits for, each holding a slot
-until it finishes or its deadline passes. Which process names exist is not
+so it survives restarts and every node sees the same: running, paused,
+error, or waiting (no worker of its engine is alive: the supervisor says so,
+see ``atomq.workers.liveness``), its counts, and the executions it waits for,
+each holding a slot until it finishes or its deadline passes. Which process names exist is not
 known here: the caller checks them (``atomq.workers.processes``).
 """
 
@@ -21,6 +22,7 @@ from atomq.platform.names import check_queue_name, check_subscriber_name, check_
 from atomq.platform.storage import Storage
 
 ENGINES = ("fork", "spark")
+STATES = ("running", "paused", "error", "waiting")
 MAX_LISTENERS_PER_TENANT = 100
 """Every node's supervisor reads every listener each round: one tenant must not make that unbounded."""
 MAX_BATCH_SIZE = 1000
@@ -120,8 +122,11 @@ class ListenerStore:
         """Deploys (or redeploys) a listener; True when it is new. Its state and counts survive a redeploy."""
         lk = self._keys(tenant, name)
         self.storage.call(self.storage.client.sadd, k.LISTENER_TENANTS_KEY, tenant)
+        if spec.engine == "spark":
+            self.storage.call(self.storage.client.sadd, k.SPARK_LISTENER_TENANTS_KEY, tenant)
         return bool(self.storage.run(
-            "listener_put", lk.as_list(), [name, spec.to_json(), MAX_LISTENERS_PER_TENANT],
+            "listener_put", [*lk.as_list(), lk.spark_count],
+            [name, spec.to_json(), MAX_LISTENERS_PER_TENANT, spec.engine],
             errors={"TOOMANY": lambda: Conflict(
                 f"a tenant has at most {MAX_LISTENERS_PER_TENANT} listeners", limit=MAX_LISTENERS_PER_TENANT)}))
 
@@ -160,21 +165,48 @@ class ListenerStore:
         """Tenants that have (or had) listeners."""
         return sorted(t.decode() for t in self.storage.call(self.storage.client.smembers, k.LISTENER_TENANTS_KEY))
 
+    def spark_listener_count(self) -> int:
+        """How many Spark listeners exist, over every tenant: a node starts its Spark
+        worker for the first. It reads one counter per tenant that ever deployed one,
+        not the listeners; a deleted tenant leaves that set here."""
+        client = self.storage.client
+        tenants = sorted(t.decode() for t in self.storage.call(client.smembers, k.SPARK_LISTENER_TENANTS_KEY))
+        if not tenants:
+            return 0
+        pipe = client.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.get(k.tenant_spark_listeners(tenant))
+            pipe.exists(k.tenant_record(tenant))
+        replies = self.storage.call(pipe.execute)
+        total, gone = 0, []
+        for i, tenant in enumerate(tenants):
+            count, exists = replies[2 * i], replies[2 * i + 1]
+            total += int(count or 0)
+            # Tenant ids are never reused: one without a record never deploys again.
+            if count is None and not exists:
+                gone.append(tenant)
+        if gone:
+            self.storage.call(client.srem, k.SPARK_LISTENER_TENANTS_KEY, *gone)
+        return total
+
     def control(self, tenant: str, name: str, action: str) -> None:
         """pause, resume, restart or delete (see ``listener_control.lua``)."""
         lk = self._keys(tenant, name)
-        self.storage.run("listener_control", lk.as_list(), [name, action],
+        self.storage.run("listener_control", [*lk.as_list(), lk.spark_count], [name, action],
                          errors={"NOLISTENER": lambda: listener_not_found(name)})
 
     def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
-                 id_prefix: str, start_within_ms: int) -> tuple[list[str], int]:
+                 id_prefix: str, start_within_ms: int, waiting_for: str = "") -> tuple[list[str], int]:
         """One supervision round: the ids of the executions it scheduled (``id_prefix``
-        and a 4-digit number), and how many executions it found lost."""
+        and a 4-digit number), and how many executions it found lost. ``waiting_for``
+        says why no worker of the listener's engine is alive ('' when one is): the
+        listener's state becomes ``waiting`` with that as its last error, or goes back
+        to ``running`` once it is ''."""
         lk = self._keys(tenant, name)
         scheduled, lost = self.storage.run(
             "listener_schedule",
             lk.as_list() + [destination.ready, destination.sched],
-            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, id_prefix])
+            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, id_prefix, waiting_for])
         return [f"{id_prefix}{i:04d}" for i in range(int(scheduled))], int(lost)
 
     def start(self, tenant: str, name: str, execution: str, run_within_ms: int) -> bool:

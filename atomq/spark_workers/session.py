@@ -1,9 +1,9 @@
 """The SparkSession atomq holds: found Java, local mode by default, settings that start it fast.
 
-PySpark needs a Java runtime (17 or 21). It is looked for where a fresh
-machine has it: ``JAVA_HOME``, then ``java`` on ``PATH``; without one,
-starting Spark fails with a message that says what to install, not with a
-JVM stack trace. Python workers run this interpreter (``PYSPARK_PYTHON``),
+PySpark needs a Java runtime (17 or 21). It is looked for where Spark's
+launcher looks: ``JAVA_HOME`` when set, else ``java`` on ``PATH``, and it
+must run; without one, starting Spark fails with a message that says what to
+install, not with a JVM stack trace. Python workers run this interpreter (``PYSPARK_PYTHON``),
 so they see the same installed atomq.
 """
 
@@ -21,32 +21,47 @@ from atomq.errors import JavaMissing
 
 SUPPORTED_JAVA = (17, 21)
 DEFAULT_MASTER = "local[*]"
+INSTALL_JAVA = ("install a Java 17 or 21 runtime (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; "
+                "macOS: brew install openjdk@17) or set JAVA_HOME to one")
+JAVA_VERSION_TIMEOUT_S = 30
 
 
 def find_java() -> tuple[Path, int]:
-    """The ``java`` binary Spark will use and its major version."""
+    """The ``java`` binary Spark will use and its major version, checked by running it.
+
+    Spark's launcher takes ``$JAVA_HOME/bin/java`` whenever ``JAVA_HOME`` is
+    set, so a ``JAVA_HOME`` without a working one is as good as no Java, even
+    with a ``java`` on ``PATH``; without ``JAVA_HOME`` it takes the one on ``PATH``.
+    """
     home = os.environ.get("JAVA_HOME")
-    candidates = [Path(home) / "bin" / "java"] if home else []
-    on_path = shutil.which("java")
-    if on_path:
-        candidates.append(Path(on_path))
-    wrong = []
-    for java in candidates:
-        if java.exists():
-            version = _major_version(java)
-            if version in SUPPORTED_JAVA:
-                return java, version
-            wrong.append(f"{java} is Java {version}")
-    if wrong:
-        raise JavaMissing(f"Spark needs Java 17 or 21; {'; '.join(wrong)}. Install a Java 17 or 21 runtime "
-                          "(Debian/Ubuntu: apt install openjdk-17-jre-headless) and set JAVA_HOME to it.")
-    raise JavaMissing("Spark needs a Java 17 or 21 runtime and none was found (JAVA_HOME unset, no java on PATH). "
-                      "Install one (Debian/Ubuntu: apt install openjdk-17-jre-headless; macOS: brew install "
-                      "openjdk@17) or set JAVA_HOME to it.")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if not java.is_file() or not os.access(java, os.X_OK):
+            raise JavaMissing(f"no Java runtime: JAVA_HOME is {home}, which has no bin/java; {INSTALL_JAVA} "
+                              "(or unset JAVA_HOME to use the java on PATH)")
+        where = f"JAVA_HOME's {java}"
+    else:
+        on_path = shutil.which("java")
+        if not on_path:
+            raise JavaMissing(f"no Java runtime was found (JAVA_HOME is not set and there is no java on PATH); "
+                              f"{INSTALL_JAVA}")
+        java, where = Path(on_path), f"the java on PATH ({on_path})"
+    version = _major_version(java, where)
+    if version not in SUPPORTED_JAVA:
+        raise JavaMissing(f"no usable Java runtime: {where} is Java {version}, and Spark needs Java 17 or 21; "
+                          f"{INSTALL_JAVA}")
+    return java, version
 
 
-def _major_version(java: Path) -> int:
-    out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30)
+def _major_version(java: Path, where: str) -> int:
+    try:
+        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=JAVA_VERSION_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise JavaMissing(f"no usable Java runtime: {where} does not run ({exc}); {INSTALL_JAVA}") from None
+    if out.returncode != 0:
+        detail = " ".join((out.stderr or out.stdout).split())[:200]
+        raise JavaMissing(f"no usable Java runtime: `{java} -version` failed with status {out.returncode}"
+                          f"{': ' + detail if detail else ''}; {INSTALL_JAVA}")
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
     if not match:
         return 0

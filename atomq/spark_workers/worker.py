@@ -8,13 +8,19 @@ tenant's FAIR scheduler pool (named after the tenant, weighted by its
 others. An execution talks to the main node exactly as a work horse does
 (``atomq.workers.execution``): its batch, its sends, its finish; only the
 process runs as a DataFrame pipeline. Jobs are not forked: a Spark job is
-already isolated in the cluster, and the session is shared.
+already isolated in the cluster, and the session is shared. While it runs it
+heartbeats (``atomq.workers.liveness``): without a live Spark worker, Spark
+listeners wait and say why.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +34,7 @@ from atomq import telemetry
 from atomq.errors import ExecutionTimeLimit
 from atomq.platform import keys as k
 from atomq.spark_workers.processes import run_on_spark, spark_alive
-from atomq.workers import execution
+from atomq.workers import execution, liveness
 
 log = logging.getLogger("atomq.spark_worker")
 
@@ -103,6 +109,8 @@ class SparkWorker:
         self.slots = threading.BoundedSemaphore(concurrency)
         self.threads: list[threading.Thread] = []
         self._order: list[str] = []
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._beat_at = -liveness.SPARK_HEARTBEAT_S
 
     def _queues(self) -> list[Queue]:
         tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(k.RQ_TENANTS_KEY))
@@ -162,11 +170,24 @@ class SparkWorker:
         are traced as a work horse's are (``execution.run``); nothing forks here, so the
         provider's own atexit flush sends the last spans."""
         telemetry.setup_tracing()
-        while not stop.is_set() and spark_alive(self.spark):
+        try:
+            while not stop.is_set() and spark_alive(self.spark):
+                try:
+                    self._heartbeat()
+                    self.take()
+                except redis.RedisError as exc:
+                    log.warning("rq's Redis failed: %s", exc)
+                    stop.wait(WAIT_S)
+            for thread in self.threads:
+                thread.join()
+        finally:
             try:
-                self.take()
-            except redis.RedisError as exc:
-                log.warning("rq's Redis failed: %s", exc)
-                stop.wait(WAIT_S)
-        for thread in self.threads:
-            thread.join()
+                liveness.spark_gone(self.rq, self.name)
+            except redis.RedisError:
+                pass  # its heartbeat runs out on its own
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._beat_at >= liveness.SPARK_HEARTBEAT_S:
+            liveness.spark_heartbeat(self.rq, self.name)
+            self._beat_at = now

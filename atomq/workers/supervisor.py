@@ -13,6 +13,10 @@ A slot is held from scheduling until the execution finishes; a job that
 waits in rq longer than ``start_within_s`` is dropped by rq and its slot
 freed (it had taken no messages, so it counts as nothing). A work horse that
 dies is seen through its rq job's status and counted as a failure.
+
+A listener whose engine has no live worker anywhere (``atomq.workers.liveness``)
+is marked ``waiting``, with what is missing as its last error, in the same
+script call as its round; it runs again by itself once a worker is alive.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
 from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.tenants.execution_tokens import ExecutionTokens
+from atomq.workers.liveness import WorkerLiveness, WorkerProblems
 
 log = logging.getLogger("atomq.supervisor")
 
@@ -55,6 +60,9 @@ class SupervisorConfig:
     lease_ttl_s: float = 10.0
     max_send_documents: int = 100
     prune_interval_s: float = 30.0
+    worker_liveness: bool = False
+    """Mark listeners whose engine has no live worker ``waiting`` (a node does; a test
+    that runs the executions itself, in its own process, does not)."""
 
 
 class Supervisor:
@@ -73,6 +81,8 @@ class Supervisor:
         self.spark_weight = spark_weight
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
         self._pruned_at = time.monotonic()
+        self.liveness = WorkerLiveness(rq_connection, WorkerProblems(queues.storage)) if config.worker_liveness \
+            else None
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -130,8 +140,9 @@ class Supervisor:
     def _supervise(self, tenant: str, name: str, spec: ListenerSpec) -> int:
         self._notice_dead_work_horses(tenant, name)
         destination = k.TenantKeys(tenant).queue(spec.queue).destination(spec.subscriber)
+        waiting_for = self.liveness.waiting_for(spec.engine) if self.liveness is not None else ""
         ids, lost = self.listeners.schedule(tenant, name, spec, destination, f"x{uuid.uuid4().hex[:24]}",
-                                            self.config.start_within_s * 1000)
+                                            self.config.start_within_s * 1000, waiting_for)
         if lost:
             log.warning("listener %s of %s: %d execution(s) lost", name, tenant, lost)
         if ids:

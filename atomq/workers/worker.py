@@ -23,6 +23,7 @@ from atomq.errors import AtomqError
 from atomq.platform import keys as k
 from atomq.platform.store_sizes import memory_of
 from atomq.workers import execution, processes  # noqa: F401  (execution: see preload)
+from atomq.workers.liveness import JOB_MONITORING_INTERVAL_S
 
 log = logging.getLogger("atomq.worker")
 
@@ -94,7 +95,9 @@ def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | N
     from this process (see ``telemetry.setup_tracing``)."""
     preload()
     telemetry.setup_tracing()
-    worker = worker_class([IDLE_QUEUE], connection=rq_connection, name=name)
+    # Its heartbeat while a work horse runs tells the nodes it is alive (see ``liveness``).
+    worker = worker_class([IDLE_QUEUE], connection=rq_connection, name=name,
+                          job_monitoring_interval=JOB_MONITORING_INTERVAL_S)
     worker._refresh_queues()
     return bool(worker.work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN, logging_level="WARNING"))
 

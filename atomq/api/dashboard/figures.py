@@ -19,6 +19,7 @@ from atomq.platform import QueueInfo
 from atomq.platform.counters import RateBucket
 from atomq.platform.listeners import Listener
 from atomq.tenants import Tenant
+from atomq.workers.liveness import WorkerProblem
 
 RATE_BUCKETS = 30
 """The chart's span: 30 buckets of 10 seconds, the last five minutes."""
@@ -64,6 +65,12 @@ def server(state: dict[str, Any]) -> Figures:
     if state["max_disk_bytes"]:
         f.meters["server.message_store"] = [state["message_store_bytes"], state["max_disk_bytes"]]
     return f
+
+
+def workers(problems: Sequence[WorkerProblem]) -> Figures:
+    """This node's execution workers: what keeps one from running (no Java runtime, say), else that they run."""
+    return Figures(text={"server.workers": "; ".join(f"{p.engine} worker: {p.message}" for p in problems)
+                         or "running"})
 
 
 def tenant(t: Tenant, usage: dict[str, int]) -> Figures:

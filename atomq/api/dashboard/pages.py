@@ -20,6 +20,7 @@ from atomq.api.server import server_state
 from atomq.platform import Page, QueueInfo, QueueModel
 from atomq.platform.listeners import Listener
 from atomq.tenants import Tenant
+from atomq.workers.liveness import WorkerProblems
 
 PAGE_SIZE = 50
 """Messages and dead letters a queue page lists at once; ``next`` links page on."""
@@ -30,7 +31,7 @@ def overview_figures() -> tuple[dict[str, Any], list[Tenant], Figures]:
     s = services()
     state = server_state(s)
     tenants = s.tenants.list()
-    f = figures.server(state)
+    f = figures.server(state).add(figures.workers(WorkerProblems(s.queues.storage).of_node(s.node_id)))
     for t in tenants:
         f.add(figures.tenant(t, s.queues.usage(t.id)))
     return state, tenants, f

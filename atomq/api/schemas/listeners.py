@@ -6,7 +6,7 @@ from marshmallow import fields, validate
 
 from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict
 from atomq.api.schemas.messages import DeliverySchema
-from atomq.platform.listeners import ENGINES, MAX_BATCH_SIZE, MAX_CONCURRENT
+from atomq.platform.listeners import ENGINES, MAX_BATCH_SIZE, MAX_CONCURRENT, STATES
 
 _name = validate.Regexp(NAME_PATTERN)
 
@@ -33,7 +33,9 @@ class ListenerSchema(Strict):
     max_concurrent_executions = fields.Integer(required=True)
     engine = fields.String(required=True)
     settings = fields.Dict(required=True)
-    state = fields.String(required=True, validate=validate.OneOf(["running", "paused", "error"]))
+    state = fields.String(required=True, validate=validate.OneOf(STATES), metadata={
+        "description": "waiting: no worker of its engine is alive (none started, no Java runtime for Spark, "
+                       "all dead); last_error says what is missing and how to provide it"})
     executions = fields.Integer(required=True, metadata={"description": "finished or lost executions"})
     failures = fields.Integer(required=True)
     last_error = fields.String(required=True)

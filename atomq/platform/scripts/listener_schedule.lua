@@ -10,6 +10,10 @@
 -- ARGV[3]      most executions at once (the listener's max, or the cap on unlimited)
 -- ARGV[4]      deadline (ms from now) for a scheduled execution to start
 -- ARGV[5]      prefix of the new executions' ids: the i-th is the prefix and i (4 digits)
+-- ARGV[6]      why no worker of the listener's engine is alive, or '' when one is: a
+--              running (or failed) listener then waits, with this as its last error; a
+--              waiting one runs again once a worker is alive. Executions are scheduled
+--              either way: their jobs wait in rq for the first worker.
 -- Returns {scheduled count, lost count}.
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
@@ -32,6 +36,16 @@ if lost > 0 then
     state = 'error'
     redis.call('HSET', KEYS[2], 'state', 'error')
   end
+end
+local waiting = ARGV[6]
+if waiting ~= '' and (state == 'running' or state == 'error') then
+  state = 'waiting'
+  redis.call('HSET', KEYS[2], 'state', 'waiting', 'last_error', waiting)
+elseif waiting ~= '' and state == 'waiting' and redis.call('HGET', KEYS[2], 'last_error') ~= waiting then
+  redis.call('HSET', KEYS[2], 'last_error', waiting)
+elseif waiting == '' and state == 'waiting' then
+  state = 'running'
+  redis.call('HSET', KEYS[2], 'state', 'running', 'last_error', '')
 end
 if state == 'paused' then return {0, lost} end
 local retry_at = tonumber(redis.call('HGET', KEYS[2], 'retry_at'))

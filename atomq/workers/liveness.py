@@ -1,0 +1,190 @@
+"""Whether a worker of each engine is alive, and if not, why: what a waiting listener says.
+
+A listener whose engine has no live worker cannot run, however healthy its
+queue is; its supervisor marks it ``waiting`` with the reason and what to do
+about it. Workers may run on any machine, so liveness is read from Redis:
+
+- fork workers (``atomq worker``, or those ``atomq serve --workers N``
+  starts) are rq workers: rq's own registry lists them, and each heartbeats
+  (``last_heartbeat``) before every wait for a job and, while a work horse
+  runs, every ``JOB_MONITORING_INTERVAL_S``;
+- a Spark worker (``atomq spark-worker``) heartbeats into a sorted set in
+  rq's Redis (:data:`keys.SPARK_WORKERS_KEY`), each heartbeat good for
+  ``SPARK_HEARTBEAT_TTL_S`` on the server's clock;
+- a node whose own worker is not running says why in the main store
+  (:class:`WorkerProblems`): starting, no Java runtime, or exited with an
+  error and started again after a back-off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import redis
+from rq import Worker
+from rq.utils import now as rq_now
+
+from atomq.errors import AtomqError
+from atomq.platform import keys as k
+from atomq.platform.storage import Storage
+
+log = logging.getLogger("atomq.liveness")
+
+JOB_MONITORING_INTERVAL_S = 10
+"""How often a busy fork worker heartbeats (rq's ``job_monitoring_interval``, 30 s by default)."""
+FORK_HEARTBEAT_STALE_S = 3 * JOB_MONITORING_INTERVAL_S
+"""A fork worker silent for longer is dead (killed without the chance to say so)."""
+SPARK_HEARTBEAT_S = 5.0
+SPARK_HEARTBEAT_TTL_S = 20.0
+PROBLEM_STALE_S = 180.0
+"""A node rewrites its record of a problem every minute; an older one is a dead node's."""
+CHECK_INTERVAL_S = 2.0
+"""How long a supervisor reuses what it read: rounds run every 0.2 s."""
+
+SPARK_STARTING = "no Spark worker is running yet"
+"""How the reason of a Spark listener begins while a node's Spark worker starts (not a failure)."""
+FORK_MISSING = ("no execution worker is running: start `atomq serve --workers N` (2 by default) "
+                "or `atomq worker --rq-redis-url URL` on any machine")
+SPARK_MISSING = ("no Spark worker is running: `atomq serve` starts one for Spark listeners (unless --no-spark), "
+                 "or start `atomq spark-worker --rq-redis-url URL` on any machine")
+
+
+def _now_ms(rq: redis.Redis) -> int:
+    seconds, micros = rq.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def spark_heartbeat(rq: redis.Redis, name: str) -> None:
+    """One heartbeat of Spark worker ``name`` (and the dead ones' entries go)."""
+    now = _now_ms(rq)
+    with rq.pipeline(transaction=False) as pipe:
+        pipe.zadd(k.SPARK_WORKERS_KEY, {name: now + int(SPARK_HEARTBEAT_TTL_S * 1000)})
+        pipe.zremrangebyscore(k.SPARK_WORKERS_KEY, "-inf", now - 3600_000)
+        pipe.execute()
+
+
+def spark_gone(rq: redis.Redis, name: str) -> None:
+    """A Spark worker that stops says so at once."""
+    rq.zrem(k.SPARK_WORKERS_KEY, name)
+
+
+def live_spark_workers(rq: redis.Redis) -> int:
+    return int(rq.zcount(k.SPARK_WORKERS_KEY, _now_ms(rq), "+inf"))
+
+
+def live_fork_workers(rq: redis.Redis) -> int:
+    """rq workers on the tenants' execution queues that heartbeat lately (rq's Redis may
+    hold other applications' workers too: atomq's listen on queues named ``aq.*``)."""
+    now = rq_now()
+    alive = 0
+    for worker in Worker.all(connection=rq):
+        names = worker.queue_names()
+        if not names or not all(n.startswith(f"{k.PREFIX}.") for n in names):
+            continue
+        if worker.last_heartbeat and (now - worker.last_heartbeat).total_seconds() <= FORK_HEARTBEAT_STALE_S:
+            alive += 1
+    return alive
+
+
+@dataclass(frozen=True)
+class WorkerProblem:
+    """Why a node's own worker of ``engine`` does not run: ``starting``, or ``failed`` with the reason."""
+
+    engine: str
+    state: str
+    message: str
+    at: float
+
+    def to_json(self) -> str:
+        return json.dumps({"state": self.state, "message": self.message, "at": self.at})
+
+
+class WorkerProblems:
+    """The nodes' records of their own workers that do not run, in the main store."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def put(self, node_id: str, problem: WorkerProblem) -> None:
+        self.storage.call(self.storage.client.hset, k.WORKER_PROBLEMS_KEY,
+                          k.worker_problem_field(node_id, problem.engine), problem.to_json())
+
+    def clear(self, node_id: str, engine: str) -> None:
+        self.storage.call(self.storage.client.hdel, k.WORKER_PROBLEMS_KEY, k.worker_problem_field(node_id, engine))
+
+    def of_node(self, node_id: str) -> list[WorkerProblem]:
+        """The node's own records (``/v1/ready`` names its failures)."""
+        fields = [k.worker_problem_field(node_id, engine) for engine in ("fork", "spark")]
+        raws = self.storage.call(self.storage.client.hmget, k.WORKER_PROBLEMS_KEY, fields)
+        return [p for engine, raw in zip(("fork", "spark"), raws) if raw is not None
+                for p in [_problem(engine, raw)] if p is not None]
+
+    def fresh(self, engine: str) -> list[WorkerProblem]:
+        """Every node's recent record for ``engine``, newest first; older ones (their node died) go."""
+        records = self.storage.call(self.storage.client.hgetall, k.WORKER_PROBLEMS_KEY)
+        found, stale = [], []
+        cutoff = time.time() - PROBLEM_STALE_S
+        for raw_field, raw in records.items():
+            field = raw_field.decode()
+            if not field.endswith(f":{engine}"):
+                continue
+            problem = _problem(engine, raw)
+            if problem is None or problem.at < cutoff:
+                stale.append(field)
+            else:
+                found.append(problem)
+        if stale:
+            self.storage.call(self.storage.client.hdel, k.WORKER_PROBLEMS_KEY, *stale)
+        return sorted(found, key=lambda p: p.at, reverse=True)
+
+
+def _problem(engine: str, raw: bytes) -> WorkerProblem | None:
+    try:
+        data = json.loads(raw)
+        return WorkerProblem(engine, str(data["state"]), str(data["message"]), float(data["at"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class WorkerLiveness:
+    """Why each engine's listeners wait ('' when a worker of that engine is alive), read
+    at most every ``CHECK_INTERVAL_S``."""
+
+    def __init__(self, rq: redis.Redis, problems: WorkerProblems, check_interval_s: float = CHECK_INTERVAL_S) -> None:
+        self.rq = rq
+        self.problems = problems
+        self.check_interval_s = check_interval_s
+        self._reasons: dict[str, str] = {}
+        self._read_at = -check_interval_s
+
+    def waiting_for(self, engine: str) -> str:
+        """Why a listener of ``engine`` waits, or ''. When rq's Redis or the store cannot
+        be read, the last answer stands (the supervision round reports the error)."""
+        now = time.monotonic()
+        if now - self._read_at >= self.check_interval_s:
+            self._read_at = now
+            try:
+                self._reasons = {"fork": self._fork(), "spark": self._spark()}
+            except (redis.RedisError, AtomqError) as exc:
+                log.warning("cannot tell whether execution workers are alive: %s", exc)
+        return self._reasons.get(engine, "")
+
+    def _fork(self) -> str:
+        if live_fork_workers(self.rq):
+            return ""
+        failed = [p for p in self.problems.fresh("fork") if p.state == "failed"]
+        return f"no execution worker is running: {failed[0].message}" if failed else FORK_MISSING
+
+    def _spark(self) -> str:
+        if live_spark_workers(self.rq):
+            return ""
+        problems = self.problems.fresh("spark")
+        if not problems:
+            return SPARK_MISSING
+        newest = problems[0]
+        if newest.state == "starting":
+            return f"{SPARK_STARTING}: {newest.message}"
+        return f"no Spark worker is running: {newest.message}"
