@@ -62,7 +62,8 @@ class Node(ServeNode):
     """The bench's ``atomq serve``, with the untimed calls the phases need."""
 
     def __init__(self, http_workers: int) -> None:
-        super().__init__("atomq-bench-noisy-", http_workers)
+        # No listeners here: execution workers (serve starts 2 by default) would only take CPU.
+        super().__init__("atomq-bench-noisy-", http_workers, workers=0)
 
     # the API, untimed
 

@@ -266,7 +266,8 @@ class HttpNode(ServeNode):
     """
 
     def __init__(self, http_workers: int | None) -> None:
-        super().__init__("atomq-bench-http-", http_workers)
+        # No listeners here: execution workers (serve starts 2 by default) would only take CPU.
+        super().__init__("atomq-bench-http-", http_workers, workers=0)
         self.valkey: redis.Redis | None = None
         self.valkey_pid = 0
         self.tenant_key = ""

@@ -17,8 +17,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from atomq import telemetry
 from atomq.platform import QueueServer
+from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
-from support import FAST, free_port
+from support import FAST, assert_audit_clean, free_port
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,24 @@ def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def audit_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the session's real Valkey: the tenants it made pass the audit."""
+    callspec = getattr(request.node, "callspec", None)
+    on_valkey = "valkey" in request.fixturenames or (callspec is not None and callspec.params.get("backend") == "valkey")
+    if not on_valkey:
+        yield
+        return
+    server: EmbeddedValkey = request.getfixturevalue("valkey")
+    client = server.client()
+    before = {t.decode() for t in client.smembers(k.TENANTS_KEY)}
+    yield
+    try:
+        assert_audit_clean(client, {t.decode() for t in client.smembers(k.TENANTS_KEY)} - before)
+    finally:
+        client.close()
 
 
 @pytest.fixture(params=["valkey", "fakeredis"])

@@ -19,7 +19,7 @@ from atomq.client import AtomqClient
 from atomq.platform import QueueServer
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
-from support import free_port
+from support import assert_audit_clean, free_port
 
 
 class InProcessNode:
@@ -39,12 +39,16 @@ class InProcessNode:
         self.owner = AtomqClient(self.url, owner_key)
 
     def close(self) -> None:
-        self.owner.close()
-        self._http.shutdown()
-        self._thread.join(timeout=10)
-        self.client.close()
-        self.rq.close()
-        self.valkey.stop()
+        """Stops it all, after asserting that its data passes the audit."""
+        try:
+            assert_audit_clean(self.client)
+        finally:
+            self.owner.close()
+            self._http.shutdown()
+            self._thread.join(timeout=10)
+            self.client.close()
+            self.rq.close()
+            self.valkey.stop()
 
     def __enter__(self) -> InProcessNode:
         return self

@@ -16,7 +16,9 @@ import psutil
 import redis
 import requests
 
-from support import pid_running, wait_until
+from atomq.platform.data_dir import DataDirLock
+from atomq.platform.embedded import EmbeddedValkey
+from support import assert_audit_clean, pid_running, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -194,6 +196,27 @@ class AtomqServe:
         if self.running():
             self.kill_everything()
         assert not self.running(), f"processes left behind: {self.running()}"
+        self.audit()
+
+    def audit(self) -> None:
+        """What ``atomq audit`` checks, on the data the node left, unless another node still
+        holds its directory (that one's test audits it when it stops)."""
+        if not (self.valkey_dir / "valkey.conf").exists():
+            return
+        lock = DataDirLock(self.data_dir)
+        if not lock.try_acquire("test audit"):
+            return
+        server = EmbeddedValkey(self.valkey_dir)
+        try:
+            server.start()
+            client = server.client()
+            try:
+                assert_audit_clean(client)
+            finally:
+                client.close()
+        finally:
+            server.stop()
+            lock.release()
 
 
 def print_logs(nodes: list[AtomqServe]) -> None:

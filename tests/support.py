@@ -7,7 +7,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from typing import Any
+
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
+from atomq.platform import keys as k
+from atomq.platform.audit import audit_tenant
 
 FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
 """A fast redelivery schedule: 0.05, 0.1 and 0.15 s, the last repeating."""
@@ -22,6 +26,14 @@ def free_port() -> int:
 def msg(*texts: str | bytes, dedupe_id: str | None = None, **props: str) -> OutgoingMessage:
     return OutgoingMessage(documents=tuple(OutgoingDocument(t) for t in texts), properties=props,
                            dedupe_id=dedupe_id)
+
+
+def assert_audit_clean(client: Any, tenants: set[str] | None = None) -> None:
+    """Every audited invariant holds for ``tenants`` (default: every tenant of the store):
+    what ``atomq audit`` checks, asserted at the end of each test on a real server."""
+    names = tenants if tenants is not None else {t.decode() for t in client.smembers(k.TENANTS_KEY)}
+    found = {t: p for t in sorted(names) if (p := audit_tenant(client, t))}
+    assert not found, f"atomq audit finds broken invariants: {found}"
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:

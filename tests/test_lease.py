@@ -31,7 +31,7 @@ def test_only_the_lease_holder_runs_maintenance_and_gives_it_up_on_stop(qs, tena
     theirs = Lease(qs.storage, name, "other-node", ttl_s=30)
     assert theirs.acquire()
     rounds = []
-    qs.maintain = lambda tenant: rounds.append(tenant) or {}  # type: ignore[method-assign]
+    qs.due_work = lambda tenants, limit=100: rounds.append(tenants) or {}  # type: ignore[method-assign]
     qs.put_queue(tenant, "q", "point_to_point")
     stop = threading.Event()
     loop = threading.Thread(target=run_maintenance, args=(qs, stop, 0.01, mine))
@@ -60,7 +60,8 @@ def test_maintenance_applies_the_shared_settings_before_each_round(valkey, tenan
     try:
         stop = threading.Event()
         rounds = []
-        services.queues.maintain = lambda t: rounds.append(services.queues.settings.document_retention_s) or {}  # type: ignore[method-assign]
+        services.queues.due_work = (  # type: ignore[method-assign]
+            lambda tenants, limit=100: rounds.append(services.queues.settings.document_retention_s) or {})
         services.queues.put_queue(tenant, "q", "point_to_point")
         loop = threading.Thread(target=run_maintenance,
                                 args=(services.queues, stop, 0.01, None, services.current_settings))
