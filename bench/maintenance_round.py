@@ -36,7 +36,8 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, Queue
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.maintenance import maintain_all
 
-SETTINGS = QueueSettings(redelivery_delays_s=(3600,))
+# One tenant past the default cap of 1,000 queues: the point is how a round grows with them.
+SETTINGS = QueueSettings(redelivery_delays_s=(3600,), max_queues_per_tenant=1_000_000)
 
 
 def progress(text: str) -> None:

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from atomq.platform.pids import pid_alive
+
 log = logging.getLogger("atomq.background")
 
 HEALTH_EXTENSION = "atomq_health"
@@ -41,16 +43,6 @@ def describe(exc: BaseException) -> str:
     if cause is not None:
         text += f" (caused by {type(cause).__name__}: {cause})"
     return text
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class HealthBoard:
@@ -92,7 +84,7 @@ class HealthBoard:
                     continue
                 if pid == os.getpid():
                     continue
-                if not _process_alive(pid):
+                if not pid_alive(pid):
                     path.unlink(missing_ok=True)
                     continue
                 failing += [f"{part}: {problem}" for part, problem in self._read(path).items()]

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from atomq.errors import DataDirInUse
+from atomq.platform.pids import pid_alive
 
 LOCK_FILE = "atomq.lock"
 HOLDER_WAIT_S = 10.0
@@ -47,16 +48,6 @@ class LockHolder:
     valkey_port: int | None = None
     redis_url_given: bool = False
     """True when the node uses a Redis of its own (``--redis-url``), not the embedded Valkey."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _forget_in_child(ref: weakref.ReferenceType[DataDirLock]) -> None:
@@ -106,7 +97,7 @@ class DataDirLock:
         deadline = time.monotonic() + wait_s
         while not self.try_acquire(command):
             holder = read_holder(self.data_dir)
-            if holder is None or _pid_alive(holder.pid) or time.monotonic() > deadline:
+            if holder is None or pid_alive(holder.pid) or time.monotonic() > deadline:
                 raise in_use(self.data_dir, holder)
             time.sleep(0.1)
 

@@ -32,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from atomq.errors import EmbeddedServerError
+from atomq.platform.pids import pid_alive
 
 __all__ = ["EmbeddedValkey", "find_server_binary", "default_maxmemory", "client_of_running"]
 
@@ -102,21 +103,6 @@ def _write_private(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` is a running process (a zombie waiting to be reaped is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return not Path("/proc/self").exists()  # vanished, or no /proc on this system
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _quiet_client(socket_path: str, password: str, timeout: float) -> redis.Redis:
@@ -399,7 +385,7 @@ class EmbeddedValkey:
         pid = self._read_pid()
         if pid is None:
             return
-        if pid != os.getpid() and _pid_alive(pid) and self._is_our_server(pid):
+        if pid != os.getpid() and pid_alive(pid) and self._is_our_server(pid):
             self._terminate(pid, old_socket or self.socket_path, timeout)
         self.pid_path.unlink(missing_ok=True)
 
@@ -434,7 +420,7 @@ class EmbeddedValkey:
         """
 
         def gone() -> bool:
-            return proc.poll() is not None if proc is not None else not _pid_alive(pid)
+            return proc.poll() is not None if proc is not None else not pid_alive(pid)
 
         if gone():
             return True
@@ -459,7 +445,7 @@ class EmbeddedValkey:
                 if proc is not None:
                     proc.wait()
                 else:
-                    while _pid_alive(pid):
+                    while pid_alive(pid):
                         time.sleep(0.01)
                 return False
             time.sleep(0.01)

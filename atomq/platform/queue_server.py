@@ -18,9 +18,9 @@ import redis
 
 from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
 from atomq.platform import keys as k
-from atomq.platform.counters import MessageCounters
-from atomq.platform.codec import decode_messages, encode_document
 from atomq.platform.audit import repair_usage
+from atomq.platform.codec import decode_messages, encode_document
+from atomq.platform.counters import MessageCounters
 from atomq.platform.format import FORMAT_VERSION, check_format, record_format
 from atomq.platform.management import MAX_SELECTORS, Management, check_ids
 from atomq.platform.management import queue_not_found as _not_found
