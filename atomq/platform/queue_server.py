@@ -16,40 +16,21 @@ behaviour in its own module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
-
 import redis
-
-from atomq.errors import NotFound
-from atomq.platform import keys as k
-from atomq.platform.audit import repair_usage
 
 from atomq.platform.components import Components
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
-from atomq.platform.format import FORMAT_VERSION, check_format, record_format
+from atomq.platform.format import FORMAT_VERSION, check_format
+from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.management import Management
-from atomq.platform.names import check_tenant_id
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
 from atomq.platform.settings import QueueSettings
-from atomq.platform.shared import Shared, docs_and_config, queue_not_found
+from atomq.platform.shared import Shared
 from atomq.platform.storage import Storage
 
 __all__ = ["DueWork", "QueueServer"]
-
-
-@dataclass(frozen=True)
-class DueWork:
-    """One tenant's maintenance due now: destinations (by index name) to sweep, destinations
-    holding messages past the retention, removals under way, and the bytes of expired
-    de-duplication markers just taken off its usage."""
-
-    due: list[str]
-    old: list[str]
-    removals: list[str]
-    marker_bytes: int
 
 
 class QueueServer:
@@ -72,7 +53,7 @@ class QueueServer:
         management = Management(self._shared, routes, components)
         sending = Sending(self._shared, routes, management)
         deliveries = Deliveries(self._shared, components)
-        self._components_part = components
+        maintenance = Maintenance(self._shared, components)
 
         self.put_queue = components.put_queue
         self.get_queue = components.get_queue
@@ -101,8 +82,13 @@ class QueueServer:
         self.usage = management.usage
         self.total_stored_bytes = management.total_stored_bytes
 
+        self.sweep = maintenance.sweep
+        self.purge = maintenance.purge
+        self.due_work = maintenance.due_work
+        self.maintain = maintenance.maintain
+
         if stored_format < FORMAT_VERSION:
-            self._migrate_from_format_1()
+            maintenance.migrate_from_format_1()
 
     @property
     def client(self) -> redis.Redis:
@@ -129,100 +115,3 @@ class QueueServer:
         if limit and int(memory.get("used_memory", 0)) >= limit:
             return ["Redis is at its maxmemory and refuses writes"]
         return []
-
-    def _migrate_from_format_1(self) -> None:
-        """Recounts every tenant's usage with the bookkeeping and builds its due indexes.
-
-        Idempotent, so nodes that start together may both run it; run the upgrade
-        while no older node still writes, since it would count usage the old way.
-        """
-        for tenant in self._components_part.tenants():
-            repair_usage(self._shared.client, tenant)
-            self.sweep(tenant)
-            self.purge(tenant)
-        record_format(self._shared.client)
-
-    def sweep(self, tenant: str) -> int:
-        """Moves due redeliveries to ready and fails expired deliveries of every queue.
-
-        Visits every destination and sets each one's place in the due index:
-        the maintenance round visits only the due ones (:meth:`maintain`);
-        this full walk is for the format migration and for operators.
-        Returns the number of messages moved.
-        """
-        tk = k.TenantKeys(check_tenant_id(tenant))
-        return sum(self._sweep(tk, qk, d) for qk, d in self._components_part.all_destinations(tk))
-
-    def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys) -> int:
-        moved = 0
-        while True:
-            try:
-                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
-                                                 [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
-                                                  d.member],
-                                                 errors={"NOQUEUE": lambda: queue_not_found(qk.name)}))
-            except NotFound:
-                return moved  # removed since it was indexed; the script took it out of the indexes
-            moved += n
-            if n < self._shared.settings.chunk_size:
-                return moved
-
-    def _retention_cutoff_ms(self) -> int:
-        seconds, micros = self._shared.storage.call(self._shared.client.time)
-        return int(seconds * 1000 + micros // 1000 - round(self._shared.settings.document_retention_s * 1000))
-
-    def purge(self, tenant: str) -> int:
-        """Removes every message, queued or dead, whose documents are past the retention,
-        visiting every destination and setting each one's place in the index of oldest
-        messages (the maintenance round visits only those past the retention).
-
-        Documents are created with their message, so a message id (which
-        starts with its send time) dates its documents. Returns the count removed.
-        """
-        tk = k.TenantKeys(check_tenant_id(tenant))
-        cutoff_ms = self._retention_cutoff_ms()
-        return sum(self._purge(tk, qk, d, cutoff_ms) for qk, d in self._components_part.all_destinations(tk))
-
-    def _purge(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, cutoff_ms: int) -> int:
-        removed = self._shared.drain(tk, docs_and_config(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
-        self._shared.storage.run("oldest", [d.all, tk.oldest], [d.member])
-        return removed
-
-    def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
-        """What each tenant's maintenance has to do now, read from its indexes for all of
-        ``tenants`` in one round trip; takes expired de-duplication markers off their usage."""
-        args = [round(self._shared.settings.document_retention_s * 1000), limit]
-        calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
-        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting] for t, tk in calls}
-        pipe = self._shared.client.pipeline(transaction=False)
-        for tenant, _ in calls:
-            self._shared.storage.scripts.queue(pipe, "due", keys[tenant], args)
-        replies = self._shared.storage.call(pipe.execute, raise_on_error=False)
-        out = {}
-        for (tenant, _), reply in zip(calls, replies):
-            if isinstance(reply, Exception):  # NOSCRIPT on a node that lost its scripts, say: once more alone
-                reply = self._shared.storage.run("due", keys[tenant], args)
-            due, old, removals, freed = reply
-            out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
-                                  removals=[m.decode() for m in removals], marker_bytes=int(freed))
-        return out
-
-    def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]:
-        """One round of maintenance for one tenant: finishes removals, sweeps the destinations
-        that have something due, purges those holding messages past the retention.
-
-        Visits only what the tenant's indexes say is due, so an idle queue costs
-        nothing and a tenant with many queues does not slow the others' rounds.
-        """
-        tk = k.TenantKeys(check_tenant_id(tenant))
-        if work is None:
-            work = self.due_work([tenant])[tenant]
-        for marker in work.removals:
-            self._components_part.finish_removal(tk, marker)
-        moved = sum(self._sweep(tk, *tk.destination_named(m)) for m in work.due)
-        purged = 0
-        if work.old:
-            cutoff_ms = self._retention_cutoff_ms()
-            purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms) for m in work.old)
-        return {"removals": len(work.removals), "moved": moved, "purged": purged,
-                "marker_bytes": work.marker_bytes}
