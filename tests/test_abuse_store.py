@@ -15,6 +15,7 @@ from atomq.errors import Conflict, InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
+from atomq.platform.shared import docs_and_config, queue_keys
 from support import FAST, browse_all, dead_all, msg, wait_until
 
 P2P = "point_to_point"
@@ -58,9 +59,9 @@ def test_the_settle_script_itself_counts_one_delivery_once(qs, tenant, queue) ->
     """Beneath the boundary's check: the script dedupes by message, not by selector text."""
     qs.send(tenant, queue, [msg("m")])
     (d,) = qs.get(tenant, queue)
-    tk, qk = qs._queue_keys(tenant, queue)
+    tk, qk = queue_keys(tenant, queue)
     dest = qk.destination()
-    done, _ = qs.storage.run("settle", qs._base(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage],
+    done, _ = qs.storage.run("settle", docs_and_config(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage],
                              ["ack", "", qs.settings.delays_ms_arg, "receipt", "",
                               f"{d.id}~1", f"{d.id}~01", f"{d.id}~001"])
     assert done == 1

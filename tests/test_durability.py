@@ -337,7 +337,7 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeyp
         chunks.append(int(count))
         raise SimulatedCrash()
 
-    monkeypatch.setattr(qs, "_drain", one_chunk_then_crash)
+    monkeypatch.setattr(qs._shared, "drain", one_chunk_then_crash)
     with pytest.raises(SimulatedCrash):
         qs.delete_queue(tenant, "big")
     assert chunks == [500]

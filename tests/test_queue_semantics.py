@@ -554,7 +554,7 @@ def test_a_subscriber_recreated_during_its_removal_starts_empty_and_keeps_its_me
     qs.put_subscriber(tenant, "news", "b")
     qs.send(tenant, "news", [msg(f"old{i}") for i in range(3)])
     other = QueueServer(qs.client, qs.settings)
-    drain = qs._drain
+    drain = qs._shared.drain
     sent: list[str] = []
 
     def drain_while_the_listener_polls(*args, **kwargs):
@@ -563,7 +563,7 @@ def test_a_subscriber_recreated_during_its_removal_starts_empty_and_keeps_its_me
         sent.extend(other.send(tenant, "news", [msg("new")]))
         return drain(*args, **kwargs)
 
-    monkeypatch.setattr(qs, "_drain", drain_while_the_listener_polls)
+    monkeypatch.setattr(qs._shared, "drain", drain_while_the_listener_polls)
     qs.delete_subscriber(tenant, "news", "a")
     assert [d.id for d in qs.get(tenant, "news", subscriber="a", max_messages=10)] == sent
     assert len(qs.get(tenant, "news", subscriber="b", max_messages=10)) == 4

@@ -6,6 +6,10 @@ every tenant, so counts stay true for queues nobody reads and retention
 holds. Every step is an idempotent script, so two nodes running it at once
 waste work but break nothing; the main node runs it under a lease so that
 normally only one does.
+
+:class:`Maintenance` is the work (a tenant's round, the full sweep and purge,
+the migration from format 1); :func:`run_maintenance` is the loop, which
+works through the ``QueueServer`` so that what the server offers is all it uses.
 """
 
 from __future__ import annotations
@@ -13,13 +17,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from atomq.errors import StorageError
+from atomq.errors import NotFound, StorageError
+from atomq.platform import keys as k
 from atomq.platform import store_sizes
+from atomq.platform.audit import repair_usage
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
+from atomq.platform.components import Components
+from atomq.platform.format import record_format
 from atomq.platform.lease import Lease
-from atomq.platform.queue_server import QueueServer
+from atomq.platform.names import check_tenant_id
+from atomq.platform.shared import Shared, docs_and_config, queue_not_found
+
+if TYPE_CHECKING:
+    from atomq.platform.queue_server import QueueServer
 
 log = logging.getLogger("atomq.maintenance")
 
@@ -29,6 +43,123 @@ MAINTENANCE_PART = "maintenance"
 
 TENANTS_PER_READ = 100
 """Tenants whose due work one pipelined round trip reads."""
+
+
+@dataclass(frozen=True)
+class DueWork:
+    """One tenant's maintenance due now: destinations (by index name) to sweep, destinations
+    holding messages past the retention, removals under way, and the bytes of expired
+    de-duplication markers just taken off its usage."""
+
+    due: list[str]
+    old: list[str]
+    removals: list[str]
+    marker_bytes: int
+
+
+class Maintenance:
+    """The maintenance work of every tenant, one idempotent script at a time."""
+
+    def __init__(self, shared: Shared, components: Components) -> None:
+        self._shared = shared
+        self._components = components
+
+    def migrate_from_format_1(self) -> None:
+        """Recounts every tenant's usage with the bookkeeping and builds its due indexes.
+
+        Idempotent, so nodes that start together may both run it; run the upgrade
+        while no older node still writes, since it would count usage the old way.
+        """
+        for tenant in self._components.tenants():
+            repair_usage(self._shared.client, tenant)
+            self.sweep(tenant)
+            self.purge(tenant)
+        record_format(self._shared.client)
+
+    def sweep(self, tenant: str) -> int:
+        """Moves due redeliveries to ready and fails expired deliveries of every queue.
+
+        Visits every destination and sets each one's place in the due index:
+        the maintenance round visits only the due ones (:meth:`maintain`);
+        this full walk is for the format migration and for operators.
+        Returns the number of messages moved.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        return sum(self._sweep(tk, qk, d) for qk, d in self._components.all_destinations(tk))
+
+    def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys) -> int:
+        moved = 0
+        while True:
+            try:
+                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
+                                                 [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
+                                                  d.member],
+                                                 errors={"NOQUEUE": lambda: queue_not_found(qk.name)}))
+            except NotFound:
+                return moved  # removed since it was indexed; the script took it out of the indexes
+            moved += n
+            if n < self._shared.settings.chunk_size:
+                return moved
+
+    def _retention_cutoff_ms(self) -> int:
+        seconds, micros = self._shared.storage.call(self._shared.client.time)
+        return int(seconds * 1000 + micros // 1000 - round(self._shared.settings.document_retention_s * 1000))
+
+    def purge(self, tenant: str) -> int:
+        """Removes every message, queued or dead, whose documents are past the retention,
+        visiting every destination and setting each one's place in the index of oldest
+        messages (the maintenance round visits only those past the retention).
+
+        Documents are created with their message, so a message id (which
+        starts with its send time) dates its documents. Returns the count removed.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        cutoff_ms = self._retention_cutoff_ms()
+        return sum(self._purge(tk, qk, d, cutoff_ms) for qk, d in self._components.all_destinations(tk))
+
+    def _purge(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, cutoff_ms: int) -> int:
+        removed = self._shared.drain(tk, docs_and_config(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
+        self._shared.storage.run("oldest", [d.all, tk.oldest], [d.member])
+        return removed
+
+    def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
+        """What each tenant's maintenance has to do now, read from its indexes for all of
+        ``tenants`` in one round trip; takes expired de-duplication markers off their usage."""
+        args = [round(self._shared.settings.document_retention_s * 1000), limit]
+        calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
+        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting] for t, tk in calls}
+        pipe = self._shared.client.pipeline(transaction=False)
+        for tenant, _ in calls:
+            self._shared.storage.scripts.queue(pipe, "due", keys[tenant], args)
+        replies = self._shared.storage.call(pipe.execute, raise_on_error=False)
+        out = {}
+        for (tenant, _), reply in zip(calls, replies):
+            if isinstance(reply, Exception):  # NOSCRIPT on a node that lost its scripts, say: once more alone
+                reply = self._shared.storage.run("due", keys[tenant], args)
+            due, old, removals, freed = reply
+            out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
+                                  removals=[m.decode() for m in removals], marker_bytes=int(freed))
+        return out
+
+    def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]:
+        """One round of maintenance for one tenant: finishes removals, sweeps the destinations
+        that have something due, purges those holding messages past the retention.
+
+        Visits only what the tenant's indexes say is due, so an idle queue costs
+        nothing and a tenant with many queues does not slow the others' rounds.
+        """
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        if work is None:
+            work = self.due_work([tenant])[tenant]
+        for marker in work.removals:
+            self._components.finish_removal(tk, marker)
+        moved = sum(self._sweep(tk, *tk.destination_named(m)) for m in work.due)
+        purged = 0
+        if work.old:
+            cutoff_ms = self._retention_cutoff_ms()
+            purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms) for m in work.old)
+        return {"removals": len(work.removals), "moved": moved, "purged": purged,
+                "marker_bytes": work.marker_bytes}
 
 
 def maintain_all(qs: QueueServer) -> dict[str, int]:

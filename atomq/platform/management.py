@@ -1,64 +1,37 @@
 """Browsing and bulk management of a queue's messages and dead letters, and usage.
 
-A mixin of QueueServer, apart because it is a concept of its own: what an
+A part of QueueServer, apart because it is a concept of its own: what an
 operator does to messages (browse, delete, resend) rather than how they
 flow. Bulk actions run in bounded chunks, one script each.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Sequence
 
-from atomq.errors import InvalidInput, NotFound, TooLarge
+from atomq.errors import InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.codec import decode_messages
+from atomq.platform.components import Components
+from atomq.platform.delivery import check_ids
 from atomq.platform.models import BrowsedMessage, DeadLetter, Page, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
-
-if TYPE_CHECKING:
-    from atomq.platform.settings import QueueSettings
-    from atomq.platform.storage import Storage
-
-
-def queue_not_found(queue: str) -> NotFound:
-    return NotFound(f"queue {queue!r} does not exist", queue=queue)
-
-
-MAX_SELECTORS = 10_000
-"""Most ids or receipts one call names: a settle is one script, and this bounds it."""
-
-
-def check_ids(values: Sequence[str], field: str) -> None:
-    if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
-        raise InvalidInput(f"{field} must be a list of message id strings", field=field)
-    if len(values) > MAX_SELECTORS:
-        raise TooLarge(f"{field} holds at most {MAX_SELECTORS} entries", field=field, limit=MAX_SELECTORS)
+from atomq.platform.routes import Routes
+from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
 
 
 class Management:
-    """Operator actions on messages; QueueServer provides what is declared here."""
+    """Operator actions on messages, and what each tenant stores."""
 
-    if TYPE_CHECKING:
-        storage: Storage
-        settings: QueueSettings
-
-        @property
-        def client(self) -> Any: ...
-
-        def _queue_keys(self, tenant: str, queue: str) -> tuple[k.TenantKeys, k.QueueKeys]: ...
-
-        def _base(self, tk: k.TenantKeys, qk: k.QueueKeys) -> list[str]: ...
-
-        def _read_config(self, qk: k.QueueKeys) -> tuple[str | None, dict[bytes, bytes], list[str]]: ...
-
-        def _queue_errors(self, queue: str, **more: Any) -> dict[str, Any]: ...
-
-        def tenants(self) -> list[str]: ...
+    def __init__(self, shared: Shared, routes: Routes, components: Components) -> None:
+        self._shared = shared
+        self._routes = routes
+        self._components = components
 
     def _destinations(self, tenant: str, queue: str, subscriber: str | None,
                       require_subscriber: bool) -> tuple[k.TenantKeys, k.QueueKeys, list[k.DestinationKeys]]:
-        tk, qk = self._queue_keys(tenant, queue)
-        model, _, subs = self._read_config(qk)
+        tk, qk = queue_keys(tenant, queue)
+        model, _, subs = self._routes.read_config(qk)
         if model is None:
             raise queue_not_found(queue)
         if model == QueueModel.POINT_TO_POINT.value:
@@ -98,17 +71,13 @@ class Management:
         out: list[BrowsedMessage] = []
         rest = list(ids)
         while rest:
-            reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(),
-                                     ["ids", len(rest), "", *self._reply_budget(), *rest],
-                                     errors=self._queue_errors(queue))
+            reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
+                                             ["ids", len(rest), "", *self._shared.reply_budget(), *rest],
+                                             errors=self._shared.queue_errors(queue))
             out += decode_messages(reply, 2, reply[1], BrowsedMessage)
             cut = reply[0].decode()
             rest = rest[rest.index(cut) + 1:] if cut else []
         return out
-
-    def _reply_budget(self) -> tuple[int, int]:
-        """The browse and get scripts' bound on a reply: its bytes, and the most one document holds."""
-        return self.settings.max_reply_bytes, self.settings.max_document_bytes + 1
 
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
               subscriber: str | None) -> Page:
@@ -117,8 +86,9 @@ class Management:
         if after is not None and (not isinstance(after, str) or len(after) > 64):
             raise InvalidInput("after must be a cursor returned as next", field="after")
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
-        reply = self.storage.run("browse", self._base(tk, qk) + d.as_list(),
-                                 [view, limit, after or "", *self._reply_budget()], errors=self._queue_errors(queue))
+        reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
+                                         [view, limit, after or "", *self._shared.reply_budget()],
+                                         errors=self._shared.queue_errors(queue))
         cursor, count = reply[0], reply[1]
         items = decode_messages(reply, 2, count, cls)
         return Page(items=items, next=cursor.decode() if cursor else None)
@@ -147,27 +117,13 @@ class Management:
         total = 0
         for d in dests:
             if ids is not None:
-                for start in range(0, len(ids), self.settings.chunk_size):
-                    chunk = list(ids[start : start + self.settings.chunk_size])
-                    total += int(self.storage.run("manage", self._base(tk, qk) + d.as_list() + [tk.usage],
-                                                  [action, "ids", "", 0, *chunk])[0])
+                for start in range(0, len(ids), self._shared.settings.chunk_size):
+                    chunk = list(ids[start : start + self._shared.settings.chunk_size])
+                    total += int(self._shared.storage.run("manage", docs_and_config(tk, qk) + d.as_list() + [tk.usage],
+                                                          [action, "ids", "", 0, *chunk])[0])
             else:
-                total += self._drain(tk, self._base(tk, qk), d, action, "chunk")
+                total += self._shared.drain(tk, docs_and_config(tk, qk), d, action, "chunk")
         return total
-
-    def _drain(self, tk: k.TenantKeys, base: list[str], d: k.DestinationKeys, action: str, mode: str,
-               bound: str = "") -> int:
-        """Applies ``action`` chunk by chunk over a destination's messages; returns the count."""
-        total, cursor = 0, bound
-        while True:
-            count, nxt = self.storage.run(
-                "manage", base + d.as_list() + [tk.usage], [action, mode, cursor, self.settings.chunk_size]
-            )
-            total += int(count)
-            if not nxt or (mode == "older" and not count):
-                return total
-            if mode == "chunk":
-                cursor = nxt.decode()
 
     # -- usage --------------------------------------------------------------------
 
@@ -176,13 +132,13 @@ class Management:
         reasons and de-duplication markers cost the store, see ``atomq.platform.footprint``)
         and ``messages`` (message copies), kept by every script."""
         tk = k.TenantKeys(check_tenant_id(tenant))
-        raw = self.storage.call(self.client.hmget, tk.usage, "bytes", "markers", "messages")
+        raw = self._shared.storage.call(self._shared.client.hmget, tk.usage, "bytes", "markers", "messages")
         return {"stored_bytes": int(raw[0] or 0) + int(raw[1] or 0), "messages": int(raw[2] or 0)}
 
     def total_stored_bytes(self) -> int:
         """Bytes stored by all tenants (the sum of their usage counters)."""
-        tenants = self.tenants()
-        pipe = self.client.pipeline(transaction=False)
+        tenants = self._components.tenants()
+        pipe = self._shared.client.pipeline(transaction=False)
         for tenant in tenants:
             pipe.hmget(k.TenantKeys(tenant).usage, "bytes", "markers")
-        return sum(int(b or 0) + int(m or 0) for b, m in self.storage.call(pipe.execute))
+        return sum(int(b or 0) + int(m or 0) for b, m in self._shared.storage.call(pipe.execute))

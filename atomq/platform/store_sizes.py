@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from atomq.platform import keys as k
-from atomq.platform.queue_server import QueueServer
 from atomq.platform.storage import translate
+
+if TYPE_CHECKING:  # the maintenance loop, which the queue server imports, measures through it
+    from atomq.platform.queue_server import QueueServer
 
 MEASURE_EVERY_S = 30.0
 _BATCH = 500

@@ -1,0 +1,211 @@
+"""A tenant's queue components: queues and subscribers, their counts, and their removal.
+
+A removal frees the name at once: one script moves the component's keys
+aside under a removal marker, and the messages are dropped in chunks after
+it. A crash between the two leaves the marker, and the removal resumes from
+whatever is left (on the next maintenance round or :meth:`Components.resume_removals`).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from atomq.errors import Conflict, InvalidInput, NotFound
+from atomq.platform import keys as k
+from atomq.platform.models import DestinationCounts, QueueInfo, QueueModel
+from atomq.platform.names import check_subscriber_name, check_tenant_id
+from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
+from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+
+
+class Components:
+    """Creates, counts, lists and removes the queues and subscribers of every tenant."""
+
+    def __init__(self, shared: Shared, routes: Routes) -> None:
+        self._shared = shared
+        self._routes = routes
+
+    def put_queue(
+        self,
+        tenant: str,
+        name: str,
+        model: QueueModel | str,
+        max_redeliveries: int = 6,
+        ack_timeout_s: float = 30,
+    ) -> tuple[QueueInfo, bool]:
+        """Creates or updates a queue component; returns it and whether it was created."""
+        tk, qk = queue_keys(tenant, name)
+        try:
+            model = QueueModel(model)
+        except ValueError:
+            raise InvalidInput(
+                "model must be 'point_to_point' or 'publish_subscribe'", field="model"
+            ) from None
+        if not isinstance(max_redeliveries, int) or isinstance(max_redeliveries, bool) or not 0 <= max_redeliveries <= 1000:
+            raise InvalidInput("max_redeliveries must be an integer from 0 to 1000", field="max_redeliveries")
+        if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not 0.01 <= ack_timeout_s <= 86400:
+            raise InvalidInput("ack_timeout_s must be a number from 0.01 to 86400", field="ack_timeout_s")
+        self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
+        created = self._shared.storage.run(
+            "queue_put",
+            docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq],
+            [name, model.value, max_redeliveries, round(ack_timeout_s * 1000),
+             self._shared.settings.max_queues_per_tenant],
+            errors={
+                "CONFLICT": lambda: Conflict(
+                    "the model of a queue that holds messages or subscribers cannot change", queue=name
+                ),
+                "TOOMANYQUEUES": lambda: Conflict(
+                    f"a tenant has at most {self._shared.settings.max_queues_per_tenant} queues: delete one first",
+                    code="too_many_queues", limit=self._shared.settings.max_queues_per_tenant),
+            },
+        )
+        self._routes.forget(tenant, name)
+        return self.get_queue(tenant, name), bool(created)
+
+    def get_queue(self, tenant: str, name: str) -> QueueInfo:
+        """A queue with its counts; publish/subscribe counts are summed over subscribers."""
+        tk, qk = queue_keys(tenant, name)
+        model, cfg, subs = self._routes.read_config(qk)
+        if model is None:
+            raise queue_not_found(name)
+        dests = [None] if model == QueueModel.POINT_TO_POINT.value else sorted(subs)
+        pipe = self._shared.client.pipeline(transaction=True)
+        for sub in dests:
+            d = qk.destination(sub)
+            pipe.xlen(d.ready)
+            pipe.zcard(d.sched)
+            pipe.zcard(d.inflight)
+            pipe.xlen(d.dlq)
+        raw = self._shared.storage.call(pipe.execute)
+        per_sub: dict[str, DestinationCounts] = {}
+        total = [0, 0, 0, 0]
+        for i, sub in enumerate(dests):
+            ready, sched, flight, dead = raw[i * 4 : i * 4 + 4]
+            counts = DestinationCounts(depth=ready + sched, in_flight=flight, dead_letters=dead, scheduled=sched)
+            total[0] += counts.depth
+            total[1] += counts.in_flight
+            total[2] += counts.dead_letters
+            total[3] += counts.scheduled
+            if sub is not None:
+                per_sub[sub] = counts
+        return QueueInfo(
+            name=name,
+            model=QueueModel(model),
+            max_redeliveries=int(cfg[b"max_redeliveries"]),
+            ack_timeout_s=int(cfg[b"ack_timeout_ms"]) / 1000,
+            depth=total[0],
+            in_flight=total[1],
+            dead_letters=total[2],
+            scheduled=total[3],
+            subscribers=per_sub,
+        )
+
+    def list_queues(self, tenant: str) -> list[QueueInfo]:
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        names = sorted(n.decode() for n in self._shared.storage.call(self._shared.client.smembers, tk.queues))
+        out = []
+        for name in names:
+            try:
+                out.append(self.get_queue(tenant, name))
+            except NotFound:
+                continue  # removed while listing
+        return out
+
+    def delete_queue(self, tenant: str, name: str) -> None:
+        """Removes a queue with its messages, dead letters and subscribers.
+
+        The name is free as soon as this starts: the queue's keys move aside
+        in one script and are dropped in chunks after it.
+        """
+        tk, qk = queue_keys(tenant, name)
+        for _ in range(MAX_ROUTE_RETRIES):
+            model, cfg, subs = self._routes.read_config(qk)
+            if model is None:
+                raise queue_not_found(name)
+            route = f"{model}|{cfg[b'gen'].decode()}|{cfg.get(b'subv', b'0').decode()}"
+            sources = [qk.destination()] + [qk.destination(s) for s in subs]
+            try:
+                marker = self._unlink(tk, qk, "queue", name, route, sources)
+                break
+            except StaleRoute:
+                continue
+        else:
+            raise Conflict("the queue's subscribers kept changing during its removal; try again", queue=name)
+        self._routes.forget(tenant, name)
+        if marker is None:
+            raise queue_not_found(name)
+        self.finish_removal(tk, marker)
+
+    def put_subscriber(self, tenant: str, queue: str, subscriber: str) -> bool:
+        """Creates a subscriber ahead of its first get; returns whether it was created."""
+        tk, qk = queue_keys(tenant, queue)
+        check_subscriber_name(subscriber)
+        created = self._shared.storage.run(
+            "subscriber_put", docs_and_config(tk, qk) + [qk.subscribers],
+            [subscriber, self._shared.settings.max_subscribers], errors=self._shared.queue_errors(queue),
+        )
+        return bool(created)
+
+    def delete_subscriber(self, tenant: str, queue: str, subscriber: str) -> None:
+        """Removes a subscriber and its messages; later sends no longer copy to it."""
+        tk, qk = queue_keys(tenant, queue)
+        check_subscriber_name(subscriber)
+        marker = self._unlink(tk, qk, "subscriber", subscriber, "", [qk.destination(subscriber)])
+        if marker is None:
+            raise NotFound(f"subscriber {subscriber!r} of queue {queue!r} does not exist",
+                           queue=queue, subscriber=subscriber)
+        self.finish_removal(tk, marker)
+
+    def _unlink(self, tk: k.TenantKeys, qk: k.QueueKeys, kind: str, name: str, route: str,
+                sources: list[k.DestinationKeys]) -> str | None:
+        """Moves a component's destinations aside atomically; returns the removal marker, or None if absent."""
+        removal_id = uuid.uuid4().hex
+        keys = docs_and_config(tk, qk) + [tk.queues, qk.subscribers, tk.deleting, tk.due, tk.oldest]
+        for i, d in enumerate(sources):
+            keys += d.as_list() + tk.removed_destination(removal_id, i).as_list()
+        marker = f"{removal_id}:{len(sources)}"
+        existed = self._shared.storage.run(
+            "unlink_component", keys, [kind, name, route, marker, *(d.member for d in sources)],
+            errors={"STALESUBS": lambda: StaleRoute("stale")})
+        return marker if existed else None
+
+    def finish_removal(self, tk: k.TenantKeys, marker: str) -> None:
+        """Drops a removal's messages in chunks, then its keys and its marker.
+
+        Idempotent: an interrupted removal resumes from whatever is left.
+        """
+        removal_id, _, count = marker.partition(":")
+        # manage.lua reads no queue config (KEYS[4]); the marker set stands in for it.
+        base = [tk.doc, tk.doc_props, tk.doc_refs, tk.deleting]
+        for i in range(int(count)):
+            d = tk.removed_destination(removal_id, i)
+            self._shared.drain(tk, base, d, "drop", "chunk")
+            self._shared.storage.call(self._shared.client.delete, *d.as_list())
+        self._shared.storage.call(self._shared.client.srem, tk.deleting, marker)
+
+    def resume_removals(self, tenant: str) -> int:
+        """Finishes removals that a crash interrupted; returns how many it finished."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        markers = [m.decode() for m in self._shared.storage.call(self._shared.client.smembers, tk.deleting)]
+        for marker in markers:
+            self.finish_removal(tk, marker)
+        return len(markers)
+
+    def tenants(self) -> list[str]:
+        """Tenants that have (or had) queues: what the maintenance sweeps visit."""
+        return sorted(t.decode() for t in self._shared.storage.call(self._shared.client.smembers, k.TENANTS_KEY))
+
+    def destinations(self, tenant: str) -> list[tuple[k.QueueKeys, k.DestinationKeys]]:
+        """Every destination of a tenant: each point-to-point queue and each subscriber."""
+        return self.all_destinations(k.TenantKeys(check_tenant_id(tenant)))
+
+    def all_destinations(self, tk: k.TenantKeys) -> list[tuple[k.QueueKeys, k.DestinationKeys]]:
+        """:meth:`destinations` for a tenant whose id is already checked."""
+        out = []
+        for raw in self._shared.storage.call(self._shared.client.smembers, tk.queues):
+            qk = tk.queue(raw.decode())
+            out.append((qk, qk.destination()))
+            for s in self._shared.storage.call(self._shared.client.smembers, qk.subscribers):
+                out.append((qk, qk.destination(s.decode())))
+        return out

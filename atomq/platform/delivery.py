@@ -1,0 +1,148 @@
+"""Delivery: a get hands messages out, and a settle (ack, nack, release, extend) ends or moves each one.
+
+A delivered message is in flight until it is settled or its ack deadline
+passes. A call names what it settles by message id or by receipt (the id
+with its delivery count); a receipt of an earlier delivery settles nothing,
+so a consumer that was too slow cannot settle the redelivery another now holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+from atomq.errors import InvalidInput, NotFound, TooLarge
+from atomq.platform.codec import decode_messages
+from atomq.platform.components import Components
+from atomq.platform.models import Delivery, NackResult
+from atomq.platform.names import check_receipts, check_subscriber_name
+from atomq.platform.shared import Shared, docs_and_config, queue_keys
+
+MAX_SELECTORS = 10_000
+"""Most ids or receipts one call names: a settle is one script, and this bounds it."""
+
+
+def check_ids(values: Sequence[str], field: str) -> None:
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
+        raise InvalidInput(f"{field} must be a list of message id strings", field=field)
+    if len(values) > MAX_SELECTORS:
+        raise TooLarge(f"{field} holds at most {MAX_SELECTORS} entries", field=field, limit=MAX_SELECTORS)
+
+
+class Deliveries:
+    """Gets and settles the messages of every tenant's queues."""
+
+    def __init__(self, shared: Shared, components: Components) -> None:
+        self._shared = shared
+        self._components = components
+
+    def get(
+        self,
+        tenant: str,
+        queue: str,
+        max_messages: int = 10,
+        wait_ms: int = 0,
+        subscriber: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> list[Delivery]:
+        """Delivers up to ``max_messages`` ready messages, waiting up to ``wait_ms`` for the first.
+
+        Each delivered message is in flight until acked, nacked or its
+        ``ack_timeout_s`` runs out (then it counts as a failed delivery).
+        A wait ends early, empty, within a second of ``stop`` being set.
+        """
+        tk, qk = queue_keys(tenant, queue)
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        s = self._shared.settings
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or not 1 <= max_messages <= s.max_get:
+            raise InvalidInput(f"max must be an integer from 1 to {s.max_get}", field="max")
+        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= s.max_wait_ms:
+            raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
+        d = qk.destination(subscriber)
+        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due]
+        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(), d.member]
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            reply = self._shared.storage.run("get", keys, args, errors=self._shared.queue_errors(queue))
+            count, wake, last_id = reply[0], reply[1], reply[2]
+            if count:
+                return decode_messages(reply, 3, count, Delivery)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (stop is not None and stop.is_set()):
+                return []
+            # At most a second at a time: a removed queue has no entry to wake us,
+            # and the next script run reports it.
+            block_ms = min(round(remaining * 1000), 1000)
+            if wake >= 0:
+                block_ms = min(block_ms, wake + 1)
+            # Blocks until an entry newer than the last one the script saw arrives,
+            # so a send between the script and this call is never missed.
+            self._shared.storage.call(self._shared.client.xread, {d.ready: last_id}, count=1, block=max(1, block_ms))
+
+    def ack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+            receipts: Sequence[str] | None = None, subscriber: str | None = None) -> int:
+        """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
+        return self._settle("ack", "", tenant, queue, ids, receipts, subscriber)[0]
+
+    def nack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+             receipts: Sequence[str] | None = None, subscriber: str | None = None,
+             reason: str = "") -> NackResult:
+        """Fails deliveries now: each is redelivered after its delay or dead-lettered."""
+        if not isinstance(reason, str) or len(reason) > 4096:
+            raise InvalidInput("reason must be a string of at most 4096 characters", field="reason")
+        done, dead = self._settle("nack", reason or "nacked", tenant, queue, ids, receipts, subscriber)
+        return NackResult(requeued=done, dead_lettered=dead)
+
+    def release(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+                receipts: Sequence[str] | None = None, subscriber: str | None = None,
+                delay_s: float = 1.0) -> int:
+        """Gives deliveries back without counting a failed delivery: each is redelivered
+        after ``delay_s``. For a consumer that could not work for a reason that is not the
+        message's, such as its own rate limit, so the message does not drift to the dead
+        letter queue."""
+        if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= 86400:
+            raise InvalidInput("delay_s must be a number from 0 to 86400", field="delay_s")
+        return self._settle("release", round(delay_s * 1000), tenant, queue, ids, receipts, subscriber)[0]
+
+    def extend(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
+               receipts: Sequence[str] | None = None, subscriber: str | None = None,
+               seconds: float | None = None) -> int:
+        """Moves the ack deadline of in-flight messages to ``seconds`` from now."""
+        if seconds is not None and (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                                    or not 0 < seconds <= 86400):
+            raise InvalidInput("seconds must be a number from 0 to 86400", field="seconds")
+        if seconds is None:
+            seconds = self._components.get_queue(tenant, queue).ack_timeout_s
+        return self._settle("extend", round(seconds * 1000), tenant, queue, ids, receipts, subscriber)[0]
+
+    def _settle(self, action: str, arg: Any, tenant: str, queue: str, ids: Sequence[str] | None,
+                receipts: Sequence[str] | None, subscriber: str | None) -> tuple[int, int]:
+        tk, qk = queue_keys(tenant, queue)
+        if subscriber is not None:
+            check_subscriber_name(subscriber)
+        mode, items = _selector(ids, receipts)
+        d = qk.destination(subscriber)
+        done, dead = self._shared.storage.run(
+            "settle",
+            docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due],
+            [action, arg, self._shared.settings.delays_ms_arg, mode, subscriber or "", d.member, *items],
+            errors=self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
+                f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
+        )
+        return int(done), int(dead)
+
+
+def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tuple[str, list[str]]:
+    if (ids is None) == (receipts is None):
+        raise InvalidInput("give either ids or receipts", field="ids")
+    if ids is not None:
+        check_ids(ids, "ids")
+        return "id", list(ids)
+    checked = check_receipts(receipts)
+    if len(checked) > MAX_SELECTORS:
+        raise TooLarge(f"receipts holds at most {MAX_SELECTORS} entries", field="receipts", limit=MAX_SELECTORS)
+    return "receipt", checked
+
+

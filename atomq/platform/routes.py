@@ -1,0 +1,77 @@
+"""What a send fans out to: a queue's model and subscribers, read from its config and cached.
+
+A send must name every destination its script writes, so it needs the
+queue's subscribers before it runs. Reading them for every send would cost a
+round trip; the cache keeps them per queue, and the send script checks the
+route it was given against the stored one, so a stale entry costs one retry,
+never a wrong send.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from atomq.errors import AtomqError
+from atomq.platform import keys as k
+from atomq.platform.models import QueueModel
+from atomq.platform.shared import Shared, queue_not_found
+
+CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv")
+
+MAX_ROUTE_RETRIES = 5
+"""How often a send or a queue's removal reads the route again when its subscribers change under it."""
+
+MAX_CACHED_ROUTES = 10_000
+"""Past this many cached routes the cache starts over, so it stays bounded however many queues pass."""
+
+Route = tuple[str, str, list[str]]
+"""A queue's model, the route the scripts check (model, generation, subscriber version), and its subscribers."""
+
+
+class StaleRoute(AtomqError):
+    """The script saw another model or subscriber set than the caller passed."""
+
+
+class Routes:
+    """The route cache of one queue server, and the reading of a queue's config."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        # (tenant, queue) -> route
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._lock = threading.Lock()
+
+    def read_config(self, qk: k.QueueKeys) -> tuple[str | None, dict[bytes, bytes], list[str]]:
+        """The queue's model (None if it does not exist), its config fields and its subscribers, sorted."""
+        pipe = self._shared.client.pipeline(transaction=True)
+        pipe.hmget(qk.config, CONFIG_FIELDS)  # not HGETALL: the hash holds the queue's counters too
+        pipe.smembers(qk.subscribers)
+        values, subs = self._shared.storage.call(pipe.execute)
+        cfg = {name.encode(): v for name, v in zip(CONFIG_FIELDS, values) if v is not None}
+        model = cfg.get(b"model")
+        return (model.decode() if model else None), cfg, sorted(s.decode() for s in subs)
+
+    def route(self, tenant: str, queue: str, qk: k.QueueKeys, refresh: bool) -> Route:
+        """The queue's route, from the cache unless ``refresh``; raises NotFound if the queue does not exist."""
+        key = (tenant, queue)
+        if not refresh:
+            cached = self._routes.get(key)
+            if cached is not None:
+                return cached
+        model, cfg, subs = self.read_config(qk)
+        if model is None:
+            self.forget(tenant, queue)
+            raise queue_not_found(queue)
+        # The route names the queue's generation too, so a sender that cached the
+        # route of a removed queue never writes into its successor's subscribers.
+        subv = cfg.get(b"subv", b"0").decode() if model == QueueModel.PUBLISH_SUBSCRIBE.value else ""
+        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}", subs)
+        with self._lock:
+            if len(self._routes) > MAX_CACHED_ROUTES:
+                self._routes.clear()
+            self._routes[key] = route
+        return route
+
+    def forget(self, tenant: str, queue: str) -> None:
+        with self._lock:
+            self._routes.pop((tenant, queue), None)

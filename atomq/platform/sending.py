@@ -1,0 +1,122 @@
+"""Sending: a batch of messages stored all or nothing, copied to every destination of its queue.
+
+The batch is checked and encoded once, before the first try, so a retry
+after a route that changed under it (a subscriber added or removed) reads
+the route again but does not encode again. The tenant's disk quota and the
+de-duplication window are held inside the send script, in the same step as
+the write.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
+from atomq.platform import keys as k
+from atomq.platform.codec import encode_document
+from atomq.platform.management import Management
+from atomq.platform.models import OutgoingMessage, QueueModel
+from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
+from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+
+MAX_DEDUPE_ID_LENGTH = 256
+
+
+class _QuotaRefused(AtomqError):
+    """The send script refused the batch: it would pass the tenant's disk quota."""
+
+
+class Sending:
+    """Stores batches of messages in every tenant's queues."""
+
+    def __init__(self, shared: Shared, routes: Routes, management: Management) -> None:
+        self._shared = shared
+        self._routes = routes
+        self._management = management
+
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> list[str]:
+        """Stores a batch of messages, all or nothing; returns their ids in order.
+
+        A message whose ``dedupe_id`` was sent to this queue within the
+        de-duplication window is not stored again; its original id comes back.
+        With ``quota_bytes``, a batch that would take the tenant's stored bytes
+        past it is refused whole (QuotaExceeded) and stores nothing.
+        """
+        tk, qk = queue_keys(tenant, queue)
+        args_tail, dedupe_keys = self._encode_batch(qk, messages)
+        refresh = False
+        for _ in range(MAX_ROUTE_RETRIES):
+            model, expected, subs = self._routes.route(tenant, queue, qk, refresh)
+            if model == QueueModel.POINT_TO_POINT.value:
+                dests = [qk.destination()]
+            else:
+                dests = [qk.destination(s) for s in subs]
+            keys = docs_and_config(tk, qk) + [tk.seq, qk.subscribers]
+            for d in dests:
+                keys.extend(d.as_list())
+            keys.extend(dedupe_keys)
+            keys += [tk.oldest, tk.marker_ledger, tk.usage]
+            window_ms = round(self._shared.settings.dedupe_window_s * 1000)
+            try:
+                ids = self._shared.storage.run(
+                    "send",
+                    keys,
+                    [expected, len(dests), window_ms, args_tail[0], quota_bytes, *(d.member for d in dests),
+                     *args_tail[1:]],
+                    errors={"NOQUEUE": lambda: queue_not_found(queue), "STALESUBS": lambda: StaleRoute("stale"),
+                            "QUOTA": lambda: _QuotaRefused("quota")},
+                )
+            except NotFound:
+                self._routes.forget(tenant, queue)
+                raise
+            except StaleRoute:
+                refresh = True
+                continue
+            except _QuotaRefused:
+                used = self._management.usage(tenant)["stored_bytes"]
+                raise QuotaExceeded(
+                    f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
+                    "this send would pass it; ack or delete messages first",
+                    limit=quota_bytes, used=used) from None
+            return [i.decode() for i in ids]
+        raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
+
+    def _encode_batch(self, qk: k.QueueKeys, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[str]]:
+        s = self._shared.settings
+        if not messages:
+            raise InvalidInput("messages must hold at least one message", field="messages")
+        if len(messages) > s.max_messages_per_send:
+            raise TooLarge(
+                f"a send holds at most {s.max_messages_per_send} messages",
+                field="messages", limit=s.max_messages_per_send,
+            )
+        args: list[Any] = [len(messages)]
+        dedupe_index: dict[str, int] = {}
+        documents = 0
+        for i, m in enumerate(messages):
+            if not m.documents:
+                raise InvalidInput("a message refers to at least one document",
+                                   field=f"messages.{i}.documents")
+            if len(m.documents) > s.max_documents_per_message:
+                raise TooLarge(f"a message refers to at most {s.max_documents_per_message} documents",
+                               field=f"messages.{i}.documents", limit=s.max_documents_per_message)
+            documents += len(m.documents)
+            if documents > s.max_documents_per_send:
+                raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
+                               field="messages", limit=s.max_documents_per_send)
+            dd = 0
+            if m.dedupe_id is not None:
+                if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= MAX_DEDUPE_ID_LENGTH:
+                    raise InvalidInput(f"dedupe_id must be a string of 1 to {MAX_DEDUPE_ID_LENGTH} characters",
+                                       field=f"messages.{i}.dedupe_id")
+                dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
+            try:
+                envelope = m.envelope_json()
+            except (TypeError, ValueError):
+                raise InvalidInput("message properties must be JSON values",
+                                   field=f"messages.{i}.properties") from None
+            args += [dd, envelope, len(m.documents)]
+            for j, doc in enumerate(m.documents):
+                data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
+                args += [data, props]
+        return args, [qk.dedupe(d) for d in dedupe_index]
