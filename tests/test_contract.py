@@ -32,7 +32,7 @@ from atomq.platform import QueueServer
 from atomq.tenants import TenantStore
 from support import FAST
 
-OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(16)}"
+OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(32)}"
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance]
 
 

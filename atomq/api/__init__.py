@@ -12,7 +12,20 @@ from flask import Flask
 from flask_smorest import Api
 
 from atomq import telemetry
-from atomq.api import auth, dead_letters, errors, health, listeners, messages, metrics, queues, server, streams, tenants
+from atomq.api import (
+    auth,
+    dead_letters,
+    errors,
+    health,
+    listeners,
+    messages,
+    metrics,
+    queues,
+    server,
+    streams,
+    strict_json,
+    tenants,
+)
 from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
@@ -35,6 +48,7 @@ class AtomqApi(Api):  # type: ignore[misc]
 def create_app(services: Services, config: dict[str, Any] | None = None) -> Flask:
     """The Flask app of one node, serving ``services``."""
     app = Flask("atomq")
+    strict_json.install(app)
     app.config.update(
         API_TITLE="atomq",
         API_VERSION="v1",

@@ -3,7 +3,10 @@
 Every request but the public ones presents ``Authorization: Bearer <key>``;
 the key is resolved on every request (nothing is cached), so a revoked key
 stops working at once on every node. The owner acts for a tenant with the
-``X-Atomq-Tenant`` header.
+``X-Atomq-Tenant`` header. An address whose keys keep failing is refused
+for a while before its key is looked at (``atomq.api.key_checks``). A request
+for no route, or with a method its route does not take, gets its 404 or 405
+without a key: the routes are public in the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -30,14 +33,22 @@ EXECUTION_ENDPOINTS = frozenset({
 
 def authenticate() -> None:
     """``before_request``: resolves ``g.principal`` (401 when the key is missing or unknown)."""
-    if request.path in PUBLIC_PATHS or f"{request.path}/".startswith(DASHBOARD_PATH) or request.method == "OPTIONS":
+    if request.routing_exception is not None or request.method == "OPTIONS":
+        return
+    if request.path in PUBLIC_PATHS or f"{request.path}/".startswith(DASHBOARD_PATH):
         return
     if request.path == METRICS_PATH and current_app.config.get(METRICS_PUBLIC):
         return
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     services = current_app.extensions["atomq"]
-    g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+    address = request.remote_addr or ""
+    services.key_checks.check(address)
+    try:
+        g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+    except Unauthorized:
+        services.key_checks.failed(address)
+        raise
     grant = g.principal.execution
     if grant is not None:
         if (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:

@@ -1,14 +1,18 @@
 """flask-smorest's Blueprint with this contract's choices made once.
 
-Invalid input is 400 (webargs' default is 422), and every view gets the
-services of its node.
+Invalid input is 400 (webargs' default is 422), bodies are read through the
+app's strict JSON (``atomq.api.strict_json``, not webargs' own parser), and
+every view gets the services of its node.
 """
 
 from __future__ import annotations
 
-from flask import current_app
+from typing import Any
+
+from flask import Request, current_app
 from flask_smorest import Blueprint
-from webargs.flaskparser import FlaskParser
+from webargs import core
+from webargs.flaskparser import FlaskParser, is_json_request
 from werkzeug.routing import BaseConverter
 
 from atomq.api.schemas.common import NAME_PATTERN
@@ -24,6 +28,12 @@ class NameConverter(BaseConverter):
 
 class Parser(FlaskParser):
     DEFAULT_VALIDATION_STATUS = 400
+
+    def _raw_load_json(self, req: Request) -> Any:
+        """The body as the app's JSON provider reads it; no body is no value, as webargs has it."""
+        if not is_json_request(req) or not req.get_data(cache=True):
+            return core.missing
+        return req.get_json()
 
 
 class ApiBlueprint(Blueprint):

@@ -50,7 +50,7 @@ class TenantById(MethodView):
         s = services()
         return {**asdict(s.tenants.get(tenant_id)), **s.queues.usage(tenant_id)}
 
-    @blp.arguments(TenantPatchSchema)
+    @blp.arguments(TenantPatchSchema, required=False)
     @blp.response(200, TenantSchema)
     def patch(self, body: dict[str, Any], tenant_id: str) -> dict[str, Any]:
         """Changes the tenant's name or attachments (rate limit, disk quota, Spark weight)."""

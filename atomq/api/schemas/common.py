@@ -8,6 +8,8 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+LATEST_TIME_S = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 
 
 class Int(fields.Integer):

@@ -9,7 +9,7 @@ from typing import Any
 import marshmallow as ma
 from marshmallow import fields, validate
 
-from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Selector, Strict
+from atomq.api.schemas.common import LATEST_TIME_S, NAME_PATTERN, Int, Number, Selector, Strict
 
 
 def _is_base64(value: str) -> None:
@@ -40,7 +40,7 @@ class OutgoingMessageSchema(Strict):
     properties = fields.Dict(keys=fields.String(), load_default=dict)
     dedupe_id = fields.String(validate=validate.Length(1, 256))
     priority = Int(validate=validate.Range(0, 9))
-    expires_at = Number(metadata={"description": "seconds since the epoch"})
+    expires_at = Number(validate=validate.Range(0, LATEST_TIME_S), metadata={"description": "seconds since the epoch"})
     traceparent = fields.String(validate=validate.Length(max=256))
 
 
