@@ -353,6 +353,12 @@ def test_a_method_the_route_does_not_take_gets_405_with_allow(app: App, method: 
     assert {m.strip() for m in response.headers["Allow"].split(",")} == allowed
 
 
+@pytest.mark.parametrize("path", ["/v1/server", "/v1/tenants", "/v1/queues", "/metrics"])
+def test_options_names_the_methods_to_anyone(app: App, path: str) -> None:
+    response = app.call("OPTIONS", path, key=None)
+    assert response.status_code == 200 and "GET" in response.headers["Allow"]
+
+
 def test_invented_methods_add_no_metrics_series(app: App) -> None:
     latency = app.app.extensions["atomq_latency"]
     for i in range(200):
@@ -397,7 +403,11 @@ def test_atomq_serve_refuses_a_short_owner_key(tmp_path: Path) -> None:
 
 
 def test_failed_key_checks_are_throttled_per_address(app: App) -> None:
-    attacker, neighbour, regular = "10.9.0.1", "10.9.0.2", "10.9.0.3"
+    attacker, neighbour, regular, keyless = "10.9.0.1", "10.9.0.2", "10.9.0.3", "10.9.0.4"
+    # A request without a key guesses nothing: it is refused, not counted.
+    for _ in range(2 * MAX_FAILURES):
+        error_of(app.call("GET", "/v1/queues", key=None, address=keyless), 401)
+    assert app.call("GET", "/v1/queues", address=keyless).status_code == 200
     for i in range(MAX_FAILURES):
         error_of(app.call("GET", "/v1/queues", key=f"aq_0123456789abcdef_guess{i}", address=attacker), 401)
     # Refused before the key is looked at: a right guess gets the same 429.

@@ -26,6 +26,7 @@ from atomq.api import (
     strict_json,
     tenants,
 )
+from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
 from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
@@ -57,6 +58,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         OPENAPI_JSON_PATH="openapi.json",
         MAX_CONTENT_LENGTH=DEFAULT_MAX_REQUEST_BYTES,
         JSON_SORT_KEYS=False,
+        **{MAX_FAILED_KEY_CHECKS: MAX_FAILURES},
     )
     app.config.update(config or {})
     telemetry.instrument_app(app)  # first: the request's span is current in every hook after it
@@ -65,6 +67,8 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     latency = LatencyRecorder(services.queues.storage)
     latency.install(app)
     app.extensions["atomq_latency"] = latency
+    app.extensions["atomq_key_checks"] = KeyCheckThrottle(services.queues.storage, services.node_id,
+                                                          app.config[MAX_FAILED_KEY_CHECKS])
     app.before_request(auth.authenticate)
     api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},

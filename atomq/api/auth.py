@@ -41,13 +41,16 @@ def authenticate() -> None:
         return
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
+    presented = key.strip() if scheme.lower() == "bearer" else ""
     services = current_app.extensions["atomq"]
+    throttle = current_app.extensions["atomq_key_checks"]
     address = request.remote_addr or ""
-    services.key_checks.check(address)
+    throttle.check(address)
     try:
-        g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+        g.principal = services.tenants.authenticate(presented)
     except Unauthorized:
-        services.key_checks.failed(address)
+        if presented:
+            throttle.failed(address)
         raise
     grant = g.principal.execution
     if grant is not None:
@@ -63,6 +66,10 @@ def principal() -> Principal:
 
 
 def require_owner() -> None:
+    """Forbidden unless the owner's key signed the request; OPTIONS, which names the methods
+    of a route to anyone (and carries no key, see ``authenticate``), passes."""
+    if request.method == "OPTIONS":
+        return
     if not principal().is_owner:
         raise Forbidden("this call needs the runtime owner's key")
 

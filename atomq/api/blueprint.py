@@ -36,8 +36,26 @@ class Parser(FlaskParser):
         return req.get_json()
 
 
+TENANT_HEADER = {
+    "in": "header", "name": "X-Atomq-Tenant", "required": False,
+    "schema": {"type": "string", "pattern": r"^t_[0-9a-f]{12}$"},
+    "description": "with the owner key, the tenant the call acts for (then required); a tenant key ignores it",
+}
+
+
 class ApiBlueprint(Blueprint):
+    """``tenant_scoped``: its routes act for a tenant, so they document ``X-Atomq-Tenant``."""
+
     ARGUMENTS_PARSER = Parser()
+
+    def __init__(self, *args: Any, tenant_scoped: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tenant_scoped = tenant_scoped
+
+    def route(self, rule: str, *, parameters: list[Any] | None = None, **options: Any) -> Any:
+        if self.tenant_scoped:
+            parameters = [*(parameters or []), TENANT_HEADER]
+        return super().route(rule, parameters=parameters, **options)
 
 
 def services() -> Services:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from atomq.api.key_checks import KeyCheckThrottle
 from atomq.platform import QueueServer
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.streams import StreamConsumers
@@ -66,7 +65,6 @@ class Services:
     listeners: ListenerStore = field(init=False)
     streams: StreamConsumers = field(init=False)
     rate_limits: RateLimiter = field(init=False)
-    key_checks: KeyCheckThrottle = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
     _total_bytes: tuple[float, int] | None = field(default=None, init=False)
@@ -74,7 +72,6 @@ class Services:
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
-        self.key_checks = KeyCheckThrottle(self.queues.storage, self.node_id)
         self.listeners = ListenerStore(self.queues.storage)
         self.streams = StreamConsumers(self.queues)
 

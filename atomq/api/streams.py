@@ -30,7 +30,8 @@ from atomq.api.schemas.streams import (
     StreamExtendedSchema,
 )
 
-blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers")
+blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers",
+                   tenant_scoped=True)
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/open")
