@@ -88,10 +88,15 @@ class QuotaExceeded(AtomqError):
 
 
 class StorageError(AtomqError):
-    """Redis refused or could not be reached; the request changed nothing it reports as done."""
+    """Redis refused or could not be reached; the request changed nothing it reports as done.
+
+    Over HTTP a 503 whose ``Retry-After`` is ``retry_after`` seconds: long enough
+    for a failover or a restart of the store, short enough not to stall clients.
+    """
 
     http_status = 503
     code = "storage_unavailable"
+    retry_after = 5
 
 
 class StorageFull(StorageError):

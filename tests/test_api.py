@@ -89,7 +89,7 @@ def served(tmp: Path, owner_key: str) -> Iterator[Transport]:
 
 @pytest.fixture(scope="module")
 def owner_key() -> str:
-    return f"aq_owner_{secrets.token_urlsafe(16)}"
+    return f"aq_owner_{secrets.token_urlsafe(32)}"
 
 
 @pytest.fixture(scope="module", params=["in_process", "served"])

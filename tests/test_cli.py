@@ -90,7 +90,7 @@ def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Pat
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
     """A real ``atomq serve`` (no execution workers: these tests only manage listeners)."""
     tmp: Path = tmp_path_factory.mktemp("cli")
-    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
                       http_workers=1)
     try:
         node.start()

@@ -17,7 +17,7 @@ from support import free_port
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
     tmp: Path = tmp_path_factory.mktemp("client")
-    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
                       http_workers=1)
     try:
         node.start()

@@ -32,7 +32,7 @@ PROCESSES = "fail=listener_processes:always_fail,stall=listener_processes:stall_
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
     tmp = tmp_path_factory.mktemp("executions")
     pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
-    server = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}", free_port(),
+    server = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
                         http_workers=2, args=("--workers", "2"),
                         env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
     try:
@@ -171,7 +171,7 @@ def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqCli
 def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(tmp_path: Path) -> None:
     """The execution workers stop first, while the API they ack through still answers."""
     pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
-    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}",
+    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}",
                       free_port(), http_workers=1, args=("--workers", "1"),
                       env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
     pid_file = tmp_path / "horse.pid"

@@ -223,7 +223,7 @@ def test_served_node_and_forked_work_horses_export_one_trace_over_otlp(tmp_path:
     collector = Collector()
     thread = threading.Thread(target=collector.serve_forever, daemon=True)
     thread.start()
-    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(16)}",
+    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}",
                       free_port(), http_workers=1, args=("--workers", "1"),
                       env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
                            "OTEL_BSP_SCHEDULE_DELAY": "200"})

@@ -12,7 +12,21 @@ from flask import Flask
 from flask_smorest import Api
 
 from atomq import telemetry
-from atomq.api import auth, dead_letters, errors, health, listeners, messages, metrics, queues, server, streams, tenants
+from atomq.api import (
+    auth,
+    dead_letters,
+    errors,
+    health,
+    listeners,
+    messages,
+    metrics,
+    queues,
+    server,
+    streams,
+    strict_json,
+    tenants,
+)
+from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
 from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
@@ -35,6 +49,7 @@ class AtomqApi(Api):  # type: ignore[misc]
 def create_app(services: Services, config: dict[str, Any] | None = None) -> Flask:
     """The Flask app of one node, serving ``services``."""
     app = Flask("atomq")
+    strict_json.install(app)
     app.config.update(
         API_TITLE="atomq",
         API_VERSION="v1",
@@ -43,6 +58,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         OPENAPI_JSON_PATH="openapi.json",
         MAX_CONTENT_LENGTH=DEFAULT_MAX_REQUEST_BYTES,
         JSON_SORT_KEYS=False,
+        **{MAX_FAILED_KEY_CHECKS: MAX_FAILURES},
     )
     app.config.update(config or {})
     telemetry.instrument_app(app)  # first: the request's span is current in every hook after it
@@ -51,6 +67,8 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     latency = LatencyRecorder(services.queues.storage)
     latency.install(app)
     app.extensions["atomq_latency"] = latency
+    app.extensions["atomq_key_checks"] = KeyCheckThrottle(services.queues.storage, services.node_id,
+                                                          app.config[MAX_FAILED_KEY_CHECKS])
     app.before_request(auth.authenticate)
     api = AtomqApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},

@@ -3,7 +3,10 @@
 Every request but the public ones presents ``Authorization: Bearer <key>``;
 the key is resolved on every request (nothing is cached), so a revoked key
 stops working at once on every node. The owner acts for a tenant with the
-``X-Atomq-Tenant`` header.
+``X-Atomq-Tenant`` header. An address whose keys keep failing is refused
+for a while before its key is looked at (``atomq.api.key_checks``). A request
+for no route, or with a method its route does not take, gets its 404 or 405
+without a key: the routes are public in the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -30,14 +33,25 @@ EXECUTION_ENDPOINTS = frozenset({
 
 def authenticate() -> None:
     """``before_request``: resolves ``g.principal`` (401 when the key is missing or unknown)."""
-    if request.path in PUBLIC_PATHS or f"{request.path}/".startswith(DASHBOARD_PATH) or request.method == "OPTIONS":
+    if request.routing_exception is not None or request.method == "OPTIONS":
+        return
+    if request.path in PUBLIC_PATHS or f"{request.path}/".startswith(DASHBOARD_PATH):
         return
     if request.path == METRICS_PATH and current_app.config.get(METRICS_PUBLIC):
         return
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
+    presented = key.strip() if scheme.lower() == "bearer" else ""
     services = current_app.extensions["atomq"]
-    g.principal = services.tenants.authenticate(key.strip() if scheme.lower() == "bearer" else "")
+    throttle = current_app.extensions["atomq_key_checks"]
+    address = request.remote_addr or ""
+    throttle.check(address)
+    try:
+        g.principal = services.tenants.authenticate(presented)
+    except Unauthorized:
+        if presented:
+            throttle.failed(address)
+        raise
     grant = g.principal.execution
     if grant is not None:
         if (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
@@ -52,6 +66,10 @@ def principal() -> Principal:
 
 
 def require_owner() -> None:
+    """Forbidden unless the owner's key signed the request; OPTIONS, which names the methods
+    of a route to anyone (and carries no key, see ``authenticate``), passes."""
+    if request.method == "OPTIONS":
+        return
     if not principal().is_owner:
         raise Forbidden("this call needs the runtime owner's key")
 

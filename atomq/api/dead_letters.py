@@ -13,7 +13,8 @@ from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import BulkSelector, PageArgs
 from atomq.api.schemas.messages import DeadLetterPageSchema, DeletedSchema, ResentSchema
 
-blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters")
+blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters",
+                   tenant_scoped=True)
 
 
 @blp.route("/<qname:name>/dead-letters")

@@ -2,8 +2,11 @@
 
 atomq errors carry their own status and data; HTTP errors raised by Flask,
 werkzeug or webargs (404 route, 405, 413, a body that fails its schema) are
-mapped here to the same shape, so a client parses one thing. Anything else
-is a bug: it is logged with its traceback and answered 500 without details.
+mapped here to the same shape, so a client parses one thing. The store
+being down or failing over is a 503 with ``Retry-After`` wherever it shows,
+even as a redis-py exception that escaped the code meant to translate it.
+Anything else is a bug: it is logged with its traceback and answered 500
+without details.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from atomq.errors import AtomqError, RateLimited
+from atomq.errors import AtomqError, RateLimited, StorageError, StorageFull
+from atomq.platform.storage import STORE_ERRORS, translate
 
 log = logging.getLogger("atomq.api")
 
@@ -49,8 +53,18 @@ def error_response(status: int, code: str, message: str, details: dict[str, Any]
 
 
 def atomq_error_response(exc: AtomqError) -> Response:
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    headers = None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(exc.retry_after)}
+    elif isinstance(exc, StorageError) and not isinstance(exc, StorageFull):
+        headers = {"Retry-After": str(StorageError.retry_after)}
     return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
+
+
+def store_error_response(exc: Exception) -> Response:
+    """A store exception that reached the app untranslated: the same 503 as a translated one."""
+    log.warning("a store error escaped its translation serving %s %s: %r", request.method, request.path, exc)
+    return atomq_error_response(translate(exc))
 
 
 def http_error_response(exc: HTTPException) -> Response:
@@ -63,6 +77,9 @@ def http_error_response(exc: HTTPException) -> Response:
         message = "the request does not match its schema; details.fields names each problem"
         status = 400
     headers = None
+    if status == 405:
+        # RFC 9110: a 405 names the methods the resource takes.
+        headers = {"Allow": ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))}
     if status == 413:
         message = "the request body is larger than this server accepts"
         _drain_body()
@@ -84,6 +101,8 @@ def register(app: Flask) -> None:
     """Installs the handlers; flask-smorest's own HTTPException handler is replaced by ours."""
     app.register_error_handler(AtomqError, atomq_error_response)
     app.register_error_handler(HTTPException, http_error_response)
+    for store_error in STORE_ERRORS:
+        app.register_error_handler(store_error, store_error_response)
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:

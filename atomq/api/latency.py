@@ -7,6 +7,9 @@ MeterProvider, whose periodic reader hands the delta of every few seconds
 to :class:`RedisHistogramExporter`; that adds it to one Redis hash, which
 the metrics endpoint reads whole. A process's last few seconds reach Redis
 at its next export, at a scrape it answers, or when it exits.
+
+A label takes only values the server knows (methods of HTTP, routes of the
+app): whatever a client invents adds no series.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import redis
 from flask import Flask, g, request
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -30,19 +32,27 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
 from atomq.platform import keys as k
-from atomq.platform.storage import Storage
+from atomq.platform.storage import STORE_ERRORS, Storage
 
 INSTRUMENT = "atomq.request.duration"
 BOUNDS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 """Histogram bucket bounds in seconds; the top ones are for long-polling gets (up to 20 s)."""
 EXPORT_INTERVAL_MS = 5000
 LABELS = ("tenant", "method", "route")
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
+"""The ``method`` label of every request whose method is not in KNOWN_METHODS."""
 _RULE_ARG = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 
 
 def route_label(rule: str) -> str:
     """A URL rule as the OpenAPI path it documents: ``/v1/queues/<qname:name>`` → ``/v1/queues/{name}``."""
     return _RULE_ARG.sub(r"{\1}", rule)
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label of a request: its method if HTTP defines it for this API, else ``other``."""
+    return method if method in KNOWN_METHODS else OTHER_METHOD
 
 
 def series_field(labels: Mapping[str, str], part: str) -> str:
@@ -72,7 +82,7 @@ class RedisHistogramExporter(MetricExporter):  # type: ignore[misc]
                             pipe.hincrby(k.REQUEST_LATENCY_KEY, series_field(labels, "count"), point.count)
         try:
             pipe.execute()
-        except redis.RedisError:
+        except STORE_ERRORS:
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
 
@@ -108,7 +118,7 @@ class LatencyRecorder:
             rule = request.url_rule
             self._histogram.record(time.perf_counter() - started, {
                 "tenant": g.get("atomq_tenant") or "",
-                "method": request.method,
+                "method": method_label(request.method),
                 "route": route_label(rule.rule) if rule is not None else "",
             })
         return response

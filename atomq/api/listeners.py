@@ -32,7 +32,8 @@ from atomq.platform.listeners import ExecutionBatch, Listener, ListenerSpec
 from atomq.tenants.records import ExecutionGrant
 from atomq.workers import processes
 
-blp = ApiBlueprint("listeners", __name__, url_prefix="/v1/listeners", description="Listeners")
+blp = ApiBlueprint("listeners", __name__, url_prefix="/v1/listeners", description="Listeners",
+                   tenant_scoped=True)
 
 def listener_json(listener: Listener) -> dict[str, Any]:
     spec = listener.spec

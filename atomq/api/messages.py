@@ -7,10 +7,10 @@ from typing import Any
 from flask import Response, request
 from flask.views import MethodView
 
-from atomq.api import render
+from atomq.api import links, render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.schemas.common import BulkSelector, PageArgs, Selector
+from atomq.api.schemas.common import BulkSelector, ErrorSchema, PageArgs, Selector
 from atomq.api.schemas.messages import (
     AckedSchema,
     BrowsePageSchema,
@@ -28,20 +28,24 @@ from atomq.api.send_body import parse_send
 from atomq.errors import InvalidInput, QuotaExceeded
 from atomq.telemetry import stamp_traceparents
 
-blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages")
+blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages",
+                   tenant_scoped=True)
 
 
 def _json_body() -> Any:
-    body = request.get_json(silent=True)
-    if body is None:
+    """The body, read through the app's strict JSON (a 400 naming what is wrong with it)."""
+    if not request.is_json:
         raise InvalidInput("the body must be JSON (Content-Type: application/json)", field="body")
-    return body
+    return request.get_json()
 
 
 @blp.route("/<qname:name>/messages")
 class Messages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
     @blp.response(201, SendResultSchema)
+    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full (Retry-After)")
+    @blp.alt_response(507, schema=ErrorSchema, description="the tenant's disk quota or the server's disk limit")
+    @blp.doc(**links.AFTER_SEND)
     def post(self, name: str) -> Response:
         """Sends a batch of messages, stored all or nothing; the only request rate limits count.
 
@@ -84,8 +88,9 @@ class Messages(MethodView):
 
 @blp.route("/<qname:name>/get")
 class Get(MethodView):
-    @blp.arguments(GetSchema)
+    @blp.arguments(GetSchema, required=False)
     @blp.response(200, DeliveriesSchema)
+    @blp.doc(**links.AFTER_GET)
     def post(self, body: dict[str, Any], name: str) -> Response:
         """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
         s = services()

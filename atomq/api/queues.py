@@ -7,12 +7,14 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
-from atomq.api import render
+from atomq.api import links, render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.queues import QueueListSchema, QueuePutSchema, QueueSchema
 
-blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Queue components")
+blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Queue components",
+                   tenant_scoped=True)
 
 
 @blp.route("")
@@ -28,6 +30,7 @@ class QueueByName(MethodView):
     @blp.arguments(QueuePutSchema)
     @blp.response(200, QueueSchema)
     @blp.alt_response(201, schema=QueueSchema, description="created")
+    @blp.doc(**links.AFTER_QUEUE_PUT)
     def put(self, body: dict[str, Any], name: str) -> Response:
         """Creates (201) or updates (200) a queue; changing the model of a non-empty queue is 409."""
         info, created = services().queues.put_queue(current_tenant(), name, body["model"],
@@ -49,8 +52,9 @@ class QueueByName(MethodView):
 class Subscriber(MethodView):
     @blp.response(200)
     @blp.alt_response(201, description="created")
+    @blp.alt_response(400, schema=ErrorSchema, description="the queue is point-to-point: it has no subscribers")
     def put(self, name: str, subscriber: str) -> Response:
-        """Creates a subscriber ahead of its first get."""
+        """Creates a subscriber of a publish/subscribe queue ahead of its first get."""
         created = services().queues.put_subscriber(current_tenant(), name, subscriber)
         return render.json_response({"name": subscriber}, 201 if created else 200)
 

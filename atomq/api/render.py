@@ -1,7 +1,7 @@
 """Queue server objects as the JSON of the HTTP contract.
 
 Responses on the hot paths (get, browse) are built here as plain dicts and
-serialised once with ``json.dumps``; the marshmallow response schemas
+serialised once with strict ``json.dumps`` (``atomq.api.strict_json``); the marshmallow response schemas
 document the same shape in the OpenAPI document. Dumping 100 messages
 through marshmallow would cost more than the rest of the request.
 """
@@ -9,16 +9,16 @@ through marshmallow would cost more than the rest of the request.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from flask import Response
 
+from atomq.api import strict_json
 from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, QueueInfo
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":"), ensure_ascii=False), status=status,
+    return Response(strict_json.dumps(body, separators=(",", ":"), ensure_ascii=False), status=status,
                     mimetype="application/json")
 
 

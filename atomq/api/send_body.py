@@ -14,6 +14,7 @@ import base64
 import binascii
 from typing import Any
 
+from atomq.api.schemas.common import LATEST_TIME_S
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
 
@@ -73,8 +74,9 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
         raise _fail("must be an integer from 0 to 9", "messages", i, "priority")
     expires_at = raw.get("expires_at")
-    if expires_at is not None and type(expires_at) not in (int, float):
-        raise _fail("must be a number (seconds since the epoch)", "messages", i, "expires_at")
+    if expires_at is not None and (type(expires_at) not in (int, float) or not 0 <= expires_at <= LATEST_TIME_S):
+        raise _fail(f"must be a number of seconds since the epoch, from 0 to {LATEST_TIME_S:.0f}",
+                    "messages", i, "expires_at")
     traceparent = raw.get("traceparent")
     if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > 256):
         raise _fail("must be a string of at most 256 characters", "messages", i, "traceparent")

@@ -50,7 +50,7 @@ class Server(MethodView):
         """The server's status, memory state and shared settings."""
         return server_state(services())
 
-    @blp.arguments(ServerPatchSchema)
+    @blp.arguments(ServerPatchSchema, required=False)
     @blp.response(200, ServerSchema)
     def patch(self, body: dict[str, Any]) -> dict[str, Any]:
         """Changes shared settings; every node applies them within a few seconds."""

@@ -30,12 +30,13 @@ from atomq.api.schemas.streams import (
     StreamExtendedSchema,
 )
 
-blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers")
+blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers",
+                   tenant_scoped=True)
 
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/open")
 class Open(MethodView):
-    @blp.arguments(OpenSchema)
+    @blp.arguments(OpenSchema, required=False)
     @blp.response(200, OpenedSchema)
     def post(self, body: dict[str, Any], name: str, consumer: str) -> dict[str, int]:
         """Starts a query under the consumer's name: answers its generation, which the query's
@@ -45,7 +46,7 @@ class Open(MethodView):
 
 @blp.route("/<qname:name>/streams/<qname:consumer>/batches/<int:batch>")
 class Batch(MethodView):
-    @blp.arguments(PlanSchema)
+    @blp.arguments(PlanSchema, required=False)
     @blp.response(200, PlannedSchema)
     def post(self, body: dict[str, Any], name: str, consumer: str, batch: int) -> dict[str, int]:
         """Plans micro-batch ``batch``: answers the plan made before for that number while its

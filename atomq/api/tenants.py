@@ -7,6 +7,7 @@ from typing import Any
 
 from flask.views import MethodView
 
+from atomq.api import links
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.tenants import (
@@ -31,6 +32,7 @@ def owner_only() -> None:
 class Tenants(MethodView):
     @blp.arguments(TenantCreateSchema)
     @blp.response(201, TenantCreatedSchema)
+    @blp.doc(**links.AFTER_TENANT_CREATED)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """Creates a tenant and its first API key (shown only here)."""
         tenant, key_id, api_key = services().tenants.create(**body)
@@ -50,7 +52,7 @@ class TenantById(MethodView):
         s = services()
         return {**asdict(s.tenants.get(tenant_id)), **s.queues.usage(tenant_id)}
 
-    @blp.arguments(TenantPatchSchema)
+    @blp.arguments(TenantPatchSchema, required=False)
     @blp.response(200, TenantSchema)
     def patch(self, body: dict[str, Any], tenant_id: str) -> dict[str, Any]:
         """Changes the tenant's name or attachments (rate limit, disk quota, Spark weight)."""

@@ -7,6 +7,8 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:lease:<name>                a lease: its holder's id, expiring unless renewed
     aq:rl:node:<N>                 node N's rate-limit window on sends (start, count)
+    aq:keyfail:<N>:<address>       failed key checks from one client address through node N
+                                   in the current window, expiring with it (see atomq.api.key_checks)
     aq:{T}:rl:<N>                  tenant T's rate-limit window on sends through node N
     aq:server                      hash of the server settings shared by every node
     aq:{T}:seq                     counter that numbers messages (message ids)
@@ -278,6 +280,11 @@ def node_rate_window(node_id: str) -> str:
     return f"{PREFIX}:rl:node:{node_id}"
 
 
+def failed_key_checks(node_id: str, address: str) -> str:
+    """The count of failed key checks from one client address (IPv4 or IPv6) through one node."""
+    return f"{PREFIX}:keyfail:{node_id}:{address}"
+
+
 def tenant_rate_window(tenant: str, node_id: str) -> str:
     """A tenant's window on sends through one node, in the tenant's slot."""
     return f"{tenant_prefix(tenant)}:rl:{node_id}"
@@ -407,6 +414,7 @@ REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
 STORE_SIZES_KEY = f"{PREFIX}:server:stores"
 TEMPORARY_KEY_PATTERNS = (
     f"{PREFIX}:rl:node:*",  # node rate windows (node_rate_window)
+    f"{PREFIX}:keyfail:*",  # failed key checks (failed_key_checks)
     f"{PREFIX}:{{*}}:rl:*",  # tenant rate windows (tenant_rate_window)
     f"{PREFIX}:{{*}}:st:*",  # streaming consumers' planned batches (stream_consumer)
     f"{PREFIX}:dash:*",  # dashboard sessions (dashboard_session)

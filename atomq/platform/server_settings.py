@@ -4,12 +4,18 @@ Each node reads them again every few seconds, so a change made through one
 node holds on all of them shortly after; the queue server's part of them
 (redelivery schedule, de-duplication window, retention) is applied to its
 ``QueueSettings``.
+
+Every setting has an upper bound (see ``ServerSettings``): an unbounded one
+(a retention of ``1e306`` seconds) overflows the times computed from it and
+stops the maintenance loop on every node. A stored value out of its bounds,
+written by an older version, is read as the setting's default and logged.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -17,22 +23,32 @@ from typing import Any
 
 from atomq.errors import InvalidInput
 from atomq.platform import keys as k
-from atomq.platform.settings import DEFAULT_REDELIVERY_DELAYS_S, QueueSettings
+from atomq.platform.settings import (
+    DEFAULT_REDELIVERY_DELAYS_S,
+    MAX_DEDUPE_WINDOW_S,
+    MAX_DOCUMENT_RETENTION_S,
+    MAX_EXACT_INT,
+    QueueSettings,
+)
 from atomq.platform.storage import Storage
 
+log = logging.getLogger("atomq.settings")
+
 REFRESH_S = 2.0
+MAX_RATE_LIMIT_WINDOW_S = 86400.0
 MEMORY_STATES = ((0.70, "green"), (0.85, "yellow"), (0.95, "orange"))
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """Attributes:
-        incoming_rate_limit_per_minute: the node's window limit on sends (0: none).
-        max_disk_bytes: bound on all tenants' stored bytes (0: none).
-        redelivery_delays_s: delay after failed delivery k is element k-1; the last repeats.
-        rate_limit_window_s: length of a rate-limit window.
-        document_retention_s: documents (and their messages) older than this are purged.
-        dedupe_window_s: how long a dedupe id answers with its original message id.
+    """Attributes (bounds in brackets):
+        incoming_rate_limit_per_minute: the node's window limit on sends (0: none) [0, 2^53].
+        max_disk_bytes: bound on all tenants' stored bytes (0: none) [0, 2^53].
+        redelivery_delays_s: delay after failed delivery k is element k-1; the last repeats
+            [1 to 100 delays, each 0 to 1 day].
+        rate_limit_window_s: length of a rate-limit window (0, 1 day].
+        document_retention_s: documents (and their messages) older than this are purged (0, 10 years].
+        dedupe_window_s: how long a dedupe id answers with its original message id (0, 7 days].
     """
 
     incoming_rate_limit_per_minute: int = 0
@@ -45,12 +61,12 @@ class ServerSettings:
     def __post_init__(self) -> None:
         for name in ("incoming_rate_limit_per_minute", "max_disk_bytes"):
             value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise InvalidInput(f"{name} must be a whole number, 0 or more", field=name)
-        for name in ("rate_limit_window_s", "document_retention_s", "dedupe_window_s"):
+            if type(value) is not int or not 0 <= value <= MAX_EXACT_INT:
+                raise InvalidInput(f"{name} must be a whole number from 0 to 2^53", field=name)
+        for name, most in BOUNDS_S.items():
             value = getattr(self, name)
-            if type(value) not in (int, float) or value <= 0:
-                raise InvalidInput(f"{name} must be a number above 0", field=name)
+            if type(value) not in (int, float) or not 0 < value <= most:
+                raise InvalidInput(f"{name} must be a number above 0 and at most {most:g}", field=name)
         self.queue_settings(QueueSettings())  # the schedule's own rules
 
     def queue_settings(self, base: QueueSettings) -> QueueSettings:
@@ -58,6 +74,14 @@ class ServerSettings:
         return dataclasses.replace(base, redelivery_delays_s=tuple(self.redelivery_delays_s),
                                    dedupe_window_s=self.dedupe_window_s,
                                    document_retention_s=self.document_retention_s)
+
+
+BOUNDS_S = {
+    "rate_limit_window_s": MAX_RATE_LIMIT_WINDOW_S,
+    "document_retention_s": MAX_DOCUMENT_RETENTION_S,
+    "dedupe_window_s": MAX_DEDUPE_WINDOW_S,
+}
+"""Upper bound of each setting in seconds but the redelivery delays (``QueueSettings`` bounds those)."""
 
 
 def memory_state(used: int, limit: int) -> str:
@@ -78,18 +102,36 @@ class ServerSettingsStore:
         self._storage = storage
         self._cached: tuple[float, ServerSettings] | None = None
         self._lock = threading.Lock()
+        self._reported: set[tuple[str, bytes]] = set()
 
     def load(self) -> ServerSettings:
+        """The stored settings; a field whose stored value is not valid takes its default."""
         raw = self._storage.call(self._storage.client.hgetall, k.SERVER_SETTINGS_KEY)
-        values: dict[str, Any] = {f.decode(): json.loads(v) for f, v in raw.items()}
         known = {f.name for f in dataclasses.fields(ServerSettings)}
-        values = {name: v for name, v in values.items() if name in known}
-        if "redelivery_delays_s" in values:
-            values["redelivery_delays_s"] = tuple(values["redelivery_delays_s"])
+        values: dict[str, Any] = {}
+        for field, stored in raw.items():
+            name = field.decode()
+            if name in known:
+                try:
+                    value = json.loads(stored)
+                    if name == "redelivery_delays_s":
+                        value = tuple(value)
+                    ServerSettings(**{name: value})
+                except (ValueError, TypeError, InvalidInput) as exc:
+                    self._report(name, stored, exc)
+                    continue
+                values[name] = value
         settings = ServerSettings(**values)
         with self._lock:
             self._cached = (time.monotonic(), settings)
         return settings
+
+    def _report(self, name: str, stored: bytes, exc: Exception) -> None:
+        """Logs a stored value that is out of its bounds, once per value and process."""
+        if (name, stored) not in self._reported:
+            self._reported.add((name, stored))
+            log.warning("server setting %s holds %r, which this version does not take (%s): its default "
+                        "applies until PATCH /v1/server sets it", name, stored[:100], exc)
 
     def current(self) -> ServerSettings:
         """The settings as this node last read them, read again when older than a few seconds."""

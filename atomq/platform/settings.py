@@ -13,6 +13,15 @@ from typing import Sequence
 from atomq.errors import InvalidInput
 
 DEFAULT_REDELIVERY_DELAYS_S: tuple[float, ...] = (1, 2, 3, 5, 8, 24)
+MAX_EXACT_INT = 2**53
+"""Largest whole number a setting or counter may be: Lua scripts compute in doubles,
+which hold every whole number up to here exactly."""
+MAX_REDELIVERY_DELAY_S = 86400.0
+MAX_REDELIVERY_DELAYS = 100
+MAX_DEDUPE_WINDOW_S = 7 * 86400.0
+MAX_DOCUMENT_RETENTION_S = 10 * 365.25 * 86400
+"""Ten years: the bounds keep every time the scripts and the maintenance loop compute from
+these settings (now + delay, in milliseconds) far inside what a double and a datetime hold."""
 
 
 def redelivery_delay(delays_s: Sequence[float], failures: int) -> float:
@@ -72,15 +81,18 @@ class QueueSettings:
 
     def __post_init__(self) -> None:
         delays = tuple(self.redelivery_delays_s)
-        if not delays or any(not isinstance(d, (int, float)) or d < 0 for d in delays):
+        if not 1 <= len(delays) <= MAX_REDELIVERY_DELAYS or not all(
+                _number_within(d, 0, MAX_REDELIVERY_DELAY_S) for d in delays):
             raise InvalidInput(
-                "redelivery_delays_s must be a non-empty list of non-negative numbers",
+                f"redelivery_delays_s must be a list of 1 to {MAX_REDELIVERY_DELAYS} numbers, "
+                f"each from 0 to {MAX_REDELIVERY_DELAY_S:g}",
                 field="redelivery_delays_s",
             )
-        if self.dedupe_window_s <= 0:
-            raise InvalidInput("dedupe_window_s must be positive", field="dedupe_window_s")
-        if self.document_retention_s <= 0:
-            raise InvalidInput("document_retention_s must be positive", field="document_retention_s")
+        for name, most in (("dedupe_window_s", MAX_DEDUPE_WINDOW_S),
+                           ("document_retention_s", MAX_DOCUMENT_RETENTION_S)):
+            value = getattr(self, name)
+            if not _number_within(value, 0, most) or value == 0:
+                raise InvalidInput(f"{name} must be a number above 0 and at most {most:g}", field=name)
         object.__setattr__(self, "redelivery_delays_s", delays)
         object.__setattr__(self, "_delays_arg", ",".join(str(round(d * 1000)) for d in delays))
 
@@ -88,3 +100,8 @@ class QueueSettings:
     def delays_ms_arg(self) -> str:
         """The schedule as the scripts take it: milliseconds, comma-separated."""
         return self._delays_arg
+
+
+def _number_within(value: object, least: float, most: float) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool) from ``least`` to ``most``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and least <= value <= most

@@ -3,18 +3,27 @@
 Scripts report rule violations as error replies whose first word is a code
 (``NOQUEUE``, ``CONFLICT``, ...); callers name the errors they expect and
 everything else from Redis becomes a StorageError, never a bare redis-py one.
+That includes what redis-py's cluster client raises outside ``RedisError``
+(``RedisClusterException`` and its subclasses, such as ``SlotNotCoveredError``)
+and socket errors: :data:`STORE_ERRORS`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import builtins
+
 import redis
+from redis.exceptions import RedisClusterException
 
 from atomq.errors import AtomqError, StorageError, StorageFull
 from atomq.platform.scripts import ScriptLibrary
 
 ErrorMap = Mapping[str, Callable[[], AtomqError]]
+STORE_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError, RedisClusterException, builtins.ConnectionError, builtins.TimeoutError)
+"""Everything a call to the store may raise when the store, not the caller, failed."""
 
 
 def script_code(exc: redis.ResponseError) -> str:
@@ -39,19 +48,19 @@ class Storage:
             if errors and code in errors:
                 raise errors[code]() from None
             raise translate(exc) from None
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             raise translate(exc) from None
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs a plain client call with the same error translation."""
         try:
             return fn(*args, **kwargs)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             raise translate(exc) from None
 
 
-def translate(exc: redis.RedisError) -> StorageError:
-    """One redis-py error as an atomq StorageError."""
+def translate(exc: Exception) -> StorageError:
+    """One of :data:`STORE_ERRORS` as an atomq StorageError."""
     text = str(exc)
     if isinstance(exc, redis.ResponseError) and text.startswith("OOM"):
         return StorageFull(

@@ -24,7 +24,7 @@ import redis
 
 from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
-from atomq.platform.storage import translate
+from atomq.platform.storage import STORE_ERRORS, translate
 from atomq.tenants import api_keys, scripts
 from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
 from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
@@ -80,7 +80,7 @@ class TenantStore:
         """One Redis call, its errors translated into atomq's StorageError once."""
         try:
             return fn(*args, **kwargs)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             raise translate(exc) from None
 
     # -- tenants ----------------------------------------------------------------

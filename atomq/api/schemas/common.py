@@ -8,6 +8,10 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+SUBSCRIBER_DOC = {"description": "the subscriber, for a publish/subscribe queue (required there); a "
+                                  "point-to-point queue has none and answers 400 when one is named"}
+LATEST_TIME_S = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 
 
 class Int(fields.Integer):
@@ -53,7 +57,7 @@ class Selector(Strict):
 
     ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
     receipts = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -68,7 +72,7 @@ class BulkSelector(Strict):
 
     ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
     all = fields.Boolean()
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -79,4 +83,4 @@ class BulkSelector(Strict):
 class PageArgs(Strict):
     limit = fields.Integer(load_default=100, validate=validate.Range(1, 1000))  # a query string: text
     after = fields.String(validate=validate.Length(max=64))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)

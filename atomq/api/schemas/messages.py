@@ -9,7 +9,7 @@ from typing import Any
 import marshmallow as ma
 from marshmallow import fields, validate
 
-from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Selector, Strict
+from atomq.api.schemas.common import LATEST_TIME_S, NAME_PATTERN, SUBSCRIBER_DOC, Int, Number, Selector, Strict
 
 
 def _is_base64(value: str) -> None:
@@ -35,13 +35,16 @@ class OutgoingDocumentSchema(Strict):
 
 
 class OutgoingMessageSchema(Strict):
+    """The optional fields take null for "not given"."""
+
     documents = fields.List(fields.Nested(OutgoingDocumentSchema), required=True,
                             validate=validate.Length(min=1))
     properties = fields.Dict(keys=fields.String(), load_default=dict)
-    dedupe_id = fields.String(validate=validate.Length(1, 256))
-    priority = Int(validate=validate.Range(0, 9))
-    expires_at = Number(metadata={"description": "seconds since the epoch"})
-    traceparent = fields.String(validate=validate.Length(max=256))
+    dedupe_id = fields.String(validate=validate.Length(1, 256), allow_none=True)
+    priority = Int(validate=validate.Range(0, 9), allow_none=True)
+    expires_at = Number(validate=validate.Range(0, LATEST_TIME_S), allow_none=True,
+                        metadata={"description": "seconds since the epoch"})
+    traceparent = fields.String(validate=validate.Length(max=256), allow_none=True)
 
 
 class SendSchema(Strict):
@@ -91,7 +94,7 @@ class DeadLetterSchema(MessageSchema):
 class GetSchema(Strict):
     max = Int(load_default=10, validate=validate.Range(1, 1000))
     wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
 
 class DeliveriesSchema(Strict):

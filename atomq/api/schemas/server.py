@@ -5,6 +5,8 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq.api.schemas.common import Int, Number, Strict
+from atomq.platform.server_settings import BOUNDS_S
+from atomq.platform.settings import MAX_EXACT_INT, MAX_REDELIVERY_DELAY_S, MAX_REDELIVERY_DELAYS
 
 
 class ServerSchema(Strict):
@@ -29,11 +31,18 @@ class ServerSchema(Strict):
     dedupe_window_s = fields.Float(required=True)
 
 
+def _seconds(name: str) -> Number:
+    return Number(validate=validate.Range(min=0, min_inclusive=False, max=BOUNDS_S[name]))
+
+
 class ServerPatchSchema(Strict):
-    incoming_rate_limit_per_minute = Int(validate=validate.Range(min=0))
-    max_disk_bytes = Int(validate=validate.Range(min=0))
-    redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=86400)),
-                                      validate=validate.Length(1, 100))
-    rate_limit_window_s = Number(validate=validate.Range(min=0, min_inclusive=False, max=86400))
-    document_retention_s = Number(validate=validate.Range(min=0, min_inclusive=False))
-    dedupe_window_s = Number(validate=validate.Range(min=0, min_inclusive=False, max=7 * 86400))
+    """Every setting bounded (``atomq.platform.server_settings``): 2^53 for whole numbers,
+    1 day for a delay or the rate window, 7 days for de-duplication, 10 years for retention."""
+
+    incoming_rate_limit_per_minute = Int(validate=validate.Range(0, MAX_EXACT_INT))
+    max_disk_bytes = Int(validate=validate.Range(0, MAX_EXACT_INT))
+    redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=MAX_REDELIVERY_DELAY_S)),
+                                      validate=validate.Length(1, MAX_REDELIVERY_DELAYS))
+    rate_limit_window_s = _seconds("rate_limit_window_s")
+    document_retention_s = _seconds("document_retention_s")
+    dedupe_window_s = _seconds("dedupe_window_s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
-from atomq.api.schemas.common import NAME_PATTERN, Int, Strict
+from atomq.api.schemas.common import NAME_PATTERN, SUBSCRIBER_DOC, Int, Strict
 from atomq.api.schemas.messages import BrowsedMessageSchema
 from atomq.platform.streams import MAX_BATCH, MAX_PARTITIONS
 
@@ -14,7 +14,7 @@ GENERATION_DOC = {"description": "the generation the query's open answered: a ca
 
 
 class OpenSchema(Strict):
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
 
 class OpenedSchema(Strict):
@@ -24,7 +24,7 @@ class OpenedSchema(Strict):
 class PlanSchema(Strict):
     max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
     partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
     wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000),
                   metadata={"description": "how long to wait for a first message when none is ready"})
@@ -36,7 +36,7 @@ class PlannedSchema(Strict):
 
 
 class PartitionArgs(Strict):
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
 
 class PartitionSchema(Strict):
@@ -46,7 +46,7 @@ class PartitionSchema(Strict):
 class CommitSchema(Strict):
     through = Int(required=True, validate=validate.Range(0, 2**62),
                   metadata={"description": "every planned batch up to this number is acked"})
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
 
 
@@ -54,7 +54,7 @@ class ExtendBatchesSchema(Strict):
     batches = fields.List(Int(validate=validate.Range(0, 2**62)), required=True,
                           validate=validate.Length(max=1000),
                           metadata={"description": "the planned batches the query works on"})
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN))
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
 
 

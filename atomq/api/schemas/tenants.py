@@ -5,19 +5,24 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq.api.schemas.common import Int, Strict
+from atomq.platform.settings import MAX_EXACT_INT
+
+_limit = validate.Range(0, MAX_EXACT_INT)
+_NAME_DOC = {"description": "1 to 128 printable characters (Python's str.isprintable: no control, format, "
+                            "separator but space, or unassigned ones)"}
 
 
 class TenantCreateSchema(Strict):
-    name = fields.String(required=True, validate=validate.Length(1, 128))
-    rate_limit_per_minute = Int(load_default=0, validate=validate.Range(min=0))
-    disk_quota_bytes = Int(load_default=0, validate=validate.Range(min=0))
+    name = fields.String(required=True, validate=validate.Length(1, 128), metadata=_NAME_DOC)
+    rate_limit_per_minute = Int(load_default=0, validate=_limit)
+    disk_quota_bytes = Int(load_default=0, validate=_limit)
     spark_weight = Int(load_default=1, validate=validate.Range(1, 1000))
 
 
 class TenantPatchSchema(Strict):
-    name = fields.String(validate=validate.Length(1, 128))
-    rate_limit_per_minute = Int(validate=validate.Range(min=0))
-    disk_quota_bytes = Int(validate=validate.Range(min=0))
+    name = fields.String(validate=validate.Length(1, 128), metadata=_NAME_DOC)
+    rate_limit_per_minute = Int(validate=_limit)
+    disk_quota_bytes = Int(validate=_limit)
     spark_weight = Int(validate=validate.Range(1, 1000))
 
 

@@ -1,0 +1,171 @@
+"""JSON as this API reads and writes it: strict both ways, in one place.
+
+Every request body is parsed by :func:`parse` (the app's JSON provider, which
+``request.get_json`` and the schemas' parser both use), so no view sees
+what JSON itself does not allow and Python's parser does:
+
+- ``NaN``, ``Infinity``, ``-Infinity``, and numbers too large for a double
+  (``1e400`` reads as infinity): stored, they would come back as text that
+  strict clients cannot parse, and overflow the store's arithmetic;
+- arrays and objects nested deeper than :data:`MAX_DEPTH`: Python's parser
+  recurses once per level, so depth is measured before parsing, by a scan of
+  the brackets outside strings that does not recurse;
+- strings holding a lone UTF-16 surrogate (``"\\ud800"``), which no UTF-8
+  store can hold.
+
+Each is an InvalidInput naming the field where the body shows it (dotted
+path, ``messages.0.expires_at``), else ``body``. Every response is written
+with ``allow_nan=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from itertools import accumulate
+from typing import Any
+
+from flask import Flask, Request
+from flask.json.provider import DefaultJSONProvider
+
+from atomq.errors import InvalidInput
+
+log = logging.getLogger("atomq.api")
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a request body may have."""
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.?[^"\\]*)*(?:"|\Z)', re.DOTALL)
+"""A JSON string, or an unterminated one up to the end: never fails once started, so the
+scan is linear whatever the body (a pattern that could fail would be retried at every quote)."""
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [0] * 256
+for _c in b"[{":
+    _STEP[_c] = 1
+for _c in b"]}":
+    _STEP[_c] = -1
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _NonFinite:
+    """Stands in, while parsing, for a number JSON does not have, so that its place can be named."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def nesting_depth(body: bytes) -> int:
+    """How deep the arrays and objects of ``body`` nest, brackets inside strings not counted."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return MAX_DEPTH  # not enough brackets to go deeper: no scan
+    structure = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, structure)), default=0)
+
+
+def parse(body: bytes | str) -> Any:
+    """The value of a request body; InvalidInput for what this API does not take, ValueError
+    (a JSON syntax or encoding error) for what is not JSON at all."""
+    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    if nesting_depth(raw) > MAX_DEPTH:
+        raise InvalidInput(f"body: arrays and objects may nest at most {MAX_DEPTH} deep", field="body",
+                           max_depth=MAX_DEPTH)
+    found: list[_NonFinite] = []
+
+    def constant(text: str) -> _NonFinite:
+        found.append(_NonFinite(text))
+        return found[-1]
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        return value if math.isfinite(value) else constant(text)
+
+    value = json.loads(raw, parse_constant=constant, parse_float=number)
+    if found:
+        field = _path_of(value, lambda v: isinstance(v, _NonFinite)) or "body"
+        text = found[0].text if len(found[0].text) <= 32 else found[0].text[:29] + "..."
+        raise InvalidInput(f"{field}: {text} is not a number this API takes (NaN, Infinity and numbers "
+                           "beyond the range of a double are not JSON numbers)", field=field)
+    if _SURROGATE_ESCAPE.search(raw):
+        field = _path_of(value, _unencodable)
+        if field is not None:
+            raise InvalidInput(f"{field}: holds a lone UTF-16 surrogate, which is no character", field=field)
+    return value
+
+
+def _unencodable(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _path_of(value: Any, bad: Any, path: tuple[str, ...] = ()) -> str | None:
+    """The dotted path of the first part of ``value`` (keys included) that ``bad`` picks, or None."""
+    if bad(value):
+        return ".".join(path) or "body"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if bad(key):
+            return ".".join((*path, "<key>")) if path else "body"
+        found = _path_of(item, bad, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """Strict JSON text of ``value``. A NaN or infinity read from the store (written by an older
+    version that let them in) goes out as null, logged, rather than as text no strict client parses."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        log.warning("a response held NaN or an infinity (stored before they were refused); sent as null")
+        return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON, with :func:`parse` for what comes in and :func:`dumps` for what goes out."""
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return parse(s)
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("default", self.default)
+        kwargs.setdefault("ensure_ascii", self.ensure_ascii)
+        kwargs.setdefault("sort_keys", self.sort_keys)
+        return dumps(obj, **kwargs)
+
+
+class StrictRequest(Request):
+    """A body that is not JSON is a 400 in the one error shape, naming ``body``."""
+
+    def on_json_loading_failed(self, e: ValueError | None) -> Any:
+        if e is None:
+            return super().on_json_loading_failed(e)  # not a JSON content type: werkzeug's 415
+        raise InvalidInput(f"body: not valid JSON ({_reason(e)})", field="body")
+
+
+def _reason(e: ValueError) -> str:
+    text = str(e)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def install(app: Flask) -> None:
+    app.json = StrictJSONProvider(app)
+    app.request_class = StrictRequest
