@@ -406,6 +406,27 @@ def test_disk_quota_refuses_a_send_whole_and_acks_give_bytes_back(owner, http) -
         owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
 
 
+def test_the_limits_on_one_tenant_are_server_settings_every_node_applies(owner, acme) -> None:
+    server = owner("GET", "/v1/server", status=200)
+    assert {name: server[name] for name in ("max_documents_per_message", "max_documents_per_send",
+                                            "max_reply_bytes", "max_queues_per_tenant")} == {
+        "max_documents_per_message": 100, "max_documents_per_send": 10_000,
+        "max_reply_bytes": 16 * 1024 * 1024, "max_queues_per_tenant": 1000}
+    for bad in ({"max_queues_per_tenant": 0}, {"max_reply_bytes": 10}, {"max_documents_per_message": 1001}):
+        error = owner("PATCH", "/v1/server", bad, 400)
+        assert set(error["error"]["details"]["fields"]["json"]) == set(bad)
+    acme("PUT", "/v1/queues/first", {"model": "point_to_point"}, 201)
+    owner("PATCH", "/v1/server", {"max_queues_per_tenant": 1, "max_documents_per_message": 2}, 200)
+    try:
+        error = acme("PUT", "/v1/queues/second", {"model": "point_to_point"}, 409)
+        assert error["error"]["code"] == "too_many_queues" and error["error"]["details"]["limit"] == 1
+        three = {"messages": [{"documents": [{"data": "a"}, {"data": "b"}, {"data": "c"}]}]}
+        assert acme("POST", "/v1/queues/first/messages", three, 413)["error"]["details"]["limit"] == 2
+    finally:
+        owner("PATCH", "/v1/server", {"max_queues_per_tenant": 1000, "max_documents_per_message": 100}, 200)
+        acme("DELETE", "/v1/queues/first", status=204)
+
+
 def test_the_server_disk_limit_refuses_sends_of_every_tenant(owner, acme) -> None:
     acme("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
     owner("PATCH", "/v1/server", {"max_disk_bytes": 1}, 200)

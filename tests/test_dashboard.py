@@ -39,7 +39,7 @@ try:
 except ImportError as exc:  # a clear failure, not a skip: CI must run these
     raise ImportError("the dashboard tests need playwright: pip install -e '.[test]'") from exc
 
-OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(16)}"
+OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(32)}"
 REFRESH_WAIT_MS = 15_000
 """Long enough for the pages' refresh (every 3 s) to come round at least twice."""
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

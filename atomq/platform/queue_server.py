@@ -28,7 +28,7 @@ from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
 from atomq.platform.settings import QueueSettings
 from atomq.platform.shared import Shared
-from atomq.platform.storage import Storage
+from atomq.platform.storage import STORE_ERRORS, Storage
 
 __all__ = ["DueWork", "QueueServer"]
 
@@ -109,7 +109,7 @@ class QueueServer:
             memory = self.client.info("memory")
             if self.storage.scripts.missing(self.client):  # Redis restarted or flushed its scripts
                 self.storage.scripts.load_all(self.client)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:  # a cluster's own exceptions too: readiness never answers 500
             return [f"Redis does not answer or refuses the scripts: {exc}"]
         limit = int(memory.get("maxmemory", 0))
         if limit and int(memory.get("used_memory", 0)) >= limit:

@@ -2,8 +2,8 @@
 
 Each node reads them again every few seconds, so a change made through one
 node holds on all of them shortly after; the queue server's part of them
-(redelivery schedule, de-duplication window, retention) is applied to its
-``QueueSettings``.
+(redelivery schedule, de-duplication window, retention, the limits on one
+tenant's weight) is applied to its ``QueueSettings``.
 
 Every setting has an upper bound (see ``ServerSettings``): an unbounded one
 (a retention of ``1e306`` seconds) overflows the times computed from it and
@@ -36,6 +36,16 @@ log = logging.getLogger("atomq.settings")
 
 REFRESH_S = 2.0
 MAX_RATE_LIMIT_WINDOW_S = 86400.0
+_QUEUE_DEFAULTS = QueueSettings()
+
+LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
+    "max_documents_per_message": (1, 1000),
+    "max_documents_per_send": (1, 100_000),
+    "max_reply_bytes": (64 * 1024, 256 * 1024 * 1024),
+    "max_queues_per_tenant": (1, 1_000_000),
+}
+"""The bounds of the limits on one tenant's weight (what each means: ``QueueSettings``): each
+bounds what one script call or one tenant makes the shared store and the node hold."""
 MEMORY_STATES = ((0.70, "green"), (0.85, "yellow"), (0.95, "orange"))
 
 
@@ -49,6 +59,8 @@ class ServerSettings:
         rate_limit_window_s: length of a rate-limit window (0, 1 day].
         document_retention_s: documents (and their messages) older than this are purged (0, 10 years].
         dedupe_window_s: how long a dedupe id answers with its original message id (0, 7 days].
+        max_documents_per_message, max_documents_per_send, max_reply_bytes, max_queues_per_tenant:
+            the limits on one tenant's weight, as ``QueueSettings`` describes them (``LIMIT_BOUNDS``).
     """
 
     incoming_rate_limit_per_minute: int = 0
@@ -57,6 +69,10 @@ class ServerSettings:
     rate_limit_window_s: float = 60
     document_retention_s: float = 604800
     dedupe_window_s: float = 300
+    max_documents_per_message: int = _QUEUE_DEFAULTS.max_documents_per_message
+    max_documents_per_send: int = _QUEUE_DEFAULTS.max_documents_per_send
+    max_reply_bytes: int = _QUEUE_DEFAULTS.max_reply_bytes
+    max_queues_per_tenant: int = _QUEUE_DEFAULTS.max_queues_per_tenant
 
     def __post_init__(self) -> None:
         for name in ("incoming_rate_limit_per_minute", "max_disk_bytes"):
@@ -67,13 +83,18 @@ class ServerSettings:
             value = getattr(self, name)
             if type(value) not in (int, float) or not 0 < value <= most:
                 raise InvalidInput(f"{name} must be a number above 0 and at most {most:g}", field=name)
+        for name, (least, most) in LIMIT_BOUNDS.items():
+            value = getattr(self, name)
+            if type(value) is not int or not least <= value <= most:
+                raise InvalidInput(f"{name} must be a whole number from {least} to {most}", field=name)
         self.queue_settings(QueueSettings())  # the schedule's own rules
 
     def queue_settings(self, base: QueueSettings) -> QueueSettings:
         """``base`` with the queue server's part of these settings."""
         return dataclasses.replace(base, redelivery_delays_s=tuple(self.redelivery_delays_s),
                                    dedupe_window_s=self.dedupe_window_s,
-                                   document_retention_s=self.document_retention_s)
+                                   document_retention_s=self.document_retention_s,
+                                   **{name: getattr(self, name) for name in LIMIT_BOUNDS})
 
 
 BOUNDS_S = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq.api.schemas.common import Int, Number, Strict
-from atomq.platform.server_settings import BOUNDS_S
+from atomq.platform.server_settings import BOUNDS_S, LIMIT_BOUNDS
 from atomq.platform.settings import MAX_EXACT_INT, MAX_REDELIVERY_DELAY_S, MAX_REDELIVERY_DELAYS
 
 
@@ -16,10 +16,11 @@ class ServerSchema(Strict):
     memory_bytes = fields.Integer(required=True, metadata={"description": "memory Redis uses"})
     max_memory_bytes = fields.Integer(required=True, metadata={"description": "Redis maxmemory (0: none)"})
     message_store_bytes = fields.Integer(required=True, metadata={
-        "description": "documents and messages held by all tenants, dead letters included"})
+        "description": "what all tenants' messages cost the store (their stored_bytes summed): documents, "
+                       "envelopes, bookkeeping, dead-letter reasons and de-duplication markers"})
     temporary_store_bytes = fields.Integer(allow_none=True, metadata={
-        "description": "in-flight deliveries, executions, processed-message windows, de-duplication "
-                       "markers, rate windows; measured every 30 s by one node; null before the first"})
+        "description": "in-flight deliveries, executions, processed-message windows, rate windows; "
+                       "measured every 30 s by one node; null before the first"})
     job_scheduler_store_bytes = fields.Integer(allow_none=True, metadata={
         "description": "redelivery schedules and the execution job queues; measured every 30 s by one "
                        "node; null before the first"})
@@ -29,6 +30,16 @@ class ServerSchema(Strict):
     rate_limit_window_s = fields.Float(required=True)
     document_retention_s = fields.Float(required=True)
     dedupe_window_s = fields.Float(required=True)
+    max_documents_per_message = fields.Integer(required=True)
+    max_documents_per_send = fields.Integer(required=True)
+    max_reply_bytes = fields.Integer(required=True, metadata={
+        "description": "most document bytes a get, browse or dead-letter page answers (a single bigger "
+                       "message still comes alone)"})
+    max_queues_per_tenant = fields.Integer(required=True)
+
+
+def _limit(name: str) -> Int:
+    return Int(validate=validate.Range(*LIMIT_BOUNDS[name]))
 
 
 def _seconds(name: str) -> Number:
@@ -46,3 +57,7 @@ class ServerPatchSchema(Strict):
     rate_limit_window_s = _seconds("rate_limit_window_s")
     document_retention_s = _seconds("document_retention_s")
     dedupe_window_s = _seconds("dedupe_window_s")
+    max_documents_per_message = _limit("max_documents_per_message")
+    max_documents_per_send = _limit("max_documents_per_send")
+    max_reply_bytes = _limit("max_reply_bytes")
+    max_queues_per_tenant = _limit("max_queues_per_tenant")
