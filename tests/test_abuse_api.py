@@ -198,6 +198,8 @@ OUT_OF_RANGE = [
     ("PATCH", "/v1/server", True, {"document_retention_s": 1e306}, "document_retention_s"),
     ("PATCH", "/v1/server", True, {"document_retention_s": 11 * 365 * 86400}, "document_retention_s"),
     ("PATCH", "/v1/server", True, {"dedupe_window_s": 8 * 86400}, "dedupe_window_s"),
+    # Under a millisecond the send script's markers would expire in 0 ms, an error for every send.
+    ("PATCH", "/v1/server", True, {"dedupe_window_s": 0.0004}, "dedupe_window_s"),
     ("PATCH", "/v1/server", True, {"rate_limit_window_s": 86401}, "rate_limit_window_s"),
     ("PATCH", "/v1/server", True, {"incoming_rate_limit_per_minute": 2**53 + 1}, "incoming_rate_limit_per_minute"),
     ("PATCH", "/v1/server", True, {"max_disk_bytes": 10**20}, "max_disk_bytes"),
@@ -479,8 +481,9 @@ def test_store_exceptions_from_the_cluster_client_are_503(private_store: tuple[E
 # -- a served node: several worker processes, gunicorn in front -------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
+    """A node per test: the throttle test leaves its address refused for a minute."""
     tmp = tmp_path_factory.mktemp("abuse_served")
     node = AtomqServe(tmp / "data", tmp / "serve.log", OWNER_KEY, free_port(), http_workers=2)
     try:
@@ -500,19 +503,23 @@ def test_served_invented_methods_get_405_with_allow(served: AtomqServe) -> None:
 
 
 def test_served_failed_key_checks_are_counted_across_workers(served: AtomqServe) -> None:
-    """Each request on a new connection, so both workers answer some; the count is the node's."""
+    """Each request on a new connection, so both workers answer some; the count is the node's.
+    A worker learns an address is over the limit when it counts one of its failures, so past
+    the limit each worker lets at most one more guess through; then every answer is 429,
+    for a key that works too (a throttled address guesses no faster)."""
     with served.owner() as owner:
         tenant = owner("POST", "/v1/tenants", {"name": "throttled"}, 201)
     for i in range(MAX_FAILURES):
         answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer wrong{i}"}, timeout=10)
         assert answer.status_code == 401
-    answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
-                          timeout=10)
-    assert answer.status_code == 429 and answer.json()["error"]["code"] == "rate_limited"
-    assert 1 <= int(answer.headers["Retry-After"]) <= WINDOW_S
+    late = [requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer late{i}"},
+                         timeout=10).status_code for i in range(12)]
+    assert late.count(401) <= served.http_workers and set(late[-4:]) == {429}, late
+    for _ in range(6):
+        answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
+                              timeout=10)
+        assert answer.status_code == 429 and answer.json()["error"]["code"] == "rate_limited"
+        assert 1 <= int(answer.headers["Retry-After"]) <= WINDOW_S
     with served.redis() as client:
         (counter,) = client.keys(f"{k.PREFIX}:keyfail:*:127.0.0.1")
-        assert int(client.get(counter)) == MAX_FAILURES
-        client.delete(counter)
-    assert requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
-                        timeout=10).status_code == 200
+        assert MAX_FAILURES <= int(client.get(counter)) <= MAX_FAILURES + served.http_workers

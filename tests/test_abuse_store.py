@@ -209,3 +209,29 @@ def test_the_retention_purge_visits_only_destinations_holding_old_messages(qs, t
     assert short.due_work([tenant])[tenant].old == [] and short.get_queue(tenant, "old").depth == 0
     assert qs.client.zscore(k.TenantKeys(tenant).oldest, "old") is None, "an emptied queue leaves the index"
     assert audit_tenant(qs.client, tenant) == []
+
+
+def test_a_tenants_big_purge_spreads_over_rounds_and_holds_up_no_one(qs, tenant) -> None:
+    """Past its chunk budget a tenant's purge stops for the round; the other tenant's due
+    redelivery is swept in the same round, and the rest of the purge comes in the next."""
+    from atomq.platform.maintenance import CHUNKS_PER_TENANT_ROUND, maintain_all
+
+    small = QueueServer(qs.client, dataclasses.replace(FAST, chunk_size=5, document_retention_s=0.2))
+    small.put_queue(tenant, "old", P2P)
+    count = 5 * CHUNKS_PER_TENANT_ROUND + 50
+    for start in range(0, count, 100):
+        small.send(tenant, "old", [msg(f"m{i}") for i in range(start, min(count, start + 100))])
+    other = f"{tenant}x"
+    small.put_queue(other, "q", P2P, ack_timeout_s=0.05)
+    small.send(other, "q", [msg("due")])
+    small.get(other, "q")
+    wait_until(lambda: small.due_work([tenant, other])[tenant].old == ["old"]
+               and small.due_work([other])[other].due == ["q"], 5, "the purge and the time-out to fall due")
+    maintain_all(small)
+    left = small.get_queue(tenant, "old").depth
+    assert 0 < left <= count - 5 * CHUNKS_PER_TENANT_ROUND, "one round purged its budget and no more"
+    assert small.get_queue(other, "q").in_flight == 0, "the other tenant's time-out was not held up"
+    maintain_all(small)
+    assert small.get_queue(tenant, "old").depth == 0, "the next round finished the purge"
+    for t in (tenant, other):
+        assert audit_tenant(qs.client, t) == []

@@ -423,3 +423,28 @@ def test_data_of_format_1_gets_its_usage_recounted_and_its_due_indexes_built(val
         assert taken.id in [m.id for m in migrated.browse(tenant, "old").items]
     finally:
         client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)
+
+
+def test_one_node_migrates_while_the_others_wait_and_audit_never_migrates(valkey) -> None:
+    import threading
+
+    client = valkey.client()
+    client.set(k.FORMAT_VERSION_KEY, 1)
+    client.set(k.FORMAT_MIGRATION_KEY, "another-node:1", ex=60)
+    try:
+        with pytest.raises(FormatVersionError) as err:
+            QueueServer(client, FAST, migrate=False)
+        assert err.value.details == {"stored": 1, "supported": FORMAT_VERSION}
+        started: list[QueueServer] = []
+        waiting = threading.Thread(target=lambda: started.append(QueueServer(client, FAST)), daemon=True)
+        waiting.start()
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive() and not started, "it waits while another node migrates"
+        client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)  # the other node is done
+        waiting.join(timeout=5)
+        assert started, "it starts once the data is in its format"
+        assert client.get(k.FORMAT_MIGRATION_KEY) == b"another-node:1", "it took nothing over"
+    finally:
+        client.delete(k.FORMAT_MIGRATION_KEY)
+        client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)
+        client.close()

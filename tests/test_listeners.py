@@ -639,11 +639,16 @@ def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_o
         assert states() == {"f": ("running", ""), "s": ("running", ""), "p": ("paused", "")}
         api.request("POST", "/v1/listeners/p/resume")
         assert states()["p"] == ("running", "")
-        # ... and when the workers are gone it waits again.
+        # ... and when the workers are gone it waits again, keeping what it was before.
+        harness.services.queues.client.hset(k.ListenerKeys(tenant.id, "f").stat,
+                                            mapping={"state": "error", "last_error": "an execution failed"})
         fork_worker.register_death()
         liveness.spark_gone(harness.rq, "spark-test-worker")
         assert states()["f"] == ("waiting", liveness.FORK_MISSING)
         assert states()["s"] == ("waiting", "no Spark worker is running: no Java runtime was found")
+        fork_worker.register_birth()
+        assert states()["f"] == ("error", "an execution failed"), "its failure is not lost to the wait"
+        fork_worker.register_death()
     finally:
         harness.services.queues.client.delete(k.WORKER_PROBLEMS_KEY)
         harness.rq.delete(k.SPARK_WORKERS_KEY)

@@ -412,13 +412,16 @@ def test_serve_stops_a_valkey_left_running_on_its_directory_and_keeps_its_data(
 
 
 def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeFactory) -> None:
-    """``document_retention_s`` of 1e306 used to kill the maintenance thread for good; only the
-    lease holder's round fails, and every HTTP worker's /v1/ready says so."""
+    """A round that fails (here the set of tenants it reads has the wrong type: a store answer
+    no code path expects) used to kill the maintenance thread for good; only the lease holder's
+    round fails, and every HTTP worker's /v1/ready says so."""
     node = serve()
     _tenant_with_messages(node, "x")
     store = node.redis()
+    aside = f"{k.TENANTS_KEY}:aside"
     try:
-        store.hset(k.SERVER_SETTINGS_KEY, "document_retention_s", "1e306")
+        store.rename(k.TENANTS_KEY, aside)
+        store.set(k.TENANTS_KEY, "not a set")
         wait_until(lambda: _ready(node).status_code == 503, 20, "/v1/ready to see the failing maintenance")
         answers = [_ready(node) for _ in range(20)]
         assert all(a.status_code == 503 for a in answers), [a.text for a in answers]
@@ -428,7 +431,8 @@ def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeF
             assert any(p.startswith(f"{MAINTENANCE_PART}: ") for p in body["problems"]), body
         assert "maintenance failed" in node.log_path.read_text()
     finally:
-        store.hdel(k.SERVER_SETTINGS_KEY, "document_retention_s")
+        store.delete(k.TENANTS_KEY)
+        store.rename(aside, k.TENANTS_KEY)
         store.close()
     wait_until(lambda: _ready(node).status_code == 200, 40, "/v1/ready to recover")
     assert "maintenance works again" in node.log_path.read_text()

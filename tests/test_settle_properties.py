@@ -29,6 +29,7 @@ selector = st.tuples(st.sampled_from(("id", "receipt")), st.integers(0, MESSAGES
 call = st.tuples(
     st.sampled_from(("ack", "nack", "extend", "release", "delete", "resend", "delete_dead", "get")),
     st.lists(selector, min_size=0, max_size=12),
+    st.sampled_from((0.001, 0.05, 30.0, 3600.0)),  # an extension's seconds: it may shorten a deadline too
 )
 
 
@@ -48,10 +49,13 @@ def _spell(kind: str, msg_id: str, count: int, spelling: str) -> str:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(call, min_size=1, max_size=8))
-@example(calls=[("ack", [("receipt", 0, "as_given"), ("receipt", 0, "zero_padded"), ("receipt", 0, "as_given")])])
-@example(calls=[("nack", [("receipt", 1, "as_given"), ("receipt", 1, "zero_padded")]),
-                ("nack", [("id", 1, "as_given"), ("id", 1, "as_given")])])
-def test_any_selectors_keep_every_invariant(valkey: Any, calls: list[tuple[str, list[tuple[str, int, str]]]]) -> None:
+@example(calls=[("ack", [("receipt", 0, "as_given"), ("receipt", 0, "zero_padded"), ("receipt", 0, "as_given")],
+                 30.0)])
+@example(calls=[("nack", [("receipt", 1, "as_given"), ("receipt", 1, "zero_padded")], 30.0),
+                ("nack", [("id", 1, "as_given"), ("id", 1, "as_given")], 30.0)])
+@example(calls=[("extend", [("id", 0, "as_given")], 0.001)])
+def test_any_selectors_keep_every_invariant(valkey: Any,
+                                            calls: list[tuple[str, list[tuple[str, int, str]], float]]) -> None:
     client = valkey.client()
     qs = QueueServer(client, FAST)
     tenant = f"t_{uuid.uuid4().hex[:12]}"
@@ -59,7 +63,7 @@ def test_any_selectors_keep_every_invariant(valkey: Any, calls: list[tuple[str, 
     ids = qs.send(tenant, "q", [msg(f"m{i}") for i in range(MESSAGES)])
     counts = {d.id: d.delivery_count for d in qs.get(tenant, "q", max_messages=4)}
     try:
-        for action, selectors in calls:
+        for action, selectors, seconds in calls:
             if action == "get":
                 counts.update({d.id: d.delivery_count for d in qs.get(tenant, "q", max_messages=MESSAGES)})
                 continue
@@ -75,7 +79,7 @@ def test_any_selectors_keep_every_invariant(valkey: Any, calls: list[tuple[str, 
                         result = qs.nack(tenant, "q", reason="x", **selected)
                         done = result.requeued + result.dead_lettered
                     elif action == "extend":
-                        done = qs.extend(tenant, "q", seconds=30, **selected)
+                        done = qs.extend(tenant, "q", seconds=seconds, **selected)
                     else:
                         done = qs.release(tenant, "q", delay_s=0, **selected)
                 elif action == "delete":

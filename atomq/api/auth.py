@@ -15,6 +15,7 @@ from flask import current_app, g, request
 
 from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from atomq.tenants import Principal
+from atomq.tenants.execution_tokens import is_execution_token
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
 METRICS_PATH = "/metrics"
@@ -49,7 +50,7 @@ def authenticate() -> None:
     try:
         g.principal = services.tenants.authenticate(presented)
     except Unauthorized:
-        if presented:
+        if presented and not is_execution_token(presented):
             throttle.failed(address)
         raise
     grant = g.principal.execution

@@ -5,10 +5,20 @@ every HTTP worker process of the node shares the count, in a window that
 starts with an address's first failure and expires with it. A throttled
 address is refused before its key is looked at, so guessing keys goes no
 faster than the limit; an address whose keys work is never counted, nor is
-a request that presents no key at all (it guesses nothing).
+a request that presents no key at all (it guesses nothing), nor a failed
+execution token (signed by the node: an expired one is no guess).
+
+The refusal is decided from what this process learnt when it counted a
+failure, so a request whose key works costs no store call: a worker process
+that has not yet seen an address pass the limit lets at most one more guess
+through before it does. Behind a proxy every client has the proxy's address:
+there one client's failures throttle them all.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 from atomq.errors import RateLimited
 from atomq.platform import keys as k
@@ -28,21 +38,33 @@ class KeyCheckThrottle:
         self._storage = storage
         self._node_id = node_id
         self.max_failures = max_failures
+        self._refused_until: dict[str, float] = {}  # address -> monotonic time its window ends
+        self._lock = threading.Lock()
 
     def check(self, address: str) -> None:
         """RateLimited when ``address`` failed too often in its current window."""
-        key = k.failed_key_checks(self._node_id, address)
-        failures = self._storage.call(self._storage.client.get, key)
-        if failures is not None and int(failures) >= self.max_failures:
-            ttl = self._storage.call(self._storage.client.ttl, key)
-            retry_after = max(1, int(ttl)) if ttl is not None and ttl > 0 else WINDOW_S
+        with self._lock:
+            until = self._refused_until.get(address)
+            if until is not None and until <= time.monotonic():
+                del self._refused_until[address]
+                until = None
+        if until is not None:
+            retry_after = max(1, round(until - time.monotonic()))
             raise RateLimited(f"more than {self.max_failures} failed key checks from this address in {WINDOW_S} s: "
                               f"try again in {retry_after} s", retry_after=retry_after, scope="key_checks")
 
     def failed(self, address: str) -> None:
-        """Counts one failed key check of ``address``; the first of a window starts it."""
+        """Counts one failed key check of ``address``; the first of a window starts it.
+        Past the limit, this process refuses the address until the window ends."""
         key = k.failed_key_checks(self._node_id, address)
         pipe = self._storage.client.pipeline(transaction=True)
         pipe.set(key, 0, ex=WINDOW_S, nx=True)
         pipe.incr(key)
-        self._storage.call(pipe.execute)
+        pipe.pttl(key)
+        _, failures, ttl_ms = self._storage.call(pipe.execute)
+        if int(failures) >= self.max_failures:
+            with self._lock:
+                if len(self._refused_until) > 10_000:  # bounded: stale entries go first
+                    now = time.monotonic()
+                    self._refused_until = {a: u for a, u in self._refused_until.items() if u > now}
+                self._refused_until[address] = time.monotonic() + max(int(ttl_ms), 1000) / 1000

@@ -15,7 +15,7 @@ from atomq.platform import keys as k
 from atomq.platform.models import DestinationCounts, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
-from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_keys, queue_not_found
 
 
 class Components:
@@ -170,8 +170,9 @@ class Components:
             errors={"STALESUBS": lambda: StaleRoute("stale")})
         return marker if existed else None
 
-    def finish_removal(self, tk: k.TenantKeys, marker: str) -> None:
-        """Drops a removal's messages in chunks, then its keys and its marker.
+    def finish_removal(self, tk: k.TenantKeys, marker: str, budget: ChunkBudget | None = None) -> bool:
+        """Drops a removal's messages in chunks, then its keys and its marker; with a
+        ``budget``, stops when it is spent. Returns whether the removal is done.
 
         Idempotent: an interrupted removal resumes from whatever is left.
         """
@@ -180,9 +181,12 @@ class Components:
         base = [tk.doc, tk.doc_props, tk.doc_refs, tk.deleting]
         for i in range(int(count)):
             d = tk.removed_destination(removal_id, i)
-            self._shared.drain(tk, base, d, "drop", "chunk")
+            self._shared.drain(tk, base, d, "drop", "chunk", budget=budget)
+            if budget is not None and budget.spent:
+                return False  # perhaps drained to the end; the next round finds out in one chunk
             self._shared.storage.call(self._shared.client.delete, *d.as_list())
         self._shared.storage.call(self._shared.client.srem, tk.deleting, marker)
+        return True
 
     def resume_removals(self, tenant: str) -> int:
         """Finishes removals that a crash interrupted; returns how many it finished."""

@@ -92,12 +92,13 @@ class DataDirLock:
         """Takes the lock, or raises :class:`DataDirInUse` naming its holder.
 
         A lock whose file names a process that is gone is held by a child of
-        that process still exiting: it is waited for, up to ``wait_s``.
+        that process still exiting, and one whose file names nobody is being
+        taken or given up this instant: both are waited for, up to ``wait_s``.
         """
         deadline = time.monotonic() + wait_s
         while not self.try_acquire(command):
             holder = read_holder(self.data_dir)
-            if holder is None or pid_alive(holder.pid) or time.monotonic() > deadline:
+            if (holder is not None and pid_alive(holder.pid)) or time.monotonic() > deadline:
                 raise in_use(self.data_dir, holder)
             time.sleep(0.1)
 

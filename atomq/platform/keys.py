@@ -4,6 +4,7 @@ Layout (``T`` is a tenant id, ``Q`` a queue name, ``S`` a subscriber name;
 names are validated so none of them can contain ``{``, ``}`` or ``:``)::
 
     aq:format                      the stored format version (string)
+    aq:format:migrating            the node migrating older data to this format (expiring)
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:lease:<name>                a lease: its holder's id, expiring unless renewed
     aq:rl:node:<N>                 node N's rate-limit window on sends (start, count)
@@ -115,6 +116,8 @@ from dataclasses import dataclass
 
 PREFIX = "aq"
 FORMAT_VERSION_KEY = f"{PREFIX}:format"
+FORMAT_MIGRATION_KEY = f"{PREFIX}:format:migrating"
+"""Held (with an expiry) by the one node that migrates older data; the others wait for it."""
 TENANTS_KEY = f"{PREFIX}:tenants"
 
 

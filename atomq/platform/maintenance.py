@@ -15,6 +15,8 @@ works through the ``QueueServer`` so that what the server offers is all it uses.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,15 +29,22 @@ from atomq.platform import store_sizes
 from atomq.platform.audit import repair_usage
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.components import Components
-from atomq.platform.format import record_format
+from atomq.platform.format import FORMAT_VERSION, record_format
 from atomq.platform.lease import Lease
 from atomq.platform.names import check_tenant_id
-from atomq.platform.shared import Shared, docs_and_config, queue_not_found
+from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
 
 if TYPE_CHECKING:
     from atomq.platform.queue_server import QueueServer
 
 log = logging.getLogger("atomq.maintenance")
+
+CHUNKS_PER_TENANT_ROUND = 20
+"""Chunk scripts (of ``QueueSettings.chunk_size`` messages) one tenant's maintenance may run in one
+round: ~10,000 messages a second each for sweeps, purges and removals, however much is due."""
+
+MIGRATION_LOCK_S = 600
+"""How long one node may hold the format migration before another may take it over."""
 
 MAINTENANCE_PART = "maintenance"
 """The name ``/v1/ready`` gives the maintenance loop when it fails."""
@@ -67,14 +76,29 @@ class Maintenance:
     def migrate_from_format_1(self) -> None:
         """Recounts every tenant's usage with the bookkeeping and builds its due indexes.
 
-        Idempotent, so nodes that start together may both run it; run the upgrade
-        while no older node still writes, since it would count usage the old way.
+        One node migrates, under an expiring lock; a node that starts meanwhile waits
+        until the data is in this format. The recount is exact only while nothing
+        writes: run the upgrade while no older node still serves the store.
         """
-        for tenant in self._components.tenants():
-            repair_usage(self._shared.client, tenant)
-            self.sweep(tenant)
-            self.purge(tenant)
-        record_format(self._shared.client)
+        client = self._shared.client
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        if not self._shared.storage.call(client.set, k.FORMAT_MIGRATION_KEY, holder, nx=True,
+                                         ex=MIGRATION_LOCK_S):
+            deadline = time.monotonic() + MIGRATION_LOCK_S
+            while int(self._shared.storage.call(client.get, k.FORMAT_VERSION_KEY) or 0) < FORMAT_VERSION:
+                if time.monotonic() > deadline:
+                    raise StorageError("another node has been migrating the data to this atomq's format for "
+                                       f"{MIGRATION_LOCK_S} s: see its log, or remove {k.FORMAT_MIGRATION_KEY}")
+                time.sleep(0.5)
+            return
+        try:
+            for tenant in self._components.tenants():
+                repair_usage(client, tenant)
+                self.sweep(tenant)
+                self.purge(tenant)
+            record_format(client)
+        finally:
+            self._shared.storage.call(client.delete, k.FORMAT_MIGRATION_KEY)
 
     def sweep(self, tenant: str) -> int:
         """Moves due redeliveries to ready and fails expired deliveries of every queue.
@@ -87,9 +111,10 @@ class Maintenance:
         tk = k.TenantKeys(check_tenant_id(tenant))
         return sum(self._sweep(tk, qk, d) for qk, d in self._components.all_destinations(tk))
 
-    def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys) -> int:
+    def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys,
+               budget: ChunkBudget | None = None) -> int:
         moved = 0
-        while True:
+        while budget is None or budget.take():
             try:
                 n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
                                                  [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
@@ -100,6 +125,7 @@ class Maintenance:
             moved += n
             if n < self._shared.settings.chunk_size:
                 return moved
+        return moved  # what is still due stays in the due index: the next round goes on
 
     def _retention_cutoff_ms(self) -> int:
         seconds, micros = self._shared.storage.call(self._shared.client.time)
@@ -117,9 +143,11 @@ class Maintenance:
         cutoff_ms = self._retention_cutoff_ms()
         return sum(self._purge(tk, qk, d, cutoff_ms) for qk, d in self._components.all_destinations(tk))
 
-    def _purge(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, cutoff_ms: int) -> int:
-        removed = self._shared.drain(tk, docs_and_config(tk, qk), d, "drop", "older", bound=str(cutoff_ms))
-        self._shared.storage.run("oldest", [d.all, tk.oldest], [d.member])
+    def _purge(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys, cutoff_ms: int,
+               budget: ChunkBudget | None = None) -> int:
+        removed = self._shared.drain(tk, docs_and_config(tk, qk), d, "drop", "older", bound=str(cutoff_ms),
+                                     budget=budget)
+        self._shared.storage.run("oldest", [d.all, tk.oldest], [d.member])  # what is left past it: next round
         return removed
 
     def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
@@ -146,20 +174,21 @@ class Maintenance:
         that have something due, purges those holding messages past the retention.
 
         Visits only what the tenant's indexes say is due, so an idle queue costs
-        nothing and a tenant with many queues does not slow the others' rounds.
+        nothing and a tenant with many queues does not slow the others' rounds; and
+        runs at most ``CHUNKS_PER_TENANT_ROUND`` chunk scripts, so neither does a
+        tenant with much to purge or remove: the rest waits for the next round.
         """
         tk = k.TenantKeys(check_tenant_id(tenant))
         if work is None:
             work = self.due_work([tenant])[tenant]
-        for marker in work.removals:
-            self._components.finish_removal(tk, marker)
-        moved = sum(self._sweep(tk, *tk.destination_named(m)) for m in work.due)
+        budget = ChunkBudget(CHUNKS_PER_TENANT_ROUND)
+        finished = sum(self._components.finish_removal(tk, marker, budget) for marker in work.removals)
+        moved = sum(self._sweep(tk, *tk.destination_named(m), budget) for m in work.due)
         purged = 0
         if work.old:
             cutoff_ms = self._retention_cutoff_ms()
-            purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms) for m in work.old)
-        return {"removals": len(work.removals), "moved": moved, "purged": purged,
-                "marker_bytes": work.marker_bytes}
+            purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms, budget) for m in work.old)
+        return {"removals": finished, "moved": moved, "purged": purged, "marker_bytes": work.marker_bytes}
 
 
 def maintain_all(qs: QueueServer) -> dict[str, int]:
@@ -178,11 +207,25 @@ def maintain_all(qs: QueueServer) -> dict[str, int]:
             try:
                 for name, count in qs.maintain(tenant, work).items():
                     totals[name] += count
-            except StorageError:
-                raise  # the store, not the tenant: the whole round fails and says so in /v1/ready
-            except Exception:  # one tenant's trouble must not hold up every other tenant's round
-                log.warning("maintenance of tenant %s failed", tenant, exc_info=True)
+            except Exception as exc:  # one tenant's trouble must not hold up every other tenant's round
+                _report_tenant_failure(tenant, exc)
     return totals
+
+
+_reported: dict[str, str] = {}
+
+
+def _report_tenant_failure(tenant: str, exc: Exception) -> None:
+    """Logs one tenant's failed maintenance, with its traceback once per distinct error
+    (a store that is away fails the next round's read of due work, which /v1/ready reports)."""
+    text = describe(exc)
+    if _reported.get(tenant) == text:
+        log.debug("maintenance of tenant %s failed again: %s", tenant, text)
+        return
+    if len(_reported) > 10_000:
+        _reported.clear()
+    _reported[tenant] = text
+    log.warning("maintenance of tenant %s failed: %s", tenant, text, exc_info=exc)
 
 
 def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,

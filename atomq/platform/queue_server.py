@@ -21,6 +21,7 @@ import redis
 from atomq.platform.components import Components
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
+from atomq.errors import FormatVersionError
 from atomq.platform.format import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.management import Management
@@ -39,10 +40,12 @@ class QueueServer:
     Args:
         client: a redis-py client (standalone or cluster) with
             ``decode_responses=False``: documents may be bytes.
-        settings: server-wide settings; defaults as in API.md.
+        settings: server-wide settings (``QueueSettings``' defaults).
+        migrate: bring data of an older format to this one (one node at a time); without,
+            older data is refused (``atomq audit`` reads, it never migrates).
     """
 
-    def __init__(self, client: redis.Redis, settings: QueueSettings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: QueueSettings | None = None, migrate: bool = True) -> None:
         self.storage = Storage(client)
         self._shared = Shared(self.storage, settings or QueueSettings())
         stored_format = check_format(client)
@@ -88,6 +91,11 @@ class QueueServer:
         self.maintain = maintenance.maintain
 
         if stored_format < FORMAT_VERSION:
+            if not migrate:
+                raise FormatVersionError(
+                    f"the data is in format {stored_format}, which this atomq migrates to {FORMAT_VERSION} "
+                    "when `atomq serve` starts on it; start the node first", stored=stored_format,
+                    supported=FORMAT_VERSION)
             maintenance.migrate_from_format_1()
 
     @property

@@ -91,8 +91,10 @@ class QueueSettings:
         for name, most in (("dedupe_window_s", MAX_DEDUPE_WINDOW_S),
                            ("document_retention_s", MAX_DOCUMENT_RETENTION_S)):
             value = getattr(self, name)
-            if not _number_within(value, 0, most) or value == 0:
-                raise InvalidInput(f"{name} must be a number above 0 and at most {most:g}", field=name)
+            # At least a millisecond: the scripts take these in whole ms, and a marker set
+            # for 0 ms (SET PX 0) is an error that would refuse every de-duplicated send.
+            if not _number_within(value, 0.001, most):
+                raise InvalidInput(f"{name} must be a number from 0.001 to {most:g}", field=name)
         object.__setattr__(self, "redelivery_delays_s", delays)
         object.__setattr__(self, "_delays_arg", ",".join(str(round(d * 1000)) for d in delays))
 

@@ -33,6 +33,26 @@ def docs_and_config(tk: k.TenantKeys, qk: k.QueueKeys) -> list[str]:
     return [tk.doc, tk.doc_props, tk.doc_refs, qk.config]
 
 
+class ChunkBudget:
+    """How many more chunk scripts one tenant's maintenance may run this round: a tenant
+    with a million messages past the retention, or a big queue being removed, gets its
+    work done over several rounds instead of holding up every other tenant's."""
+
+    def __init__(self, chunks: int) -> None:
+        self.remaining = chunks
+
+    def take(self) -> bool:
+        """Spends one chunk; False once none is left (the work resumes next round)."""
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        return True
+
+    @property
+    def spent(self) -> bool:
+        return self.remaining <= 0
+
+
 def queue_not_found(queue: str) -> NotFound:
     return NotFound(f"queue {queue!r} does not exist", queue=queue)
 
@@ -68,13 +88,14 @@ class Shared:
         return self.settings.max_reply_bytes, self.settings.max_document_bytes + 1
 
     def drain(self, tk: k.TenantKeys, base: list[str], d: k.DestinationKeys, action: str, mode: str,
-              bound: str = "") -> int:
+              bound: str = "", budget: ChunkBudget | None = None) -> int:
         """Applies ``action`` chunk by chunk over a destination's messages; returns the count.
 
-        Removals, purges and an operator's delete or resend of all messages run it.
+        Removals, purges and an operator's delete or resend of all messages run it;
+        with a ``budget``, it stops when that is spent (the maintenance resumes it).
         """
         total, cursor = 0, bound
-        while True:
+        while budget is None or budget.take():
             count, nxt = self.storage.run(
                 "manage", base + d.as_list() + [tk.usage], [action, mode, cursor, self.settings.chunk_size]
             )
@@ -83,3 +104,4 @@ class Shared:
                 return total
             if mode == "chunk":
                 cursor = nxt.decode()
+        return total

@@ -121,6 +121,15 @@ class NodeWorkers:
     # -- the master's loop ------------------------------------------------------------------
 
     def manage(self) -> None:
+        """One turn of the master's loop. It runs inside gunicorn's arbiter, which stops the
+        whole node on any exception: a failure here (a fork refused under memory pressure,
+        say) is logged and tried again on a later turn instead."""
+        try:
+            self._manage()
+        except Exception:
+            log.exception("keeping the execution workers failed; trying again shortly")
+
+    def _manage(self) -> None:
         if self.stopping:
             return
         now = self.clock()

@@ -37,15 +37,22 @@ if lost > 0 then
     redis.call('HSET', KEYS[2], 'state', 'error')
   end
 end
+-- A listener that waits keeps the state and error it had before (waited_from,
+-- waited_error) and gets them back once a worker is alive: an execution's
+-- failure is not lost to a spell without workers.
 local waiting = ARGV[6]
 if waiting ~= '' and (state == 'running' or state == 'error') then
+  redis.call('HSET', KEYS[2], 'waited_from', state,
+             'waited_error', redis.call('HGET', KEYS[2], 'last_error') or '')
   state = 'waiting'
   redis.call('HSET', KEYS[2], 'state', 'waiting', 'last_error', waiting)
 elseif waiting ~= '' and state == 'waiting' and redis.call('HGET', KEYS[2], 'last_error') ~= waiting then
   redis.call('HSET', KEYS[2], 'last_error', waiting)
 elseif waiting == '' and state == 'waiting' then
-  state = 'running'
-  redis.call('HSET', KEYS[2], 'state', 'running', 'last_error', '')
+  local before = redis.call('HMGET', KEYS[2], 'waited_from', 'waited_error')
+  state = before[1] or 'running'
+  redis.call('HSET', KEYS[2], 'state', state, 'last_error', before[2] or '')
+  redis.call('HDEL', KEYS[2], 'waited_from', 'waited_error')
 end
 if state == 'paused' then return {0, lost} end
 local retry_at = tonumber(redis.call('HGET', KEYS[2], 'retry_at'))

@@ -72,6 +72,7 @@ elseif action == 'extend' then
     end
     redis.call('ZADD', d.inflight, 'XX', unpack(args))
   end
+  due_by(KEYS[14], ARGV[6], deadline)  -- an extension may also shorten a deadline
   return {#hits, 0}
 elseif action == 'release' then
   local due = now + tonumber(ARGV[2])
