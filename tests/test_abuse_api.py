@@ -280,8 +280,19 @@ def nested_properties(depth: int) -> str:
 def test_bodies_deeper_than_32_levels_get_400(app: App) -> None:
     assert app.call("POST", "/v1/queues/orders/messages", raw=nested_properties(32)).status_code == 201
     error = error_of(app.call("POST", "/v1/queues/orders/messages", raw=nested_properties(33)), 400)
-    assert error["details"]["field"] == "body"
+    assert error["details"]["field"] == "messages.0.properties", "the send names where its body nests"
     app.call("DELETE", "/v1/queues/orders/messages", {"all": True})
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    (b'{"messages":[{"documents":[{"data":"\\ud800"}]}]}', "messages.0.documents.0.data"),
+    (b'{"messages":[{"documents":[{"data":"x"}],"properties":{"k":["\\udfff"]}}]}', "messages.0.properties.k.0"),
+    (b'{"messages":[{"documents":[{"data":"x","properties":{"\\ud800":1}}]}]}', "messages.0.documents.0.properties.<key>"),
+    (b'{"messages":[{"documents":[{"data":"x"}],"dedupe_id":"\\ud800"}]}', "messages.0.dedupe_id"),
+])
+def test_a_send_names_the_text_that_holds_a_lone_surrogate(app: App, raw: bytes, field: str) -> None:
+    """The send checks its texts itself (it skips the scan of the whole body other calls get)."""
+    assert error_of(app.call("POST", "/v1/queues/orders/messages", raw=raw), 400)["details"]["field"] == field
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "[{" * 50_000 + "}]" * 50_000],

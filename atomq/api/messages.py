@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response, request
 from flask.views import MethodView
 
-from atomq.api import links, render
+from atomq.api import links, render, strict_json
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, PageArgs, Selector
@@ -33,10 +33,16 @@ blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="M
 
 
 def _json_body() -> Any:
-    """The body, read through the app's strict JSON (a 400 naming what is wrong with it)."""
+    """The send's body, read as the app's strict JSON reads every body (a 400 naming what is
+    wrong with it), but for the depth: only properties can nest, and ``parse_send`` measures
+    them, which costs a send of 100 messages nothing when they are flat."""
     if not request.is_json:
         raise InvalidInput("the body must be JSON (Content-Type: application/json)", field="body")
-    return request.get_json()
+    try:
+        return strict_json.parse(request.get_data(cache=False), checked_by_caller=True)
+    except ValueError as exc:
+        request.on_json_loading_failed(exc)
+        raise
 
 
 @blp.route("/<qname:name>/messages")

@@ -15,6 +15,7 @@ import binascii
 from typing import Any
 
 from atomq.api.schemas.common import LATEST_TIME_S
+from atomq.api.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, unencodable
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
 
@@ -40,7 +41,22 @@ def _properties(raw: dict[str, Any], *path: str | int) -> dict[str, Any]:
     props = raw.get("properties", {})
     if not isinstance(props, dict):
         raise _fail("must be an object", *path, "properties")
+    # The only place a send's body can nest at will: the body, its messages and their
+    # documents stand above it (the path's length, plus the body itself).
+    if props:
+        if not nests_within(props, MAX_DEPTH - 1 - len(path)):
+            raise too_deep(".".join(str(p) for p in (*path, "properties")))
+        bad = path_of(props, unencodable, (*(str(p) for p in path), "properties"))
+        if bad is not None:
+            raise InvalidInput(f"{bad}: holds a lone UTF-16 surrogate, which is no character", field=bad)
     return props
+
+
+def _text(value: str, *path: str | int) -> str:
+    """``value``, if UTF-8 can hold it (a lone surrogate it cannot)."""
+    if unencodable(value):
+        raise _fail("holds a lone UTF-16 surrogate, which is no character", *path)
+    return value
 
 
 def _document(raw: Any, i: int, j: int) -> OutgoingDocument:
@@ -48,7 +64,7 @@ def _document(raw: Any, i: int, j: int) -> OutgoingDocument:
     props = _properties(raw, "messages", i, "documents", j)
     data = raw.get("data")
     if isinstance(data, str) and "data_base64" not in raw:
-        return OutgoingDocument(data, props)
+        return OutgoingDocument(_text(data, "messages", i, "documents", j, "data"), props)
     if ("data" in raw) == ("data_base64" in raw):
         raise _fail("give either data or data_base64", "messages", i, "documents", j, "data")
     if "data" in raw:
@@ -70,6 +86,8 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     dedupe_id = raw.get("dedupe_id")
     if dedupe_id is not None and (not isinstance(dedupe_id, str) or not 1 <= len(dedupe_id) <= 256):
         raise _fail("must be a string of 1 to 256 characters", "messages", i, "dedupe_id")
+    if dedupe_id is not None:
+        _text(dedupe_id, "messages", i, "dedupe_id")
     priority = raw.get("priority")
     if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
         raise _fail("must be an integer from 0 to 9", "messages", i, "priority")
@@ -80,6 +98,8 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     traceparent = raw.get("traceparent")
     if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > 256):
         raise _fail("must be a string of at most 256 characters", "messages", i, "traceparent")
+    if traceparent is not None:
+        _text(traceparent, "messages", i, "traceparent")
     return OutgoingMessage(
         documents=(_document(docs[0], i, 0),) if len(docs) == 1 else
         tuple(_document(d, i, j) for j, d in enumerate(docs)),
