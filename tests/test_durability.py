@@ -331,7 +331,7 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeyp
     # delete_queue as the library runs it, up to a crash after one chunk of the drop.
     chunks: list[int] = []
 
-    def one_chunk_then_crash(tk, base, d, action, mode, bound=""):
+    def one_chunk_then_crash(tk, base, d, action, mode, bound="", budget=None):
         count, _ = qs.storage.run("manage", base + d.as_list() + [tk.usage],
                                   [action, mode, bound, qs.settings.chunk_size])
         chunks.append(int(count))
