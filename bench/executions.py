@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from serve_node import BenchError, ServeNode, _die_with_parent, expect, progress, stop_on_sigterm
+from drivers.serve_node import BenchError, ServeNode, _die_with_parent, expect, progress, stop_on_sigterm
 
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 SEND_CHUNK = 100

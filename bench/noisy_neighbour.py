@@ -50,7 +50,7 @@ from typing import Any
 
 import requests
 
-from serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
+from drivers.serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
 
 PAYLOAD_BYTES = 1024
 STEADY_BATCH = 10

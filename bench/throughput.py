@@ -73,7 +73,7 @@ import requests
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from atomq.platform.embedded import EmbeddedValkey
-from serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
+from drivers.serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
 
 PAYLOAD_BYTES = 1024
 BATCH = 100
