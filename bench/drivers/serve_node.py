@@ -1,6 +1,8 @@
 """``atomq serve`` as a subprocess for the benchmarks: started on a free
 loopback port in a temporary data directory, stopped (SIGTERM, then kill
 only if it hangs) and its directory removed, even when the bench fails.
+Beside it, what every bench shares to fail (BenchError, check, expect) and
+to report progress.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ import requests
 
 class BenchError(Exception):
     """Something failed: the figures would be meaningless."""
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        raise BenchError(what)
 
 
 def progress(text: str) -> None:

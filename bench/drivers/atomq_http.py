@@ -1,0 +1,242 @@
+"""atomq over HTTP: a served node with a tenant, and the client threads that send and drain it.
+
+The whole path a user's client takes (gunicorn workers, the API, the node's
+own Valkey), with the diagnostics that say where a request's time goes:
+which worker holds each connection, and the CPU each party spent.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import requests
+
+from .serve_node import BenchError, ServeNode, check, expect, progress
+from .workload import BATCH, PAYLOAD_BYTES, batch_dispenser, threaded_phase
+
+
+class HttpNode(ServeNode):
+    """The bench's ``atomq serve``, with a tenant for the clients.
+
+    It runs its own embedded Valkey; the bench reaches that Valkey through the
+    socket and password the node wrote in its data directory, to rewrite the
+    AOF before each timed phase as it does for its own.
+    """
+
+    def __init__(self, http_workers: int | None) -> None:
+        # No listeners here: execution workers (serve starts 2 by default) would only take CPU.
+        super().__init__("atomq-bench-http-", http_workers, workers=0)
+        self.valkey: redis.Redis | None = None
+        self.valkey_pid = 0
+        self.tenant_key = ""
+        self.api: requests.Session | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        super().start(timeout)
+        self.api = requests.Session()
+        self.api.headers["Connection"] = "close"  # only the client threads hold keep-alive connections
+        created = expect(self.api.post(f"{self.base}/v1/tenants", json={"name": "bench"},
+                                       headers={"Authorization": f"Bearer {self.owner_key}"}, timeout=30),
+                         201, "creating the bench tenant")
+        self.tenant_key = created["api_key"]
+        self.api.headers["Authorization"] = f"Bearer {self.tenant_key}"
+        self.valkey = self._valkey_client()
+        self.valkey_pid = int(self.valkey.info("server")["process_id"])
+
+    def stop(self, timeout: float = 40.0) -> None:
+        try:
+            if self.api is not None:
+                self.api.close()
+            if self.valkey is not None:
+                self.valkey.close()
+        finally:
+            super().stop(timeout)
+
+    def _valkey_client(self) -> redis.Redis:
+        vdir = self.data_dir / "valkey"
+        sock = next((shlex.split(line)[1] for line in (vdir / "valkey.conf").read_text().splitlines()
+                     if line.startswith("unixsocket ")), None)
+        check(sock is not None, "cannot find the node's Valkey socket in its valkey.conf")
+        return redis.Redis(unix_socket_path=sock, password=(vdir / "password").read_text().strip())
+
+    # the API, untimed
+
+    def put_queue(self, name: str) -> None:
+        expect(self._api().put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point"}, timeout=30),
+               201, f"creating queue {name}")
+
+    def queue_info(self, name: str) -> dict[str, Any]:
+        info: dict[str, Any] = expect(self._api().get(f"{self.base}/v1/queues/{name}", timeout=30), 200,
+                                      f"reading queue {name}")
+        return info
+
+    def delete_queue(self, name: str) -> None:
+        expect(self._api().delete(f"{self.base}/v1/queues/{name}", timeout=30), 204, f"deleting queue {name}")
+
+    def client_session(self) -> requests.Session:
+        return self.session(self.tenant_key)
+
+    def _api(self) -> requests.Session:
+        if self.api is None:
+            raise BenchError("atomq serve is not started")
+        return self.api
+
+    # who serves the clients
+
+    def worker_pids(self) -> list[int]:
+        """The gunicorn worker processes: the node's children, less its Valkey."""
+        if self.proc is None:
+            return []
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/comm") as f:
+                    comm = f.read().strip()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.proc.pid and not comm.startswith("valkey"):
+                pids.append(int(entry))
+        return sorted(pids)
+
+    def connections_by_worker(self) -> dict[int, int]:
+        """Established client connections each worker holds (from /proc; empty where that is unreadable)."""
+        port = f":{self.port:04X}"
+        inodes: set[str] = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    rows = f.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 9 and fields[1].endswith(port) and fields[3] == "01":
+                    inodes.add(fields[9])
+        counts: dict[int, int] = {}
+        for pid in self.worker_pids():
+            counts[pid] = 0
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    counts[pid] += 1
+        return counts
+
+    def report_connections(self) -> None:
+        counts = self.connections_by_worker()
+        if counts:
+            progress("    client connections per server worker: "
+                     + ", ".join(f"pid {pid}: {n}" for pid, n in counts.items()))
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) so far of this process (the clients), the node's workers and its Valkey."""
+        out = {"client": time.process_time(), "workers": 0.0, "valkey": 0.0}
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in self.worker_pids() + ([self.valkey_pid] if self.valkey_pid else []):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out["valkey" if pid == self.valkey_pid else "workers"] += (int(fields[11]) + int(fields[12])) / tick
+        return out
+
+    def cpu_report(self) -> tuple[Callable[[], None], Callable[[float, int, int], None]]:
+        """A phase's on_start (which also says who holds the connections) and, after it, a report of
+        the CPU each party spent per request: a diagnostic, on stderr."""
+        before: dict[str, float] = {}
+
+        def on_start() -> None:
+            self.report_connections()
+            before.update(self.cpu_seconds())
+
+        def report(seconds: float, requests_made: int, clients: int) -> None:
+            after = self.cpu_seconds()
+            if before and requests_made:
+                per = {k: (after[k] - before[k]) / requests_made * 1e3 for k in after}
+                progress(f"    per request ({requests_made}): wall {seconds * clients / requests_made * 1e3:.2f} ms "
+                         f"a client; CPU: client {per['client']:.2f} ms, server workers {per['workers']:.2f} ms, "
+                         f"node's Valkey {per['valkey']:.2f} ms")
+
+        return on_start, report
+
+
+def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tuple[float, list[str]]:
+    """``clients`` threads, each with its own keep-alive session, POST 100 messages a request until n are sent."""
+    url = f"{node.base}/v1/queues/{queue}/messages"
+    messages = [{"documents": [{"data": text}]} for _ in range(BATCH)]
+    full = {"messages": messages}
+    take = batch_dispenser(n)
+
+    def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, list[str]]:
+        with node.client_session() as s:
+            ready()
+            ids: list[str] = []
+            while not stop.is_set():
+                batch = take()
+                if batch is None:
+                    break
+                size = batch[1]
+                body = full if size == BATCH else {"messages": messages[:size]}
+                got = expect(s.post(url, json=body, timeout=60), 201, "http_send")["ids"]
+                check(len(got) == size, f"http_send: a send of {size} answered {len(got)} ids")
+                ids.extend(got)
+            return time.perf_counter(), ids
+
+    on_start, report = node.cpu_report()
+    seconds, parts = threaded_phase("http_send", clients, work, on_start=on_start)
+    report(seconds, -(-n // BATCH), clients)
+    return seconds, [i for part in parts for i in part]
+
+
+def http_get_ack(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
+    """``clients`` threads each get (max 100) and ack (ids) on the same queue until a get finds nothing.
+
+    Returns seconds, every id delivered (duplicates kept, for the check) and
+    the count the acks acknowledged.
+    """
+    get_url = f"{node.base}/v1/queues/{queue}/get"
+    ack_url = f"{node.base}/v1/queues/{queue}/ack"
+
+    def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
+        with node.client_session() as s:
+            ready()
+            delivered: list[str] = []
+            acked = calls = 0
+            while not stop.is_set():
+                calls += 1
+                got = expect(s.post(get_url, json={"max": BATCH}, timeout=60), 200, "http_get_ack: get")["messages"]
+                if not got:
+                    break
+                ids = [m["id"] for m in got]
+                docs = got[0]["documents"]
+                check(len(docs) == 1 and len(docs[0].get("data", "")) == PAYLOAD_BYTES,
+                      f"delivery {ids[0]} does not carry one {PAYLOAD_BYTES}-character document")
+                check(all(m["delivery_count"] == 1 for m in got), "http_get_ack: a message was delivered twice")
+                calls += 1
+                done = expect(s.post(ack_url, json={"ids": ids}, timeout=60), 200, "http_get_ack: ack")["acked"]
+                check(done == len(ids), f"http_get_ack: an ack of {len(ids)} ids acknowledged {done}")
+                delivered.extend(ids)
+                acked += done
+            return time.perf_counter(), (delivered, acked, calls)
+
+    on_start, report = node.cpu_report()
+    seconds, parts = threaded_phase("http_get_ack", clients, work, on_start=on_start)
+    report(seconds, sum(c for _, _, c in parts), clients)
+    return seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts)
