@@ -523,9 +523,14 @@ def test_served_failed_key_checks_are_counted_across_workers(served: AtomqServe)
     for i in range(MAX_FAILURES):
         answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer wrong{i}"}, timeout=10)
         assert answer.status_code == 401
-    late = [requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer late{i}"},
-                         timeout=10).status_code for i in range(12)]
-    assert late.count(401) <= served.http_workers and set(late[-4:]) == {429}, late
+    # Until six 429s in a row: a worker that has not yet answered one of these (the second
+    # worker may start answering late) lets one more guess through, once.
+    late: list[int] = []
+    while late[-6:] != [429] * 6:
+        assert len(late) < 60, late
+        late.append(requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer late{len(late)}"},
+                                 timeout=10).status_code)
+    assert late.count(401) <= served.http_workers and set(late) <= {401, 429}, late
     for _ in range(6):
         answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
                               timeout=10)
