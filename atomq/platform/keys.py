@@ -100,7 +100,7 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
                                    (see ``atomq.platform.store_sizes``)
     aq:metrics:latency             hash: the API's request latency histogram, summed over every
-                                   process of every node (see ``atomq.api.latency``)
+                                   process of every node (see ``atomq.platform.request_latency``)
 
 Dashboard sessions (see ``atomq.api.dashboard.sessions``), in no tenant's keyspace::
 
@@ -412,7 +412,7 @@ def dashboard_session(session_id: str) -> str:
 
 REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
 """Hash of the API's request latency histogram, summed over every process of every node
-(fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.api.latency``)."""
+(fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.platform.request_latency``)."""
 
 STORE_SIZES_KEY = f"{PREFIX}:server:stores"
 TEMPORARY_KEY_PATTERNS = (
