@@ -8,8 +8,9 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:lease:<name>                a lease: its holder's id, expiring unless renewed
     aq:rl:node:<N>                 node N's rate-limit window on sends (start, count)
-    aq:keyfail:<N>:<address>       failed key checks from one client address through node N
-                                   in the current window, expiring with it (see atomq.api.key_checks)
+    aq:keyfail:<N>:<address>       failed key checks from one client address through node N in
+                                   the current window, expiring with it (see
+                                   ``atomq.platform.failed_key_checks``)
     aq:{T}:rl:<N>                  tenant T's rate-limit window on sends through node N
     aq:server                      hash of the server settings shared by every node
     aq:{T}:seq                     counter that numbers messages (message ids)
