@@ -103,7 +103,7 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:metrics:latency             hash: the API's request latency histogram, summed over every
                                    process of every node (see ``atomq.platform.request_latency``)
 
-Dashboard sessions (see ``atomq.api.dashboard.sessions``), in no tenant's keyspace::
+Dashboard sessions (see ``atomq.tenants.dashboard_sessions``), in no tenant's keyspace::
 
     aq:dash:<sha256 hex>           hash: one signed-in session, named by the SHA-256 of its
                                    cookie's session id (the id itself is never stored),
