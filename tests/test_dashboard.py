@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 
 from atomq.api import create_app
-from atomq.api.dashboard.sessions import SESSION_COOKIE, SessionStore
+from atomq.api.dashboard.sessions import SESSION_COOKIE
 from atomq.api.services import LongPollLimiter, Services
 from atomq.client import AtomqClient
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.tenants import TenantStore, api_keys
+from atomq.tenants.dashboard_sessions import SessionStore
 from in_process_node import InProcessNode
 
 try:

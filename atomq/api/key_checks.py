@@ -1,12 +1,13 @@
 """Failed key checks slow their sender down: past a few a minute, an address gets 429.
 
-Counted per client address and node in Redis (``keys.failed_key_checks``), so
-every HTTP worker process of the node shares the count, in a window that
-starts with an address's first failure and expires with it. A throttled
-address is refused before its key is looked at, so guessing keys goes no
-faster than the limit; an address whose keys work is never counted, nor is
-a request that presents no key at all (it guesses nothing), nor a failed
-execution token (signed by the node: an expired one is no guess).
+Counted per client address and node in Redis
+(``atomq.platform.failed_key_checks``), so every HTTP worker process of the
+node shares the count, in a window that starts with an address's first
+failure and expires with it. A throttled address is refused before its key
+is looked at, so guessing keys goes no faster than the limit; an address
+whose keys work is never counted, nor is a request that presents no key at
+all (it guesses nothing), nor a failed execution token (signed by the node:
+an expired one is no guess).
 
 The refusal is decided from what this process learnt when it counted a
 failure, so a request whose key works costs no store call: a worker process
@@ -21,7 +22,7 @@ import threading
 import time
 
 from atomq.errors import RateLimited
-from atomq.platform import keys as k
+from atomq.platform.failed_key_checks import FailedKeyChecks
 from atomq.platform.storage import Storage
 
 MAX_FAILURES = 20
@@ -35,8 +36,7 @@ class KeyCheckThrottle:
     """Counts one node's failed key checks by client address."""
 
     def __init__(self, storage: Storage, node_id: str, max_failures: int = MAX_FAILURES) -> None:
-        self._storage = storage
-        self._node_id = node_id
+        self._failures = FailedKeyChecks(storage, node_id)
         self.max_failures = max_failures
         self._refused_until: dict[str, float] = {}  # address -> monotonic time its window ends
         self._lock = threading.Lock()
@@ -56,15 +56,10 @@ class KeyCheckThrottle:
     def failed(self, address: str) -> None:
         """Counts one failed key check of ``address``; the first of a window starts it.
         Past the limit, this process refuses the address until the window ends."""
-        key = k.failed_key_checks(self._node_id, address)
-        pipe = self._storage.client.pipeline(transaction=True)
-        pipe.set(key, 0, ex=WINDOW_S, nx=True)
-        pipe.incr(key)
-        pipe.pttl(key)
-        _, failures, ttl_ms = self._storage.call(pipe.execute)
-        if int(failures) >= self.max_failures:
+        failures, ttl_ms = self._failures.count(address, WINDOW_S)
+        if failures >= self.max_failures:
             with self._lock:
                 if len(self._refused_until) > 10_000:  # bounded: stale entries go first
                     now = time.monotonic()
                     self._refused_until = {a: u for a, u in self._refused_until.items() if u > now}
-                self._refused_until[address] = time.monotonic() + max(int(ttl_ms), 1000) / 1000
+                self._refused_until[address] = time.monotonic() + max(ttl_ms, 1000) / 1000

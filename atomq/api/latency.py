@@ -4,9 +4,10 @@
 the SDK's Prometheus reader sees only the process it runs in, so a scrape
 would show one worker's share. Each process therefore records into its own
 MeterProvider, whose periodic reader hands the delta of every few seconds
-to :class:`RedisHistogramExporter`; that adds it to one Redis hash, which
-the metrics endpoint reads whole. A process's last few seconds reach Redis
-at its next export, at a scrape it answers, or when it exits.
+to :class:`RedisHistogramExporter`; that adds it to one Redis hash
+(``atomq.platform.request_latency``), which the metrics endpoint reads
+whole. A process's last few seconds reach Redis at its next export, at a
+scrape it answers, or when it exits.
 
 A label takes only values the server knows (methods of HTTP, routes of the
 app): whatever a client invents adds no series.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask, g, request
@@ -31,8 +31,9 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
-from atomq.platform import keys as k
-from atomq.platform.storage import STORE_ERRORS, Storage
+from atomq.errors import StorageError
+from atomq.platform.request_latency import LatencyDelta, RequestLatencyStore
+from atomq.platform.storage import Storage
 
 INSTRUMENT = "atomq.request.duration"
 BOUNDS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
@@ -55,34 +56,25 @@ def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else OTHER_METHOD
 
 
-def series_field(labels: Mapping[str, str], part: str) -> str:
-    """The hash field of one series' bucket count, ``sum`` or ``count`` (label values hold no ``|``)."""
-    return "|".join(labels.get(name, "") for name in LABELS) + "|" + part
-
-
 class RedisHistogramExporter(MetricExporter):  # type: ignore[misc]
     """Adds each export's delta of the latency histogram to the shared hash."""
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(preferred_temporality={Histogram: AggregationTemporality.DELTA})
-        self._storage = storage
+        self._store = RequestLatencyStore(storage)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        pipe = self._storage.client.pipeline(transaction=False)
-        for resource in metrics_data.resource_metrics:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    for point in metric.data.data_points:
-                        if isinstance(point, HistogramDataPoint) and point.count:
-                            labels = {name: str(point.attributes.get(name, "")) for name in LABELS}
-                            for i, n in enumerate(point.bucket_counts):
-                                if n:
-                                    pipe.hincrby(k.REQUEST_LATENCY_KEY, series_field(labels, str(i)), n)
-                            pipe.hincrbyfloat(k.REQUEST_LATENCY_KEY, series_field(labels, "sum"), point.sum)
-                            pipe.hincrby(k.REQUEST_LATENCY_KEY, series_field(labels, "count"), point.count)
+        deltas = [
+            LatencyDelta(tuple(str(point.attributes.get(name, "")) for name in LABELS),
+                         point.bucket_counts, point.sum, point.count)
+            for resource in metrics_data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+            if isinstance(point, HistogramDataPoint) and point.count]
         try:
-            pipe.execute()
-        except STORE_ERRORS:
+            self._store.add(deltas)
+        except StorageError:
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
 

@@ -34,6 +34,8 @@ from atomq.api.latency import BOUNDS_S, LABELS, LatencyRecorder
 from atomq.api.server import server_state
 from atomq.api.services import Services
 from atomq.platform import keys as k
+from atomq.platform import lease
+from atomq.platform.request_latency import RequestLatencyStore
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.server_settings import MEMORY_STATES
 from atomq.tenants.records import Tenant
@@ -89,8 +91,8 @@ def metrics() -> Response:
 
 def exports_shared_figures(services: Services) -> bool:
     """Whether this node holds the maintenance lease (held as ``<node id>:<pid>`` by one of its processes)."""
-    holder = services.queues.storage.call(services.queues.client.get, k.lease_key(k.MAINTENANCE_LEASE))
-    return holder is not None and holder.decode().startswith(f"{services.node_id}:")
+    holder = lease.holder(services.queues.storage, k.MAINTENANCE_LEASE)
+    return holder is not None and holder.startswith(f"{services.node_id}:")
 
 
 class _Capped:
@@ -201,21 +203,20 @@ class PlatformCollector(Collector):  # type: ignore[misc]
                       ["tenant", "listener"], listener_counts["running"])
 
     def _latency(self, tenant_ids: set[str], tenant_label: _Capped) -> Iterator[Metric]:
-        storage, client = self._s.queues.storage, self._s.queues.client
-        raw = storage.call(client.hgetall, k.REQUEST_LATENCY_KEY)
+        store = RequestLatencyStore(self._s.queues.storage)
+        recorded = store.read()
         series: defaultdict[tuple[str, ...], dict[str, float]] = defaultdict(dict)
-        unknown = {field.split(b"|", 1)[0].decode() for field in raw} - tenant_ids - {""}
+        unknown = {labels[0] for labels in recorded} - tenant_ids - {""}
         # A deleted tenant's series are dropped, so the hash does not grow with every tenant there ever was.
         deleted = {t for t in unknown if not self._s.tenants.exists(t)}
-        gone = []
-        for field, value in raw.items():
-            *labels, part = field.decode().split("|")
+        gone: dict[tuple[str, ...], dict[str, float]] = {}
+        for labels, parts in recorded.items():
             if labels[0] in deleted:
-                gone.append(field)
+                gone[labels] = parts
                 continue
-            labels[0] = tenant_label(labels[0]) if labels[0] else ""
-            held = series[tuple(labels)]
-            held[part] = held.get(part, 0) + float(value)
+            held = series[(tenant_label(labels[0]) if labels[0] else "", *labels[1:])]
+            for part, value in parts.items():
+                held[part] = held.get(part, 0) + value
         family = HistogramMetricFamily("atomq_request_duration_seconds", "Time to answer an API request",
                                        labels=list(LABELS))
         for labels, held in sorted(series.items()):
@@ -225,8 +226,7 @@ class PlatformCollector(Collector):  # type: ignore[misc]
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             family.add_metric(list(labels), buckets, sum_value=held.get("sum", 0.0))
         yield family
-        if gone:
-            storage.call(client.hdel, k.REQUEST_LATENCY_KEY, *gone)
+        store.forget(gone)
 
 
 def _family(cls: Any, name: str, text: str, labels: list[str], values: dict[Any, float]) -> Metric:

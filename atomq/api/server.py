@@ -12,6 +12,7 @@ from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
 from atomq.api.services import Services
 from atomq.platform import store_sizes
+from atomq.platform.memory_use import memory_use
 from atomq.platform.server_settings import memory_state
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
@@ -26,8 +27,8 @@ def server_state(s: Services) -> dict[str, Any]:
     """The server's status, memory state, store sizes and shared settings: what
     ``GET /v1/server`` answers and the dashboard's owner view shows."""
     settings = s.current_settings()
-    memory = s.queues.storage.call(s.queues.client.info, "memory")
-    used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+    memory = memory_use(s.queues.storage)
+    used, limit = memory.used_bytes, memory.max_bytes
     state = memory_state(used, limit)
     stores = store_sizes.recorded(s.queues) or {}
     return {

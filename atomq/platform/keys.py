@@ -8,8 +8,9 @@ names are validated so none of them can contain ``{``, ``}`` or ``:``)::
     aq:tenants                     set of tenant ids that have queues (for the sweeps)
     aq:lease:<name>                a lease: its holder's id, expiring unless renewed
     aq:rl:node:<N>                 node N's rate-limit window on sends (start, count)
-    aq:keyfail:<N>:<address>       failed key checks from one client address through node N
-                                   in the current window, expiring with it (see atomq.api.key_checks)
+    aq:keyfail:<N>:<address>       failed key checks from one client address through node N in
+                                   the current window, expiring with it (see
+                                   ``atomq.platform.failed_key_checks``)
     aq:{T}:rl:<N>                  tenant T's rate-limit window on sends through node N
     aq:server                      hash of the server settings shared by every node
     aq:{T}:seq                     counter that numbers messages (message ids)
@@ -100,9 +101,9 @@ Listeners (``L`` a listener name, validated like a queue name; see
     aq:server:stores               hash: temporary_bytes, job_scheduler_bytes, measured_at
                                    (see ``atomq.platform.store_sizes``)
     aq:metrics:latency             hash: the API's request latency histogram, summed over every
-                                   process of every node (see ``atomq.api.latency``)
+                                   process of every node (see ``atomq.platform.request_latency``)
 
-Dashboard sessions (see ``atomq.api.dashboard.sessions``), in no tenant's keyspace::
+Dashboard sessions (see ``atomq.tenants.dashboard_sessions``), in no tenant's keyspace::
 
     aq:dash:<sha256 hex>           hash: one signed-in session, named by the SHA-256 of its
                                    cookie's session id (the id itself is never stored),
@@ -412,7 +413,7 @@ def dashboard_session(session_id: str) -> str:
 
 REQUEST_LATENCY_KEY = f"{PREFIX}:metrics:latency"
 """Hash of the API's request latency histogram, summed over every process of every node
-(fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.api.latency``)."""
+(fields ``<tenant>|<method>|<route>|<bucket index, sum or count>``; see ``atomq.platform.request_latency``)."""
 
 STORE_SIZES_KEY = f"{PREFIX}:server:stores"
 TEMPORARY_KEY_PATTERNS = (

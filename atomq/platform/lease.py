@@ -28,3 +28,13 @@ class Lease:
     def release(self) -> bool:
         """Gives the lease up at once (on a clean stop), so another node need not wait it out."""
         return bool(self._storage.run("lease", [self.key], ["release", self.holder, 0]))
+
+
+def holder(storage: Storage, name: str) -> str | None:
+    """Who holds lease ``name`` now (the holder's id), or None while nobody does.
+
+    Read by whatever must act on one node only without taking the lease itself,
+    such as the metrics export (see ``atomq.api.metrics``).
+    """
+    raw: bytes | None = storage.call(storage.client.get, k.lease_key(name))
+    return None if raw is None else raw.decode()

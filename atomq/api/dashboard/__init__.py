@@ -6,8 +6,8 @@ counts, a chart of send and ack rates, messages and dead letters to browse,
 resend and delete, and the queue to clear or delete; per listener: its state
 and counts, to pause, resume or restart.
 
-Sign-in takes an API key and keeps a server-side session (``sessions``,
-``access``); every action is a plain form POST with a CSRF token. Pages
+Sign-in takes an API key and keeps a server-side session (``sessions``
+holds the cookies, ``access`` checks them); every action is a plain form POST with a CSRF token. Pages
 refresh their numbers from a JSON endpoint of their own (``live``) with a
 small script shipped in ``static/``: no build step, nothing fetched from
 elsewhere. ``create_app`` registers ``bp``, a plain Flask blueprint kept out

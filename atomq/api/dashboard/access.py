@@ -23,10 +23,11 @@ from werkzeug.wrappers import Response
 
 from atomq.api.blueprint import services
 from atomq.api.dashboard.blueprint import LIVE_ENDPOINTS, bp
-from atomq.api.dashboard.sessions import COOKIE_PATH, SESSION_COOKIE, DashboardSession, SessionStore
+from atomq.api.dashboard.sessions import COOKIE_PATH, SESSION_COOKIE
 from atomq.api.errors import error_response
 from atomq.errors import Forbidden, NotFound, Unauthorized
 from atomq.tenants import Tenant
+from atomq.tenants.dashboard_sessions import DashboardSession, SessionStore
 from atomq.tenants.records import check_tenant_id, tenant_not_found
 
 OPEN_ENDPOINTS = frozenset({"dashboard.static", "dashboard.signin", "dashboard.signin_submit"})

@@ -2,8 +2,8 @@
 
 Sign-in checks the key as the API does (``TenantStore.authenticate``; an
 execution token is no key for people) and opens a new session
-(``sessions``): a fresh id every time, so no id set before sign-in survives
-it. A key that does not work gets the form again, 401, saying only that.
+(``atomq.tenants.dashboard_sessions``): a fresh id every time, so no id set
+before sign-in survives it. A key that does not work gets the form again, 401, saying only that.
 
 Login CSRF is guarded with a pre-session token (double submit): showing the
 form sets a random token both in the cookie ``atomq_signin`` (HttpOnly,
@@ -21,9 +21,10 @@ from werkzeug.wrappers import Response
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access
 from atomq.api.dashboard.blueprint import bp
-from atomq.api.dashboard.sessions import SESSION_COOKIE, SIGNIN_COOKIE, new_token
+from atomq.api.dashboard.sessions import SESSION_COOKIE, SIGNIN_COOKIE
 from atomq.errors import Forbidden, Unauthorized
 from atomq.tenants import api_keys
+from atomq.tenants.dashboard_sessions import new_token
 
 
 def _form(error: str | None = None, status: int = 200) -> Response:
