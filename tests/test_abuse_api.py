@@ -516,8 +516,9 @@ def test_served_invented_methods_get_405_with_allow(served: AtomqServe) -> None:
 def test_served_failed_key_checks_are_counted_across_workers(served: AtomqServe) -> None:
     """Each request on a new connection, so both workers answer some; the count is the node's.
     A worker learns an address is over the limit when it counts one of its failures, so past
-    the limit each worker lets at most one more guess through; then every answer is 429,
-    for a key that works too (a throttled address guesses no faster)."""
+    the limit each worker lets at most one more guess through; then every guess gets 429
+    (a throttled address guesses no faster). A key that works costs no store call, so a
+    worker that has counted none of the address's failures still lets it in."""
     with served.owner() as owner:
         tenant = owner("POST", "/v1/tenants", {"name": "throttled"}, 201)
     for i in range(MAX_FAILURES):
@@ -528,14 +529,15 @@ def test_served_failed_key_checks_are_counted_across_workers(served: AtomqServe)
     late: list[int] = []
     while late[-6:] != [429] * 6:
         assert len(late) < 60, late
-        late.append(requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer late{len(late)}"},
-                                 timeout=10).status_code)
-    assert late.count(401) <= served.http_workers and set(late) <= {401, 429}, late
-    for _ in range(6):
-        answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
+        answer = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer late{len(late)}"},
                               timeout=10)
-        assert answer.status_code == 429 and answer.json()["error"]["code"] == "rate_limited"
-        assert 1 <= int(answer.headers["Retry-After"]) <= WINDOW_S
+        late.append(answer.status_code)
+    assert late.count(401) <= served.http_workers and set(late) <= {401, 429}, late
+    assert answer.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(answer.headers["Retry-After"]) <= WINDOW_S
+    works = requests.get(served.url + "/v1/queues", headers={"Authorization": f"Bearer {tenant['api_key']}"},
+                         timeout=10)
+    assert works.status_code in (200, 429), "refused only by a worker that counted a failure of this address"
     with served.redis() as client:
         (counter,) = client.keys(f"{k.PREFIX}:keyfail:*:127.0.0.1")
         assert MAX_FAILURES <= int(client.get(counter)) <= MAX_FAILURES + served.http_workers
