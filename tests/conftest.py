@@ -7,8 +7,10 @@ processes, crashes and durability use ``valkey`` alone.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
@@ -19,6 +21,7 @@ from atomq import telemetry
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
+from serve_process import AtomqServe, ServeFactory, print_logs
 from support import FAST, assert_audit_clean, free_port
 
 
@@ -71,6 +74,35 @@ def qs(backend: redis.Redis) -> QueueServer:
     """A queue server with a fast redelivery schedule (0.05, 0.1, 0.15 s)."""
     return QueueServer(backend, FAST)
 
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeFactory]:
+    """Starts ``atomq serve`` processes with the given flags on ``tmp_path/data``, each on a port of
+    its own (again on a node's directory and port with ``same_as=node``); at teardown stops them
+    all, which audits their data (``AtomqServe.ensure_stopped``), and shows their logs."""
+    nodes: list[AtomqServe] = []
+    owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
+
+    def start(*args: str, http_workers: int = 2, same_as: AtomqServe | None = None, healthy: bool = True,
+              env: dict[str, str] | None = None) -> AtomqServe:
+        node = AtomqServe(same_as.data_dir if same_as else tmp_path / "data", tmp_path / f"serve-{len(nodes)}.log",
+                          owner_key, same_as.port if same_as else free_port(), http_workers, args, env)
+        nodes.append(node)
+        node.start(healthy=healthy)
+        return node
+
+    try:
+        yield start
+    finally:
+        errors = []
+        for node in nodes:
+            try:
+                node.ensure_stopped()
+            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
+                errors.append(str(e))
+        print_logs(nodes)
+        assert not errors, errors
 
 
 @pytest.fixture(scope="session")

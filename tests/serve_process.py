@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,10 @@ class AtomqServe:
         finally:
             server.stop()
             lock.release()
+
+
+ServeFactory = Callable[..., AtomqServe]
+"""The ``serve`` fixture (conftest.py): starts a node with the given flags."""
 
 
 def print_logs(nodes: list[AtomqServe]) -> None:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
-from serve_process import REPO, AtomqServe, Http, print_logs
+from serve_process import REPO, AtomqServe, Http, ServeFactory
 from support import free_port, msg, pid_running, wait_until
 
 # -- one loop under run_loop ----------------------------------------------------------------
@@ -282,34 +282,6 @@ def test_a_forked_child_does_not_keep_the_lock(tmp_path: Path) -> None:
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
-
-
-ServeFactory = Callable[..., AtomqServe]
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[ServeFactory]:
-    """Starts ``atomq serve`` processes on ``tmp_path/data`` (each on a port of its own); stops all at teardown."""
-    nodes: list[AtomqServe] = []
-    owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
-
-    def start(*args: str, healthy: bool = True) -> AtomqServe:
-        node = AtomqServe(tmp_path / "data", tmp_path / f"serve-{len(nodes)}.log", owner_key, free_port(), 2, args)
-        nodes.append(node)
-        node.start(healthy=healthy)
-        return node
-
-    try:
-        yield start
-    finally:
-        errors = []
-        for node in nodes:
-            try:
-                node.ensure_stopped()
-            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
-                errors.append(str(e))
-        print_logs(nodes)
-        assert not errors, errors
 
 
 def _atomq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

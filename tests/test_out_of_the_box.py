@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import queue
-import secrets
 import signal
 import subprocess
 import sys
@@ -33,16 +32,14 @@ import requests
 
 from atomq.client import AtomqClient
 from atomq.errors import JavaMissing
-from atomq.platform import QueueServer
-from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.platform.storage import Storage
 from atomq.spark_workers import session
 from atomq.workers import liveness, node_workers
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
-from serve_process import AtomqServe, print_logs
-from support import free_port, pid_running, wait_until
+from serve_process import AtomqServe
+from support import pid_running, wait_until
 
 FORWARD = {"queue": "in", "process": "forward", "settings": {"to": "out"}}
 
@@ -68,39 +65,6 @@ def spark_worker_pids(node: AtomqServe) -> set[int]:
     return found
 
 
-def audit_clean(node: AtomqServe) -> None:
-    client = node.redis()
-    try:
-        for tenant in QueueServer(client).tenants():
-            assert audit_tenant(client, tenant) == [], tenant
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., AtomqServe]]:
-    """Starts ``atomq serve`` with the given flags; at the end, audits its data and stops all of it."""
-    nodes: list[AtomqServe] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> AtomqServe:
-        node = AtomqServe(tmp_path / f"data{len(nodes)}", tmp_path / f"serve{len(nodes)}.log",
-                          f"aq_owner_{secrets.token_urlsafe(24)}", free_port(), http_workers=1, args=args, env=env)
-        nodes.append(node)
-        node.start()
-        return node
-
-    try:
-        yield start
-        for node in nodes:
-            audit_clean(node)
-    except BaseException:
-        print_logs(nodes)
-        raise
-    finally:
-        for node in nodes:
-            node.ensure_stopped()
-
-
 @contextlib.contextmanager
 def tenant_api(node: AtomqServe) -> Iterator[AtomqClient]:
     with AtomqClient(node.url, node.owner_key) as owner:
@@ -116,7 +80,7 @@ def tenant_api(node: AtomqServe) -> Iterator[AtomqClient]:
 
 @pytest.mark.slow
 def test_serve_without_a_worker_flag_runs_fork_listeners(serve: Callable[..., AtomqServe]) -> None:
-    node = serve()
+    node = serve(http_workers=1)
     wait_until(lambda: (node.track_processes(), len(node.execution_workers) == 2)[1], 30, "two execution workers")
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/fwd", FORWARD)
@@ -132,7 +96,7 @@ def test_serve_without_a_worker_flag_runs_fork_listeners(serve: Callable[..., At
 @pytest.mark.slow
 def test_without_java_a_spark_listener_waits_and_the_node_says_so_once(
         serve: Callable[..., AtomqServe], tmp_path: Path) -> None:
-    node = serve("--workers", "0", env=no_java_env(tmp_path))
+    node = serve("--workers", "0", http_workers=1, env=no_java_env(tmp_path))
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/sparky", {**FORWARD, "engine": "spark"})
         api.send_texts("in", ["waits"])
@@ -159,7 +123,7 @@ def test_without_java_a_spark_listener_waits_and_the_node_says_so_once(
 @pytest.mark.slow
 def test_a_listener_waits_for_an_execution_worker_and_runs_once_one_is_started(
         serve: Callable[..., AtomqServe]) -> None:
-    node = serve("--workers", "0")
+    node = serve("--workers", "0", http_workers=1)
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/fwd", FORWARD)
         api.send_texts("in", ["one", "two", "three"])
@@ -192,7 +156,7 @@ def test_the_spark_worker_starts_when_the_first_spark_listener_is_deployed(
         session.find_java()
     except JavaMissing as exc:
         pytest.skip(f"needs a Java runtime: {exc.message}")
-    node = serve("--workers", "0")
+    node = serve("--workers", "0", http_workers=1)
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/fwd", FORWARD)  # a fork listener starts no Spark worker
         api.send_texts("in", ["by spark"])

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,38 +27,8 @@ from typing import Any
 import pytest
 import requests
 
-from serve_process import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, print_logs
-from support import free_port, pid_running, wait_until
-
-ServeFactory = Callable[..., AtomqServe]
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[ServeFactory]:
-    """Starts ``atomq serve`` (again on the same data dir and port with ``same_as=node``); stops all at teardown."""
-    nodes: list[AtomqServe] = []
-    owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
-
-    def start(*args: str, http_workers: int = 2, same_as: AtomqServe | None = None,
-              healthy: bool = True) -> AtomqServe:
-        node = AtomqServe(same_as.data_dir if same_as else tmp_path / "data", tmp_path / f"serve-{len(nodes)}.log",
-                          owner_key, same_as.port if same_as else free_port(), http_workers, args)
-        nodes.append(node)
-        node.start(healthy=healthy)
-        return node
-
-    try:
-        yield start
-    finally:
-        errors = []
-        for node in nodes:
-            try:
-                node.ensure_stopped()
-            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
-                errors.append(str(e))
-        print_logs(nodes)
-        assert not errors, errors
-
+from serve_process import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, ServeFactory
+from support import pid_running, wait_until
 
 @pytest.fixture
 def server(serve: ServeFactory) -> AtomqServe:
