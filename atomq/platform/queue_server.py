@@ -21,9 +21,10 @@ import redis
 from atomq.platform.components import Components
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
-from atomq.errors import FormatVersionError
+from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.format import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
+from atomq.platform.memory_use import memory_use
 from atomq.platform.management import Management
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
@@ -32,6 +33,9 @@ from atomq.platform.shared import Shared
 from atomq.platform.storage import STORE_ERRORS, Storage
 
 __all__ = ["DueWork", "QueueServer"]
+
+READINESS_ERRORS: tuple[type[Exception], ...] = (StorageError, *STORE_ERRORS)
+"""What a readiness check meets from the store: translated (memory_use) or raw (the script check)."""
 
 
 class QueueServer:
@@ -114,12 +118,11 @@ class QueueServer:
     def readiness_problems(self) -> list[str]:
         """Why this server cannot do its work now: Redis unreachable, scripts gone, memory full."""
         try:
-            memory = self.client.info("memory")
+            memory = memory_use(self.storage)
             if self.storage.scripts.missing(self.client):  # Redis restarted or flushed its scripts
                 self.storage.scripts.load_all(self.client)
-        except STORE_ERRORS as exc:  # a cluster's own exceptions too: readiness never answers 500
+        except READINESS_ERRORS as exc:  # a cluster's own exceptions too: never a 500
             return [f"Redis does not answer or refuses the scripts: {exc}"]
-        limit = int(memory.get("maxmemory", 0))
-        if limit and int(memory.get("used_memory", 0)) >= limit:
+        if memory.max_bytes and memory.used_bytes >= memory.max_bytes:
             return ["Redis is at its maxmemory and refuses writes"]
         return []
