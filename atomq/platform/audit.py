@@ -47,11 +47,8 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     return out
 
 
-def recount_usage(client: Any, tenant: str) -> dict[str, int]:
-    """The tenant's usage counted from its data (what ``aq:{T}:usage`` must say), as the
-    scripts count it (``atomq.platform.footprint``); de-duplication markers count as their
-    ledger says, since an expired marker leaves nothing to recount."""
-    tk = k.TenantKeys(tenant)
+def _recount(client: Any, tk: k.TenantKeys) -> tuple[int, int, int]:
+    """What the tenant's data holds, as the usage hash's fields count it: bytes, markers, messages."""
     stored, copies = 0, 0
     for d in _destinations(client, tk):
         for env in client.hvals(d.msg):
@@ -63,6 +60,14 @@ def recount_usage(client: Any, tenant: str) -> dict[str, int]:
         props = client.hstrlen(tk.doc_props, doc)
         stored += DOC_BYTES + client.hstrlen(tk.doc, doc) + (DOC_BYTES + props if props else 0)
     markers = sum(int(v) for v in client.hvals(tk.marker_ledger))
+    return stored, markers, copies
+
+
+def recount_usage(client: Any, tenant: str) -> dict[str, int]:
+    """The tenant's usage counted from its data (what ``aq:{T}:usage`` must say), as the
+    scripts count it (``atomq.platform.footprint``); de-duplication markers count as their
+    ledger says, since an expired marker leaves nothing to recount."""
+    stored, markers, copies = _recount(client, k.TenantKeys(tenant))
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -73,12 +78,10 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     leave the counters off by what they changed: run it when the tenant is
     quiet, and audit again after.
     """
-    counted = recount_usage(client, tenant)
     tk = k.TenantKeys(tenant)
-    markers = sum(int(v) for v in client.hvals(tk.marker_ledger))
-    client.hset(tk.usage, mapping={"bytes": counted["stored_bytes"] - markers, "markers": markers,
-                                   "messages": counted["messages"]})
-    return counted
+    stored, markers, copies = _recount(client, tk)
+    client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
+    return {"stored_bytes": stored + markers, "messages": copies}
 
 
 def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
