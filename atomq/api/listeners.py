@@ -9,6 +9,7 @@ execution is scheduled or running.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from flask import Response
@@ -26,9 +27,8 @@ from atomq.api.schemas.listeners import (
     ListenerSchema,
 )
 from atomq.api.schemas.messages import ExtendedSchema
-from atomq.errors import AtomqError, Conflict, Forbidden, InvalidInput
-from atomq.platform import QueueModel
-from atomq.platform.listeners import ExecutionBatch, Listener, ListenerSpec
+from atomq.errors import Forbidden
+from atomq.platform.listeners import Listener, ListenerSpec
 from atomq.tenants.records import ExecutionGrant
 from atomq.workers import processes
 
@@ -65,7 +65,6 @@ class ListenerByName(MethodView):
         accept the settings; on a publish/subscribe queue the listener reads
         its own subscriber (by default named after it), created now.
         """
-        s = services()
         tenant = current_tenant()
         if body["engine"] == "spark":
             from atomq.spark_workers import processes as spark_processes  # pyspark only where Spark runs
@@ -73,19 +72,12 @@ class ListenerByName(MethodView):
             spark_processes.SPARK.check(body["process"], body["settings"])
         else:
             processes.FORK.check(body["process"], body["settings"])
-        queue = s.queues.get_queue(tenant, body["queue"])
-        subscriber = body.get("subscriber")
-        if queue.model is QueueModel.PUBLISH_SUBSCRIBE:
-            subscriber = subscriber or name
-        elif subscriber is not None:
-            raise InvalidInput("a point-to-point queue has no subscribers", field="subscriber")
-        spec = ListenerSpec(queue=body["queue"], subscriber=subscriber, process=body["process"],
+        spec = ListenerSpec(queue=body["queue"], subscriber=body.get("subscriber"), process=body["process"],
                             batch_size=body["batch_size"],
                             max_concurrent_executions=body["max_concurrent_executions"],
                             engine=body["engine"], settings=body["settings"])
-        if subscriber is not None:
-            s.queues.put_subscriber(tenant, spec.queue, subscriber)
-        created = s.listeners.put(tenant, name, spec)
+        s = services()
+        created = s.executions.deploy(tenant, name, spec)
         return render.json_response(listener_json(s.listeners.get(tenant, name)), 201 if created else 200)
 
     @blp.response(200, ListenerSchema)
@@ -147,29 +139,12 @@ class ExecutionStart(MethodView):
         Messages the listener already processed (a redelivery after a lost
         ack) are marked ``processed``: ack them, do not process them again.
         """
-        s = services()
-        tenant = _grant(name, execution).tenant
-        listener = s.listeners.get(tenant, name)
-        spec = listener.spec
-        if not s.listeners.start(tenant, name, execution, s.execution_run_within_ms):
+        started = services().executions.start(_grant(name, execution).tenant, name, execution)
+        if started is None:
             return render.json_response({"run": False, "messages": []})
-        try:
-            queue = s.queues.get_queue(tenant, spec.queue)
-            got = s.queues.get(tenant, spec.queue, spec.batch_size, 0, spec.subscriber)
-        except AtomqError as exc:
-            s.listeners.finish(tenant, name, execution, "failed", f"taking the batch failed: {exc.message}")
-            raise
-        if not got:
-            s.listeners.finish(tenant, name, execution, "empty")
-            return render.json_response({"run": False, "messages": []})
-        s.listeners.record_batch(tenant, execution, ExecutionBatch(
-            listener=name, queue=spec.queue, subscriber=spec.subscriber, ids=tuple(m.id for m in got),
-            receipts=tuple(m.receipt for m in got), ack_timeout_s=queue.ack_timeout_s),
-            s.execution_run_within_ms)
-        processed = s.listeners.processed(tenant, name, [m.id for m in got if m.redelivered])
         return render.json_response({
-            "run": True, "listener": listener_json(listener), "ack_timeout_s": queue.ack_timeout_s,
-            "messages": [{**render.message(m), "processed": m.id in processed} for m in got]})
+            "run": True, "listener": listener_json(started.listener), "ack_timeout_s": started.ack_timeout_s,
+            "messages": [{**render.message(m), "processed": m.id in started.processed} for m in started.messages]})
 
 
 @blp.route("/<qname:name>/executions/<qname:execution>/extend")
@@ -177,13 +152,7 @@ class ExecutionExtend(MethodView):
     @blp.response(200, ExtendedSchema)
     def post(self, name: str, execution: str) -> dict[str, int]:
         """Moves the ack deadline of the execution's batch a full ack time-out ahead (execution token only)."""
-        s = services()
-        tenant = _grant(name, execution).tenant
-        batch = s.listeners.batch(tenant, execution)
-        if batch is None:
-            raise Conflict("the execution has no batch: it has not started or has finished", execution=execution)
-        return {"extended": s.queues.extend(tenant, batch.queue, receipts=list(batch.receipts),
-                                            subscriber=batch.subscriber, seconds=batch.ack_timeout_s)}
+        return {"extended": services().executions.extend(_grant(name, execution).tenant, execution)}
 
 
 @blp.route("/<qname:name>/executions/<qname:execution>/finish")
@@ -201,26 +170,7 @@ class ExecutionFinish(MethodView):
         The batch settled is the one the execution took, on the queue it took
         it from, even if the listener was redeployed or deleted since.
         """
-        s = services()
-        tenant = _grant(name, execution).tenant
-        batch = s.listeners.take_batch(tenant, execution)
-        if batch is None:
-            raise Conflict("the execution has no batch to settle: it has not started or has finished",
-                           execution=execution)
-        receipts, where = list(batch.receipts), {"queue": batch.queue, "subscriber": batch.subscriber}
-        result = {"acked": 0, "requeued": 0, "dead_lettered": 0}
-        if body["ok"]:
-            processed = set(body["processed"]) & set(batch.ids)
-            s.listeners.finish(tenant, name, execution, "ok", processed=sorted(processed))
-            result["acked"] = s.queues.ack(tenant, receipts=receipts, **where)
-        elif body.get("retry_after_s") is not None:
-            delay = body["retry_after_s"]
-            s.listeners.finish(tenant, name, execution, "deferred", body["error"] or "the sends were refused",
-                               retry_after_ms=round(delay * 1000))
-            result["requeued"] = s.queues.release(tenant, receipts=receipts, delay_s=delay, **where)
-        else:
-            error = body["error"] or "the process failed"
-            s.listeners.finish(tenant, name, execution, "failed", error)
-            nacked = s.queues.nack(tenant, receipts=receipts, reason=error, **where)
-            result["requeued"], result["dead_lettered"] = nacked.requeued, nacked.dead_lettered
-        return result
+        settled = services().executions.finish(
+            _grant(name, execution).tenant, name, execution, body["ok"], processed=body["processed"],
+            error=body["error"], retry_after_s=body.get("retry_after_s"))
+        return dataclasses.asdict(settled)

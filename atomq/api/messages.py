@@ -25,7 +25,7 @@ from atomq.api.schemas.messages import (
     SendSchema,
 )
 from atomq.api.send_body import parse_send
-from atomq.errors import InvalidInput, QuotaExceeded
+from atomq.errors import InvalidInput
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages",
@@ -63,17 +63,7 @@ class Messages(MethodView):
         tenant = current_tenant()
         messages = parse_send(_json_body())
         stamp_traceparents(messages)
-        settings = s.current_settings()
-        rate_limit, quota = s.attachments(tenant)
-        with s.queues.counters.counting_refusals(tenant), s.rate_limits.send(
-                tenant, rate_limit, settings.incoming_rate_limit_per_minute, settings.rate_limit_window_s):
-            if settings.max_disk_bytes:
-                used = s.total_stored_bytes()
-                if used + (request.content_length or 0) > settings.max_disk_bytes:
-                    raise QuotaExceeded(
-                        f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
-                        "this send would pass it", limit=settings.max_disk_bytes, used=used, scope="server")
-            ids = s.queues.send(tenant, name, messages, quota_bytes=quota)
+        ids = s.send(tenant, name, messages, request.content_length or 0)
         return render.json_response({"ids": ids}, 201)
 
     @blp.arguments(PageArgs, location="query")

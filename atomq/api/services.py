@@ -6,11 +6,13 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from atomq.platform import QueueServer
+from atomq.errors import QuotaExceeded
+from atomq.platform import OutgoingMessage, QueueServer
+from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.streams import StreamConsumers
 from atomq.platform.rate_limit import RateLimiter
@@ -63,6 +65,7 @@ class Services:
     """How long a started execution may run before its listener counts it lost."""
     settings: ServerSettingsStore = field(init=False)
     listeners: ListenerStore = field(init=False)
+    executions: Executions = field(init=False)
     streams: StreamConsumers = field(init=False)
     rate_limits: RateLimiter = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
@@ -73,6 +76,7 @@ class Services:
         self.settings = ServerSettingsStore(self.queues.storage)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
         self.listeners = ListenerStore(self.queues.storage)
+        self.executions = Executions(self.queues, self.listeners, self.execution_run_within_ms)
         self.streams = StreamConsumers(self.queues)
 
     def attachments(self, tenant: str) -> tuple[int, int]:
@@ -100,6 +104,22 @@ class Services:
             cached = (now, self.queues.total_stored_bytes())
             self._total_bytes = cached
         return cached[1]
+
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> list[str]:
+        """Admits a send and stores it, all or nothing: the node's window, the tenant's window, the
+        server's disk limit (``incoming_bytes`` against what all tenants store), the tenant's quota,
+        then the store. A refused send takes no room in either window and counts as refused."""
+        settings = self.current_settings()
+        rate_limit, quota = self.attachments(tenant)
+        with self.queues.counters.counting_refusals(tenant), self.rate_limits.send(
+                tenant, rate_limit, settings.incoming_rate_limit_per_minute, settings.rate_limit_window_s):
+            if settings.max_disk_bytes:
+                used = self.total_stored_bytes()
+                if used + incoming_bytes > settings.max_disk_bytes:
+                    raise QuotaExceeded(
+                        f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
+                        "this send would pass it", limit=settings.max_disk_bytes, used=used, scope="server")
+            return self.queues.send(tenant, queue, messages, quota_bytes=quota)
 
     def current_settings(self) -> ServerSettings:
         """The shared server settings, applied to this node's queue server when they change."""
