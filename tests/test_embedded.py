@@ -19,9 +19,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from atomq.errors import EmbeddedServerError, StorageError, UnsafeStorage
-from atomq.platform import embedded
+from atomq.platform import embedded, valkey_binary
 from atomq.platform.connection import check_server, open_redis, redact_url
-from atomq.platform.embedded import EmbeddedValkey, find_server_binary
+from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.valkey_binary import find_server_binary
 from support import free_port, pid_running, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def test_find_server_binary_is_the_wheels() -> None:
 
 
 def test_find_server_binary_falls_back_to_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(embedded, "_package_binary", lambda: str(tmp_path / "missing"))
+    monkeypatch.setattr(valkey_binary, "_package_binary", lambda: str(tmp_path / "missing"))
     fake = tmp_path / "bin" / "valkey-server"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'Valkey server v=9.9.9'\n")

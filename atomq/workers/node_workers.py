@@ -33,7 +33,7 @@ from pathlib import Path
 import redis
 
 from atomq.errors import AtomqError, JavaMissing
-from atomq.platform.embedded import parent_death_signal
+from atomq.platform.child_processes import parent_death_signal
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.storage import Storage
 from atomq.spark_workers.session import find_java
