@@ -17,13 +17,11 @@ import hmac
 import json
 import secrets
 import time
-from typing import Any
 
-import redis
 
 from atomq.errors import Unauthorized
 from atomq.platform import keys as k
-from atomq.platform.storage import translate
+from atomq.platform.storage import Storage
 from atomq.tenants.records import ExecutionGrant
 
 PREFIX = "aqx_"
@@ -56,17 +54,15 @@ def _unb64(text: str) -> bytes:
 class ExecutionTokens:
     """Signs and checks execution tokens with the key shared through Redis."""
 
-    def __init__(self, client: Any) -> None:
-        self._client = client
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
         self._secret: bytes | None = None
 
     def _key(self) -> bytes:
         if self._secret is None:
-            try:
-                self._client.set(k.EXECUTION_SECRET_KEY, secrets.token_hex(32), nx=True)
-                stored = self._client.get(k.EXECUTION_SECRET_KEY)
-            except redis.RedisError as exc:
-                raise translate(exc) from None
+            client = self._storage.client
+            self._storage.call(client.set, k.EXECUTION_SECRET_KEY, secrets.token_hex(32), nx=True)
+            stored = self._storage.call(client.get, k.EXECUTION_SECRET_KEY)
             self._secret = stored if isinstance(stored, bytes) else str(stored).encode()
         return self._secret
 

@@ -94,7 +94,7 @@ def tenant_not_found(tenant_id: str) -> NotFound:
     return NotFound(f"tenant {tenant_id!r} does not exist", tenant=tenant_id)
 
 
-def check_tenant_id(tenant_id: Any) -> str:
+def check_issued_tenant_id(tenant_id: Any) -> str:
     """Returns ``tenant_id`` if it has the form of an issued id.
 
     Anything else cannot name a tenant, so it is NotFound (as an unknown

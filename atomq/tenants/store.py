@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import builtins
 import hmac
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import redis
 
 from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
-from atomq.platform.storage import STORE_ERRORS, translate
+from atomq.platform.storage import Storage
 from atomq.tenants import api_keys, scripts
 from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
 from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
@@ -34,7 +34,7 @@ from atomq.tenants.records import (
     check_limit,
     check_name,
     check_spark_weight,
-    check_tenant_id,
+    check_issued_tenant_id,
     new_tenant_id,
     tenant_from_record,
     tenant_not_found,
@@ -70,18 +70,12 @@ class TenantStore:
         if not isinstance(owner_key, str) or not owner_key:
             raise InvalidInput("owner_key must be a non-empty string", field="owner_key")
         self.client = client
+        self.storage = Storage(client)
         self._owner_digest = api_keys.digest(owner_key)
         self._add_key = client.register_script(scripts.ADD_KEY)
         self._update = client.register_script(scripts.UPDATE)
         self._mark_deleting = client.register_script(scripts.MARK_DELETING)
-        self.execution_tokens = ExecutionTokens(client)
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One Redis call, its errors translated into atomq's StorageError once."""
-        try:
-            return fn(*args, **kwargs)
-        except STORE_ERRORS as exc:
-            raise translate(exc) from None
+        self.execution_tokens = ExecutionTokens(self.storage)
 
     # -- tenants ----------------------------------------------------------------
 
@@ -96,13 +90,13 @@ class TenantStore:
         check_limit(disk_quota_bytes, "disk_quota_bytes")
         check_spark_weight(spark_weight)
         tenant_id = new_tenant_id()
-        while not self._call(self.client.sadd, k.ISSUED_TENANT_IDS_KEY, tenant_id):
+        while not self.storage.call(self.client.sadd, k.ISSUED_TENANT_IDS_KEY, tenant_id):
             tenant_id = new_tenant_id()  # issued before, maybe to a removed tenant: never reuse
-        seconds, micros = self._call(self.client.time)
+        seconds, micros = self.storage.call(self.client.time)
         tenant = Tenant(id=tenant_id, name=name, rate_limit_per_minute=rate_limit_per_minute,
                         disk_quota_bytes=disk_quota_bytes, spark_weight=spark_weight,
                         created_at=seconds + micros / 1_000_000)
-        self._call(self.client.hset, k.tenant_record(tenant_id), mapping={
+        self.storage.call(self.client.hset, k.tenant_record(tenant_id), mapping={
             "name": name,
             "rate_limit_per_minute": rate_limit_per_minute,
             "disk_quota_bytes": disk_quota_bytes,
@@ -110,13 +104,13 @@ class TenantStore:
             "created_at": repr(tenant.created_at),
         })
         key_id, api_key = self._issue_key(tenant_id)
-        self._call(self.client.sadd, k.TENANTS_KEY, tenant_id)
+        self.storage.call(self.client.sadd, k.TENANTS_KEY, tenant_id)
         return tenant, key_id, api_key
 
     def get(self, tenant_id: str) -> Tenant:
         """The tenant; NotFound if it does not exist or its removal began."""
-        tenant_id = check_tenant_id(tenant_id)
-        tenant = tenant_from_record(tenant_id, self._call(self.client.hgetall, k.tenant_record(tenant_id)))
+        tenant_id = check_issued_tenant_id(tenant_id)
+        tenant = tenant_from_record(tenant_id, self.storage.call(self.client.hgetall, k.tenant_record(tenant_id)))
         if tenant is None:
             raise tenant_not_found(tenant_id)
         return tenant
@@ -131,13 +125,13 @@ class TenantStore:
 
     def list(self) -> list[Tenant]:
         """Every tenant, oldest first (ties by id)."""
-        ids = sorted(t.decode() for t in self._call(self.client.smembers, k.TENANTS_KEY))
+        ids = sorted(t.decode() for t in self.storage.call(self.client.smembers, k.TENANTS_KEY))
         tenants: list[Tenant] = []
         for batch in _batches(ids):
             pipe = self.client.pipeline(transaction=False)
             for tenant_id in batch:
                 pipe.hgetall(k.tenant_record(tenant_id))
-            for tenant_id, fields in zip(batch, self._call(pipe.execute)):
+            for tenant_id, fields in zip(batch, self.storage.call(pipe.execute)):
                 # aq:tenants also names tenants that only have queues (the platform adds them).
                 tenant = tenant_from_record(tenant_id, fields)
                 if tenant is not None:
@@ -148,7 +142,7 @@ class TenantStore:
                disk_quota_bytes: int | None = None, spark_weight: int | None = None,
                name: str | None = None) -> Tenant:
         """Changes the given fields (None leaves one as it is); returns the tenant as changed."""
-        tenant_id = check_tenant_id(tenant_id)
+        tenant_id = check_issued_tenant_id(tenant_id)
         changes: list[Any] = []
         if name is not None:
             changes += ["name", check_name(name)]
@@ -158,7 +152,7 @@ class TenantStore:
             changes += ["disk_quota_bytes", check_limit(disk_quota_bytes, "disk_quota_bytes")]
         if spark_weight is not None:
             changes += ["spark_weight", check_spark_weight(spark_weight)]
-        flat = self._call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
+        flat = self.storage.call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
         tenant = tenant_from_record(tenant_id, dict(zip(flat[::2], flat[1::2])))
         if tenant is None:
             raise tenant_not_found(tenant_id)
@@ -172,22 +166,22 @@ class TenantStore:
         a removal that a crash interrupted is finished by calling this again.
         Raises NotFound once the tenant is gone (or never existed).
         """
-        tenant_id = check_tenant_id(tenant_id)
+        tenant_id = check_issued_tenant_id(tenant_id)
         record = k.tenant_record(tenant_id)
-        if not self._call(self._mark_deleting, keys=[record], args=[]):
+        if not self.storage.call(self._mark_deleting, keys=[record], args=[]):
             raise tenant_not_found(tenant_id)
-        key_ids = self._call(self.client.smembers, k.tenant_api_keys(tenant_id))
+        key_ids = self.storage.call(self.client.smembers, k.tenant_api_keys(tenant_id))
         for batch in _batches(sorted(key_ids)):
             # Only entries that name this tenant: an id in its set may have lost the race
             # for the global entry to another tenant's key (see _issue_key).
-            entries = self._call(self.client.hmget, k.API_KEYS_KEY, batch)
+            entries = self.storage.call(self.client.hmget, k.API_KEYS_KEY, batch)
             mine = [i for i, stored in zip(batch, entries) if api_keys.tenant_of(stored) == tenant_id]
             if mine:
-                self._call(self.client.hdel, k.API_KEYS_KEY, *mine)
+                self.storage.call(self.client.hdel, k.API_KEYS_KEY, *mine)
         self._unlink_keyspace(tenant_id, keep=record)
-        self._call(self.client.srem, k.TENANTS_KEY, tenant_id)
-        self._call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
-        self._call(self.client.unlink, record)
+        self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
+        self.storage.call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
+        self.storage.call(self.client.unlink, record)
 
     def _unlink_keyspace(self, tenant_id: str, keep: str) -> None:
         """UNLINKs every ``aq:{T}:*`` key but ``keep``, in batches, on every node of a cluster.
@@ -196,36 +190,37 @@ class TenantStore:
         index names (a removal's leftovers, keys of later features).
         """
         pattern = k.TenantKeys(tenant_id).all_keys_pattern()
-        try:
+
+        def unlink_all() -> None:
             doomed = (key for key in self.client.scan_iter(match=pattern, count=BATCH) if key != keep.encode())
             for batch in _batches(doomed):
                 self.client.unlink(*batch)
-        except redis.RedisError as exc:
-            raise translate(exc) from None
+
+        self.storage.call(unlink_all)
 
     # -- keys -------------------------------------------------------------------
 
     def create_key(self, tenant_id: str) -> tuple[str, str]:
         """Issues another key for the tenant; returns (key id, API key), the key shown only here."""
-        return self._issue_key(check_tenant_id(tenant_id))
+        return self._issue_key(check_issued_tenant_id(tenant_id))
 
     def _issue_key(self, tenant_id: str) -> tuple[str, str]:
         record, key_set = k.tenant_record(tenant_id), k.tenant_api_keys(tenant_id)
         while True:
             key_id = api_keys.new_key_id()
-            added = self._call(self._add_key, keys=[record, key_set], args=[key_id])
+            added = self.storage.call(self._add_key, keys=[record, key_set], args=[key_id])
             if added == -1:
                 raise tenant_not_found(tenant_id)
             if added == 0:
                 continue  # the tenant already has this id (1 in 2**64)
             api_key = api_keys.new_api_key(key_id)
             stored = api_keys.entry(tenant_id, api_keys.digest(api_key))
-            if self._call(self.client.hsetnx, k.API_KEYS_KEY, key_id, stored):
+            if self.storage.call(self.client.hsetnx, k.API_KEYS_KEY, key_id, stored):
                 break
-            self._call(self.client.srem, key_set, key_id)  # another tenant's id (1 in 2**64)
+            self.storage.call(self.client.srem, key_set, key_id)  # another tenant's id (1 in 2**64)
         # A removal that began meanwhile may have read the set before this id was in it.
         if not self.exists(tenant_id):
-            self._call(self.client.hdel, k.API_KEYS_KEY, key_id)
+            self.storage.call(self.client.hdel, k.API_KEYS_KEY, key_id)
             raise tenant_not_found(tenant_id)
         return key_id, api_key
 
@@ -234,24 +229,24 @@ class TenantStore:
 
         NotFound if ``key_id`` is not a key of this tenant (another tenant's looks the same).
         """
-        tenant_id = check_tenant_id(tenant_id)
+        tenant_id = check_issued_tenant_id(tenant_id)
         if not isinstance(key_id, str) or not api_keys.KEY_ID.fullmatch(key_id):
             # Not repeated: it may be a whole key pasted where its id belongs.
             raise NotFound(f"that key of tenant {tenant_id!r} does not exist: a key id is 16 lowercase hex "
                            "characters", tenant=tenant_id)
         missing = NotFound(f"key {key_id!r} of tenant {tenant_id!r} does not exist",
                            tenant=tenant_id, key_id=key_id)
-        owned = api_keys.tenant_of(self._call(self.client.hget, k.API_KEYS_KEY, key_id)) == tenant_id
+        owned = api_keys.tenant_of(self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)) == tenant_id
         if owned:
-            self._call(self.client.hdel, k.API_KEYS_KEY, key_id)
+            self.storage.call(self.client.hdel, k.API_KEYS_KEY, key_id)
         # Also finishes a revocation (or a key's creation) that a crash cut short.
-        if not self._call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
+        if not self.storage.call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
             raise missing
 
     def key_ids(self, tenant_id: str) -> builtins.list[str]:
         """The ids of the tenant's keys, sorted (never the keys: those are not stored)."""
         tenant_id = self.get(tenant_id).id
-        return sorted(i.decode() for i in self._call(self.client.smembers, k.tenant_api_keys(tenant_id)))
+        return sorted(i.decode() for i in self.storage.call(self.client.smembers, k.tenant_api_keys(tenant_id)))
 
     def authenticate(self, api_key: str) -> Principal:
         """Who ``api_key`` acts as: the owner, or a tenant through one of its keys.
@@ -268,7 +263,7 @@ class TenantStore:
                 raise Unauthorized(INVALID_TOKEN)
             return Principal(tenant_id=grant.tenant, key_id=None, execution=grant)
         key_id = api_keys.parse_key_id(api_key)
-        stored = self._call(self.client.hget, k.API_KEYS_KEY, key_id)
+        stored = self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)
         if stored is None:
             raise Unauthorized(api_keys.UNKNOWN_KEY)
         return Principal(tenant_id=api_keys.verify(api_key, stored.decode()), key_id=key_id)
@@ -287,7 +282,7 @@ class TenantStore:
             return OWNER
         if not api_keys.KEY_ID.fullmatch(key_id):
             raise Unauthorized(api_keys.UNKNOWN_KEY)
-        stored = self._call(self.client.hget, k.API_KEYS_KEY, key_id)
+        stored = self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)
         tenant_id, _, stored_digest = (stored or b"").decode().partition("|")
         if not hmac.compare_digest(key_digest, stored_digest) or not tenant_id:
             raise Unauthorized(api_keys.UNKNOWN_KEY)

@@ -28,7 +28,7 @@ from atomq.api.errors import error_response
 from atomq.errors import Forbidden, NotFound, Unauthorized
 from atomq.tenants import Tenant
 from atomq.tenants.dashboard_sessions import DashboardSession, SessionStore
-from atomq.tenants.records import check_tenant_id, tenant_not_found
+from atomq.tenants.records import check_issued_tenant_id, tenant_not_found
 
 OPEN_ENDPOINTS = frozenset({"dashboard.static", "dashboard.signin", "dashboard.signin_submit"})
 """Reachable without a session; the sign-in form checks a token of its own (``signin``)."""
@@ -116,7 +116,7 @@ def scoped_tenant(tenant_id: str) -> Tenant:
     cannot be probed.
     """
     session = current()
-    check_tenant_id(tenant_id)
+    check_issued_tenant_id(tenant_id)
     if not session.is_owner and tenant_id != session.tenant_id:
         raise tenant_not_found(tenant_id)
     return services().tenants.get(tenant_id)
