@@ -24,7 +24,7 @@ from atomq.platform import MessageState, QueueServer, QueueSettings
 from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.format import FORMAT_VERSION
+from atomq.platform.format_version import FORMAT_VERSION
 from support import FAST, browse_all, counts, dead_all, msg, pid_running, wait_until
 
 P2P = "point_to_point"

@@ -13,7 +13,7 @@ import time
 from typing import Any, Sequence
 
 from atomq.errors import InvalidInput, NotFound, TooLarge
-from atomq.platform.codec import decode_messages
+from atomq.platform.stored_form import decode_messages
 from atomq.platform.components import Components
 from atomq.platform.models import Delivery, NackResult
 from atomq.platform.names import check_receipts, check_subscriber_name

@@ -175,7 +175,7 @@ SERVER_SETTINGS_KEY = f"{PREFIX}:server"
 
 
 def node_rate_window(node_id: str) -> str:
-    """A node's own window on sends (the seed's server counts per node)."""
+    """A node's own window on sends (the node's limit counts per node: docs/concepts.md, "Rate limits")."""
     return f"{PREFIX}:rl:node:{node_id}"
 
 

@@ -29,7 +29,7 @@ from atomq.platform import store_sizes
 from atomq.platform.audit import repair_usage
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.components import Components
-from atomq.platform.format import FORMAT_VERSION, record_format
+from atomq.platform.format_version import FORMAT_VERSION, record_format
 from atomq.platform.lease import Lease
 from atomq.platform.names import check_tenant_id
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found

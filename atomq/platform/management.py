@@ -11,7 +11,7 @@ from typing import Sequence
 
 from atomq.errors import InvalidInput, NotFound
 from atomq.platform import keys as k
-from atomq.platform.codec import decode_messages
+from atomq.platform.stored_form import decode_messages
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
 from atomq.platform.models import BrowsedMessage, DeadLetter, Page, QueueModel

@@ -22,7 +22,7 @@ from atomq.platform.components import Components
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
 from atomq.errors import FormatVersionError, StorageError
-from atomq.platform.format import FORMAT_VERSION, check_format
+from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.memory_use import memory_use
 from atomq.platform.management import Management

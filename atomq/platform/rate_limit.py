@@ -1,4 +1,4 @@
-"""Rate limits on sends, counted as the seed's shared queue server counts them.
+"""Rate limits on sends, as docs/concepts.md ("Rate limits") states them.
 
 Two windows apply at once, both kept per node: the node's
 (``incoming_rate_limit_per_minute``) and the tenant's

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
 from atomq.platform import keys as k
-from atomq.platform.codec import encode_document
+from atomq.platform.stored_form import encode_document
 from atomq.platform.management import Management
 from atomq.platform.models import OutgoingMessage, QueueModel
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute

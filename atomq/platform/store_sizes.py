@@ -1,6 +1,6 @@
 """How much memory the server's stores other than messages take, measured now and then.
 
-The seed's server reports three stores: messages (kept exactly by the usage
+The server reports three stores (docs/operating.md, "Server settings"): messages (kept exactly by the usage
 counters, de-duplication markers included, since they count against the
 tenants' quotas), temporary data (work under way: in-flight deliveries, the
 listeners' executions and processed-message windows, rate windows) and the job scheduler (the redelivery schedules and the rq
