@@ -7,7 +7,8 @@ every view gets the services of its node.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from flask import Request, current_app
 from flask_smorest import Blueprint
@@ -43,8 +44,15 @@ TENANT_HEADER = {
 }
 
 
-class ApiBlueprint(Blueprint):
-    """``tenant_scoped``: its routes act for a tenant, so they document ``X-Atomq-Tenant``."""
+Decorated = TypeVar("Decorated", bound=Callable[..., Any])
+
+
+class ApiBlueprint(Blueprint):  # type: ignore[misc]  # flask-smorest ships no type information
+    """``tenant_scoped``: its routes act for a tenant, so they document ``X-Atomq-Tenant``.
+
+    flask-smorest's decorators are untyped; the views keep their types through the
+    signatures below, which say what each decorator returns: the view it was given.
+    """
 
     ARGUMENTS_PARSER = Parser()
 
@@ -52,10 +60,26 @@ class ApiBlueprint(Blueprint):
         super().__init__(*args, **kwargs)
         self.tenant_scoped = tenant_scoped
 
-    def route(self, rule: str, *, parameters: list[Any] | None = None, **options: Any) -> Any:
+    def route(self, rule: str, *, parameters: list[Any] | None = None,
+              **options: Any) -> Callable[[Decorated], Decorated]:
         if self.tenant_scoped:
             parameters = [*(parameters or []), TENANT_HEADER]
-        return super().route(rule, parameters=parameters, **options)
+        return cast(Callable[[Decorated], Decorated], super().route(rule, parameters=parameters, **options))
+
+    def arguments(self, schema: Any, **kwargs: Any) -> Callable[[Decorated], Decorated]:
+        return cast(Callable[[Decorated], Decorated], super().arguments(schema, **kwargs))
+
+    def response(self, status_code: int, schema: Any = None, **kwargs: Any) -> Callable[[Decorated], Decorated]:
+        return cast(Callable[[Decorated], Decorated], super().response(status_code, schema, **kwargs))
+
+    def alt_response(self, status_code: int, **kwargs: Any) -> Callable[[Decorated], Decorated]:
+        return cast(Callable[[Decorated], Decorated], super().alt_response(status_code, **kwargs))
+
+    def before_request(self, view: Decorated) -> Decorated:
+        return cast(Decorated, super().before_request(view))
+
+    def doc(self, **kwargs: Any) -> Callable[[Decorated], Decorated]:
+        return cast(Callable[[Decorated], Decorated], super().doc(**kwargs))
 
 
 def services() -> Services:

@@ -56,7 +56,7 @@ def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else OTHER_METHOD
 
 
-class RedisHistogramExporter(MetricExporter):  # type: ignore[misc]
+class RedisHistogramExporter(MetricExporter):
     """Adds each export's delta of the latency histogram to the shared hash."""
 
     def __init__(self, storage: Storage) -> None:
@@ -65,7 +65,7 @@ class RedisHistogramExporter(MetricExporter):  # type: ignore[misc]
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         deltas = [
-            LatencyDelta(tuple(str(point.attributes.get(name, "")) for name in LABELS),
+            LatencyDelta(tuple(str((point.attributes or {}).get(name, "")) for name in LABELS),
                          point.bucket_counts, point.sum, point.count)
             for resource in metrics_data.resource_metrics
             for scope in resource.scope_metrics

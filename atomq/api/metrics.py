@@ -105,7 +105,7 @@ class _Capped:
         return name if name in self._own else OTHER
 
 
-class PlatformCollector(Collector):  # type: ignore[misc]
+class PlatformCollector(Collector):
     """Reads the figures at scrape time; nothing is kept between scrapes."""
 
     def __init__(self, services: Services, max_tenants: int, max_queues: int) -> None:
@@ -229,7 +229,8 @@ class PlatformCollector(Collector):  # type: ignore[misc]
         store.forget(gone)
 
 
-def _family(cls: Any, name: str, text: str, labels: list[str], values: dict[Any, float]) -> Metric:
+def _family(cls: type[GaugeMetricFamily | CounterMetricFamily], name: str, text: str, labels: list[str],
+            values: dict[Any, float]) -> Metric:
     family = cls(name, text, labels=labels)
     for key, value in sorted(values.items()):
         family.add_metric(list(key), value)

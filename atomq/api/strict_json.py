@@ -105,9 +105,9 @@ def parse(body: bytes | str, checked_by_caller: bool = False) -> Any:
     if checked_by_caller:
         return value
     if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):  # the plain search first: it runs at C speed
-        field = path_of(value, unencodable)
-        if field is not None:
-            raise InvalidInput(f"{field}: holds a lone UTF-16 surrogate, which is no character", field=field)
+        where = path_of(value, unencodable)
+        if where is not None:
+            raise InvalidInput(f"{where}: holds a lone UTF-16 surrogate, which is no character", field=where)
     return value
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import redis
-
 from atomq.platform import keys as k
+from atomq.platform.connection import RedisClient
 from atomq.platform.footprint import COPY_BYTES, DOC_BYTES
 
 
@@ -84,7 +83,7 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
-def audit_tenant(client: redis.Redis, tenant: str) -> list[str]:
+def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
     """Returns the broken invariants of a tenant's data (an empty list when consistent)."""
     r: Any = client  # redis-py types every reply as a union; these are bytes (decode_responses=False)
     tk = k.TenantKeys(tenant)

@@ -15,7 +15,13 @@ from atomq.platform import keys as k
 from atomq.platform.models import DestinationCounts, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
-from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_keys, queue_not_found
+from atomq.platform.shared import (
+    ChunkBudget,
+    Shared,
+    docs_and_config,
+    queue_keys,
+    queue_not_found,
+)
 
 
 class Components:

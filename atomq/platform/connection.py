@@ -17,6 +17,9 @@ from redis.exceptions import RedisClusterException
 
 from atomq.errors import StorageError, UnsafeStorage
 
+RedisClient = redis.Redis | redis.cluster.RedisCluster
+"""What atomq stores through: one server, or a Redis or Valkey Cluster (redis-py's cluster client)."""
+
 __all__ = ["open_redis", "check_server", "redact_url"]
 
 log = logging.getLogger("atomq")
@@ -38,14 +41,14 @@ def redact_url(url: str) -> str:
 
 def open_redis(
     url: str, *, allow_eviction: bool = False, **kwargs: Any
-) -> redis.Redis | redis.cluster.RedisCluster:
+) -> RedisClient:
     """A checked client for ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
     A Redis Cluster (``cluster_enabled:1``) gets a ``RedisCluster`` client.
     Raises StorageError when the server cannot be reached and UnsafeStorage
     when it may evict keys (see :func:`check_server`).
     """
-    client: redis.Redis | redis.cluster.RedisCluster | None = None
+    client: RedisClient | None = None
     try:
         client = redis.Redis.from_url(url, **kwargs)
         if int(client.info("cluster").get("cluster_enabled", 0)) == 1:
@@ -66,7 +69,7 @@ def open_redis(
 
 
 def check_server(
-    client: redis.Redis | redis.cluster.RedisCluster, *, allow_eviction: bool = False, name: str = "Redis"
+    client: RedisClient, *, allow_eviction: bool = False, name: str = "Redis"
 ) -> list[str]:
     """Refuse a server atomq cannot trust with messages; return the warnings it logged.
 

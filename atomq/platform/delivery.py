@@ -13,11 +13,11 @@ import time
 from typing import Any, Sequence
 
 from atomq.errors import InvalidInput, NotFound, TooLarge
-from atomq.platform.stored_form import decode_messages
 from atomq.platform.components import Components
 from atomq.platform.models import Delivery, NackResult
 from atomq.platform.names import check_receipts, check_subscriber_name
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
+from atomq.platform.stored_form import decode_messages
 
 MAX_SELECTORS = 10_000
 """Most ids or receipts one call names: a settle is one script, and this bounds it."""

@@ -20,7 +20,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from atomq.errors import AtomqError, Conflict, InvalidInput
-from atomq.platform.listeners import ExecutionBatch, Listener, ListenerSpec, ListenerStore
+from atomq.platform.listeners import (
+    ExecutionBatch,
+    Listener,
+    ListenerSpec,
+    ListenerStore,
+)
 from atomq.platform.models import Delivery, QueueModel
 from atomq.platform.queue_server import QueueServer
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import redis
 
 from atomq.errors import FormatVersionError, StorageError
+from atomq.platform.connection import RedisClient
 from atomq.platform.keys import FORMAT_VERSION_KEY
 
 FORMAT_VERSION = 2
@@ -17,7 +18,7 @@ and the maintenance works from per-tenant indexes of due destinations: data of f
 usage recounted and its indexes built (``QueueServer``) before a node serves it."""
 
 
-def check_format(client: redis.Redis) -> int:
+def check_format(client: RedisClient) -> int:
     """Records the format version of new data and refuses data of an unknown one."""
     try:
         client.set(FORMAT_VERSION_KEY, FORMAT_VERSION, nx=True)
@@ -33,7 +34,7 @@ def check_format(client: redis.Redis) -> int:
     return stored
 
 
-def record_format(client: redis.Redis) -> None:
+def record_format(client: RedisClient) -> None:
     """Marks the data as migrated to this atomq's format."""
     try:
         client.set(FORMAT_VERSION_KEY, FORMAT_VERSION)

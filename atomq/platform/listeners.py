@@ -18,7 +18,11 @@ from typing import Any
 
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
-from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.names import (
+    check_queue_name,
+    check_subscriber_name,
+    check_tenant_id,
+)
 from atomq.platform.storage import Storage
 
 ENGINES = ("fork", "spark")

@@ -11,13 +11,13 @@ from typing import Sequence
 
 from atomq.errors import InvalidInput, NotFound
 from atomq.platform import keys as k
-from atomq.platform.stored_form import decode_messages
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
 from atomq.platform.models import BrowsedMessage, DeadLetter, Page, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.routes import Routes
 from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+from atomq.platform.stored_form import decode_messages
 
 
 class Management:

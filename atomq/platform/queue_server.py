@@ -16,16 +16,15 @@ behaviour in its own module.
 
 from __future__ import annotations
 
-import redis
-
+from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.components import Components
+from atomq.platform.connection import RedisClient
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
-from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
-from atomq.platform.memory_use import memory_use
 from atomq.platform.management import Management
+from atomq.platform.memory_use import memory_use
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
 from atomq.platform.settings import QueueSettings
@@ -49,7 +48,7 @@ class QueueServer:
             older data is refused (``atomq audit`` reads, it never migrates).
     """
 
-    def __init__(self, client: redis.Redis, settings: QueueSettings | None = None, migrate: bool = True) -> None:
+    def __init__(self, client: RedisClient, settings: QueueSettings | None = None, migrate: bool = True) -> None:
         self.storage = Storage(client)
         self._shared = Shared(self.storage, settings or QueueSettings())
         stored_format = check_format(client)
@@ -103,7 +102,7 @@ class QueueServer:
             maintenance.migrate_from_format_1()
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> RedisClient:
         return self.storage.client
 
     @property

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound, QuotaExceeded, TooLarge
+from atomq.errors import (
+    AtomqError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    QuotaExceeded,
+    TooLarge,
+)
 from atomq.platform import keys as k
-from atomq.platform.stored_form import encode_document
 from atomq.platform.management import Management
 from atomq.platform.models import OutgoingMessage, QueueModel
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+from atomq.platform.stored_form import encode_document
 
 MAX_DEDUPE_ID_LENGTH = 256
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
+from atomq.platform.connection import RedisClient
 from atomq.platform.names import check_queue_name, check_tenant_id
 from atomq.platform.settings import QueueSettings
 from atomq.platform.storage import Storage
@@ -65,7 +65,7 @@ class Shared:
         self.settings = settings
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> RedisClient:
         return self.storage.client
 
     def queue_errors(self, queue: str, **more: Any) -> dict[str, Any]:

@@ -10,14 +10,14 @@ and socket errors: :data:`STORE_ERRORS`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
-
 import builtins
+from typing import Any, Callable, Mapping, Sequence
 
 import redis
 from redis.exceptions import RedisClusterException
 
 from atomq.errors import AtomqError, StorageError, StorageFull
+from atomq.platform.connection import RedisClient
 from atomq.platform.scripts import ScriptLibrary
 
 ErrorMap = Mapping[str, Callable[[], AtomqError]]
@@ -35,7 +35,7 @@ def script_code(exc: redis.ResponseError) -> str:
 class Storage:
     """A Redis client and the scripts registered on it."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self.client = client
         self.scripts = ScriptLibrary(client)
 

@@ -36,7 +36,11 @@ from dataclasses import dataclass
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.models import BrowsedMessage, MessageState
-from atomq.platform.names import check_queue_name, check_subscriber_name, check_tenant_id
+from atomq.platform.names import (
+    check_queue_name,
+    check_subscriber_name,
+    check_tenant_id,
+)
 from atomq.platform.queue_server import QueueServer
 
 RECORD_TTL_S = 24 * 3600

@@ -18,7 +18,6 @@ import json
 import secrets
 import time
 
-
 from atomq.errors import Unauthorized
 from atomq.platform import keys as k
 from atomq.platform.storage import Storage

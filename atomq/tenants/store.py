@@ -20,10 +20,10 @@ import hmac
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import redis
 
 from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
+from atomq.platform.connection import RedisClient
 from atomq.platform.storage import Storage
 from atomq.tenants import api_keys, scripts
 from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
@@ -66,7 +66,7 @@ class TenantStore:
         owner_key: the runtime owner's key. Only its digest is kept.
     """
 
-    def __init__(self, client: redis.Redis, owner_key: str) -> None:
+    def __init__(self, client: RedisClient, owner_key: str) -> None:
         if not isinstance(owner_key, str) or not owner_key:
             raise InvalidInput("owner_key must be a non-empty string", field="owner_key")
         self.client = client

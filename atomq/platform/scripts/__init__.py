@@ -12,9 +12,9 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Sequence
 
-import redis
 from redis.commands.core import Script
 
+from atomq.platform.connection import RedisClient
 from atomq.platform.footprint import lua_prelude
 
 NAMES = (
@@ -50,7 +50,7 @@ class ScriptLibrary:
     (also after a Redis restart), and routes it by its first key on a cluster.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         lib = lua_prelude() + _source("_lib")
         self._scripts: dict[str, Script] = {
             name: client.register_script(lib + "\n" + _source(name)) for name in NAMES
@@ -63,13 +63,13 @@ class ScriptLibrary:
         """Adds a call of script ``name`` to a pipeline (its reply comes with the pipeline's)."""
         self._scripts[name](keys=list(keys), args=list(args), client=pipe)
 
-    def missing(self, client: redis.Redis) -> list[str]:
+    def missing(self, client: RedisClient) -> list[str]:
         """Names of scripts Redis does not hold (after a restart or SCRIPT FLUSH)."""
         names = list(self._scripts)
         present = client.script_exists(*(self._scripts[n].sha for n in names))
         return [n for n, ok in zip(names, present) if not ok]
 
-    def load_all(self, client: redis.Redis) -> None:
+    def load_all(self, client: RedisClient) -> None:
         """Loads every script now, so a syntax error shows at start and not on first use."""
         for script in self._scripts.values():
             script.sha = client.script_load(script.script)
