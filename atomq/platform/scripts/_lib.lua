@@ -49,6 +49,17 @@ local function require_queue()
   return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4]}
 end
 
+-- A get or a settle names a subscriber exactly when its queue is publish/subscribe.
+local function subscriber_misnamed(q, sub)
+  if q.model == 'publish_subscribe' then
+    if sub == '' then
+      return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
+    end
+  elseif sub ~= '' then
+    return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
+  end
+end
+
 local function parse_state(s)
   local a = string.find(s, '|', 1, true)
   local b = string.find(s, '|', a + 1, true)

@@ -20,14 +20,11 @@
 local q = require_queue()
 if q.err then return q end
 local sub = ARGV[3]
+local misnamed = subscriber_misnamed(q, sub)
+if misnamed then return misnamed end
 if q.model == 'publish_subscribe' then
-  if sub == '' then
-    return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
-  end
   local added = add_subscriber(KEYS[12], sub, tonumber(ARGV[4]))
   if type(added) == 'table' then return added end
-elseif sub ~= '' then
-  return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
 end
 
 local d = dest_at(5)

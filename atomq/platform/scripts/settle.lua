@@ -20,15 +20,10 @@
 local q = require_queue()
 if q.err then return q end
 local sub = ARGV[5]
-if q.model == 'publish_subscribe' then
-  if sub == '' then
-    return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
-  end
-  if redis.call('SISMEMBER', KEYS[12], sub) == 0 then
-    return redis.error_reply('UNKNOWNSUBSCRIBER the subscriber does not exist')
-  end
-elseif sub ~= '' then
-  return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
+local misnamed = subscriber_misnamed(q, sub)
+if misnamed then return misnamed end
+if q.model == 'publish_subscribe' and redis.call('SISMEMBER', KEYS[12], sub) == 0 then
+  return redis.error_reply('UNKNOWNSUBSCRIBER the subscriber does not exist')
 end
 local d = dest_at(5)
 local action = ARGV[1]
