@@ -63,9 +63,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from atomq.client import DEFAULT_URL, AtomqClient
+from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, DEFAULT_URL, AtomqClient, BatchingSender, Extender
 from atomq.errors import InvalidInput
-from atomq.workers.execution import Extender
 
 SCHEMA = StructType([
     StructField("message_id", StringType(), False),
@@ -88,7 +87,6 @@ payload as UTF-8 when it is text; ``state``, ``failed_deliveries`` and
 
 MAX_PLAN = 1000
 IDLE_WAIT_MS = 500
-DEFAULT_MAX_DOCUMENTS = 100
 
 
 def register(spark: SparkSession) -> None:
@@ -109,7 +107,7 @@ class _Options:
         self.consumer = options.get("consumer") or ""
         self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", 1000, 1, MAX_PLAN)
         self.partitions = _int_option(options, "partitions", 2, 1, 64)
-        self.max_documents = _int_option(options, "maxDocumentsPerRequest", DEFAULT_MAX_DOCUMENTS, 1, 1000)
+        self.max_documents = _int_option(options, "maxDocumentsPerRequest", DEFAULT_MAX_SEND_DOCUMENTS, 1, 1000)
         if not self.key:
             raise InvalidInput("the atomq data source needs option key (a tenant's API key)", field="key")
 
@@ -350,8 +348,6 @@ class QueueWriter(DataSourceWriter):
             options.need_queue()
 
     def write(self, iterator: Iterator[Any]) -> SendCommitMessage:
-        from atomq.workers.execution import BatchingSender
-
         o = self.options
         messages = 0
         with o.client() as client:

@@ -18,99 +18,25 @@ main node fails the job, with a message that carries no tenant data.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
 from atomq import telemetry
-from atomq.client import AtomqClient
-from atomq.errors import AtomqError, EngineUnavailable, QuotaExceeded, RateLimited
+from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, AtomqClient, BatchingSender, Extender
+from atomq.errors import EngineUnavailable, QuotaExceeded, RateLimited
 from atomq.tenants import execution_tokens
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext, InputMessage
 
 log = logging.getLogger("atomq.execution")
 
-DEFAULT_MAX_SEND_DOCUMENTS = 100
 QUOTA_RETRY_S = 10.0
 """How long a listener waits after its sends passed a disk quota: the quota frees only when
 messages are consumed, which the listener cannot hasten."""
-
-
-class BatchingSender:
-    """Buffers an execution's outputs per queue and sends them in requests of at most ``max_documents``.
-
-    The main node counts requests, not documents, against a tenant's rate
-    limit: 250 documents to one queue cost 3 requests.
-    """
-
-    def __init__(self, client: AtomqClient, max_documents: int = DEFAULT_MAX_SEND_DOCUMENTS) -> None:
-        if max_documents < 1:
-            raise ValueError("max_documents must be at least 1")
-        self.client = client
-        self.max_documents = max_documents
-        self.requests = 0
-        self.documents = 0
-        self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._counts: dict[str, int] = {}
-
-    def add(self, queue: str, message: dict[str, Any]) -> None:
-        size = len(message["documents"])
-        if self._counts.get(queue, 0) + size > self.max_documents:
-            self.flush(queue)
-        self._buffers.setdefault(queue, []).append(message)
-        self._counts[queue] = self._counts.get(queue, 0) + size
-        if self._counts[queue] >= self.max_documents:
-            self.flush(queue)
-
-    def flush(self, queue: str | None = None) -> None:
-        """Sends what is buffered (for one queue, or all); the main node's refusal raises."""
-        for name in [queue] if queue is not None else list(self._buffers):
-            messages = self._buffers.pop(name, [])
-            count = self._counts.pop(name, 0)
-            if messages:
-                self.client.send(name, messages)
-                self.requests += 1
-                self.documents += count
-
-
-class Extender(threading.Thread):
-    """Extends deliveries every third of their ack time-out while work on them goes on,
-    with its own client (a requests session is not shared between threads); stops when told.
-
-    ``body`` gives the request's body each time, or None to skip this beat. A
-    failed extension is logged: the ack time-out is the fallback. ``headers``
-    go with every request (an execution's trace context).
-    """
-
-    def __init__(self, url: str, key: str, path: str, ack_timeout_s: float,
-                 body: Callable[[], Any] = dict, tenant: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(name="atomq-extend", daemon=True)
-        self.url, self.key, self.path, self.body, self.tenant = url, key, path, body, tenant
-        self.headers = dict(headers or {})
-        self.interval_s = max(ack_timeout_s / 3, 0.05)
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        with AtomqClient(self.url, self.key, tenant=self.tenant) as client:
-            client.session.headers.update(self.headers)
-            while not self.stopped.wait(self.interval_s):
-                body = self.body()
-                if body is None:
-                    continue
-                try:
-                    client.request("POST", self.path, body)
-                except AtomqError as exc:
-                    log.warning("extending deliveries failed (%s); they may time out", exc.code)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""A small Python client for the atomq HTTP API.
+"""The client of the atomq HTTP API: one call per endpoint, errors as atomq's own.
 
 One ``requests.Session`` (keep-alive) per client. Errors come back as the
 same ``atomq.errors`` classes the server raised, rebuilt from the JSON error

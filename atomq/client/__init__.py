@@ -1,0 +1,13 @@
+"""A small Python client for the atomq HTTP API, and the pieces of speaking it that work horses,
+the Spark data source and the CLI share: the wire form of documents and messages (``wire``),
+sends in batches (``BatchingSender``) and deliveries kept in flight (``Extender``).
+
+``from atomq.client import AtomqClient`` is the documented import path.
+"""
+
+from atomq.client.batching import DEFAULT_MAX_SEND_DOCUMENTS, BatchingSender
+from atomq.client.extending import Extender
+from atomq.client.http_client import DEFAULT_URL, AtomqClient, error_from_response
+
+__all__ = ["DEFAULT_MAX_SEND_DOCUMENTS", "DEFAULT_URL", "AtomqClient", "BatchingSender", "Extender",
+           "error_from_response"]
