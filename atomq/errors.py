@@ -8,6 +8,7 @@ error body in one place, so library and API users see the same facts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -163,3 +164,31 @@ class EngineUnavailable(AtomqError):
     http_status = 503
     code = "engine_unavailable"
     retry_after_s = 10.0
+
+
+STATUS_ERRORS: tuple[type[AtomqError], ...] = (
+    InvalidInput, Unauthorized, Forbidden, NotFound, Conflict, TooLarge, RateLimited, StorageError, QuotaExceeded,
+)
+"""The class each HTTP error status stands for when nothing more is known of an error: a 409 is a
+Conflict, though a DataDirInUse is a 409 too. Each class holds its own status."""
+
+
+def _family(cls: type[AtomqError]) -> Iterator[type[AtomqError]]:
+    """``cls`` and its subclasses, each before its own subclasses."""
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _family(sub)
+
+
+def class_for_code(code: str) -> type[AtomqError] | None:
+    """The class whose own code is ``code``; None for a code one raise chose (``too_many_queues``, say).
+
+    Looked up each time rather than cached, so a subclass defined anywhere is found.
+    """
+    return next((cls for cls in _family(AtomqError) if cls.code == code), None)
+
+
+def class_for_status(http_status: int) -> type[AtomqError] | None:
+    """The class an HTTP error status stands for (:data:`STATUS_ERRORS`); None for a status no
+    atomq error has, like 405."""
+    return next((cls for cls in STATUS_ERRORS if cls.http_status == http_status), None)

@@ -13,42 +13,26 @@ from typing import Any
 
 import requests
 
-from atomq.errors import (
-    AtomqError,
-    Conflict,
-    Forbidden,
-    InvalidInput,
-    NotFound,
-    QuotaExceeded,
-    RateLimited,
-    StorageError,
-    TooLarge,
-    Unauthorized,
-)
+from atomq.errors import AtomqError, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
 
 DEFAULT_URL = "http://127.0.0.1:61717"
-ERRORS_BY_STATUS: dict[int, type[AtomqError]] = {
-    400: InvalidInput, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: TooLarge,
-    503: StorageError,
-}
 
 
 def error_from_response(response: requests.Response) -> AtomqError:
-    """The atomq error an error response carries (its code, message and details kept)."""
+    """The atomq error an error response carries: the class its code names, else the one its status
+    stands for, with its code, message and details kept."""
     try:
         body = response.json()["error"]
         code, message, details = body["code"], body["message"], dict(body.get("details") or {})
     except (ValueError, KeyError, TypeError):
         code, message, details = "http_error", f"HTTP {response.status_code}: {response.text[:200]}", {}
     status = response.status_code
-    if status == 429:
-        retry_after = int(response.headers.get("Retry-After") or details.pop("retry_after", 1))
-        details.pop("retry_after", None)
-        return RateLimited(message, retry_after=retry_after, code=code, **details)
-    if status == 507:
-        limit, used = int(details.pop("limit", 0)), int(details.pop("used", 0))
-        return QuotaExceeded(message, limit=limit, used=used, code=code, **details)
-    error = ERRORS_BY_STATUS.get(status, AtomqError)(message, code=code, **details)
+    cls = class_for_code(code) or class_for_status(status) or AtomqError
+    if issubclass(cls, RateLimited):
+        details["retry_after"] = int(response.headers.get("Retry-After") or details.get("retry_after", 1))
+    elif issubclass(cls, QuotaExceeded):
+        details["limit"], details["used"] = int(details.get("limit", 0)), int(details.get("used", 0))
+    error = cls(message, code=code, **details)
     error.http_status = status
     return error
 
