@@ -8,12 +8,12 @@ through marshmallow would cost more than the rest of the request.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from flask import Response
 
 from atomq.api import strict_json
+from atomq.client import wire
 from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, QueueInfo
 
 
@@ -23,9 +23,8 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 
 def _document(doc: Any) -> dict[str, Any]:
-    if isinstance(doc.data, str):
-        return {"id": doc.id, "data": doc.data, "properties": doc.properties}
-    return {"id": doc.id, "data_base64": base64.b64encode(doc.data).decode("ascii"), "properties": doc.properties}
+    # A stored document is text or bytes as it was sent: bytes go back in base64 even when they are UTF-8.
+    return {"id": doc.id, **wire.content_fields(doc.data), "properties": doc.properties}
 
 
 def message(m: Message) -> dict[str, Any]:

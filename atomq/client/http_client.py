@@ -13,6 +13,7 @@ from typing import Any
 
 import requests
 
+from atomq.client import wire
 from atomq.errors import AtomqError, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
 
 DEFAULT_URL = "http://127.0.0.1:61717"
@@ -176,7 +177,7 @@ class AtomqClient:
 
     def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
         """One message of one text document per text."""
-        return self.send(queue, [{"documents": [{"data": t}]} for t in texts])
+        return self.send(queue, [wire.message([wire.document(t)]) for t in texts])
 
     def get(self, queue: str, max_messages: int = 10, wait_ms: int = 0,
             subscriber: str | None = None) -> list[Any]:

@@ -36,7 +36,6 @@ store each row once.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -63,7 +62,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, DEFAULT_URL, AtomqClient, BatchingSender, Extender
+from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, DEFAULT_URL, AtomqClient, BatchingSender, Extender, wire
 from atomq.errors import InvalidInput
 
 SCHEMA = StructType([
@@ -133,20 +132,12 @@ def _int_option(options: Any, name: str, default: int, low: int, high: int) -> i
 
 def _rows(message: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
     enqueued = datetime.fromtimestamp(message["enqueued_at"], tz=timezone.utc)
-    properties = json.dumps(message.get("properties") or {})
+    properties = json.dumps(wire.properties_of(message))
     for index, doc in enumerate(message["documents"]):
-        if "data" in doc:
-            text: str | None = doc["data"]
-            payload = doc["data"].encode("utf-8")
-        else:
-            payload = base64.b64decode(doc["data_base64"])
-            try:
-                text = payload.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
+        payload = wire.document_bytes(doc)
         yield (message["id"], message["delivery_count"], message["delivery_count"] > 1, enqueued,
                message.get("state"), message.get("failed_deliveries"), message.get("reason"), properties,
-               index, doc["id"], payload, text, json.dumps(doc.get("properties") or {}))
+               index, doc["id"], payload, wire.utf8_text(payload), json.dumps(wire.properties_of(doc)))
 
 
 class AtomqDataSource(DataSource):
@@ -363,21 +354,14 @@ class QueueWriter(DataSourceWriter):
         if value is None:
             raise InvalidInput(f"a row has no document: {', '.join(self.data_columns)} all null",
                                field=self.data_columns[0])
-        doc = {"data": value} if isinstance(value, str) else _binary(bytes(value))
-        message: dict[str, Any] = {"documents": [doc]}
-        if self.has["properties"] and row["properties"] is not None:
-            props = row["properties"]
-            message["properties"] = json.loads(props) if isinstance(props, str) else dict(props)
-        if self.has["dedupe_id"] and row["dedupe_id"] is not None:
-            message["dedupe_id"] = str(row["dedupe_id"])
-        return message
-
-
-def _binary(data: bytes) -> dict[str, str]:
-    try:
-        return {"data": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"data_base64": base64.b64encode(data).decode("ascii")}
+        document = wire.document(value if isinstance(value, str) else bytes(value))
+        properties = row["properties"] if self.has["properties"] else None
+        if isinstance(properties, str):
+            properties = json.loads(properties)
+        elif properties is not None:
+            properties = dict(properties)
+        dedupe_id = row["dedupe_id"] if self.has["dedupe_id"] else None
+        return wire.message([document], properties, None if dedupe_id is None else str(dedupe_id))
 
 
 class QueueStreamWriter(DataSourceStreamWriter):

@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 
 from py4j.protocol import Py4JError
 
+from atomq.client import wire
 from atomq.errors import EngineUnavailable, InvalidInput
 from atomq.workers.builtin import echo_route, validate_echo, validate_forward
 from atomq.workers.context import ExecutionContext, InputDocument
@@ -102,12 +103,8 @@ def batch_frame(spark: SparkSession, ctx: ExecutionContext) -> DataFrame:
     for m in ctx.messages:
         properties = json.dumps(m.properties)
         for i, doc in enumerate(m.documents):
-            try:
-                text: str | None = doc.data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data, text,
-                         json.dumps(doc.properties)))
+            rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data,
+                         wire.utf8_text(doc.data), json.dumps(doc.properties)))
     return spark.createDataFrame(rows, INPUT_SCHEMA)
 
 

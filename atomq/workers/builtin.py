@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
+from atomq.client import wire
 from atomq.errors import InvalidInput
 from atomq.platform.names import check_queue_name
 from atomq.workers.context import ExecutionContext
@@ -33,10 +33,8 @@ forward.validate_settings = validate_forward  # type: ignore[attr-defined]
 
 
 def _payload(data: bytes) -> dict[str, str]:
-    try:
-        return {"payload": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"payload_base64": base64.b64encode(data).decode("ascii")}
+    text = wire.utf8_text(data)
+    return wire.content_fields(data if text is None else text, "payload")
 
 
 def _invalid_reason(data: bytes) -> tuple[dict[str, Any] | None, str]:

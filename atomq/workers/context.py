@@ -13,13 +13,13 @@ position, so a redelivered execution does not store its outputs twice.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from atomq.client import wire
 from atomq.errors import InvalidInput
 
 
@@ -53,15 +53,9 @@ class InputMessage:
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> InputMessage:
         """A message as the HTTP API delivers it."""
-        docs = tuple(
-            InputDocument(
-                data=d["data"].encode("utf-8") if "data" in d else base64.b64decode(d["data_base64"]),
-                properties=d.get("properties") or {},
-            )
-            for d in raw["documents"]
-        )
+        docs = tuple(InputDocument(wire.document_bytes(d), wire.properties_of(d)) for d in raw["documents"])
         return cls(id=raw["id"], delivery_count=int(raw["delivery_count"]),
-                   properties=raw.get("properties") or {}, documents=docs)
+                   properties=wire.properties_of(raw), documents=docs)
 
 
 Document = bytes | str | InputDocument
@@ -69,24 +63,12 @@ Emit = Callable[[str, dict[str, Any]], None]
 
 
 def outgoing_document(doc: Document) -> dict[str, Any]:
-    """A document in the shape the send API takes."""
+    """A document a process sends, in the shape the send API takes."""
     if isinstance(doc, InputDocument):
-        out = _data(doc.data)
-        if doc.properties:
-            out["properties"] = doc.properties
-        return out
+        return wire.document(doc.data, doc.properties or None)
     if isinstance(doc, (bytes, str)):
-        return _data(doc)
+        return wire.document(doc)
     raise InvalidInput("a document is bytes, str or an InputDocument", field="documents")
-
-
-def _data(data: bytes | str) -> dict[str, Any]:
-    if isinstance(data, str):
-        return {"data": data}
-    try:
-        return {"data": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"data_base64": base64.b64encode(data).decode("ascii")}
 
 
 class ExecutionContext:
@@ -113,10 +95,5 @@ class ExecutionContext:
         origin = source.id if source is not None else f"batch-{self._batch_source}"
         position = self._positions.get(origin, 0)
         self._positions[origin] = position + 1
-        message: dict[str, Any] = {
-            "documents": [outgoing_document(d) for d in documents],
-            "dedupe_id": f"{self.listener}/{origin}/{position}",
-        }
-        if properties:
-            message["properties"] = properties
-        self._emit(queue, message)
+        self._emit(queue, wire.message([outgoing_document(d) for d in documents], properties or None,
+                                       f"{self.listener}/{origin}/{position}"))
