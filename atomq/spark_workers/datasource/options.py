@@ -1,0 +1,48 @@
+"""The data source's options, read and checked once for every part (see the package's description)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, DEFAULT_URL, AtomqClient
+from atomq.errors import InvalidInput
+
+MAX_PLAN = 1000
+"""The most messages one streaming micro-batch plans."""
+
+
+class Options:
+    """The options every part needs, read once (``options`` is case-insensitive)."""
+
+    def __init__(self, options: Any) -> None:
+        self.url = options.get("url") or DEFAULT_URL
+        self.key = options.get("key") or ""
+        self.tenant = options.get("tenant") or None
+        self.queue = options.get("queue") or ""
+        self.subscriber = options.get("subscriber") or None
+        self.dead_letters = str(options.get("deadLetters", "false")).lower() == "true"
+        self.consumer = options.get("consumer") or ""
+        self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", 1000, 1, MAX_PLAN)
+        self.partitions = _int_option(options, "partitions", 2, 1, 64)
+        self.max_documents = _int_option(options, "maxDocumentsPerRequest", DEFAULT_MAX_SEND_DOCUMENTS, 1, 1000)
+        if not self.key:
+            raise InvalidInput("the atomq data source needs option key (a tenant's API key)", field="key")
+
+    def client(self) -> AtomqClient:
+        return AtomqClient(self.url, self.key, tenant=self.tenant)
+
+    def need_queue(self) -> str:
+        if not self.queue:
+            raise InvalidInput("the atomq data source needs option queue", field="queue")
+        return self.queue
+
+
+def _int_option(options: Any, name: str, default: int, low: int, high: int) -> int:
+    raw = options.get(name)
+    try:
+        value = default if raw is None else int(raw)
+    except ValueError:
+        raise InvalidInput(f"option {name} must be an integer", field=name) from None
+    if not low <= value <= high:
+        raise InvalidInput(f"option {name} must be from {low} to {high}", field=name)
+    return value

@@ -1,0 +1,75 @@
+"""A write: rows become messages of one document each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from atomq.client import BatchingSender, wire
+from atomq.errors import InvalidInput
+from atomq.spark_workers.datasource.options import Options
+
+
+class SendCommitMessage(WriterCommitMessage):
+    def __init__(self, messages: int, requests: int) -> None:
+        self.messages, self.requests = messages, requests
+
+
+class QueueWriter(DataSourceWriter):
+    """Rows become messages, sent through the main node in requests of at most 100 documents."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        self.options = options
+        names = set(schema.fieldNames())
+        # In this order, per row: a row read from atomq has text only when its payload is UTF-8.
+        self.data_columns = [c for c in ("text", "data", "payload") if c in names]
+        if not self.data_columns:
+            raise InvalidInput("a DataFrame written to atomq needs a text, data or payload column", field="columns")
+        self.has = {c: c in names for c in ("properties", "dedupe_id", "queue")}
+        if not self.has["queue"]:
+            options.need_queue()
+
+    def write(self, iterator: Iterator[Any]) -> SendCommitMessage:
+        o = self.options
+        messages = 0
+        with o.client() as client:
+            sender = BatchingSender(client, o.max_documents)
+            for row in iterator:
+                sender.add((row["queue"] if self.has["queue"] else None) or o.queue, self._message(row))
+                messages += 1
+            sender.flush()
+        return SendCommitMessage(messages, sender.requests)
+
+    def _message(self, row: Any) -> dict[str, Any]:
+        value = next((row[c] for c in self.data_columns if row[c] is not None), None)
+        if value is None:
+            raise InvalidInput(f"a row has no document: {', '.join(self.data_columns)} all null",
+                               field=self.data_columns[0])
+        document = wire.document(value if isinstance(value, str) else bytes(value))
+        properties = row["properties"] if self.has["properties"] else None
+        if isinstance(properties, str):
+            properties = json.loads(properties)
+        elif properties is not None:
+            properties = dict(properties)
+        dedupe_id = row["dedupe_id"] if self.has["dedupe_id"] else None
+        return wire.message([document], properties, None if dedupe_id is None else str(dedupe_id))
+
+
+class QueueStreamWriter(DataSourceStreamWriter):
+    """Each micro-batch's rows become messages, as :class:`QueueWriter` sends them."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        self._writer = QueueWriter(options, schema)
+
+    def write(self, iterator: Iterator[Any]) -> SendCommitMessage:
+        return self._writer.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The rows were stored as they were sent: nothing more to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Rows already sent stay (a retry with dedupe ids stores each once)."""
