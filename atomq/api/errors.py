@@ -17,7 +17,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from atomq.errors import AtomqError, RateLimited, StorageError, StorageFull
+from atomq.errors import AtomqError, RateLimited, StorageError, StorageFull, class_for_status
 from atomq.platform.storage import STORE_ERRORS, translate
 
 log = logging.getLogger("atomq.api")
@@ -27,20 +27,17 @@ log = logging.getLogger("atomq.api")
 # instead of the answer. Larger bodies are cut off.
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 
-CODES_BY_STATUS = {
-    400: "invalid_input",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "too_large",
-    415: "unsupported_media_type",
-    422: "invalid_input",
-    429: "rate_limited",
-    503: "unavailable",
-    507: "quota_exceeded",
-}
+HTTP_ONLY_CODES = {405: "method_not_allowed", 415: "unsupported_media_type", 422: "invalid_input",
+                   503: "unavailable"}
+"""The codes of HTTP errors that no atomq error stands for; any other status takes the code of the
+error class that holds it (``atomq.errors.class_for_status``)."""
+
+
+def code_for_status(status: int) -> str:
+    if status in HTTP_ONLY_CODES:
+        return HTTP_ONLY_CODES[status]
+    cls = class_for_status(status)
+    return cls.code if cls is not None else "error"
 
 
 def error_response(status: int, code: str, message: str, details: dict[str, Any] | None = None,
@@ -84,7 +81,7 @@ def http_error_response(exc: HTTPException) -> Response:
         message = "the request body is larger than this server accepts"
         _drain_body()
         headers = {"Connection": "close"}
-    return error_response(status, CODES_BY_STATUS.get(status, "error"), message, details, headers)
+    return error_response(status, code_for_status(status), message, details, headers)
 
 
 def _drain_body() -> None:
