@@ -64,7 +64,7 @@ def echo_route(message_id: str, data: bytes) -> tuple[str, str, dict[str, str]]:
 
 
 def echo_service(ctx: ExecutionContext) -> None:
-    """The seed's test message validation and echo service.
+    """The test message validation and echo service (docs/concepts.md, "Listeners and executions").
 
     A document that parses as a JSON object with a ``msgId`` becomes an echo
     message on ``echo_queue``; any other (a parse error included) becomes a
@@ -72,7 +72,7 @@ def echo_service(ctx: ExecutionContext) -> None:
     its input is acked like any other: bad input never becomes a poison
     message. A redelivered message that this listener already processed
     never reaches the process at all (the execution recognises it); one that
-    does arrive redelivered is logged, as the seed's second version does.
+    does arrive redelivered is logged, so that an operator sees it was not recognised.
     """
     queues = {"echo": ctx.settings["echo_queue"], "errors": ctx.settings["errors_queue"]}
     for message in ctx.messages:

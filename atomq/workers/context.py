@@ -47,7 +47,7 @@ class InputMessage:
 
     @property
     def redelivered(self) -> bool:
-        """True when an earlier delivery of this message failed (the seed's "Redelivered" flag)."""
+        """True when an earlier delivery of this message failed (a get's ``redelivered``)."""
         return self.delivery_count > 1
 
     @classmethod
