@@ -21,8 +21,10 @@ from atomq import telemetry
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
-from serve_process import AtomqServe, ServeFactory, print_logs
-from support import FAST, assert_audit_clean, free_port
+from support.audit import assert_audit_clean
+from support.ports import free_port
+from support.queues import FAST
+from support.served_node import AtomqServe, ServeFactory, print_logs
 
 
 @pytest.fixture(scope="session")

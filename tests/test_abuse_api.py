@@ -41,8 +41,10 @@ from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
 from atomq.platform.settings import QueueSettings
 from atomq.platform.storage import Storage
 from atomq.tenants import TenantStore
-from serve_process import REPO, AtomqServe, print_logs
-from support import FAST, free_port
+from support.ports import free_port
+from support.processes import REPO
+from support.queues import FAST
+from support.served_node import AtomqServe, print_logs
 
 OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(32)}"
 

@@ -16,7 +16,8 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.shared import docs_and_config, queue_keys
-from support import FAST, browse_all, dead_all, msg, wait_until
+from support.queues import FAST, browse_all, dead_all, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 

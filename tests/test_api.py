@@ -20,8 +20,9 @@ from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
 from atomq.tenants import TenantStore
-from serve_process import AtomqServe, print_logs
-from support import FAST, free_port
+from support.ports import free_port
+from support.queues import FAST
+from support.served_node import AtomqServe, print_logs
 
 # (method, path, json body, headers, query) -> (status, json body or None, response headers)
 Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]

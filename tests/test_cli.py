@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from atomq.client import AtomqClient
-from serve_process import AtomqServe, print_logs
-from support import free_port
+from support.ports import free_port
+from support.served_node import AtomqServe, print_logs
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 

@@ -10,8 +10,8 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput, NotFound, RateLimited, Unauthorized
-from serve_process import AtomqServe, print_logs
-from support import free_port
+from support.ports import free_port
+from support.served_node import AtomqServe, print_logs
 
 
 @pytest.fixture(scope="module")

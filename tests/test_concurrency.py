@@ -28,7 +28,8 @@ import pytest
 from atomq.platform import MessageState, QueueServer
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
-from support import FAST, browse_all, counts, msg, wait_until
+from support.queues import FAST, browse_all, counts, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"

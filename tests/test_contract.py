@@ -39,7 +39,8 @@ from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
-from support import FAST, free_port
+from support.ports import free_port
+from support.queues import FAST
 
 # schemathesis draws from `random` inside its strategies, which hypothesis reports as deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")

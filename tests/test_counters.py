@@ -12,7 +12,7 @@ from atomq.errors import QuotaExceeded, RateLimited
 from atomq.platform import QueueServer
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.counters import MAX_RATE_BUCKETS, RATE_BUCKET_S
-from support import msg
+from support.queues import msg
 
 
 def totals(qs: QueueServer, tenant: str, queue: str) -> dict[str, int]:

@@ -33,7 +33,7 @@ from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.tenants import TenantStore, api_keys
 from atomq.tenants.dashboard_sessions import SessionStore
-from in_process_node import InProcessNode
+from support.in_process_node import InProcessNode
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright

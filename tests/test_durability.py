@@ -25,7 +25,9 @@ from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.format_version import FORMAT_VERSION
-from support import FAST, browse_all, counts, dead_all, msg, pid_running, wait_until
+from support.processes import pid_running
+from support.queues import FAST, browse_all, counts, dead_all, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 

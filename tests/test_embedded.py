@@ -23,7 +23,9 @@ from atomq.platform import embedded, valkey_binary
 from atomq.platform.connection import check_server, open_redis, redact_url
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.valkey_binary import find_server_binary
-from support import free_port, pid_running, wait_until
+from support.ports import free_port
+from support.processes import pid_running
+from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 

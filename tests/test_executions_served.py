@@ -1,14 +1,13 @@
 """Listeners end to end: ``atomq serve --workers 2`` as real processes, executions in forked work horses.
 
-The node registers the test processes of ``listener_processes`` (on the
-work horses' ``PYTHONPATH``) and redelivers after 0.1 s. Each test has a
+The node registers the test processes of ``support.listener_processes`` (on
+the work horses' ``PYTHONPATH``) and redelivers after 0.1 s. Each test has a
 tenant of its own.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 from collections.abc import Iterator
@@ -19,22 +18,24 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import RateLimited
-from serve_process import AtomqServe, print_logs
-from support import free_port, pid_running, wait_until
+from support.listener_processes import always_fail, served_env, stall_first_delivery
+from support.ports import free_port
+from support.processes import pid_running
+from support.served_node import AtomqServe, print_logs
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-TESTS_DIR = Path(__file__).resolve().parent
-PROCESSES = "fail=listener_processes:always_fail,stall=listener_processes:stall_first_delivery"
+WORK_HORSE_ENV = served_env(fail=always_fail, stall=stall_first_delivery)
+"""The work horses' environment: the test processes registered and importable."""
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
     tmp = tmp_path_factory.mktemp("executions")
-    pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
     server = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
                         http_workers=2, args=("--workers", "2"),
-                        env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
+                        env=WORK_HORSE_ENV)
     try:
         server.start()
         wait_until(lambda: (server.track_processes(), len(server.execution_workers) == 2)[1], 30,
@@ -170,10 +171,9 @@ def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqCli
 
 def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(tmp_path: Path) -> None:
     """The execution workers stop first, while the API they ack through still answers."""
-    pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
     node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}",
                       free_port(), http_workers=1, args=("--workers", "1"),
-                      env={"ATOMQ_PROCESSES": PROCESSES, "PYTHONPATH": pythonpath})
+                      env=WORK_HORSE_ENV)
     pid_file = tmp_path / "horse.pid"
     try:
         node.start()

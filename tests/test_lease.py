@@ -8,7 +8,7 @@ import uuid
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
 from atomq.platform.storage import Storage
-from support import wait_until
+from support.waiting import wait_until
 
 
 def test_one_holder_at_a_time_and_the_lease_moves_when_it_runs_out(backend) -> None:

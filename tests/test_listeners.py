@@ -26,12 +26,12 @@ from atomq.platform import keys as k
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
-from in_process_node import InProcessNode
-from support import msg
+from support.in_process_node import InProcessNode
+from support.listener_processes import always_fail, registered, stall_first_delivery
+from support.queues import msg
 
 OWNER = "owner-key-for-listener-tests"
-TEST_PROCESSES = ("fail=listener_processes:always_fail,"
-                  "stall=listener_processes:stall_first_delivery")
+TEST_PROCESSES = registered(fail=always_fail, stall=stall_first_delivery)
 
 
 @dataclass

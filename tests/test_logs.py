@@ -29,8 +29,8 @@ from atomq.platform import keys as k
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from in_process_node import InProcessNode
-from support import wait_until
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-log-tests"
 

@@ -16,8 +16,9 @@ from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.lease import Lease
 from atomq.workers import processes
-from in_process_executions import run_executions
-from in_process_node import InProcessNode
+from support.in_process_executions import run_executions
+from support.in_process_node import InProcessNode
+from support.listener_processes import always_fail, registered
 
 OWNER = "owner-key-for-metrics-tests"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -118,7 +119,7 @@ def test_counts_after_known_traffic_are_exact(node: InProcessNode) -> None:
 
 
 def test_listener_executions_and_failures_are_exact(node: InProcessNode, monkeypatch) -> None:
-    monkeypatch.setenv(processes.FORK.env, "fail=listener_processes:always_fail")
+    monkeypatch.setenv(processes.FORK.env, registered(fail=always_fail))
     processes.FORK.clear()
     tenant = node.owner.create_tenant("listening")
     lease = export_here(node)

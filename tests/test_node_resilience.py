@@ -45,8 +45,11 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
-from serve_process import REPO, AtomqServe, Http, ServeFactory
-from support import free_port, msg, pid_running, wait_until
+from support.ports import free_port
+from support.processes import REPO, pid_running
+from support.queues import msg
+from support.served_node import AtomqServe, Http, ServeFactory
+from support.waiting import wait_until
 
 # -- one loop under run_loop ----------------------------------------------------------------
 

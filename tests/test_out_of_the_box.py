@@ -38,8 +38,9 @@ from atomq.platform.storage import Storage
 from atomq.spark_workers import session
 from atomq.workers import liveness, node_workers
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
-from serve_process import AtomqServe
-from support import pid_running, wait_until
+from support.processes import pid_running
+from support.served_node import AtomqServe
+from support.waiting import wait_until
 
 FORWARD = {"queue": "in", "process": "forward", "settings": {"to": "out"}}
 

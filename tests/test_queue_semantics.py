@@ -15,7 +15,7 @@ import redis
 from atomq.errors import Conflict, InvalidInput, NotFound, TooLarge
 from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant
-from support import msg
+from support.queues import msg
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"

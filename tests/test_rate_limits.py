@@ -10,7 +10,7 @@ import pytest
 from atomq.errors import NotFound, RateLimited
 from atomq.platform.rate_limit import RateLimiter, retry_after_s
 from atomq.platform.storage import Storage
-from support import wait_until
+from support.waiting import wait_until
 
 
 def test_retry_after_is_whole_seconds_and_at_least_one() -> None:

@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 import requests
 
-from serve_process import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, ServeFactory
-from support import pid_running, wait_until
+from support.processes import pid_running
+from support.served_node import AtomqServe, Http, SHUTDOWN_TIMEOUT_S, ServeFactory
+from support.waiting import wait_until
 
 @pytest.fixture
 def server(serve: ServeFactory) -> AtomqServe:

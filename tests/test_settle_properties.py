@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.audit import audit_tenant
-from support import FAST, msg
+from support.queues import FAST, msg
 
 MESSAGES = 6
 

@@ -12,8 +12,8 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.platform import keys as k
-from in_process_node import InProcessNode
-from support import wait_until
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-spark-tests"
 

@@ -23,8 +23,9 @@ from atomq.platform import keys as k
 from atomq.spark_workers.processes import SPARK
 from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from in_process_node import InProcessNode
-from support import msg
+from support.in_process_node import InProcessNode
+from support.listener_processes import registered, spark_stall_first_delivery
+from support.queues import msg
 
 OWNER = "owner-key-for-spark-listener-tests"
 
@@ -135,7 +136,7 @@ def test_echo_service_on_spark_gives_the_fork_engines_results(harness: Harness, 
 
 def test_a_spark_execution_past_its_time_limit_is_cancelled_and_fails(
         harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(SPARK.env, "stall=listener_processes:spark_stall_first_delivery")
+    monkeypatch.setenv(SPARK.env, registered(stall=spark_stall_first_delivery))
     SPARK.clear()
     monkeypatch.setattr(harness.supervisor, "config", replace(harness.supervisor.config, execution_timeout_s=8))
     api = tenant.api

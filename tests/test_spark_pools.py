@@ -12,13 +12,14 @@ import pytest
 
 from atomq.errors import JavaMissing
 from atomq.spark_workers.session import find_java
+from support.processes import support_pythonpath
 
-HERE = Path(__file__).resolve().parent
 
 
 def _pool_share(master: str) -> dict[str, int]:
-    done = subprocess.run([sys.executable, str(HERE / "spark_pool_share.py"), master],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "support.spark_pool_share", master],
+                          env={**os.environ, "PYTHONPATH": support_pythonpath()}, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

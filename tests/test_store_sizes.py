@@ -9,7 +9,7 @@ from atomq.platform import keys as k
 from atomq.platform import store_sizes
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.workers.worker import job_queue_bytes
-from support import FAST, msg
+from support.queues import FAST, msg
 
 
 def _noop() -> None:

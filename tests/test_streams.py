@@ -7,7 +7,7 @@ import pytest
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import QueueServer
 from atomq.platform.streams import StreamConsumers
-from support import msg
+from support.queues import msg
 
 
 @pytest.fixture

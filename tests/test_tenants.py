@@ -22,7 +22,7 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.tenants import Principal, Tenant, TenantStore
 from atomq.tenants import store as store_module
 from atomq.tenants.api_keys import new_api_key, parse_key_id
-from support import FAST, msg
+from support.queues import FAST, msg
 
 OWNER_KEY = "owner-" + secrets.token_urlsafe(24)
 

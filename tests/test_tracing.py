@@ -1,6 +1,6 @@
 """Traces: one trace from a send through the wait and the execution to the execution's own sends.
 
-In-process tests run a node of their own (tests/in_process_node.py) with an
+In-process tests run a node of their own (tests/support/in_process_node.py) with an
 in-memory span exporter installed through ``telemetry.setup_tracing`` and
 drive the execution with rq's SimpleWorker, as test_listeners.py does. The
 last test runs ``atomq serve --workers 1`` against a small OTLP/HTTP
@@ -33,10 +33,11 @@ from opentelemetry.trace import SpanKind
 
 from atomq import telemetry
 from atomq.client import AtomqClient
-from in_process_executions import run_executions
-from in_process_node import InProcessNode
-from serve_process import AtomqServe, print_logs
-from support import free_port, wait_until
+from support.in_process_executions import run_executions
+from support.in_process_node import InProcessNode
+from support.ports import free_port
+from support.served_node import AtomqServe, print_logs
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-tracing-tests"
 SEND_ROUTE = "/v1/queues/<qname:name>/messages"

@@ -12,8 +12,8 @@ from rq import Queue, SimpleWorker
 
 from atomq.platform import keys as k
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from in_process_node import InProcessNode
-from support import wait_until
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 
 def run_executions(node: InProcessNode, tenant: str, done: Callable[[], bool], what: str = "the executions",

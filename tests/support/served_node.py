@@ -19,9 +19,10 @@ import requests
 
 from atomq.platform.data_dir import DataDirLock
 from atomq.platform.embedded import EmbeddedValkey
-from support import assert_audit_clean, pid_running, wait_until
+from support.audit import assert_audit_clean
+from support.processes import REPO, pid_running
+from support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 SHUTDOWN_TIMEOUT_S = 5.0
 """``--shutdown-timeout`` of every server here: SIGTERM must be done within it."""
 

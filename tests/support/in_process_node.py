@@ -1,7 +1,7 @@
 """A node in the test's process: a real Valkey of its own, the API on a real HTTP server in a thread.
 
 Executions, supervision and Spark are driven by the tests around it, so
-every step is theirs to time; ``atomq serve`` as a process is in serve_process.py.
+every step is theirs to time; ``atomq serve`` as a process is in served_node.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from atomq.client import AtomqClient
 from atomq.platform import QueueServer
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
-from support import assert_audit_clean, free_port
+from support.audit import assert_audit_clean
+from support.ports import free_port
 
 
 class InProcessNode:

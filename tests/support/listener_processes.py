@@ -1,17 +1,29 @@
 """Processes the tests register (``ATOMQ_PROCESSES``, ``ATOMQ_SPARK_PROCESSES``) to make executions fail, stall or report.
 
-Importable by the work horses of a served node: the tests put this
-directory on their ``PYTHONPATH``.
+Importable by the work horses of a served node: ``served_env`` puts tests/
+on their ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from atomq.workers.context import ExecutionContext
+from support.processes import support_pythonpath
+
+
+def registered(**processes: Callable[..., Any]) -> str:
+    """A registry variable's value naming these functions: ``registered(fail=always_fail)``."""
+    return ",".join(f"{name}={f.__module__}:{f.__name__}" for name, f in processes.items())
+
+
+def served_env(**processes: Callable[..., Any]) -> dict[str, str]:
+    """The environment that registers ``processes`` with a served node's work horses."""
+    return {"ATOMQ_PROCESSES": registered(**processes), "PYTHONPATH": support_pythonpath()}
 
 
 class Refused(Exception):

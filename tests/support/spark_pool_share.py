@@ -1,4 +1,5 @@
-"""Run as a script by test_spark_pools.py: two tenants' pools busy side by side on their own session.
+"""Two tenants' pools busy side by side on a session of their own; run by test_spark_pools.py as
+``python -m support.spark_pool_share``.
 
 Prints a JSON object: the tasks each tenant's job started while both jobs ran.
 It needs a session of its own (``local[4]`` or the master given as its
