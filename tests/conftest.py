@@ -7,7 +7,6 @@ processes, crashes and durability use ``valkey`` alone.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
 from support.ports import free_port
 from support.queues import FAST
-from support.served_node import AtomqServe, ServeFactory, print_logs
+from support.served_node import ServeFactory
 
 
 @pytest.fixture(scope="session")
@@ -77,34 +76,24 @@ def qs(backend: redis.Redis) -> QueueServer:
     return QueueServer(backend, FAST)
 
 
-
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeFactory]:
-    """Starts ``atomq serve`` processes with the given flags on ``tmp_path/data``, each on a port of
-    its own (again on a node's directory and port with ``same_as=node``); at teardown stops them
-    all, which audits their data (``AtomqServe.ensure_stopped``), and shows their logs."""
-    nodes: list[AtomqServe] = []
-    owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
-
-    def start(*args: str, http_workers: int = 2, same_as: AtomqServe | None = None, healthy: bool = True,
-              env: dict[str, str] | None = None) -> AtomqServe:
-        node = AtomqServe(same_as.data_dir if same_as else tmp_path / "data", tmp_path / f"serve-{len(nodes)}.log",
-                          owner_key, same_as.port if same_as else free_port(), http_workers, args, env)
-        nodes.append(node)
-        node.start(healthy=healthy)
-        return node
-
+    """Starts ``atomq serve`` nodes for one test (``ServeFactory``); stops them all at its teardown."""
+    nodes = ServeFactory(tmp_path)
     try:
-        yield start
+        yield nodes
     finally:
-        errors = []
-        for node in nodes:
-            try:
-                node.ensure_stopped()
-            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
-                errors.append(str(e))
-        print_logs(nodes)
-        assert not errors, errors
+        nodes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def serve_for_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeFactory]:
+    """``serve`` for the node a module's tests share: stopped after the module's last test."""
+    nodes = ServeFactory(tmp_path_factory.mktemp("serve"))
+    try:
+        yield nodes
+    finally:
+        nodes.stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ from atomq.tenants import TenantStore
 from support.ports import free_port
 from support.processes import REPO
 from support.queues import FAST
-from support.served_node import AtomqServe, print_logs
+from support.served_node import AtomqServe, ServeFactory
 
 OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(32)}"
 
@@ -495,16 +495,9 @@ def test_store_exceptions_from_the_cluster_client_are_503(private_store: tuple[E
 
 
 @pytest.fixture
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
+def served(serve: ServeFactory) -> AtomqServe:
     """A node per test: the throttle test leaves its address refused for a minute."""
-    tmp = tmp_path_factory.mktemp("abuse_served")
-    node = AtomqServe(tmp / "data", tmp / "serve.log", OWNER_KEY, free_port(), http_workers=2)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.ensure_stopped()
-        print_logs([node])
+    return serve(http_workers=2)
 
 
 def test_served_invented_methods_get_405_with_allow(served: AtomqServe) -> None:

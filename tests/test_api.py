@@ -8,9 +8,7 @@ HTTP (gunicorn, its own embedded Valkey), as a client would.
 from __future__ import annotations
 
 import base64
-import secrets
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +18,8 @@ from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
 from atomq.tenants import TenantStore
-from support.ports import free_port
 from support.queues import FAST
-from support.served_node import AtomqServe, print_logs
+from support.served_node import ServeFactory
 
 # (method, path, json body, headers, query) -> (status, json body or None, response headers)
 Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]
@@ -67,11 +64,10 @@ def in_process(valkey: Any, owner_key: str) -> Iterator[Transport]:
     client.close()
 
 
-def served(tmp: Path, owner_key: str) -> Iterator[Transport]:
+def served(serve: ServeFactory) -> Iterator[Transport]:
     # One HTTP worker: settings changed through it hold at once (other workers re-read them within 2 s).
-    node = AtomqServe(tmp / "data", tmp / "serve.log", owner_key, free_port(), http_workers=1,
-                      args=("--max-request-bytes", str(MAX_REQUEST_BYTES),
-                            "--max-longpolls-per-tenant", str(LONGPOLLS_PER_TENANT)))
+    node = serve("--max-request-bytes", str(MAX_REQUEST_BYTES), "--max-longpolls-per-tenant", str(LONGPOLLS_PER_TENANT),
+                 http_workers=1)
     session = requests.Session()
 
     def transport(method: str, path: str, body: Any, headers: dict[str, str],
@@ -80,25 +76,23 @@ def served(tmp: Path, owner_key: str) -> Iterator[Transport]:
         return r.status_code, (r.json() if r.content else None), dict(r.headers)
 
     try:
-        node.start()
         yield transport
     finally:
         session.close()
-        node.ensure_stopped()
-        print_logs([node])
 
 
 @pytest.fixture(scope="module")
-def owner_key() -> str:
-    return f"aq_owner_{secrets.token_urlsafe(32)}"
+def owner_key(serve_for_module: ServeFactory) -> str:
+    """The owner key of both transports: the served node's, which the in-process app is given too."""
+    return serve_for_module.owner_key
 
 
 @pytest.fixture(scope="module", params=["in_process", "served"])
-def http(request: pytest.FixtureRequest, owner_key: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transport]:
+def http(request: pytest.FixtureRequest, owner_key: str, serve_for_module: ServeFactory) -> Iterator[Transport]:
     if request.param == "in_process":
         transports = in_process(request.getfixturevalue("valkey"), owner_key)
     else:
-        transports = served(tmp_path_factory.mktemp("served"), owner_key)
+        transports = served(serve_for_module)
     transport = next(transports)
     # The shared server settings rule every node: the fast schedule goes there.
     Client(transport, owner_key)("PATCH", "/v1/server", {"redelivery_delays_s": list(FAST.redelivery_delays_s)}, 200)

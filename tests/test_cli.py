@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from atomq.client import AtomqClient
-from support.ports import free_port
-from support.served_node import AtomqServe, print_logs
+from support.served_node import AtomqServe, ServeFactory
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 
@@ -87,17 +86,9 @@ def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Pat
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
-    """A real ``atomq serve`` (no execution workers: these tests only manage listeners)."""
-    tmp: Path = tmp_path_factory.mktemp("cli")
-    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
-                      http_workers=1)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.ensure_stopped()
-        print_logs([node])
+def node(serve_for_module: ServeFactory) -> AtomqServe:
+    """A real ``atomq serve``, shared by the tests that manage listeners through the command."""
+    return serve_for_module(http_workers=1)
 
 
 @pytest.fixture

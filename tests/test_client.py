@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput, NotFound, RateLimited, Unauthorized
-from support.ports import free_port
-from support.served_node import AtomqServe, print_logs
+from support.served_node import AtomqServe, ServeFactory
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
-    tmp: Path = tmp_path_factory.mktemp("client")
-    node = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
-                      http_workers=1)
-    try:
-        node.start()
-        with AtomqClient(node.url, node.owner_key) as owner:
-            owner.update_server(redelivery_delays_s=[0.05])
-        yield node
-    finally:
-        node.ensure_stopped()
-        print_logs([node])
+def node(serve_for_module: ServeFactory) -> AtomqServe:
+    node = serve_for_module(http_workers=1)
+    with AtomqClient(node.url, node.owner_key) as owner:
+        owner.update_server(redelivery_delays_s=[0.05])
+    return node
 
 
 @pytest.fixture

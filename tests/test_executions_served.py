@@ -8,7 +8,6 @@ tenant of its own.
 from __future__ import annotations
 
 import json
-import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +18,8 @@ import pytest
 from atomq.client import AtomqClient
 from atomq.errors import RateLimited
 from support.listener_processes import always_fail, served_env, stall_first_delivery
-from support.ports import free_port
 from support.processes import pid_running
-from support.served_node import AtomqServe, print_logs
+from support.served_node import AtomqServe, ServeFactory
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -31,23 +29,13 @@ WORK_HORSE_ENV = served_env(fail=always_fail, stall=stall_first_delivery)
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomqServe]:
-    tmp = tmp_path_factory.mktemp("executions")
-    server = AtomqServe(tmp / "data", tmp / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}", free_port(),
-                        http_workers=2, args=("--workers", "2"),
-                        env=WORK_HORSE_ENV)
-    try:
-        server.start()
-        wait_until(lambda: (server.track_processes(), len(server.execution_workers) == 2)[1], 30,
-                   "two execution workers")
-        with AtomqClient(server.url, server.owner_key) as owner:
-            owner.update_server(redelivery_delays_s=[0.1, 0.1])
-        yield server
-    except BaseException:
-        print_logs([server])
-        raise
-    finally:
-        server.ensure_stopped()
+def node(serve_for_module: ServeFactory) -> AtomqServe:
+    server = serve_for_module("--workers", "2", http_workers=2, env=WORK_HORSE_ENV)
+    wait_until(lambda: (server.track_processes(), len(server.execution_workers) == 2)[1], 30,
+               "two execution workers")
+    with AtomqClient(server.url, server.owner_key) as owner:
+        owner.update_server(redelivery_delays_s=[0.1, 0.1])
+    return server
 
 
 @pytest.fixture
@@ -169,36 +157,27 @@ def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqCli
     assert api.request("GET", "/v1/listeners/echo")["failures"] == 0
 
 
-def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(tmp_path: Path) -> None:
+def test_sigterm_lets_a_running_execution_finish_before_the_api_stops(serve: ServeFactory, tmp_path: Path) -> None:
     """The execution workers stop first, while the API they ack through still answers."""
-    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}",
-                      free_port(), http_workers=1, args=("--workers", "1"),
-                      env=WORK_HORSE_ENV)
+    node = serve("--workers", "1", http_workers=1, env=WORK_HORSE_ENV)
     pid_file = tmp_path / "horse.pid"
-    try:
-        node.start()
-        with AtomqClient(node.url, node.owner_key) as owner:
-            key = owner.create_tenant("sigterm")["api_key"]
-        with AtomqClient(node.url, key) as api:
-            api.put_queue("in")
-            api.put_queue("out")
-            api.request("PUT", "/v1/listeners/slow", {"queue": "in", "process": "stall", "settings": {
-                "to": "out", "pid_file": str(pid_file), "sleep_s": 1.5}})
-            api.send_texts("in", ["finishes"])
-            wait_until(pid_file.exists, 30, "the execution to start")
-        node.signal(signal.SIGTERM)
-        assert node.wait(20) == 0
-        node.start()
-        with AtomqClient(node.url, key) as api:
-            assert [m["documents"][0]["data"] for m in api.browse("out")] == ["finishes"]
-            queue_in = api.queue("in")
-            assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
-            assert api.request("GET", "/v1/listeners/slow")["executions"] == 1
-    except BaseException:
-        print_logs([node])
-        raise
-    finally:
-        node.ensure_stopped()
+    with AtomqClient(node.url, node.owner_key) as owner:
+        key = owner.create_tenant("sigterm")["api_key"]
+    with AtomqClient(node.url, key) as api:
+        api.put_queue("in")
+        api.put_queue("out")
+        api.request("PUT", "/v1/listeners/slow", {"queue": "in", "process": "stall", "settings": {
+            "to": "out", "pid_file": str(pid_file), "sleep_s": 1.5}})
+        api.send_texts("in", ["finishes"])
+        wait_until(pid_file.exists, 30, "the execution to start")
+    node.signal(signal.SIGTERM)
+    assert node.wait(20) == 0
+    node.start()
+    with AtomqClient(node.url, key) as api:
+        assert [m["documents"][0]["data"] for m in api.browse("out")] == ["finishes"]
+        queue_in = api.queue("in")
+        assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
+        assert api.request("GET", "/v1/listeners/slow")["executions"] == 1
 
 
 def test_the_server_reports_its_temporary_and_job_scheduler_stores(node: AtomqServe) -> None:

@@ -11,7 +11,6 @@ turns tracing on turns it off again.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from atomq.client import AtomqClient
 from support.in_process_executions import run_executions
 from support.in_process_node import InProcessNode
 from support.ports import free_port
-from support.served_node import AtomqServe, print_logs
+from support.served_node import ServeFactory
 from support.waiting import wait_until
 
 OWNER = "owner-key-for-tracing-tests"
@@ -219,51 +218,53 @@ class CollectorHandler(BaseHTTPRequestHandler):
         """Quiet: the test reads what arrived, not the access log."""
 
 
-@pytest.mark.slow
-def test_served_node_and_forked_work_horses_export_one_trace_over_otlp(tmp_path: Path) -> None:
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    """A receiver in a thread of this process. Asked for before ``serve``, it outlives the node,
+    whose processes flush their spans as they stop."""
     collector = Collector()
     thread = threading.Thread(target=collector.serve_forever, daemon=True)
     thread.start()
-    node = AtomqServe(tmp_path / "data", tmp_path / "serve.log", f"aq_owner_{secrets.token_urlsafe(32)}",
-                      free_port(), http_workers=1, args=("--workers", "1"),
-                      env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
-                           "OTEL_BSP_SCHEDULE_DELAY": "200"})
     try:
-        node.start()
-        with AtomqClient(node.url, node.owner_key) as owner:
-            key = owner.create_tenant("served")["api_key"]
-        with AtomqClient(node.url, key) as api:
-            api.put_queue("in")
-            api.put_queue("out")
-            api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward",
-                                                     "settings": {"to": "out"}})
-            api.send_texts("in", ["served"])
-            wait_until(lambda: api.queue("out")["depth"] == 1, 30, "the forwarded message")
-            (forwarded,) = list(api.browse("out"))
-
-        def named(name: str) -> list[Any]:
-            return [span for _, span in collector.received() if span.name == name]
-
-        wait_until(lambda: named("atomq.execution"), 15, "the work horse's execution span")
-        (execution,) = named("atomq.execution")
-        (wait,) = named("atomq.wait")
-        assert wait.parent_span_id == execution.parent_span_id and wait.trace_id == execution.trace_id
-        wait_until(lambda: any(span.span_id == execution.parent_span_id for _, span in collector.received()),
-                   15, "the node's span of the first send")
-        (send,) = [span for _, span in collector.received() if span.span_id == execution.parent_span_id]
-        assert send.parent_span_id == b"", "the client's send request is the root"
-        assert {service for service, _ in collector.received()} == {"atomq"}
-        trace_id, span_id = trace_and_span(forwarded["traceparent"])
-        assert trace_id == int.from_bytes(execution.trace_id, "big")
-        wait_until(lambda: any(int.from_bytes(span.span_id, "big") == span_id for _, span in collector.received()),
-                   15, "the node's span of the execution's send")
-        (forward,) = [span for _, span in collector.received() if int.from_bytes(span.span_id, "big") == span_id]
-        assert forward.parent_span_id == execution.span_id
-    except BaseException:
-        print_logs([node])
-        raise
+        yield collector
     finally:
-        node.ensure_stopped()
         collector.shutdown()
         collector.server_close()
         thread.join(timeout=5)
+
+
+@pytest.mark.slow
+def test_served_node_and_forked_work_horses_export_one_trace_over_otlp(collector: Collector,
+                                                                       serve: ServeFactory) -> None:
+    node = serve("--workers", "1", http_workers=1,
+                 env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
+                      "OTEL_BSP_SCHEDULE_DELAY": "200"})
+    with AtomqClient(node.url, node.owner_key) as owner:
+        key = owner.create_tenant("served")["api_key"]
+    with AtomqClient(node.url, key) as api:
+        api.put_queue("in")
+        api.put_queue("out")
+        api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward",
+                                                 "settings": {"to": "out"}})
+        api.send_texts("in", ["served"])
+        wait_until(lambda: api.queue("out")["depth"] == 1, 30, "the forwarded message")
+        (forwarded,) = list(api.browse("out"))
+
+    def named(name: str) -> list[Any]:
+        return [span for _, span in collector.received() if span.name == name]
+
+    wait_until(lambda: named("atomq.execution"), 15, "the work horse's execution span")
+    (execution,) = named("atomq.execution")
+    (wait,) = named("atomq.wait")
+    assert wait.parent_span_id == execution.parent_span_id and wait.trace_id == execution.trace_id
+    wait_until(lambda: any(span.span_id == execution.parent_span_id for _, span in collector.received()),
+               15, "the node's span of the first send")
+    (send,) = [span for _, span in collector.received() if span.span_id == execution.parent_span_id]
+    assert send.parent_span_id == b"", "the client's send request is the root"
+    assert {service for service, _ in collector.received()} == {"atomq"}
+    trace_id, span_id = trace_and_span(forwarded["traceparent"])
+    assert trace_id == int.from_bytes(execution.trace_id, "big")
+    wait_until(lambda: any(int.from_bytes(span.span_id, "big") == span_id for _, span in collector.received()),
+               15, "the node's span of the execution's send")
+    (forward,) = [span for _, span in collector.received() if int.from_bytes(span.span_id, "big") == span_id]
+    assert forward.parent_span_id == execution.span_id

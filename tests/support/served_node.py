@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import requests
 from atomq.platform.data_dir import DataDirLock
 from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
+from support.ports import free_port
 from support.processes import REPO, pid_running
 from support.waiting import wait_until
 
@@ -221,11 +222,38 @@ class AtomqServe:
             lock.release()
 
 
-ServeFactory = Callable[..., AtomqServe]
-"""The ``serve`` fixture (conftest.py): starts a node with the given flags."""
+class ServeFactory:
+    """The ``serve`` fixtures (conftest.py): each call starts a node with the given flags, on
+    ``directory/data`` and a port of its own (again on a node's directory and port with
+    ``same_as=node``); every node has the factory's owner key. ``stop_all`` stops them all, which
+    audits their data (``AtomqServe.ensure_stopped``), and shows their logs."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.owner_key = f"aq_owner_{secrets.token_urlsafe(24)}"
+        self.nodes: list[AtomqServe] = []
+
+    def __call__(self, *args: str, http_workers: int = 2, same_as: AtomqServe | None = None, healthy: bool = True,
+                 env: dict[str, str] | None = None) -> AtomqServe:
+        node = AtomqServe(same_as.data_dir if same_as else self.directory / "data",
+                          self.directory / f"serve-{len(self.nodes)}.log", self.owner_key,
+                          same_as.port if same_as else free_port(), http_workers, args, env)
+        self.nodes.append(node)
+        node.start(healthy=healthy)
+        return node
+
+    def stop_all(self) -> None:
+        errors = []
+        for node in self.nodes:
+            try:
+                node.ensure_stopped()
+            except AssertionError as e:  # pragma: no cover - reported after every node was stopped
+                errors.append(str(e))
+        _print_logs(self.nodes)
+        assert not errors, errors
 
 
-def print_logs(nodes: list[AtomqServe]) -> None:
+def _print_logs(nodes: list[AtomqServe]) -> None:
     """pytest shows a teardown's output only when the test failed: the server logs, for the post-mortem."""
     for node in nodes:
         with contextlib.suppress(OSError):
