@@ -146,6 +146,10 @@ class AtomqServe:
     def owner(self) -> Http:
         return Http(self.url, self.owner_key)
 
+    def ready(self) -> requests.Response:
+        """``GET /v1/ready`` on a connection of its own, which any HTTP worker may answer."""
+        return requests.get(self.url + "/v1/ready", headers={"Connection": "close"}, timeout=10)
+
     def redis(self) -> redis.Redis:
         """A client of the embedded Valkey (its socket and password as the master wrote them)."""
         password = (self.valkey_dir / "password").read_text().strip()
@@ -220,6 +224,16 @@ class AtomqServe:
         finally:
             server.stop()
             lock.release()
+
+
+def tenant_with_messages(node: AtomqServe, *texts: str) -> tuple[str, str]:
+    """A new tenant of ``node`` with ``texts`` sent to its queue "orders": the tenant's id and key."""
+    with node.owner() as owner:
+        created = owner("POST", "/v1/tenants", {"name": "acme"}, 201)
+    with Http(node.url, created["api_key"]) as acme:
+        acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
+        acme("POST", "/v1/queues/orders/messages", {"messages": [{"documents": [{"data": t}]} for t in texts]}, 201)
+    return created["id"], created["api_key"]
 
 
 class ServeFactory:

@@ -1,13 +1,9 @@
-"""The node's background work and its data directory, tried as they fail in the field.
+"""The node's background loops (maintenance, listener supervision), tried as they fail in the field.
 
-Background loops (maintenance, listener supervision) used to die for good of
-any error that was not atomq's or redis-py's ``RedisError`` while
-``/v1/ready`` kept saying ready; now each runs under ``run_loop``, backs off,
-is named in ``/v1/ready`` by every HTTP worker while it fails and comes back
-by itself. A data directory used to have as many owners as commands started
-on it: a second ``serve`` or an ``audit`` shut the running node's Valkey
-down. Now the first takes ``DIR/atomq.lock`` and the others refuse or, like
-``audit``, go through the running node's store.
+They used to die for good of any error that was not atomq's or redis-py's
+``RedisError`` while ``/v1/ready`` kept saying ready; now each runs under
+``run_loop``, backs off, is named in ``/v1/ready`` by every HTTP worker while
+it fails and comes back by itself.
 
 Everything runs on real Valkey servers and real ``atomq serve`` processes;
 the one injected fault is redis-py's cluster exception, which only a Redis
@@ -21,8 +17,6 @@ import multiprocessing
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,25 +25,22 @@ from typing import Any
 
 import pytest
 import redis
-import requests
 from redis.exceptions import RedisClusterException
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
-from atomq.errors import DataDirInUse
 from atomq.platform import QueueServer, QueueSettings
 from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard, run_loop
-from atomq.platform.data_dir import DataDirLock, read_holder
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
 from support.ports import free_port
-from support.processes import REPO, pid_running
 from support.queues import msg
-from support.served_node import AtomqServe, Http, ServeFactory
+from support.served_node import ServeFactory, tenant_with_messages
 from support.waiting import wait_until
+
 
 # -- one loop under run_loop ----------------------------------------------------------------
 
@@ -259,131 +250,7 @@ def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> 
     assert not loop.is_alive()
 
 
-# -- the lock of a data directory -----------------------------------------------------------
-
-
-def test_a_forked_child_does_not_keep_the_lock(tmp_path: Path) -> None:
-    lock = DataDirLock(tmp_path)
-    lock.acquire("serve")
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child only waits to be killed
-        time.sleep(60)
-        os._exit(0)
-    try:
-        with DataDirLock(tmp_path) as other:
-            assert not other.try_acquire("audit")
-            holder = read_holder(tmp_path)
-            assert holder is not None and (holder.pid, holder.command) == (os.getpid(), "serve")
-            with pytest.raises(DataDirInUse, match=f"in use by atomq serve \\(pid {os.getpid()}\\)"):
-                other.acquire("serve")
-            wait_until(lambda: not any(os.path.realpath(f"/proc/{child}/fd/{fd}") == str(lock.path)
-                                       for fd in os.listdir(f"/proc/{child}/fd")), 10,
-                       "the child to close its copy of the lock")
-            lock.release()
-            assert pid_running(child)
-            assert other.try_acquire("audit"), "the parent's release frees it though its child still runs"
-    finally:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
-
-
-def _atomq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {name: v for name, v in os.environ.items() if not name.startswith("ATOMQ_")}
-    return subprocess.run([sys.executable, "-m", "atomq", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def _ready(node: AtomqServe) -> requests.Response:
-    return requests.get(node.url + "/v1/ready", headers={"Connection": "close"}, timeout=10)
-
-
-def _tenant_with_messages(node: AtomqServe, *texts: str) -> tuple[str, str]:
-    with node.owner() as owner:
-        created = owner("POST", "/v1/tenants", {"name": "acme"}, 201)
-    with Http(node.url, created["api_key"]) as acme:
-        acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
-        acme("POST", "/v1/queues/orders/messages", {"messages": [{"documents": [{"data": t}]} for t in texts]}, 201)
-    return created["id"], created["api_key"]
-
-
-def test_a_second_serve_or_a_selftest_on_a_running_nodes_directory_is_refused(serve: ServeFactory) -> None:
-    node = serve()
-    node.track_processes()
-    assert node.valkey is not None
-    valkey_pid = node.valkey.pid
-    second = serve(healthy=False)
-    assert second.wait(30) not in (None, 0), "the second serve exits with an error"
-    log = second.log_path.read_text()
-    assert f"in use by atomq serve (pid {node.pid})" in log, log
-    selftest = _atomq("selftest", "--data-dir", str(node.data_dir))
-    assert selftest.returncode != 0
-    assert f"in use by atomq serve (pid {node.pid})" in selftest.stderr, selftest.stderr
-    assert pid_running(valkey_pid) and int((node.valkey_dir / "valkey.pid").read_text()) == valkey_pid
-    answer = _ready(node)
-    assert answer.status_code == 200, answer.text
-
-
-def test_audit_of_a_running_nodes_directory_goes_through_its_store(serve: ServeFactory) -> None:
-    node = serve()
-    node.track_processes()
-    assert node.valkey is not None
-    valkey_pid = node.valkey.pid
-    tenant, key = _tenant_with_messages(node, "one", "two")
-    audit = _atomq("audit", "--data-dir", str(node.data_dir))
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    assert f"{tenant}: consistent" in audit.stdout
-    assert f"belongs to atomq serve (pid {node.pid}): auditing through its Valkey" in audit.stderr
-    assert pid_running(valkey_pid), "the node's Valkey still runs"
-    assert _ready(node).status_code == 200
-    with Http(node.url, key) as acme:
-        got = acme("POST", "/v1/queues/orders/get", {"max": 10}, 200)["messages"]
-        assert sorted(m["documents"][0]["data"] for m in got) == ["one", "two"]
-        acme("POST", "/v1/queues/orders/ack", {"receipts": [m["receipt"] for m in got]}, 200)
-
-
-def test_kill_9_of_the_master_leaves_a_directory_the_next_serve_takes_over(serve: ServeFactory) -> None:
-    node = serve()
-    node.track_processes()
-    assert node.valkey is not None
-    old_valkey = node.valkey.pid
-    tenant, key = _tenant_with_messages(node, "kept")
-    os.kill(node.pid, signal.SIGKILL)
-    assert node.wait(10) is not None
-    again = serve()
-    again.track_processes()
-    assert again.valkey is not None and again.valkey.pid != old_valkey
-    assert not pid_running(old_valkey), "no old server runs on the directory"
-    holder = read_holder(again.data_dir)
-    assert holder is not None and holder.pid == again.pid
-    with Http(again.url, key) as acme:
-        (got,) = acme("POST", "/v1/queues/orders/get", {"max": 10}, 200)["messages"]
-        assert got["documents"][0]["data"] == "kept"
-        acme("POST", "/v1/queues/orders/ack", {"receipts": [got["receipt"]]}, 200)
-    audit = _atomq("audit", "--data-dir", str(again.data_dir), "--tenant", tenant)
-    assert audit.returncode == 0 and f"{tenant}: consistent" in audit.stdout, audit.stdout + audit.stderr
-
-
-def test_serve_stops_a_valkey_left_running_on_its_directory_and_keeps_its_data(
-        serve: ServeFactory, tmp_path: Path) -> None:
-    """Where no parent-death signal stopped it (another OS, a server started by hand), a Valkey
-    may outlive its node: the next owner of the directory shuts it down (it is ours: its pid file
-    and its command line say so) before starting its own on the same files."""
-    stray = EmbeddedValkey(tmp_path / "data" / "valkey")
-    stray.start()
-    stray_pid = stray.pid
-    assert stray_pid is not None
-    try:
-        with stray.client() as c:
-            c.set("left-behind", "still here")
-        node = serve()
-        node.track_processes()
-        assert node.valkey is not None and node.valkey.pid != stray_pid
-        wait_until(lambda: not pid_running(stray_pid), 10, "the stray Valkey to be shut down")
-        with node.redis() as c:
-            assert c.get("left-behind") == b"still here"
-    finally:
-        stray.stop()
-    assert node.valkey.is_running(), "stopping the stray's object leaves the node's server alone"
+# -- a served node: every HTTP worker's /v1/ready -------------------------------------------
 
 
 def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeFactory) -> None:
@@ -391,14 +258,14 @@ def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeF
     no code path expects) used to kill the maintenance thread for good; only the lease holder's
     round fails, and every HTTP worker's /v1/ready says so."""
     node = serve()
-    _tenant_with_messages(node, "x")
+    tenant_with_messages(node, "x")
     store = node.redis()
     aside = f"{k.TENANTS_KEY}:aside"
     try:
         store.rename(k.TENANTS_KEY, aside)
         store.set(k.TENANTS_KEY, "not a set")
-        wait_until(lambda: _ready(node).status_code == 503, 20, "/v1/ready to see the failing maintenance")
-        answers = [_ready(node) for _ in range(20)]
+        wait_until(lambda: node.ready().status_code == 503, 20, "/v1/ready to see the failing maintenance")
+        answers = [node.ready() for _ in range(20)]
         assert all(a.status_code == 503 for a in answers), [a.text for a in answers]
         for answer in answers:
             body = answer.json()
@@ -409,5 +276,5 @@ def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeF
         store.delete(k.TENANTS_KEY)
         store.rename(aside, k.TENANTS_KEY)
         store.close()
-    wait_until(lambda: _ready(node).status_code == 200, 40, "/v1/ready to recover")
+    wait_until(lambda: node.ready().status_code == 200, 40, "/v1/ready to recover")
     assert "maintenance works again" in node.log_path.read_text()
