@@ -1,12 +1,27 @@
-"""``atomq demo`` as a user runs it: a node of its own, the echo-service on Spark, every message accounted for."""
+"""``atomq demo`` as a user runs it: a node of its own, the echo-service on Spark, every message accounted for.
+
+Without Java it fails at once and starts nothing; stopped, it leaves no
+process behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
+import psutil
 import pytest
+
+from support.processes import clean_env, no_java_env, pid_running
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,3 +38,73 @@ def test_the_demo_routes_every_message_and_reports_the_throughput() -> None:
     assert (echo + errors, dead, left) == (400, 0, 0)
     assert errors > 0 and echo > errors  # 80% valid, 20% invalid or not JSON, from a fixed seed
     assert re.search(r"400 messages in [\d.]+ s: [\d.]+ messages/s end to end", out)
+
+
+def own_processes(pid: int, marker: str) -> list[int]:
+    """Processes in the demo's process group, or whose command line names its data directory."""
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if os.getpgid(proc.pid) == pid or marker in " ".join(proc.info["cmdline"] or []):
+                left.append(proc.pid)
+    return left
+
+
+def test_the_demo_without_java_fails_at_once_and_starts_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    started = time.monotonic()
+    demo = subprocess.Popen([sys.executable, "-m", "atomq", "demo", "--messages", "10", "--data-dir", str(data)],
+                            env=clean_env(**no_java_env(tmp_path)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode != 0, out + err
+    assert time.monotonic() - started < 15
+    assert "the Spark worker cannot start: no Java runtime: JAVA_HOME is" in err
+    assert "--engine fork" in err
+    assert own_processes(demo.pid, str(data)) == []
+    assert not (data / "node").exists()
+
+
+@pytest.mark.timeout(300)
+def test_the_demo_stopped_by_sigterm_leaves_no_node_or_valkey_behind(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    demo = subprocess.Popen([sys.executable, "-m", "atomq", "demo", "--engine", "fork", "--messages", "50000",
+                             "--batch-size", "50", "--data-dir", str(data)],
+                            env=clean_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    said: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any(line.startswith("warmed up") for line in said):
+            assert time.monotonic() < deadline and demo.poll() is None, said
+            with contextlib.suppress(queue.Empty):
+                said.append(lines.get(timeout=1))
+        (master,) = [p for p in psutil.Process(demo.pid).children() if "serve" in p.cmdline()]
+        tree = [master, *master.children(recursive=True)]
+        names = [p.name() for p in tree]
+        assert any(name.startswith("valkey-server") for name in names), names
+        assert sum("worker" in p.cmdline() for p in tree) == 2  # the two execution workers
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=120) != 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    wait_until(lambda: not [p.pid for p in tree if pid_running(p.pid)], 30, "every process of the demo's node to end")
+    assert own_processes(demo.pid, str(data)) == []
+    reader.join(timeout=10)  # the demo has exited: its output ends
+    assert demo.stdout is not None
+    demo.stdout.close()
+    while not lines.empty():
+        said.append(lines.get())
+    assert any(line.startswith("the node's log is kept in") for line in said), said
+    assert (data / "serve.log").exists()

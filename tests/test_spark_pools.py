@@ -48,3 +48,26 @@ def test_without_java_spark_says_what_to_install(monkeypatch: pytest.MonkeyPatch
 def test_the_machines_java_is_found() -> None:
     java, version = find_java()
     assert os.access(java, os.X_OK) and version in (17, 21)
+
+
+@pytest.mark.parametrize("java, says", [
+    ("#!/bin/sh\nexit 1\n", "-version` failed with status 1"),
+    ("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n", "is Java 11, and Spark needs Java 17 or 21"),
+])
+def test_a_java_that_does_not_run_or_is_too_old_counts_as_none(
+        java: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bin").mkdir()
+    binary = tmp_path / "bin" / "java"
+    binary.write_text(java)
+    binary.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(JavaMissing, match="openjdk-17-jre-headless") as missing:
+        find_java()
+    assert says in missing.value.message
+
+
+def test_a_stale_java_home_counts_as_no_java_even_with_java_on_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(JavaMissing, match=f"JAVA_HOME is {tmp_path}, which has no bin/java"):
+        find_java()

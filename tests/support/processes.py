@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -24,3 +25,15 @@ def pid_running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without its ``ATOMQ_`` settings, with ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("ATOMQ_")}, **extra}
+
+
+def no_java_env(tmp: Path) -> dict[str, str]:
+    """An environment in which no Java runtime can be found: a stale JAVA_HOME, a PATH without java."""
+    empty = tmp / "no-java-here"
+    empty.mkdir(exist_ok=True)
+    return {"JAVA_HOME": str(empty), "PATH": os.path.dirname(sys.executable)}

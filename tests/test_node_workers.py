@@ -1,28 +1,25 @@
-"""Listeners run out of the box, tried as a new user would: ``atomq serve`` with no flag, real processes.
+"""The node's execution and Spark workers, tried as a new user would: ``atomq serve`` with no flag, real processes.
 
 A node starts two execution workers by default and its Spark worker the
 first time a Spark listener is deployed. A listener whose engine has no
 live worker is ``waiting`` and says what is missing; a Spark worker that
 cannot start (no Java runtime) says so once, is not started again in a
-tight loop, and ``/v1/ready`` names it. ``atomq demo`` fails fast without
-Java and leaves nothing running, whatever way it ends.
+tight loop, and ``/v1/ready`` names it.
 
 The machine's own Java is hidden from a node by its environment: a
-``JAVA_HOME`` that points at an empty directory and a ``PATH`` without java.
+``JAVA_HOME`` that points at an empty directory and a ``PATH`` without java
+(``support.processes.no_java_env``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -38,22 +35,11 @@ from atomq.platform.storage import Storage
 from atomq.spark_workers import session
 from atomq.workers import liveness, node_workers
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
-from support.processes import pid_running
-from support.served_node import AtomqServe
+from support.processes import clean_env, no_java_env
+from support.served_node import AtomqServe, ServeFactory
 from support.waiting import wait_until
 
 FORWARD = {"queue": "in", "process": "forward", "settings": {"to": "out"}}
-
-
-def no_java_env(tmp: Path) -> dict[str, str]:
-    """An environment in which no Java runtime can be found: a stale JAVA_HOME, a PATH without java."""
-    empty = tmp / "no-java-here"
-    empty.mkdir(exist_ok=True)
-    return {"JAVA_HOME": str(empty), "PATH": os.path.dirname(sys.executable)}
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("ATOMQ_")}, **extra}
 
 
 def spark_worker_pids(node: AtomqServe) -> set[int]:
@@ -80,7 +66,7 @@ def tenant_api(node: AtomqServe) -> Iterator[AtomqClient]:
 
 
 @pytest.mark.slow
-def test_serve_without_a_worker_flag_runs_fork_listeners(serve: Callable[..., AtomqServe]) -> None:
+def test_serve_without_a_worker_flag_runs_fork_listeners(serve: ServeFactory) -> None:
     node = serve(http_workers=1)
     wait_until(lambda: (node.track_processes(), len(node.execution_workers) == 2)[1], 30, "two execution workers")
     with tenant_api(node) as api:
@@ -96,7 +82,7 @@ def test_serve_without_a_worker_flag_runs_fork_listeners(serve: Callable[..., At
 
 @pytest.mark.slow
 def test_without_java_a_spark_listener_waits_and_the_node_says_so_once(
-        serve: Callable[..., AtomqServe], tmp_path: Path) -> None:
+        serve: ServeFactory, tmp_path: Path) -> None:
     node = serve("--workers", "0", http_workers=1, env=no_java_env(tmp_path))
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/sparky", {**FORWARD, "engine": "spark"})
@@ -123,7 +109,7 @@ def test_without_java_a_spark_listener_waits_and_the_node_says_so_once(
 
 @pytest.mark.slow
 def test_a_listener_waits_for_an_execution_worker_and_runs_once_one_is_started(
-        serve: Callable[..., AtomqServe]) -> None:
+        serve: ServeFactory) -> None:
     node = serve("--workers", "0", http_workers=1)
     with tenant_api(node) as api:
         api.request("PUT", "/v1/listeners/fwd", FORWARD)
@@ -152,7 +138,7 @@ def test_a_listener_waits_for_an_execution_worker_and_runs_once_one_is_started(
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_spark_worker_starts_when_the_first_spark_listener_is_deployed(
-        serve: Callable[..., AtomqServe]) -> None:
+        serve: ServeFactory) -> None:
     try:
         session.find_java()
     except JavaMissing as exc:
@@ -249,7 +235,7 @@ def test_without_java_the_node_says_so_once_and_looks_again_each_minute_or_for_a
     store = ListenerStore(storage)
     spark = ListenerSpec(queue="in", process="forward", engine="spark", settings={"to": "out"})
     said = Said()
-    node_log = logging.getLogger("tests.out_of_the_box.node")
+    node_log = logging.getLogger("tests.node_workers.node")
     node_log.addHandler(said)
     node_log.setLevel(logging.INFO)
     node_log.propagate = False
@@ -275,104 +261,6 @@ def test_without_java_the_node_says_so_once_and_looks_again_each_minute_or_for_a
         "PATH); the node checks again every 60 s"]
     (problem,) = liveness.WorkerProblems(storage).of_node("n_nojava")
     assert problem.message.startswith("no Java runtime was found")
-
-
-@pytest.mark.parametrize("java, says", [
-    ("#!/bin/sh\nexit 1\n", "-version` failed with status 1"),
-    ("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n", "is Java 11, and Spark needs Java 17 or 21"),
-])
-def test_a_java_that_does_not_run_or_is_too_old_counts_as_none(
-        java: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "bin").mkdir()
-    binary = tmp_path / "bin" / "java"
-    binary.write_text(java)
-    binary.chmod(0o755)
-    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(JavaMissing, match="openjdk-17-jre-headless") as missing:
-        session.find_java()
-    assert says in missing.value.message
-
-
-def test_a_stale_java_home_counts_as_no_java_even_with_java_on_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(JavaMissing, match=f"JAVA_HOME is {tmp_path}, which has no bin/java"):
-        session.find_java()
-
-
-# -- atomq demo -------------------------------------------------------------------------------
-
-
-def own_processes(pid: int, marker: str) -> list[int]:
-    """Processes in the demo's process group, or whose command line names its data directory."""
-    left = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-            if os.getpgid(proc.pid) == pid or marker in " ".join(proc.info["cmdline"] or []):
-                left.append(proc.pid)
-    return left
-
-
-@pytest.mark.slow
-def test_the_demo_without_java_fails_at_once_and_starts_nothing(tmp_path: Path) -> None:
-    data = tmp_path / "demo"
-    started = time.monotonic()
-    demo = subprocess.Popen([sys.executable, "-m", "atomq", "demo", "--messages", "10", "--data-dir", str(data)],
-                            env=clean_env(**no_java_env(tmp_path)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    out, err = demo.communicate(timeout=60)
-    assert demo.returncode != 0, out + err
-    assert time.monotonic() - started < 15
-    assert "the Spark worker cannot start: no Java runtime: JAVA_HOME is" in err
-    assert "--engine fork" in err
-    assert own_processes(demo.pid, str(data)) == []
-    assert not (data / "node").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_the_demo_stopped_by_sigterm_leaves_no_node_or_valkey_behind(tmp_path: Path) -> None:
-    data = tmp_path / "demo"
-    demo = subprocess.Popen([sys.executable, "-m", "atomq", "demo", "--engine", "fork", "--messages", "50000",
-                             "--batch-size", "50", "--data-dir", str(data)],
-                            env=clean_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            lines.put(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    said: list[str] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not any(line.startswith("warmed up") for line in said):
-            assert time.monotonic() < deadline and demo.poll() is None, said
-            with contextlib.suppress(queue.Empty):
-                said.append(lines.get(timeout=1))
-        (master,) = [p for p in psutil.Process(demo.pid).children() if "serve" in p.cmdline()]
-        tree = [master, *master.children(recursive=True)]
-        names = [p.name() for p in tree]
-        assert any(name.startswith("valkey-server") for name in names), names
-        assert sum("worker" in p.cmdline() for p in tree) == 2  # the two execution workers
-        demo.send_signal(signal.SIGTERM)
-        assert demo.wait(timeout=120) != 0
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
-    wait_until(lambda: not [p.pid for p in tree if pid_running(p.pid)], 30, "every process of the demo's node to end")
-    assert own_processes(demo.pid, str(data)) == []
-    reader.join(timeout=10)  # the demo has exited: its output ends
-    assert demo.stdout is not None
-    demo.stdout.close()
-    while not lines.empty():
-        said.append(lines.get())
-    assert any(line.startswith("the node's log is kept in") for line in said), said
-    assert (data / "serve.log").exists()
 
 
 def test_a_spark_worker_that_cannot_start_writes_why_where_its_node_reads_it(
