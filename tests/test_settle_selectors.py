@@ -1,9 +1,12 @@
-"""Random selector lists against every call that selects messages, on the real Valkey.
+"""A settle call settles each delivery it names at most once, however it names it.
 
-Whatever a client names (ids, receipts in many spellings, duplicates, stale
-deliveries, ids that never existed), every invariant the audit checks holds
-after each call, the usage never goes negative, and no call settles a
-message twice.
+Receipts spelled several ways used to settle one delivery several times. The
+examples run on the real Valkey and on fakeredis. The property test throws
+random selector lists at every call that selects messages, on the real
+Valkey: whatever a client names (ids, receipts in many spellings,
+duplicates, stale deliveries, ids that never existed), every invariant the
+audit checks holds after each call, the usage never goes negative, and no
+call settles a message twice.
 """
 
 from __future__ import annotations
@@ -11,13 +14,66 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.audit import audit_tenant
-from support.queues import FAST, msg
+from atomq.platform.shared import docs_and_config, queue_keys
+from support.queues import FAST, dead_all, msg
+
+P2P = "point_to_point"
+
+
+@pytest.fixture
+def queue(qs: QueueServer, tenant: str) -> str:
+    qs.put_queue(tenant, "orders", P2P, max_redeliveries=0)
+    return "orders"
+
+
+def test_a_receipt_in_another_spelling_is_refused(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("m")])
+    (d,) = qs.get(tenant, queue)
+    for spelling in (f"{d.id}~01", f"{d.id}~001", f"{d.id}~+1", f"{d.id}~1.0", f" {d.receipt}"):
+        with pytest.raises(InvalidInput) as err:
+            qs.ack(tenant, queue, receipts=[d.receipt, spelling])
+        assert err.value.details["field"] == "receipts"
+    assert qs.get_queue(tenant, queue).in_flight == 1, "a refused call changes nothing"
+    assert qs.usage(tenant)["messages"] == 1
+
+
+def test_one_call_settles_a_message_once_whatever_names_it(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("a"), msg("b")])
+    a, b = qs.get(tenant, queue, max_messages=2)
+    assert qs.ack(tenant, queue, receipts=[a.receipt, a.receipt, a.receipt]) == 1
+    assert qs.ack(tenant, queue, ids=[b.id, b.id]) == 1
+    assert qs.usage(tenant) == {"stored_bytes": 0, "messages": 0}
+    qs.send(tenant, queue, [msg("c")])
+    (c,) = qs.get(tenant, queue)
+    assert qs.nack(tenant, queue, receipts=[c.receipt, c.receipt]).dead_lettered == 1
+    assert [x.id for x in dead_all(qs, tenant, queue)] == [c.id]
+    assert audit_tenant(qs.client, tenant) == []
+
+
+def test_the_settle_script_itself_counts_one_delivery_once(qs, tenant, queue) -> None:
+    """Beneath the boundary's check: the script dedupes by message, not by selector text."""
+    qs.send(tenant, queue, [msg("m")])
+    (d,) = qs.get(tenant, queue)
+    tk, qk = queue_keys(tenant, queue)
+    dest = qk.destination()
+    done, _ = qs.storage.run("settle", docs_and_config(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage],
+                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "",
+                              f"{d.id}~1", f"{d.id}~01", f"{d.id}~001"])
+    assert done == 1
+    usage = qs.usage(tenant)
+    assert usage["stored_bytes"] >= 0 and usage["messages"] == 0
+    assert audit_tenant(qs.client, tenant) == []
+
+
+# -- random selector lists --------------------------------------------------------------------
+
 
 MESSAGES = 6
 
