@@ -443,7 +443,7 @@ def test_retention_purge_removes_old_messages_queued_and_dead(backend, tenant) -
     qs.put_queue(tenant, "news", PUBSUB)
     qs.put_subscriber(tenant, "news", "a")
     qs.put_subscriber(tenant, "news", "b")
-    old = qs.send(tenant, "jobs", [msg("old1"), msg("old2"), msg("old3")])
+    qs.send(tenant, "jobs", [msg("old1"), msg("old2"), msg("old3")])
     news = qs.send(tenant, "news", [msg("old news")])
     (d,) = qs.get(tenant, "jobs", max_messages=1)
     qs.nack(tenant, "jobs", ids=[d.id])  # dead

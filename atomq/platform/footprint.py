@@ -20,7 +20,7 @@ the bytes counted without these constants:
 - a de-duplication marker: 121 bytes, of which its key and value are ~85.
 
 With these figures a tenant's ``stored_bytes`` stays within 10% of the
-store's measure for messages of any size (tests/test_abuse_store.py checks
+store's measure for messages of any size (tests/test_store_bounds.py checks
 25%, the contract's bound, on a mixed load).
 """
 
