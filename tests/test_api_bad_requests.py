@@ -26,7 +26,7 @@ from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
-from atomq.platform.settings import QueueSettings
+from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.storage import Storage
 from atomq.tenants import TenantStore
 from support.in_process_app import OWNER_KEY, InProcessApp, error_of, send_body, strict_loads

@@ -8,7 +8,7 @@ from redis.crc import key_slot
 from atomq.errors import InvalidInput
 from atomq.platform import keys as k
 from atomq.platform.names import check_queue_name, check_tenant_id
-from atomq.platform.settings import QueueSettings, redelivery_delay
+from atomq.platform.queue_settings import QueueSettings, redelivery_delay
 
 
 def every_key_of(tenant: str) -> list[str]:

@@ -18,7 +18,7 @@ from atomq.platform.models import (
     QueueModel,
 )
 from atomq.platform.queue_server import QueueServer
-from atomq.platform.settings import QueueSettings
+from atomq.platform.queue_settings import QueueSettings
 
 __all__ = [
     "BrowsedMessage",

@@ -27,7 +27,7 @@ from atomq.platform.management import Management
 from atomq.platform.memory_use import memory_use
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
-from atomq.platform.settings import QueueSettings
+from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.shared import Shared
 from atomq.platform.storage import STORE_ERRORS, Storage
 

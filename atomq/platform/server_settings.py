@@ -23,7 +23,7 @@ from typing import Any
 
 from atomq.errors import InvalidInput
 from atomq.platform import keys as k
-from atomq.platform.settings import (
+from atomq.platform.queue_settings import (
     DEFAULT_REDELIVERY_DELAYS_S,
     MAX_DEDUPE_WINDOW_S,
     MAX_DOCUMENT_RETENTION_S,

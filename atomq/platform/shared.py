@@ -18,7 +18,7 @@ from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
 from atomq.platform.names import check_queue_name, check_tenant_id
-from atomq.platform.settings import QueueSettings
+from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.storage import Storage
 
 

@@ -6,7 +6,7 @@ from marshmallow import fields, validate
 
 from atomq.api.schemas.common import Int, Number, Strict
 from atomq.platform.server_settings import BOUNDS_S, LIMIT_BOUNDS
-from atomq.platform.settings import MAX_EXACT_INT, MAX_REDELIVERY_DELAY_S, MAX_REDELIVERY_DELAYS
+from atomq.platform.queue_settings import MAX_EXACT_INT, MAX_REDELIVERY_DELAY_S, MAX_REDELIVERY_DELAYS
 
 
 class ServerSchema(Strict):

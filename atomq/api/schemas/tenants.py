@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq.api.schemas.common import Int, Strict
-from atomq.platform.settings import MAX_EXACT_INT
+from atomq.platform.queue_settings import MAX_EXACT_INT
 
 _limit = validate.Range(0, MAX_EXACT_INT)
 _NAME_DOC = {"description": "1 to 128 printable characters (Python's str.isprintable: no control, format, "

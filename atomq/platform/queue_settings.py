@@ -1,4 +1,4 @@
-"""The queue server's settings and their defaults (API.md's server settings).
+"""The queue server's settings (``QueueSettings``) and their defaults (API.md's server settings).
 
 The redelivery schedule lives here as pure logic too, so tests and the API
 can state the exact delay of failed delivery k without a server; the Lua
