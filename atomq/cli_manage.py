@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
+from atomq import defaults
 from atomq.client import DEFAULT_URL, AtomqClient
 from atomq.errors import AtomqError
-from atomq.platform.listeners import MAX_BATCH_SIZE, MAX_CONCURRENT
 
 
 def _client(ctx: click.Context) -> AtomqClient:
@@ -292,9 +292,9 @@ def listeners_show(c: AtomqClient, name: str) -> None:
 @click.option("--subscriber",
               help="Publish/subscribe queues only: the subscriber to read (default: the listener's name); "
                    "created when deployed.")
-@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=10, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, defaults.MAX_LISTENER_BATCH_SIZE), default=10, show_default=True,
               help="Most messages one execution processes.")
-@click.option("--max-concurrent", "max_concurrent", type=click.IntRange(0, MAX_CONCURRENT), default=0,
+@click.option("--max-concurrent", "max_concurrent", type=click.IntRange(0, defaults.MAX_CONCURRENT_EXECUTIONS), default=0,
               show_default=True, help="Most executions running at once (0: no limit).")
 @click.option("--setting", "pairs", multiple=True, metavar="KEY=VALUE",
               help="A setting of the process, its value a string (repeatable; overrides --settings-json), "

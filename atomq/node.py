@@ -43,10 +43,10 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
-from atomq import telemetry
+from atomq import defaults, telemetry
 from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
-from atomq.api.metrics import DEFAULT_MAX_QUEUES, DEFAULT_MAX_TENANTS, METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
+from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
 from atomq.api.services import LongPollLimiter, Services
 from atomq.errors import InvalidInput, StorageError
 from atomq.platform import QueueServer
@@ -92,8 +92,8 @@ class NodeConfig:
     """``on_demand``: start the Spark worker once a Spark listener exists; ``at_start``; ``never``."""
     spark_master: str = "local[*]"
     metrics_public: bool = False
-    metrics_max_tenants: int = DEFAULT_MAX_TENANTS
-    metrics_max_queues: int = DEFAULT_MAX_QUEUES
+    metrics_max_tenants: int = defaults.METRICS_MAX_TENANTS
+    metrics_max_queues: int = defaults.METRICS_MAX_QUEUES
 
     @property
     def api_url(self) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 
-from atomq import telemetry
+from atomq import defaults, telemetry
 from atomq.api import (
     auth,
     dead_letters,
@@ -34,8 +34,6 @@ from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
 from atomq.api.services import Services
 
-DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
-
 
 class AtomqApi(Api):  # type: ignore[misc]
     """flask-smorest's Api, documenting our error shape and leaving error handling to atomq.api.errors."""
@@ -56,7 +54,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
-        MAX_CONTENT_LENGTH=DEFAULT_MAX_REQUEST_BYTES,
+        MAX_CONTENT_LENGTH=defaults.MAX_REQUEST_BYTES,
         JSON_SORT_KEYS=False,
         **{MAX_FAILED_KEY_CHECKS: MAX_FAILURES},
     )

@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from atomq import defaults
 from atomq.api.auth import METRICS_PUBLIC, require_owner
 from atomq.api.latency import BOUNDS_S, LABELS, LatencyRecorder
 from atomq.api.server import server_state
@@ -44,8 +45,6 @@ blp = Blueprint("metrics", __name__)
 
 METRICS_MAX_TENANTS = "METRICS_MAX_TENANTS"
 METRICS_MAX_QUEUES = "METRICS_MAX_QUEUES"
-DEFAULT_MAX_TENANTS = 100
-DEFAULT_MAX_QUEUES = 100
 OTHER = "other"
 
 QUEUE_GAUGES = {
@@ -84,8 +83,8 @@ def metrics() -> Response:
         recorder.flush()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PlatformCollector(
-        services, current_app.config.get(METRICS_MAX_TENANTS, DEFAULT_MAX_TENANTS),
-        current_app.config.get(METRICS_MAX_QUEUES, DEFAULT_MAX_QUEUES)))
+        services, current_app.config.get(METRICS_MAX_TENANTS, defaults.METRICS_MAX_TENANTS),
+        current_app.config.get(METRICS_MAX_QUEUES, defaults.METRICS_MAX_QUEUES)))
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 

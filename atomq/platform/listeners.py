@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
+from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.names import (
     check_queue_name,
@@ -27,19 +29,6 @@ from atomq.platform.storage import Storage
 
 ENGINES = ("fork", "spark")
 STATES = ("running", "paused", "error", "waiting")
-MAX_LISTENERS_PER_TENANT = 100
-"""Every node's supervisor reads every listener each round: one tenant must not make that unbounded."""
-MAX_BATCH_SIZE = 1000
-MAX_CONCURRENT = 1000
-MAX_SETTINGS_BYTES = 64 * 1024
-UNLIMITED_OUTSTANDING = 32
-"""Executions scheduled at once for a listener without a limit: enough to keep
-every worker busy, few enough that a deep backlog is not copied into rq."""
-PROCESSED_WINDOW_MS = 24 * 3600 * 1000
-PROCESSED_WINDOW_MAX = 100_000
-"""How long, and how many, processed message ids a listener remembers: a
-redelivery comes within the ack time-out plus the redelivery delays, far
-inside a day; the count bounds the memory of a busy listener."""
 
 
 def check_listener_name(name: str) -> str:
@@ -54,7 +43,7 @@ class ListenerSpec:
     queue: str
     process: str
     subscriber: str | None = None
-    batch_size: int = 10
+    batch_size: int = defaults.LISTENER_BATCH_SIZE
     max_concurrent_executions: int = 0
     engine: str = "fork"
     settings: dict[str, Any] = field(default_factory=dict)
@@ -63,16 +52,18 @@ class ListenerSpec:
         check_queue_name(self.queue, field="queue")
         if self.subscriber is not None:
             check_subscriber_name(self.subscriber)
-        _check_int(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
-        _check_int(self.max_concurrent_executions, "max_concurrent_executions", 0, MAX_CONCURRENT)
+        check_integer_range(self.batch_size, "batch_size", 1, defaults.MAX_LISTENER_BATCH_SIZE)
+        check_integer_range(self.max_concurrent_executions, "max_concurrent_executions", 0,
+                            defaults.MAX_CONCURRENT_EXECUTIONS)
         if self.engine not in ENGINES:
             raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}", field="engine")
         if not isinstance(self.process, str) or not self.process:
             raise InvalidInput("process must name a registered process", field="process")
         if not isinstance(self.settings, dict):
             raise InvalidInput("settings must be an object", field="settings")
-        if len(json.dumps(self.settings)) > MAX_SETTINGS_BYTES:
-            raise InvalidInput(f"settings must be at most {MAX_SETTINGS_BYTES} bytes of JSON", field="settings")
+        if len(json.dumps(self.settings)) > defaults.MAX_LISTENER_SETTINGS_BYTES:
+            raise InvalidInput(f"settings must be at most {defaults.MAX_LISTENER_SETTINGS_BYTES} bytes of JSON",
+                               field="settings")
 
     def to_json(self) -> str:
         return json.dumps({"queue": self.queue, "subscriber": self.subscriber, "process": self.process,
@@ -87,12 +78,7 @@ class ListenerSpec:
     @property
     def outstanding_cap(self) -> int:
         """Most executions scheduled at once."""
-        return self.max_concurrent_executions or UNLIMITED_OUTSTANDING
-
-
-def _check_int(value: Any, name: str, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidInput(f"{name} must be an integer from {low} to {high}", field=name)
+        return self.max_concurrent_executions or defaults.UNLIMITED_OUTSTANDING
 
 
 @dataclass(frozen=True)
@@ -130,9 +116,10 @@ class ListenerStore:
             self.storage.call(self.storage.client.sadd, k.SPARK_LISTENER_TENANTS_KEY, tenant)
         return bool(self.storage.run(
             "listener_put", [*lk.as_list(), lk.spark_count],
-            [name, spec.to_json(), MAX_LISTENERS_PER_TENANT, spec.engine],
+            [name, spec.to_json(), defaults.MAX_LISTENERS_PER_TENANT, spec.engine],
             errors={"TOOMANY": lambda: Conflict(
-                f"a tenant has at most {MAX_LISTENERS_PER_TENANT} listeners", limit=MAX_LISTENERS_PER_TENANT)}))
+                f"a tenant has at most {defaults.MAX_LISTENERS_PER_TENANT} listeners",
+                limit=defaults.MAX_LISTENERS_PER_TENANT)}))
 
     def get(self, tenant: str, name: str) -> Listener:
         lk = self._keys(tenant, name)
@@ -236,7 +223,8 @@ class ListenerStore:
         lk = self._keys(tenant, name)
         return bool(self.storage.run(
             "listener_finish", lk.as_list(),
-            [name, execution, outcome, error[:1000], retry_after_ms, PROCESSED_WINDOW_MS, PROCESSED_WINDOW_MAX,
+            [name, execution, outcome, error[:defaults.MAX_LISTENER_ERROR_CHARS], retry_after_ms,
+             defaults.PROCESSED_WINDOW_MS, defaults.PROCESSED_WINDOW_MAX,
              *processed]))
 
     # -- the batch of a started execution -------------------------------------------------

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from atomq import defaults
 from atomq.errors import InvalidInput, NotFound
+from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
@@ -49,12 +51,12 @@ class Management:
                            queue=queue, subscriber=subscriber)
         return tk, qk, [qk.destination(subscriber)]
 
-    def browse(self, tenant: str, queue: str, limit: int = 100, after: str | None = None,
+    def browse(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT, after: str | None = None,
                subscriber: str | None = None) -> Page:
         """Messages waiting or in flight, with their state, without consuming them."""
         return self._list("queued", BrowsedMessage, tenant, queue, limit, after, subscriber)
 
-    def dead_letters(self, tenant: str, queue: str, limit: int = 100, after: str | None = None,
+    def dead_letters(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT, after: str | None = None,
                      subscriber: str | None = None) -> Page:
         """The queue's dead letters with reason and failed deliveries."""
         return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
@@ -81,8 +83,7 @@ class Management:
 
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
               subscriber: str | None) -> Page:
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise InvalidInput("limit must be an integer from 1 to 1000", field="limit")
+        check_integer_range(limit, "limit", 1, defaults.MAX_PAGE_LIMIT)
         if after is not None and (not isinstance(after, str) or len(after) > 64):
             raise InvalidInput("after must be a cursor returned as next", field="after")
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)

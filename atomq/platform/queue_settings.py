@@ -1,4 +1,4 @@
-"""The queue server's settings (``QueueSettings``) and their defaults (API.md's server settings).
+"""The queue server's settings (``QueueSettings``; their defaults are in ``atomq.defaults``).
 
 The redelivery schedule lives here as pure logic too, so tests and the API
 can state the exact delay of failed delivery k without a server; the Lua
@@ -10,18 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from atomq import defaults
 from atomq.errors import InvalidInput
-
-DEFAULT_REDELIVERY_DELAYS_S: tuple[float, ...] = (1, 2, 3, 5, 8, 24)
-MAX_EXACT_INT = 2**53
-"""Largest whole number a setting or counter may be: Lua scripts compute in doubles,
-which hold every whole number up to here exactly."""
-MAX_REDELIVERY_DELAY_S = 86400.0
-MAX_REDELIVERY_DELAYS = 100
-MAX_DEDUPE_WINDOW_S = 7 * 86400.0
-MAX_DOCUMENT_RETENTION_S = 10 * 365.25 * 86400
-"""Ten years: the bounds keep every time the scripts and the maintenance loop compute from
-these settings (now + delay, in milliseconds) far inside what a double and a datetime hold."""
 
 
 def redelivery_delay(delays_s: Sequence[float], failures: int) -> float:
@@ -64,32 +54,32 @@ class QueueSettings:
             tenant's queues share one store and one maintenance loop.
     """
 
-    redelivery_delays_s: tuple[float, ...] = DEFAULT_REDELIVERY_DELAYS_S
-    dedupe_window_s: float = 300
-    document_retention_s: float = 7 * 24 * 3600
-    max_document_bytes: int = 1024 * 1024
-    max_messages_per_send: int = 1000
-    max_get: int = 1000
-    max_wait_ms: int = 20_000
-    chunk_size: int = 500
-    max_subscribers: int = 100
-    max_documents_per_message: int = 100
-    max_documents_per_send: int = 10_000
-    max_reply_bytes: int = 16 * 1024 * 1024
-    max_queues_per_tenant: int = 1000
+    redelivery_delays_s: tuple[float, ...] = defaults.REDELIVERY_DELAYS_S
+    dedupe_window_s: float = defaults.DEDUPE_WINDOW_S
+    document_retention_s: float = defaults.DOCUMENT_RETENTION_S
+    max_document_bytes: int = defaults.MAX_DOCUMENT_BYTES
+    max_messages_per_send: int = defaults.MAX_MESSAGES_PER_SEND
+    max_get: int = defaults.MAX_GET
+    max_wait_ms: int = defaults.MAX_WAIT_MS
+    chunk_size: int = defaults.CHUNK_SIZE
+    max_subscribers: int = defaults.MAX_SUBSCRIBERS
+    max_documents_per_message: int = defaults.MAX_DOCUMENTS_PER_MESSAGE
+    max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
+    max_reply_bytes: int = defaults.MAX_REPLY_BYTES
+    max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
     _delays_arg: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         delays = tuple(self.redelivery_delays_s)
-        if not 1 <= len(delays) <= MAX_REDELIVERY_DELAYS or not all(
-                _number_within(d, 0, MAX_REDELIVERY_DELAY_S) for d in delays):
+        if not 1 <= len(delays) <= defaults.MAX_REDELIVERY_DELAYS or not all(
+                _number_within(d, 0, defaults.MAX_REDELIVERY_DELAY_S) for d in delays):
             raise InvalidInput(
-                f"redelivery_delays_s must be a list of 1 to {MAX_REDELIVERY_DELAYS} numbers, "
-                f"each from 0 to {MAX_REDELIVERY_DELAY_S:g}",
+                f"redelivery_delays_s must be a list of 1 to {defaults.MAX_REDELIVERY_DELAYS} numbers, "
+                f"each from 0 to {defaults.MAX_REDELIVERY_DELAY_S:g}",
                 field="redelivery_delays_s",
             )
-        for name, most in (("dedupe_window_s", MAX_DEDUPE_WINDOW_S),
-                           ("document_retention_s", MAX_DOCUMENT_RETENTION_S)):
+        for name, most in (("dedupe_window_s", defaults.MAX_DEDUPE_WINDOW_S),
+                           ("document_retention_s", defaults.MAX_DOCUMENT_RETENTION_S)):
             value = getattr(self, name)
             # At least a millisecond: the scripts take these in whole ms, and a marker set
             # for 0 ms (SET PX 0) is an error that would refuse every de-duplicated send.

@@ -21,31 +21,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from atomq import defaults
 from atomq.errors import InvalidInput
+from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
-from atomq.platform.queue_settings import (
-    DEFAULT_REDELIVERY_DELAYS_S,
-    MAX_DEDUPE_WINDOW_S,
-    MAX_DOCUMENT_RETENTION_S,
-    MAX_EXACT_INT,
-    QueueSettings,
-)
+from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.settings")
 
 REFRESH_S = 2.0
-MAX_RATE_LIMIT_WINDOW_S = 86400.0
-_QUEUE_DEFAULTS = QueueSettings()
-
-LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
-    "max_documents_per_message": (1, 1000),
-    "max_documents_per_send": (1, 100_000),
-    "max_reply_bytes": (64 * 1024, 256 * 1024 * 1024),
-    "max_queues_per_tenant": (1, 1_000_000),
-}
-"""The bounds of the limits on one tenant's weight (what each means: ``QueueSettings``): each
-bounds what one script call or one tenant makes the shared store and the node hold."""
 MEMORY_STATES = ((0.70, "green"), (0.85, "yellow"), (0.95, "orange"))
 
 
@@ -60,33 +45,31 @@ class ServerSettings:
         document_retention_s: documents (and their messages) older than this are purged (0, 10 years].
         dedupe_window_s: how long a dedupe id answers with its original message id (0, 7 days].
         max_documents_per_message, max_documents_per_send, max_reply_bytes, max_queues_per_tenant:
-            the limits on one tenant's weight, as ``QueueSettings`` describes them (``LIMIT_BOUNDS``).
+            the limits on one tenant's weight, as ``QueueSettings`` describes them (``defaults.LIMIT_BOUNDS``).
     """
 
-    incoming_rate_limit_per_minute: int = 0
-    max_disk_bytes: int = 0
-    redelivery_delays_s: tuple[float, ...] = DEFAULT_REDELIVERY_DELAYS_S
-    rate_limit_window_s: float = 60
-    document_retention_s: float = 604800
-    dedupe_window_s: float = 300
-    max_documents_per_message: int = _QUEUE_DEFAULTS.max_documents_per_message
-    max_documents_per_send: int = _QUEUE_DEFAULTS.max_documents_per_send
-    max_reply_bytes: int = _QUEUE_DEFAULTS.max_reply_bytes
-    max_queues_per_tenant: int = _QUEUE_DEFAULTS.max_queues_per_tenant
+    incoming_rate_limit_per_minute: int = defaults.INCOMING_RATE_LIMIT_PER_MINUTE
+    max_disk_bytes: int = defaults.MAX_DISK_BYTES
+    redelivery_delays_s: tuple[float, ...] = defaults.REDELIVERY_DELAYS_S
+    rate_limit_window_s: float = defaults.RATE_LIMIT_WINDOW_S
+    document_retention_s: float = defaults.DOCUMENT_RETENTION_S
+    dedupe_window_s: float = defaults.DEDUPE_WINDOW_S
+    max_documents_per_message: int = defaults.MAX_DOCUMENTS_PER_MESSAGE
+    max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
+    max_reply_bytes: int = defaults.MAX_REPLY_BYTES
+    max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
 
     def __post_init__(self) -> None:
         for name in ("incoming_rate_limit_per_minute", "max_disk_bytes"):
-            value = getattr(self, name)
-            if type(value) is not int or not 0 <= value <= MAX_EXACT_INT:
-                raise InvalidInput(f"{name} must be a whole number from 0 to 2^53", field=name)
+            check_integer_range(getattr(self, name), name, 0, defaults.MAX_EXACT_INT,
+                                rule="a whole number from 0 to 2^53")
         for name, most in BOUNDS_S.items():
             value = getattr(self, name)
             if type(value) not in (int, float) or not 0 < value <= most:
                 raise InvalidInput(f"{name} must be a number above 0 and at most {most:g}", field=name)
-        for name, (least, most) in LIMIT_BOUNDS.items():
-            value = getattr(self, name)
-            if type(value) is not int or not least <= value <= most:
-                raise InvalidInput(f"{name} must be a whole number from {least} to {most}", field=name)
+        for name, (least, most) in defaults.LIMIT_BOUNDS.items():
+            check_integer_range(getattr(self, name), name, least, most,
+                                rule=f"a whole number from {least} to {most}")
         self.queue_settings(QueueSettings())  # the schedule's own rules
 
     def queue_settings(self, base: QueueSettings) -> QueueSettings:
@@ -94,13 +77,13 @@ class ServerSettings:
         return dataclasses.replace(base, redelivery_delays_s=tuple(self.redelivery_delays_s),
                                    dedupe_window_s=self.dedupe_window_s,
                                    document_retention_s=self.document_retention_s,
-                                   **{name: getattr(self, name) for name in LIMIT_BOUNDS})
+                                   **{name: getattr(self, name) for name in defaults.LIMIT_BOUNDS})
 
 
 BOUNDS_S = {
-    "rate_limit_window_s": MAX_RATE_LIMIT_WINDOW_S,
-    "document_retention_s": MAX_DOCUMENT_RETENTION_S,
-    "dedupe_window_s": MAX_DEDUPE_WINDOW_S,
+    "rate_limit_window_s": defaults.MAX_RATE_LIMIT_WINDOW_S,
+    "document_retention_s": defaults.MAX_DOCUMENT_RETENTION_S,
+    "dedupe_window_s": defaults.MAX_DEDUPE_WINDOW_S,
 }
 """Upper bound of each setting in seconds but the redelivery delays (``QueueSettings`` bounds those)."""
 

@@ -33,7 +33,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
+from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.models import BrowsedMessage, MessageState
 from atomq.platform.names import (
@@ -48,8 +50,6 @@ RECORD_TTL_S = 24 * 3600
 past it the consumer is gone and its messages have long come back."""
 GENERATION = "gen"
 """The field of the consumer's record that holds the generation of the query last opened."""
-MAX_BATCH = 1000
-MAX_PARTITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -117,16 +117,16 @@ class StreamConsumers:
                            f"(generation {current}, this one {generation}): this query must stop",
                            consumer=consumer, generation=current)
 
-    def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = 100,
+    def plan(self, tenant: str, queue: str, consumer: str, batch: int, max_messages: int = defaults.STREAM_PLAN_MESSAGES,
              partitions: int = 1, subscriber: str | None = None, wait_ms: int = 0,
              stop: threading.Event | None = None, generation: int | None = None) -> PlannedBatch | None:
         """Batch ``batch`` of the consumer: as planned before while that plan's deliveries
         are in flight, else planned now; None when there is nothing to read."""
         key = self._key(tenant, queue, consumer, subscriber)
         self._fence(key, consumer, generation)
-        _check_int(batch, "batch", 0, 2**62)
-        _check_int(max_messages, "max", 1, MAX_BATCH)
-        _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        check_integer_range(batch, "batch", 0, defaults.MAX_STREAM_COUNTER)
+        check_integer_range(max_messages, "max", 1, defaults.MAX_STREAM_BATCH)
+        check_integer_range(partitions, "partitions", 1, defaults.MAX_STREAM_PARTITIONS)
         client = self.storage.client
         existing = self.storage.call(client.hget, key, f"b{batch}")
         if existing is not None:
@@ -185,14 +185,14 @@ class StreamConsumers:
             raise NotFound(f"batch {batch} of consumer {consumer!r} is not planned (or was committed)",
                            consumer=consumer, batch=batch)
         planned = self._own(PlannedBatch.from_json(raw), queue, subscriber)
-        _check_int(partition, "partition", 0, planned.partitions - 1)
+        check_integer_range(partition, "partition", 0, planned.partitions - 1)
         return self.queues.peek(tenant, planned.queue, list(planned.slice(partition)), planned.subscriber)
 
     def commit(self, tenant: str, queue: str, consumer: str, through: int, subscriber: str | None = None,
                generation: int | None = None) -> int:
         """Acks every planned batch up to ``through`` and forgets it; the messages acked."""
         key = self._key(tenant, queue, consumer, subscriber)
-        _check_int(through, "through", 0, 2**62)
+        check_integer_range(through, "through", 0, defaults.MAX_STREAM_COUNTER)
         self._fence(key, consumer, generation)
         acked = 0
         for number, planned in sorted(self._planned(tenant, queue, consumer, subscriber).items()):
@@ -217,8 +217,3 @@ class StreamConsumers:
                                                subscriber=planned.subscriber)
         self.storage.call(self.storage.client.expire, key, RECORD_TTL_S)
         return extended
-
-
-def _check_int(value: object, name: str, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidInput(f"{name} must be an integer from {low} to {high}", field=name)

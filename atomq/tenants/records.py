@@ -11,14 +11,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from atomq import defaults
 from atomq.errors import InvalidInput, NotFound
+from atomq.integer_range import check_integer_range
 
 TENANT_ID = re.compile(r"t_[0-9a-f]{12}")
-MAX_NAME_LENGTH = 128
-MAX_LIMIT = 2**63 - 1
-"""The largest limit: what Redis stores as a signed 64-bit integer."""
-MAX_SPARK_WEIGHT = 1000
-"""The largest weight of a tenant's Spark FAIR scheduler pool."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,9 +31,9 @@ class Tenant:
 
     id: str
     name: str
-    rate_limit_per_minute: int = 0
-    disk_quota_bytes: int = 0
-    spark_weight: int = 1
+    rate_limit_per_minute: int = defaults.TENANT_RATE_LIMIT_PER_MINUTE
+    disk_quota_bytes: int = defaults.TENANT_DISK_QUOTA_BYTES
+    spark_weight: int = defaults.SPARK_WEIGHT
     created_at: float
 
 
@@ -107,25 +104,20 @@ def check_issued_tenant_id(tenant_id: Any) -> str:
 
 
 def check_name(name: Any) -> str:
-    """Returns ``name`` if it is 1 to 128 printable characters, else raises InvalidInput."""
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH or not name.isprintable():
+    """Returns ``name`` if it is 1 to ``MAX_TENANT_NAME_CHARS`` printable characters, else raises InvalidInput."""
+    if not isinstance(name, str) or not 0 < len(name) <= defaults.MAX_TENANT_NAME_CHARS or not name.isprintable():
         raise InvalidInput(
-            f"name is required and must be 1 to {MAX_NAME_LENGTH} printable characters", field="name"
+            f"name is required and must be 1 to {defaults.MAX_TENANT_NAME_CHARS} printable characters", field="name"
         )
     return name
 
 
 def check_limit(value: Any, field: str) -> int:
     """Returns ``value`` if it is an integer from 0 (no limit) up; bools are refused."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_LIMIT:
-        raise InvalidInput(
-            f"{field} must be an integer from 0 to {MAX_LIMIT} (0 means no limit)", field=field
-        )
-    return value
+    return check_integer_range(value, field, 0, defaults.MAX_TENANT_LIMIT,
+                               rule=f"an integer from 0 to {defaults.MAX_TENANT_LIMIT} (0 means no limit)")
 
 
 def check_spark_weight(value: Any) -> int:
-    """Returns ``value`` if it is an integer from 1 to 1000; bools are refused."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SPARK_WEIGHT:
-        raise InvalidInput(f"spark_weight must be an integer from 1 to {MAX_SPARK_WEIGHT}", field="spark_weight")
-    return value
+    """Returns ``value`` if it is an integer from 1 to ``MAX_SPARK_WEIGHT``; bools are refused."""
+    return check_integer_range(value, "spark_weight", 1, defaults.MAX_SPARK_WEIGHT)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 
+from atomq import defaults
 from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
@@ -79,8 +80,9 @@ class TenantStore:
 
     # -- tenants ----------------------------------------------------------------
 
-    def create(self, name: str, rate_limit_per_minute: int = 0,
-               disk_quota_bytes: int = 0, spark_weight: int = 1) -> tuple[Tenant, str, str]:
+    def create(self, name: str, rate_limit_per_minute: int = defaults.TENANT_RATE_LIMIT_PER_MINUTE,
+               disk_quota_bytes: int = defaults.TENANT_DISK_QUOTA_BYTES,
+               spark_weight: int = defaults.SPARK_WEIGHT) -> tuple[Tenant, str, str]:
         """Creates a tenant with its first key; returns (tenant, key id, API key).
 
         The API key is shown only here: it is stored as a digest.

@@ -32,6 +32,7 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 
+from atomq import defaults
 from atomq.errors import AtomqError
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
@@ -54,11 +55,11 @@ class SupervisorConfig:
     """How executions are scheduled; see ``atomq serve --help``."""
 
     api_url: str
-    execution_timeout_s: int = 240
+    execution_timeout_s: int = defaults.EXECUTION_TIMEOUT_S
     start_within_s: int = 300
     failed_job_ttl_s: int = 3600
     lease_ttl_s: float = 10.0
-    max_send_documents: int = 100
+    max_send_documents: int = defaults.MAX_SEND_DOCUMENTS
     prune_interval_s: float = 30.0
     worker_liveness: bool = False
     """Mark listeners whose engine has no live worker ``waiting`` (a node does; a test

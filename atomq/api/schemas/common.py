@@ -7,6 +7,8 @@ from typing import Any
 import marshmallow as ma
 from marshmallow import fields, validate
 
+from atomq import defaults
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 SUBSCRIBER_DOC = {"description": "the subscriber, for a publish/subscribe queue (required there); a "
                                   "point-to-point queue has none and answers 400 when one is named"}
@@ -55,8 +57,10 @@ class Selector(Strict):
     # What ``validates_schema`` checks, as the OpenAPI document states it (see atomq.api).
     ONE_OF = [{"required": ["ids"]}, {"required": ["receipts"]}]
 
-    ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
-    receipts = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
+    ids = fields.List(fields.String(validate=validate.Length(1, 64)),
+                      validate=validate.Length(max=defaults.MAX_SELECTORS))
+    receipts = fields.List(fields.String(validate=validate.Length(1, 64)),
+                           validate=validate.Length(max=defaults.MAX_SELECTORS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
     @ma.validates_schema
@@ -70,7 +74,8 @@ class BulkSelector(Strict):
 
     ONE_OF = [{"required": ["ids"]}, {"required": ["all"], "properties": {"all": {"enum": [True]}}}]
 
-    ids = fields.List(fields.String(validate=validate.Length(1, 64)), validate=validate.Length(max=10_000))
+    ids = fields.List(fields.String(validate=validate.Length(1, 64)),
+                      validate=validate.Length(max=defaults.MAX_SELECTORS))
     all = fields.Boolean()
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
@@ -81,6 +86,7 @@ class BulkSelector(Strict):
 
 
 class PageArgs(Strict):
-    limit = fields.Integer(load_default=100, validate=validate.Range(1, 1000))  # a query string: text
+    limit = fields.Integer(load_default=defaults.PAGE_LIMIT,  # a query string: text
+                           validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))
     after = fields.String(validate=validate.Length(max=64))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)

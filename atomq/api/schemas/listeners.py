@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict
 from atomq.api.schemas.messages import DeliverySchema
-from atomq.platform.listeners import ENGINES, MAX_BATCH_SIZE, MAX_CONCURRENT, STATES
+from atomq.platform.listeners import ENGINES, STATES
 
 _name = validate.Regexp(NAME_PATTERN)
 
@@ -17,8 +18,10 @@ class ListenerPutSchema(Strict):
         "description": "publish/subscribe queues only; default: the listener's name. Created when deployed."})
     process = fields.String(required=True, validate=validate.Length(1, 128),
                             metadata={"description": "a process registered by the runtime owner"})
-    batch_size = Int(load_default=10, validate=validate.Range(1, MAX_BATCH_SIZE))
-    max_concurrent_executions = Int(load_default=0, validate=validate.Range(0, MAX_CONCURRENT),
+    batch_size = Int(load_default=defaults.LISTENER_BATCH_SIZE,
+                     validate=validate.Range(1, defaults.MAX_LISTENER_BATCH_SIZE))
+    max_concurrent_executions = Int(load_default=0,
+                                    validate=validate.Range(0, defaults.MAX_CONCURRENT_EXECUTIONS),
                                     metadata={"description": "0 = unlimited"})
     engine = fields.String(load_default="fork", validate=validate.OneOf(ENGINES))
     settings = fields.Dict(keys=fields.String(), load_default=dict)
@@ -61,11 +64,12 @@ class ExecutionStartSchema(Strict):
 
 class ExecutionFinishSchema(Strict):
     ok = fields.Boolean(required=True)
-    error = fields.String(load_default="", validate=validate.Length(max=1000))
+    error = fields.String(load_default="", validate=validate.Length(max=defaults.MAX_LISTENER_ERROR_CHARS))
     retry_after_s = Number(validate=validate.Range(0, 3600), metadata={
         "description": "failed because the node refused its sends (rate limit, quota): give the batch back "
                        "without counting a failed delivery, and back off this long"})
-    processed = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_BATCH_SIZE),
+    processed = fields.List(fields.String(), load_default=list,
+                            validate=validate.Length(max=defaults.MAX_LISTENER_BATCH_SIZE),
                             metadata={"description": "ids of the batch's messages it processed (ok only)"})
 
 

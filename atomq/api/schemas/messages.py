@@ -9,6 +9,7 @@ from typing import Any
 import marshmallow as ma
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import LATEST_TIME_S, NAME_PATTERN, SUBSCRIBER_DOC, Int, Number, Selector, Strict
 
 
@@ -92,8 +93,8 @@ class DeadLetterSchema(MessageSchema):
 
 
 class GetSchema(Strict):
-    max = Int(load_default=10, validate=validate.Range(1, 1000))
-    wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000))
+    max = Int(load_default=defaults.GET_MAX_MESSAGES, validate=validate.Range(1, defaults.MAX_GET))
+    wait_ms = Int(load_default=defaults.GET_WAIT_MS, validate=validate.Range(0, defaults.MAX_WAIT_MS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
 
@@ -112,11 +113,11 @@ class DeadLetterPageSchema(Strict):
 
 
 class NackSchema(Selector):
-    reason = fields.String(load_default="", validate=validate.Length(max=4096))
+    reason = fields.String(load_default="", validate=validate.Length(max=defaults.MAX_NACK_REASON_CHARS))
 
 
 class ExtendSchema(Selector):
-    seconds = Number(validate=validate.Range(min=0, min_inclusive=False, max=86400))
+    seconds = Number(validate=validate.Range(min=0, min_inclusive=False, max=defaults.ACK_TIMEOUT_RANGE_S[1]))
 
 
 class AckedSchema(Strict):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import Int, Number, Strict
 
 
 class QueuePutSchema(Strict):
     model = fields.String(required=True, validate=validate.OneOf(["point_to_point", "publish_subscribe"]))
-    max_redeliveries = Int(load_default=6, validate=validate.Range(0, 1000))
-    ack_timeout_s = Number(load_default=30, validate=validate.Range(0.01, 86400))
+    max_redeliveries = Int(load_default=defaults.MAX_REDELIVERIES,
+                           validate=validate.Range(*defaults.MAX_REDELIVERIES_RANGE))
+    ack_timeout_s = Number(load_default=defaults.ACK_TIMEOUT_S, validate=validate.Range(*defaults.ACK_TIMEOUT_RANGE_S))
 
 
 class CountsSchema(Strict):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import Int, Number, Strict
-from atomq.platform.server_settings import BOUNDS_S, LIMIT_BOUNDS
-from atomq.platform.queue_settings import MAX_EXACT_INT, MAX_REDELIVERY_DELAY_S, MAX_REDELIVERY_DELAYS
+from atomq.platform.server_settings import BOUNDS_S
 
 
 class ServerSchema(Strict):
@@ -39,7 +39,7 @@ class ServerSchema(Strict):
 
 
 def _limit(name: str) -> Int:
-    return Int(validate=validate.Range(*LIMIT_BOUNDS[name]))
+    return Int(validate=validate.Range(*defaults.LIMIT_BOUNDS[name]))
 
 
 def _seconds(name: str) -> Number:
@@ -50,10 +50,10 @@ class ServerPatchSchema(Strict):
     """Every setting bounded (``atomq.platform.server_settings``): 2^53 for whole numbers,
     1 day for a delay or the rate window, 7 days for de-duplication, 10 years for retention."""
 
-    incoming_rate_limit_per_minute = Int(validate=validate.Range(0, MAX_EXACT_INT))
-    max_disk_bytes = Int(validate=validate.Range(0, MAX_EXACT_INT))
-    redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=MAX_REDELIVERY_DELAY_S)),
-                                      validate=validate.Length(1, MAX_REDELIVERY_DELAYS))
+    incoming_rate_limit_per_minute = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
+    max_disk_bytes = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
+    redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=defaults.MAX_REDELIVERY_DELAY_S)),
+                                      validate=validate.Length(1, defaults.MAX_REDELIVERY_DELAYS))
     rate_limit_window_s = _seconds("rate_limit_window_s")
     document_retention_s = _seconds("document_retention_s")
     dedupe_window_s = _seconds("dedupe_window_s")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import NAME_PATTERN, SUBSCRIBER_DOC, Int, Strict
 from atomq.api.schemas.messages import BrowsedMessageSchema
-from atomq.platform.streams import MAX_BATCH, MAX_PARTITIONS
 
 
 GENERATION_DOC = {"description": "the generation the query's open answered: a call of a query that another "
@@ -22,11 +22,11 @@ class OpenedSchema(Strict):
 
 
 class PlanSchema(Strict):
-    max = Int(load_default=100, validate=validate.Range(1, MAX_BATCH))
-    partitions = Int(load_default=1, validate=validate.Range(1, MAX_PARTITIONS))
+    max = Int(load_default=defaults.STREAM_PLAN_MESSAGES, validate=validate.Range(1, defaults.MAX_STREAM_BATCH))
+    partitions = Int(load_default=1, validate=validate.Range(1, defaults.MAX_STREAM_PARTITIONS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
-    wait_ms = Int(load_default=0, validate=validate.Range(0, 20_000),
+    generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
+    wait_ms = Int(load_default=0, validate=validate.Range(0, defaults.MAX_WAIT_MS),
                   metadata={"description": "how long to wait for a first message when none is ready"})
 
 
@@ -44,18 +44,18 @@ class PartitionSchema(Strict):
 
 
 class CommitSchema(Strict):
-    through = Int(required=True, validate=validate.Range(0, 2**62),
+    through = Int(required=True, validate=validate.Range(0, defaults.MAX_STREAM_COUNTER),
                   metadata={"description": "every planned batch up to this number is acked"})
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
+    generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
 
 
 class ExtendBatchesSchema(Strict):
-    batches = fields.List(Int(validate=validate.Range(0, 2**62)), required=True,
+    batches = fields.List(Int(validate=validate.Range(0, defaults.MAX_STREAM_COUNTER)), required=True,
                           validate=validate.Length(max=1000),
                           metadata={"description": "the planned batches the query works on"})
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    generation = Int(validate=validate.Range(1, 2**62), metadata=GENERATION_DOC)
+    generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
 
 
 class CommittedSchema(Strict):

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
+from atomq import defaults
 from atomq.api.schemas.common import Int, Strict
-from atomq.platform.queue_settings import MAX_EXACT_INT
 
-_limit = validate.Range(0, MAX_EXACT_INT)
+_limit = validate.Range(0, defaults.MAX_EXACT_INT)
 _NAME_DOC = {"description": "1 to 128 printable characters (Python's str.isprintable: no control, format, "
                             "separator but space, or unassigned ones)"}
 
 
 class TenantCreateSchema(Strict):
-    name = fields.String(required=True, validate=validate.Length(1, 128), metadata=_NAME_DOC)
-    rate_limit_per_minute = Int(load_default=0, validate=_limit)
-    disk_quota_bytes = Int(load_default=0, validate=_limit)
-    spark_weight = Int(load_default=1, validate=validate.Range(1, 1000))
+    name = fields.String(required=True, validate=validate.Length(1, defaults.MAX_TENANT_NAME_CHARS), metadata=_NAME_DOC)
+    rate_limit_per_minute = Int(load_default=defaults.TENANT_RATE_LIMIT_PER_MINUTE, validate=_limit)
+    disk_quota_bytes = Int(load_default=defaults.TENANT_DISK_QUOTA_BYTES, validate=_limit)
+    spark_weight = Int(load_default=defaults.SPARK_WEIGHT, validate=validate.Range(1, defaults.MAX_SPARK_WEIGHT))
 
 
 class TenantPatchSchema(Strict):
-    name = fields.String(validate=validate.Length(1, 128), metadata=_NAME_DOC)
+    name = fields.String(validate=validate.Length(1, defaults.MAX_TENANT_NAME_CHARS), metadata=_NAME_DOC)
     rate_limit_per_minute = Int(validate=_limit)
     disk_quota_bytes = Int(validate=_limit)
-    spark_weight = Int(validate=validate.Range(1, 1000))
+    spark_weight = Int(validate=validate.Range(1, defaults.MAX_SPARK_WEIGHT))
 
 
 class TenantSchema(Strict):
