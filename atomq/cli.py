@@ -144,8 +144,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
     engine has no live worker is in state "waiting", saying what is missing.
     The owner key comes from ATOMQ_OWNER_KEY, else from DIR/owner.key (made on first start).
     """
-    from atomq.node import NodeConfig
-    from atomq.node import serve as run_node
+    from atomq.node.config import NodeConfig
+    from atomq.node.lifecycle import serve as run_node
 
     try:
         run_node(NodeConfig(data_dir=data_dir, host=host, port=port, redis_url=redis_url,
@@ -174,7 +174,7 @@ def worker(rq_redis_url: str, burst: bool, name: str | None) -> None:
     with its execution token. SIGTERM or SIGINT: finish the running execution, then stop.
     Processes registered with ATOMQ_PROCESSES must be registered here too.
     """
-    from atomq.node import rq_connection
+    from atomq.node.rq_redis import rq_connection
     from atomq.workers.worker import run_worker
 
     try:
@@ -231,7 +231,7 @@ def spark_worker(rq_redis_url: str, spark_master: str, concurrency: int, error_f
     import signal
     import threading
 
-    from atomq.node import rq_connection
+    from atomq.node.rq_redis import rq_connection
     from atomq.spark_workers.session import start_session
     from atomq.spark_workers.worker import SparkWorker
 

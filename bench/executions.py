@@ -89,7 +89,7 @@ def worker_child(mode: str, timings_path: str) -> int:
     import atomq.cli  # noqa: F401  # what `atomq worker` has imported when it forks its work horses
     from rq import SimpleWorker
 
-    from atomq.node import rq_connection
+    from atomq.node.rq_redis import rq_connection
     from atomq.workers.worker import TenantQueues, TenantWorker, run_worker
 
     fd = os.open(timings_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -18,7 +18,7 @@ import requests
 
 from atomq.api.key_checks import MAX_FAILURES, WINDOW_S
 from atomq.errors import InvalidInput
-from atomq.node import MIN_OWNER_KEY_CHARS, OWNER_KEY_ENV, load_owner_key
+from atomq.node.owner_key import MIN_OWNER_KEY_CHARS, OWNER_KEY_ENV, load_owner_key
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
 from support.in_process_app import OWNER_KEY, InProcessApp, error_of

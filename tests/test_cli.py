@@ -66,11 +66,11 @@ def test_help_explains_each_command() -> None:
 def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    import atomq.node
+    import atomq.node.lifecycle
     from atomq.cli import main
 
     seen = []
-    monkeypatch.setattr(atomq.node, "serve", seen.append)
+    monkeypatch.setattr(atomq.node.lifecycle, "serve", seen.append)
     config = tmp_path / "atomq.toml"
     config.write_text('[serve]\nport = 7001\nthreads = 7\nhttp-workers = 3\nhost = "0.0.0.0"\n')
     runner = CliRunner()

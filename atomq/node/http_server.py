@@ -1,0 +1,117 @@
+"""The node's HTTP API on gunicorn, configured in code: the application, its threaded
+worker and its logger.
+
+gunicorn's threaded workers serve the API: a blocking get holds one thread,
+not the process. Each worker process connects to the store and builds its own
+services after the fork (``Node.load``), then runs its background loops
+(``atomq.node.worker_loops``). No gunicorn config file or command line of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
+from gunicorn.workers.gthread import ThreadWorker
+
+from atomq import telemetry
+from atomq.api import create_app
+from atomq.api.auth import METRICS_PUBLIC
+from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
+from atomq.api.services import LongPollLimiter, Services
+from atomq.node.config import NodeConfig
+from atomq.node.master import NodeArbiter
+from atomq.node.worker_loops import start_loops, stop_loops
+from atomq.platform import QueueServer
+from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
+from atomq.platform.connection import open_redis
+from atomq.tenants import TenantStore
+
+HEALTH_DIR = "health"
+"""Under the data directory: each HTTP worker's record of its failing loops (see ``HealthBoard``)."""
+
+
+def build_services(config: NodeConfig, redis_url: str, owner_key: str, node_id: str) -> Services:
+    """A worker's own connection and services (never shared across a fork)."""
+    client = open_redis(redis_url, allow_eviction=config.allow_eviction)
+    return Services(
+        queues=QueueServer(client),
+        tenants=TenantStore(client, owner_key),
+        longpolls=LongPollLimiter(config.max_longpolls_per_tenant),
+        node_id=node_id,
+        execution_run_within_ms=(config.execution_timeout_s + 60) * 1000,
+    )
+
+
+class NodeLogger(Logger):  # type: ignore[misc]  # gunicorn has no type information
+    """gunicorn's logger, its lines in the format of atomq's own (``--log-format``)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        telemetry.adopt_handlers(self.error_log)
+
+
+class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type information
+    """gunicorn's threaded worker that also ends long-polls when told to stop."""
+
+    loops: tuple[list[threading.Thread], threading.Event] | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
+        if wsgi is not None:
+            wsgi.extensions["atomq"].stopping.set()
+        super().handle_exit(sig, frame)
+
+
+class Node(BaseApplication):  # type: ignore[misc]  # gunicorn has no type information
+    """gunicorn, configured in code: no gunicorn config file or command line of its own."""
+
+    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str, rq_redis_url: str) -> None:
+        self.config = config
+        self.redis_url = redis_url
+        self.rq_redis_url = rq_redis_url
+        self.owner_key = owner_key
+        # One id for the node, shared by its workers: rate-limit windows are per node.
+        self.node_id = f"n_{uuid.uuid4().hex[:12]}"
+        super().__init__()
+
+    def load_config(self) -> None:
+        c = self.config
+        settings = {
+            "bind": f"{c.host}:{c.port}",
+            "workers": c.http_workers,
+            "worker_class": f"{__name__}.NodeWorker",
+            "threads": c.threads,
+            "keepalive": 5,
+            "timeout": 60,
+            "graceful_timeout": math.ceil(c.shutdown_timeout_s),
+            "post_worker_init": start_loops,
+            "worker_exit": stop_loops,
+            "accesslog": None,  # requests carry keys in headers; nothing about them is logged
+            "errorlog": "-",
+            "logger_class": f"{__name__}.NodeLogger",
+            "loglevel": "info",
+            "proc_name": "atomq",
+            "control_socket_disable": True,  # one per user home: several nodes on a machine would share it
+        }
+        for name, value in settings.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> Flask:
+        # In each HTTP worker, after gunicorn's fork: the span processor's thread is this process's own.
+        telemetry.setup_tracing()
+        services = build_services(self.config, self.redis_url, self.owner_key, self.node_id)
+        c = self.config
+        app = create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,
+                                    METRICS_MAX_TENANTS: c.metrics_max_tenants,
+                                    METRICS_MAX_QUEUES: c.metrics_max_queues})
+        app.extensions[HEALTH_EXTENSION] = HealthBoard(c.data_dir / HEALTH_DIR)
+        return app
+
+    def run(self) -> None:
+        NodeArbiter(self).run()

@@ -1,0 +1,50 @@
+"""The node's master process: gunicorn's arbiter, which also keeps the node's execution
+workers running (``atomq.workers.node_workers``) and stops them first, while the API
+they report to still answers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gunicorn.arbiter import Arbiter
+
+from atomq.platform.connection import open_redis
+from atomq.platform.storage import Storage
+from atomq.workers.node_workers import NodeWorkers, WorkerPlan
+
+if TYPE_CHECKING:
+    from atomq.node.http_server import Node
+
+MASTER_STORE_TIMEOUT_S = 2.0
+"""The master's loop reads the store (is there a Spark listener yet?); it must never hang there."""
+
+
+class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type information
+    """gunicorn's master, which also keeps the node's execution workers running
+    (:class:`NodeWorkers`) and stops them first, while the API they report to still answers."""
+
+    def __init__(self, app: Node) -> None:
+        super().__init__(app)
+        self.node = app
+        c = app.config
+        self._store: Storage | None = None
+        self.execution_workers = NodeWorkers(
+            WorkerPlan(fork_workers=c.workers, spark=c.spark, spark_master=c.spark_master,
+                       rq_redis_url=app.rq_redis_url, error_dir=c.data_dir, node_id=app.node_id),
+            self._storage)
+
+    def _storage(self) -> Storage:
+        """The master's own client of the store, made on first use (after gunicorn's first forks)."""
+        if self._store is None:
+            self._store = Storage(open_redis(self.node.redis_url, allow_eviction=self.node.config.allow_eviction,
+                                             socket_timeout=MASTER_STORE_TIMEOUT_S,
+                                             socket_connect_timeout=MASTER_STORE_TIMEOUT_S))
+        return self._store
+
+    def manage_workers(self) -> None:
+        super().manage_workers()
+        self.execution_workers.manage()
+
+    def stop(self, graceful: bool = True) -> None:
+        self.execution_workers.stop(self.node.config.shutdown_timeout_s)
+        super().stop(graceful)

@@ -1,0 +1,67 @@
+"""The background loops of each HTTP worker process: the maintenance loop and the
+listener supervisor, under leases, so that only their holders (one node or worker at a
+time, per listener) do the work.
+
+Each runs under ``run_loop``: an error makes it back off and shows in ``/v1/ready``
+(each worker records its failing loops in ``DIR/health``, which every worker reads),
+never ends it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from atomq.api.services import Services
+from atomq.node.rq_redis import rq_client
+from atomq.platform import keys as k
+from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
+from atomq.platform.lease import Lease
+from atomq.platform.maintenance import run_maintenance
+from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from atomq.workers.worker import job_queue_bytes
+
+if TYPE_CHECKING:
+    from atomq.node.http_server import Node, NodeWorker
+
+MAINTENANCE_LEASE_TTL_S = 10.0
+
+
+def start_loops(worker: NodeWorker) -> None:
+    """gunicorn's ``post_worker_init``: starts the maintenance loop and the listener
+    supervisor of one HTTP worker process."""
+    services: Services = worker.wsgi.extensions["atomq"]
+    health: HealthBoard = worker.wsgi.extensions[HEALTH_EXTENSION]
+    node: Node = worker.app
+    config = node.config
+    holder = f"{services.node_id}:{os.getpid()}"
+    lease = Lease(services.queues.storage, k.MAINTENANCE_LEASE, holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
+    rq = rq_client(node.rq_redis_url)
+    supervisor = Supervisor(
+        services.queues, services.tenants.execution_tokens, rq,
+        SupervisorConfig(api_url=config.api_url, execution_timeout_s=config.execution_timeout_s,
+                         max_send_documents=config.max_send_documents, worker_liveness=True), holder,
+        services.tenants.exists,
+        spark_weight=lambda tenant: services.tenants.get(tenant).spark_weight)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=run_maintenance, name="atomq-maintenance", daemon=True,
+                         args=(services.queues, stop, config.maintenance_interval_s, lease,
+                               services.current_settings, lambda: job_queue_bytes(rq), health)),
+        threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True,
+                         kwargs={"stop": stop, "health": health}),
+    ]
+    for thread in threads:
+        thread.start()
+    worker.loops = (threads, stop)
+
+
+def stop_loops(server: Any, worker: NodeWorker) -> None:
+    """gunicorn's ``worker_exit``: stops the loops, which give up their leases."""
+    if worker.loops is not None:
+        threads, stop = worker.loops
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        worker.wsgi.extensions[HEALTH_EXTENSION].close()
