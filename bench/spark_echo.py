@@ -24,7 +24,7 @@ import statistics
 import sys
 from typing import Any
 
-from atomq.demo import run_demo
+from atomq.cli.demo_runner import run_demo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,11 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"-- {count} messages on {engine}, round {round_no + 1}/{args.rounds}", file=sys.stderr)
                 summary = run_demo(count, engine, args.spark_master, args.batch_size, None,
                                    lambda line: print(line, file=sys.stderr, flush=True))
-                if summary["left_in_tests"] or summary["dead_letters"] or \
-                        int(summary["echo"]) + int(summary["errors"]) != count:  # type: ignore[call-overload]
+                if summary["left_in_tests"] or summary["dead_letters"] or summary["echo"] + summary["errors"] != count:
                     print(f"FAILED: {summary}", file=sys.stderr)
                     return 1
-                rate = float(summary["messages_per_second"])  # type: ignore[arg-type]
+                rate = summary["messages_per_second"]
                 rates[engine].append(rate)
                 print(f"{count} {engine} round {round_no + 1}: {rate:.0f} messages/s, "
                       f"{summary['executions']} executions", flush=True)

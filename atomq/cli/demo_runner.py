@@ -1,4 +1,4 @@
-"""``atomq demo``: the seed's worked example, end to end, on the embedded defaults.
+"""The run of ``atomq demo``: the seed's worked example, end to end, on the embedded defaults.
 
 It starts ``atomq serve --spark`` in a throw-away data directory (as a user
 would), makes a tenant with the queues ``tests``, ``echo`` and ``errors``,
@@ -30,7 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypedDict
 
+from atomq import defaults
 from atomq.client import AtomqClient
 from atomq.errors import JavaMissing, StorageError
 from atomq.spark_workers.session import find_java
@@ -64,6 +66,20 @@ def test_messages(count: int, seed: int = 7) -> list[str]:
         else:
             out.append(f"<test id='{i}'>not JSON</test>")
     return out
+
+
+class DemoSummary(TypedDict):
+    """What arrived where, and how fast: the demo's last lines, and the figures a benchmark keeps."""
+
+    echo: int
+    errors: int
+    error_reasons: dict[str, int]
+    dead_letters: int
+    left_in_tests: int
+    executions: int
+    failures: int
+    seconds: float
+    messages_per_second: float
 
 
 class Demo:
@@ -153,7 +169,7 @@ class Demo:
             time.sleep(0.5)
         self.say(f"warmed up in {time.monotonic() - started:.1f} s")
 
-    def run(self) -> dict[str, object]:
+    def run(self) -> DemoSummary:
         with AtomqClient(self.url, self.owner_key) as owner:
             tenant = owner.create_tenant("demo")
         self.say(f"tenant {tenant['id']} created")
@@ -169,9 +185,10 @@ class Demo:
             self._warm_up(api)
             inputs = test_messages(self.messages)
             started = time.monotonic()
-            for first in range(0, len(inputs), 100):
-                api.send_texts("tests", inputs[first:first + 100])
-            self.say(f"sent {len(inputs)} test messages in {(len(inputs) + 99) // 100} requests "
+            per_request = defaults.MAX_SEND_DOCUMENTS
+            for first in range(0, len(inputs), per_request):
+                api.send_texts("tests", inputs[first:first + per_request])
+            self.say(f"sent {len(inputs)} test messages in {(len(inputs) + per_request - 1) // per_request} requests "
                      f"in {time.monotonic() - started:.1f} s")
             done, settled, last_report = 0, False, 0.0
             deadline = started + max(120.0, len(inputs) / 50)
@@ -205,7 +222,7 @@ class Demo:
 
 
 def run_demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None,
-             say: Callable[[str], None]) -> dict[str, object]:
+             say: Callable[[str], None]) -> DemoSummary:
     """The whole demo; the summary it printed."""
     if engine == "spark":
         try:

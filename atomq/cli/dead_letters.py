@@ -1,0 +1,46 @@
+"""``atomq dead-letters``: a queue's dead letters."""
+
+from __future__ import annotations
+
+import click
+
+from atomq.cli.connection import connection_options
+from atomq.cli.output import emit
+from atomq.client import AtomqClient
+
+
+@click.group("dead-letters")
+def dead_letters() -> None:
+    """A queue's dead letters."""
+
+
+@dead_letters.command("list")
+@click.argument("queue")
+@click.option("--subscriber")
+@connection_options
+def dead_letters_list(c: AtomqClient, queue: str, subscriber: str | None) -> None:
+    """Every dead letter with its reason."""
+    data = list(c.dead_letters(queue, subscriber))
+    emit(data, [(m["id"], m["failed_deliveries"], m["reason"]) for m in data], ("ID", "FAILED", "REASON"))
+
+
+@dead_letters.command("resend")
+@click.argument("queue")
+@click.argument("ids", nargs=-1)
+@click.option("--subscriber")
+@connection_options
+def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None) -> None:
+    """Resend the dead letters IDS (all of them when none is given)."""
+    n = c.resend_dead_letters(queue, list(ids) or None, subscriber)
+    emit({"resent": n}, [(n,)], ("RESENT",))
+
+
+@dead_letters.command("delete")
+@click.argument("queue")
+@click.argument("ids", nargs=-1)
+@click.option("--subscriber")
+@connection_options
+def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None) -> None:
+    """Delete the dead letters IDS (all of them when none is given)."""
+    n = c.delete_dead_letters(queue, list(ids) or None, subscriber)
+    emit({"deleted": n}, [(n,)], ("DELETED",))
