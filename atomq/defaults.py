@@ -93,6 +93,12 @@ MAX_PAGE_LIMIT = 1000
 """As ``MAX_GET``: a page is read and answered whole by one script."""
 MAX_NACK_REASON_CHARS = 4096
 """A reason is stored with each dead letter: room for an error and its context, not for a payload."""
+MAX_DEDUPE_ID_CHARS = 256
+"""A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
+PRIORITY_RANGE = (0, 9)
+"""Ten levels, as AMQP's priorities: stored and returned with a message, never ordering delivery."""
+MAX_TRACEPARENT_CHARS = 256
+"""A W3C traceparent is 55 characters; the rest is room for versions to come, not for data."""
 MAX_SELECTORS = 10_000
 """Ids or receipts one ack, nack or bulk action names: each is work for one script call, which stays bounded."""
 

@@ -41,11 +41,11 @@ class OutgoingMessageSchema(Strict):
     documents = fields.List(fields.Nested(OutgoingDocumentSchema), required=True,
                             validate=validate.Length(min=1))
     properties = fields.Dict(keys=fields.String(), load_default=dict)
-    dedupe_id = fields.String(validate=validate.Length(1, 256), allow_none=True)
-    priority = Int(validate=validate.Range(0, 9), allow_none=True)
+    dedupe_id = fields.String(validate=validate.Length(1, defaults.MAX_DEDUPE_ID_CHARS), allow_none=True)
+    priority = Int(validate=validate.Range(*defaults.PRIORITY_RANGE), allow_none=True)
     expires_at = Number(validate=validate.Range(0, LATEST_TIME_S), allow_none=True,
                         metadata={"description": "seconds since the epoch"})
-    traceparent = fields.String(validate=validate.Length(max=256), allow_none=True)
+    traceparent = fields.String(validate=validate.Length(max=defaults.MAX_TRACEPARENT_CHARS), allow_none=True)
 
 
 class SendSchema(Strict):
