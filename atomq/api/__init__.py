@@ -26,10 +26,10 @@ from atomq.api import (
     strict_json,
     tenants,
 )
-from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
-from atomq.api.latency import LatencyRecorder
 from atomq.api.blueprint import NameConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
+from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
+from atomq.api.latency import LatencyRecorder
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
 from atomq.api.services import Services

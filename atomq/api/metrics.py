@@ -36,8 +36,8 @@ from atomq.api.server import server_state
 from atomq.api.services import Services
 from atomq.platform import keys as k
 from atomq.platform import lease
-from atomq.platform.request_latency import RequestLatencyStore
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
+from atomq.platform.request_latency import RequestLatencyStore
 from atomq.platform.server_settings import MEMORY_STATES
 from atomq.tenants.records import Tenant
 

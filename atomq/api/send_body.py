@@ -14,6 +14,7 @@ import base64
 import binascii
 from typing import Any
 
+from atomq import defaults
 from atomq.api.schemas.common import LATEST_TIME_S
 from atomq.api.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, unencodable
 from atomq.errors import InvalidInput
@@ -84,20 +85,22 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     if not isinstance(docs, list) or not docs:
         raise _fail("a list of at least one document is required", "messages", i, "documents")
     dedupe_id = raw.get("dedupe_id")
-    if dedupe_id is not None and (not isinstance(dedupe_id, str) or not 1 <= len(dedupe_id) <= 256):
-        raise _fail("must be a string of 1 to 256 characters", "messages", i, "dedupe_id")
+    if dedupe_id is not None and (not isinstance(dedupe_id, str) or not 1 <= len(dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS):
+        raise _fail(f"must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters", "messages", i, "dedupe_id")
     if dedupe_id is not None:
         _text(dedupe_id, "messages", i, "dedupe_id")
     priority = raw.get("priority")
-    if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
-        raise _fail("must be an integer from 0 to 9", "messages", i, "priority")
+    least, most = defaults.PRIORITY_RANGE
+    if priority is not None and (type(priority) is not int or not least <= priority <= most):
+        raise _fail(f"must be an integer from {least} to {most}", "messages", i, "priority")
     expires_at = raw.get("expires_at")
     if expires_at is not None and (type(expires_at) not in (int, float) or not 0 <= expires_at <= LATEST_TIME_S):
         raise _fail(f"must be a number of seconds since the epoch, from 0 to {LATEST_TIME_S:.0f}",
                     "messages", i, "expires_at")
     traceparent = raw.get("traceparent")
-    if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > 256):
-        raise _fail("must be a string of at most 256 characters", "messages", i, "traceparent")
+    if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > defaults.MAX_TRACEPARENT_CHARS):
+        raise _fail(f"must be a string of at most {defaults.MAX_TRACEPARENT_CHARS} characters", "messages", i,
+                    "traceparent")
     if traceparent is not None:
         _text(traceparent, "messages", i, "traceparent")
     return OutgoingMessage(

@@ -14,9 +14,9 @@ from atomq.errors import QuotaExceeded
 from atomq.platform import OutgoingMessage, QueueServer
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
-from atomq.platform.streams import StreamConsumers
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
+from atomq.platform.streams import StreamConsumers
 from atomq.tenants import TenantStore
 
 

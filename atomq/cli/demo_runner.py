@@ -38,7 +38,6 @@ from atomq.errors import JavaMissing, StorageError
 from atomq.spark_workers.session import find_java
 from atomq.workers.liveness import SPARK_STARTING
 
-
 WARM_UP = 10
 """Valid messages sent and processed before the timed run (they go to echo, and are not counted)."""
 STUCK_GRACE_S = 15.0

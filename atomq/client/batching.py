@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from atomq import defaults
 from atomq.client.http_client import AtomqClient
-
-DEFAULT_MAX_SEND_DOCUMENTS = 100
 
 
 class BatchingSender:
@@ -16,7 +15,7 @@ class BatchingSender:
     limit: 250 documents to one queue cost 3 requests.
     """
 
-    def __init__(self, client: AtomqClient, max_documents: int = DEFAULT_MAX_SEND_DOCUMENTS) -> None:
+    def __init__(self, client: AtomqClient, max_documents: int = defaults.MAX_SEND_DOCUMENTS) -> None:
         if max_documents < 1:
             raise ValueError("max_documents must be at least 1")
         self.client = client

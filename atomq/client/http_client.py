@@ -13,10 +13,9 @@ from typing import Any
 
 import requests
 
+from atomq import defaults
 from atomq.client import wire
 from atomq.errors import AtomqError, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
-
-DEFAULT_URL = "http://127.0.0.1:61717"
 
 
 def error_from_response(response: requests.Response) -> AtomqError:
@@ -48,7 +47,7 @@ class AtomqClient:
         timeout: seconds per request (a blocking get adds its own wait).
     """
 
-    def __init__(self, url: str = DEFAULT_URL, key: str = "", *, tenant: str | None = None,
+    def __init__(self, url: str = defaults.NODE_URL, key: str = "", *, tenant: str | None = None,
                  timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
@@ -88,7 +87,7 @@ class AtomqClient:
     # -- tenants and the server (owner key) ----------------------------------------------
 
     def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0,
-                      spark_weight: int = 1) -> Any:
+                      spark_weight: int = defaults.SPARK_WEIGHT) -> Any:
         """The new tenant, with its first ``api_key`` (shown only here)."""
         return self.request("POST", "/v1/tenants", {"name": name, "rate_limit_per_minute": rate_limit_per_minute,
                                                     "disk_quota_bytes": disk_quota_bytes,
@@ -141,7 +140,7 @@ class AtomqClient:
     # -- listeners -----------------------------------------------------------------------
 
     def put_listener(self, name: str, queue: str, process: str, *, subscriber: str | None = None,
-                     batch_size: int = 10, max_concurrent_executions: int = 0, engine: str = "fork",
+                     batch_size: int = defaults.LISTENER_BATCH_SIZE, max_concurrent_executions: int = 0, engine: str = "fork",
                      settings: dict[str, Any] | None = None) -> Any:
         """Deploys or redeploys a listener running the registered ``process`` on ``queue``."""
         body: dict[str, Any] = {"queue": queue, "process": process, "batch_size": batch_size,
@@ -179,7 +178,7 @@ class AtomqClient:
         """One message of one text document per text."""
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])
 
-    def get(self, queue: str, max_messages: int = 10, wait_ms: int = 0,
+    def get(self, queue: str, max_messages: int = defaults.GET_MAX_MESSAGES, wait_ms: int = defaults.GET_WAIT_MS,
             subscriber: str | None = None) -> list[Any]:
         body: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms}
         if subscriber:
@@ -219,11 +218,11 @@ class AtomqClient:
             if after is None:
                 return
 
-    def browse(self, queue: str, subscriber: str | None = None, limit: int = 100) -> Iterator[Any]:
+    def browse(self, queue: str, subscriber: str | None = None, limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
         """Every waiting and in-flight message, page by page, without consuming them."""
         return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit)
 
-    def dead_letters(self, queue: str, subscriber: str | None = None, limit: int = 100) -> Iterator[Any]:
+    def dead_letters(self, queue: str, subscriber: str | None = None, limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
         return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit)
 
     def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None) -> Any:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import uuid
 
+from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
+from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.models import DestinationCounts, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
@@ -37,7 +39,7 @@ class Components:
         name: str,
         model: QueueModel | str,
         max_redeliveries: int = 6,
-        ack_timeout_s: float = 30,
+        ack_timeout_s: float = defaults.ACK_TIMEOUT_S,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created."""
         tk, qk = queue_keys(tenant, name)
@@ -47,10 +49,10 @@ class Components:
             raise InvalidInput(
                 "model must be 'point_to_point' or 'publish_subscribe'", field="model"
             ) from None
-        if not isinstance(max_redeliveries, int) or isinstance(max_redeliveries, bool) or not 0 <= max_redeliveries <= 1000:
-            raise InvalidInput("max_redeliveries must be an integer from 0 to 1000", field="max_redeliveries")
-        if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not 0.01 <= ack_timeout_s <= 86400:
-            raise InvalidInput("ack_timeout_s must be a number from 0.01 to 86400", field="ack_timeout_s")
+        check_integer_range(max_redeliveries, "max_redeliveries", *defaults.MAX_REDELIVERIES_RANGE)
+        least_s, most_s = defaults.ACK_TIMEOUT_RANGE_S
+        if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not least_s <= ack_timeout_s <= most_s:
+            raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}", field="ack_timeout_s")
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",

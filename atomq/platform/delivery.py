@@ -12,22 +12,23 @@ import threading
 import time
 from typing import Any, Sequence
 
+from atomq import defaults
 from atomq.errors import InvalidInput, NotFound, TooLarge
+from atomq.integer_range import check_integer_range
 from atomq.platform.components import Components
 from atomq.platform.models import Delivery, NackResult
 from atomq.platform.names import check_receipts, check_subscriber_name
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
 from atomq.platform.stored_form import decode_messages
 
-MAX_SELECTORS = 10_000
 """Most ids or receipts one call names: a settle is one script, and this bounds it."""
 
 
 def check_ids(values: Sequence[str], field: str) -> None:
     if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
         raise InvalidInput(f"{field} must be a list of message id strings", field=field)
-    if len(values) > MAX_SELECTORS:
-        raise TooLarge(f"{field} holds at most {MAX_SELECTORS} entries", field=field, limit=MAX_SELECTORS)
+    if len(values) > defaults.MAX_SELECTORS:
+        raise TooLarge(f"{field} holds at most {defaults.MAX_SELECTORS} entries", field=field, limit=defaults.MAX_SELECTORS)
 
 
 class Deliveries:
@@ -41,8 +42,8 @@ class Deliveries:
         self,
         tenant: str,
         queue: str,
-        max_messages: int = 10,
-        wait_ms: int = 0,
+        max_messages: int = defaults.GET_MAX_MESSAGES,
+        wait_ms: int = defaults.GET_WAIT_MS,
         subscriber: str | None = None,
         stop: threading.Event | None = None,
     ) -> list[Delivery]:
@@ -56,10 +57,8 @@ class Deliveries:
         if subscriber is not None:
             check_subscriber_name(subscriber)
         s = self._shared.settings
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or not 1 <= max_messages <= s.max_get:
-            raise InvalidInput(f"max must be an integer from 1 to {s.max_get}", field="max")
-        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= s.max_wait_ms:
-            raise InvalidInput(f"wait_ms must be an integer from 0 to {s.max_wait_ms}", field="wait_ms")
+        check_integer_range(max_messages, "max", 1, s.max_get)
+        check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
         keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(), d.member]
@@ -90,8 +89,9 @@ class Deliveries:
              receipts: Sequence[str] | None = None, subscriber: str | None = None,
              reason: str = "") -> NackResult:
         """Fails deliveries now: each is redelivered after its delay or dead-lettered."""
-        if not isinstance(reason, str) or len(reason) > 4096:
-            raise InvalidInput("reason must be a string of at most 4096 characters", field="reason")
+        if not isinstance(reason, str) or len(reason) > defaults.MAX_NACK_REASON_CHARS:
+            raise InvalidInput(f"reason must be a string of at most {defaults.MAX_NACK_REASON_CHARS} characters",
+                               field="reason")
         done, dead = self._settle("nack", reason or "nacked", tenant, queue, ids, receipts, subscriber)
         return NackResult(requeued=done, dead_lettered=dead)
 
@@ -141,8 +141,8 @@ def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tupl
         check_ids(ids, "ids")
         return "id", list(ids)
     checked = check_receipts(receipts)
-    if len(checked) > MAX_SELECTORS:
-        raise TooLarge(f"receipts holds at most {MAX_SELECTORS} entries", field="receipts", limit=MAX_SELECTORS)
+    if len(checked) > defaults.MAX_SELECTORS:
+        raise TooLarge(f"receipts holds at most {defaults.MAX_SELECTORS} entries", field="receipts", limit=defaults.MAX_SELECTORS)
     return "receipt", checked
 
 

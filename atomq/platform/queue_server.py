@@ -25,9 +25,9 @@ from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.management import Management
 from atomq.platform.memory_use import memory_use
+from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
-from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.shared import Shared
 from atomq.platform.storage import STORE_ERRORS, Storage
 

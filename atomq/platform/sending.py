@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from atomq import defaults
 from atomq.errors import (
     AtomqError,
     Conflict,
@@ -25,8 +26,6 @@ from atomq.platform.models import OutgoingMessage, QueueModel
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
 from atomq.platform.stored_form import encode_document
-
-MAX_DEDUPE_ID_LENGTH = 256
 
 
 class _QuotaRefused(AtomqError):
@@ -113,8 +112,8 @@ class Sending:
                                field="messages", limit=s.max_documents_per_send)
             dd = 0
             if m.dedupe_id is not None:
-                if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= MAX_DEDUPE_ID_LENGTH:
-                    raise InvalidInput(f"dedupe_id must be a string of 1 to {MAX_DEDUPE_ID_LENGTH} characters",
+                if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS:
+                    raise InvalidInput(f"dedupe_id must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters",
                                        field=f"messages.{i}.dedupe_id")
                 dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
             try:

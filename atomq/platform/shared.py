@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient

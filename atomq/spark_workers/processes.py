@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -29,8 +30,6 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
-
-from py4j.protocol import Py4JError
 
 from atomq.client import wire
 from atomq.errors import EngineUnavailable, InvalidInput

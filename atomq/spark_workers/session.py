@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from atomq import defaults
 from atomq.errors import JavaMissing
 
 SUPPORTED_JAVA = (17, 21)
-DEFAULT_MASTER = "local[*]"
 INSTALL_JAVA = ("install a Java 17 or 21 runtime (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; "
                 "macOS: brew install openjdk@17) or set JAVA_HOME to one")
 JAVA_VERSION_TIMEOUT_S = 30
@@ -69,7 +69,7 @@ def _major_version(java: Path, where: str) -> int:
     return int(match.group(2) or 0) if major == 1 else major
 
 
-def session_conf(master: str = DEFAULT_MASTER, app_name: str = "atomq", **extra: str) -> dict[str, str]:
+def session_conf(master: str = defaults.SPARK_MASTER, app_name: str = "atomq", **extra: str) -> dict[str, str]:
     """A session's settings: no UI, few shuffle partitions, loopback driver, a JVM that starts fast."""
     conf = {
         "spark.master": master,
@@ -85,7 +85,7 @@ def session_conf(master: str = DEFAULT_MASTER, app_name: str = "atomq", **extra:
     return conf
 
 
-def start_session(master: str = DEFAULT_MASTER, app_name: str = "atomq", **extra: str) -> Any:
+def start_session(master: str = defaults.SPARK_MASTER, app_name: str = "atomq", **extra: str) -> Any:
     """A SparkSession with :func:`session_conf`, after checking for Java."""
     java, _ = find_java()
     os.environ.setdefault("JAVA_HOME", str(java.resolve().parent.parent))

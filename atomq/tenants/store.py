@@ -20,7 +20,6 @@ import hmac
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-
 from atomq import defaults
 from atomq.errors import InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
@@ -32,10 +31,10 @@ from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
 from atomq.tenants.records import (
     Principal,
     Tenant,
+    check_issued_tenant_id,
     check_limit,
     check_name,
     check_spark_weight,
-    check_issued_tenant_id,
     new_tenant_id,
     tenant_from_record,
     tenant_not_found,

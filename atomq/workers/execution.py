@@ -25,8 +25,8 @@ from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from atomq import telemetry
-from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, AtomqClient, BatchingSender, Extender
+from atomq import defaults, telemetry
+from atomq.client import AtomqClient, BatchingSender, Extender
 from atomq.errors import EngineUnavailable, QuotaExceeded, RateLimited
 from atomq.tenants import execution_tokens
 from atomq.workers import processes
@@ -41,7 +41,7 @@ messages are consumed, which the listener cannot hasten."""
 
 def _describe(exc: BaseException) -> str:
     line = traceback.format_exception_only(type(exc), exc)[-1].strip()
-    return line[:1000]
+    return line[:defaults.MAX_LISTENER_ERROR_CHARS]
 
 
 def run_registered(process_name: str, ctx: ExecutionContext) -> None:
@@ -50,7 +50,7 @@ def run_registered(process_name: str, ctx: ExecutionContext) -> None:
 
 
 def run(api_url: str, listener: str, execution: str, token: str,
-        max_send_documents: int = DEFAULT_MAX_SEND_DOCUMENTS,
+        max_send_documents: int = defaults.MAX_SEND_DOCUMENTS,
         runner: Callable[[str, ExecutionContext], None] = run_registered) -> None:
     """The rq job function: runs one execution of ``listener`` against the main node at ``api_url``.
 

@@ -8,7 +8,6 @@ from atomq import defaults
 from atomq.api.schemas.common import NAME_PATTERN, SUBSCRIBER_DOC, Int, Strict
 from atomq.api.schemas.messages import BrowsedMessageSchema
 
-
 GENERATION_DOC = {"description": "the generation the query's open answered: a call of a query that another "
                                   "one opened since is refused (409); leave it out to share the name unfenced"}
 

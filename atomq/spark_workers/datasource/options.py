@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from atomq.client import DEFAULT_MAX_SEND_DOCUMENTS, DEFAULT_URL, AtomqClient
+from atomq import defaults
+from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
 
 MAX_PLAN = 1000
@@ -15,7 +16,7 @@ class Options:
     """The options every part needs, read once (``options`` is case-insensitive)."""
 
     def __init__(self, options: Any) -> None:
-        self.url = options.get("url") or DEFAULT_URL
+        self.url = options.get("url") or defaults.NODE_URL
         self.key = options.get("key") or ""
         self.tenant = options.get("tenant") or None
         self.queue = options.get("queue") or ""
@@ -24,7 +25,8 @@ class Options:
         self.consumer = options.get("consumer") or ""
         self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", 1000, 1, MAX_PLAN)
         self.partitions = _int_option(options, "partitions", 2, 1, 64)
-        self.max_documents = _int_option(options, "maxDocumentsPerRequest", DEFAULT_MAX_SEND_DOCUMENTS, 1, 1000)
+        self.max_documents = _int_option(options, "maxDocumentsPerRequest", defaults.MAX_SEND_DOCUMENTS,
+                                          *defaults.MAX_SEND_DOCUMENTS_RANGE)
         if not self.key:
             raise InvalidInput("the atomq data source needs option key (a tenant's API key)", field="key")
 
