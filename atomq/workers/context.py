@@ -3,7 +3,7 @@
 A process reads ``ctx.messages`` (each with its documents and properties,
 and ``redelivered`` when an earlier delivery failed) and calls
 ``ctx.send(queue, documents, properties, source=message)`` for its outputs.
-Sends are buffered and leave in requests of at most 100 documents; the
+Sends are buffered and leave in requests of at most the node's ``--max-send-documents``; the
 execution acks its batch only after every send was accepted, so a process
 that returns has had all its outputs stored, and one that raises has its
 batch redelivered. ``source`` ties an output to the input it came from: the

@@ -4,7 +4,7 @@ The job carries only the main node's URL, the listener's name, the
 execution's id and its token. Everything else comes over HTTP: the work
 horse takes its batch (the main node starts the ack clock only now, so a job
 that waited in rq held nothing), runs the process while a thread extends the
-deliveries, flushes the outputs in requests of at most 100 documents, and
+deliveries, flushes the outputs in requests of at most ``max_send_documents`` documents, and
 finishes: on success the main node records the processed messages and acks
 them, on failure it nacks them (redelivery schedule, then the dead letter
 queue). A work horse that dies leaves its batch in flight; the ack time-out

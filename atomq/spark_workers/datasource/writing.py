@@ -20,7 +20,7 @@ class SendCommitMessage(WriterCommitMessage):
 
 
 class QueueWriter(DataSourceWriter):
-    """Rows become messages, sent through the main node in requests of at most 100 documents."""
+    """Rows become messages, sent through the main node in requests of at most ``maxDocumentsPerRequest`` documents."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
         self.options = options
