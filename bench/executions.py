@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from drivers.cli import add_http_workers, parser_from_doc
 from drivers.serve_node import BenchError, ServeNode, _die_with_parent, expect, progress, stop_on_sigterm
 
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
@@ -432,11 +433,7 @@ def print_tables(results: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = parser_from_doc(__doc__)
     parser.add_argument("--parts", default="workers,fork", metavar="P,...",
                         help="which parts to run: workers, fork or both (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, metavar="R",
@@ -466,8 +463,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="interval between the GET /v1/queues that watch a run (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=180.0, metavar="S",
                         help="a run that is not done after S seconds fails the bench (default: %(default)s)")
-    parser.add_argument("--http-workers", type=int, default=2, metavar="W",
-                        help="pass --http-workers W to atomq serve (default: %(default)s)")
+    add_http_workers(parser, default=2)
     parser.add_argument("--worker-child", choices=WORKER_MODES, help=argparse.SUPPRESS)
     parser.add_argument("--timings", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -50,6 +50,7 @@ from typing import Any
 
 import requests
 
+from drivers.cli import add_http_workers, parser_from_doc
 from drivers.serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
 
 PAYLOAD_BYTES = 1024
@@ -230,11 +231,7 @@ def run_phase(node: Node, name: str, steady_key: str, flood_key: str | None, sec
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = parser_from_doc(__doc__)
     parser.add_argument("--seconds", type=float, default=10.0, metavar="S",
                         help="length of each phase (default: %(default)s)")
     parser.add_argument("--interval-ms", type=float, default=20.0, metavar="MS",
@@ -243,8 +240,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the flood tenant's client threads (default: %(default)s)")
     parser.add_argument("--flood-limit", type=int, default=300, metavar="L",
                         help="the flood tenant's rate_limit_per_minute in the limited phase (default: %(default)s)")
-    parser.add_argument("--http-workers", type=int, default=2, metavar="W",
-                        help="pass --http-workers W to atomq serve (default: %(default)s)")
+    add_http_workers(parser, default=2)
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.interval_ms <= 0:
         parser.error("--seconds and --interval-ms must be positive")

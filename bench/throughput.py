@@ -71,6 +71,7 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from atomq.platform.embedded import EmbeddedValkey
 from drivers.atomq_http import HttpNode, http_get_ack, http_send
+from drivers.cli import add_http_workers, parser_from_doc
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
@@ -224,11 +225,7 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = parser_from_doc(__doc__)
     parser.add_argument("--messages", type=int, default=20_000, metavar="N",
                         help="messages per phase and repetition (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=3, metavar="R",
@@ -236,8 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=CLIENTS, metavar="C",
                         help="client threads of the HTTP and RabbitMQ phases (default: %(default)s)")
     parser.add_argument("--skip-http", action="store_true", help="leave out the HTTP phases (no atomq serve)")
-    parser.add_argument("--http-workers", type=int, metavar="W",
-                        help="pass --http-workers W to atomq serve (default: its own default)")
+    add_http_workers(parser, default=None)
     parser.add_argument("--skip-amqp", action="store_true", help="leave out the RabbitMQ phases")
     parser.add_argument("--amqp-url", default=DEFAULT_AMQP_URL, metavar="URL",
                         help="the RabbitMQ broker of the rabbitmq_* phases; they are skipped when it does not "
