@@ -69,7 +69,8 @@ from typing import Any
 from urllib.parse import quote
 
 from drivers.cli import add_http_workers, parser_from_doc
-from drivers.serve_node import BenchError, ServeNode, _die_with_parent, expect, progress, stop_on_sigterm
+from drivers.serve_node import (BenchError, ServeNode, die_with_parent, expect, progress, stop_child,
+                                stop_on_sigterm)
 
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 SEND_CHUNK = 100
@@ -138,7 +139,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--worker-child", mode, "--timings", str(self.timings)],
             stdin=subprocess.DEVNULL, env={**os.environ, RQ_REDIS_URL_ENV: rq_redis_url},  # never on a command line
-            start_new_session=True, preexec_fn=_die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
 
     def check(self) -> None:
         if self.proc.poll() is not None:
@@ -172,14 +173,8 @@ class WorkerProcess:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (rq finishes the job it runs, then stops); kill only if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                progress(f"the bench's {self.mode} worker (pid {self.proc.pid}) did not stop: killing it")
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_child(self.proc, timeout,
+                   f"the bench's {self.mode} worker (pid {self.proc.pid}) did not stop: killing it")
 
 
 def uninterrupted(stop: Any) -> None:

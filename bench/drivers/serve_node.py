@@ -1,8 +1,8 @@
 """``atomq serve`` as a subprocess for the benchmarks: started on a free
 loopback port in a temporary data directory, stopped (SIGTERM, then kill
 only if it hangs) and its directory removed, even when the bench fails.
-Beside it, what every bench shares to fail (BenchError, check, expect) and
-to report progress.
+Beside it, what every bench shares to fail (BenchError, check, expect), to
+report progress, and to start and stop a child process of its own.
 """
 
 from __future__ import annotations
@@ -57,12 +57,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """preexec_fn: SIGTERM the child if this process dies first (Linux), so no node outlives a killed bench."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def stop_child(proc: subprocess.Popen[bytes], timeout: float, hung: str) -> None:
+    """SIGTERM, so the child finishes what it does and cleans up after itself; a kill of its process group
+    only if it hangs, after ``hung`` on stderr says so."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            progress(hung)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 class ServeNode:
@@ -91,7 +104,7 @@ class ServeNode:
             cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "ATOMQ_OWNER_KEY": self.owner_key},
             start_new_session=True,  # a Ctrl-C reaches the bench only; the bench stops the node
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while True:
@@ -111,14 +124,9 @@ class ServeNode:
     def stop(self, timeout: float = 40.0) -> None:
         """SIGTERM, then wait (the node drains its requests and stops its Valkey); kill only if it hangs."""
         try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    progress(f"atomq serve (pid {self.proc.pid}) did not stop within {timeout:.0f} s: killing it")
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait(10)
+            if self.proc is not None:
+                stop_child(self.proc, timeout,
+                           f"atomq serve (pid {self.proc.pid}) did not stop within {timeout:.0f} s: killing it")
         finally:
             if self._log is not None:
                 self._log.close()
