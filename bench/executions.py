@@ -58,7 +58,6 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -69,8 +68,8 @@ from typing import Any
 from urllib.parse import quote
 
 from drivers.cli import add_http_workers, parser_from_doc
-from drivers.serve_node import (BenchError, ServeNode, die_with_parent, expect, progress, stop_child,
-                                stop_on_sigterm)
+from drivers.run_exit import BenchRun, uninterrupted
+from drivers.serve_node import BenchError, ServeNode, die_with_parent, expect, progress, stop_child
 
 RQ_REDIS_URL_ENV = "ATOMQ_RQ_REDIS_URL"
 SEND_CHUNK = 100
@@ -175,17 +174,6 @@ class WorkerProcess:
         """SIGTERM (rq finishes the job it runs, then stops); kill only if it hangs."""
         stop_child(self.proc, timeout,
                    f"the bench's {self.mode} worker (pid {self.proc.pid}) did not stop: killing it")
-
-
-def uninterrupted(stop: Any) -> None:
-    """Runs a stop with SIGINT and SIGTERM ignored, so a second Ctrl-C does not leave a process behind."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    previous_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        stop()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, previous_term)
 
 
 # -- the node and the runs -----------------------------------------------------------------------
@@ -489,20 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker_child:
         return worker_child(args.worker_child, args.timings)
-    stop_on_sigterm()
     results: dict[str, Any] = {}
     started = time.monotonic()
-    try:
+    with BenchRun() as bench:
         if "workers" in args.parts:
             results["workers"] = part_workers(args)
         if "fork" in args.parts:
             results["fork"] = part_fork(args)
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    if bench.status is not None:
+        return bench.status
     print_tables(results)
     print(json.dumps({**results, "rounds": args.rounds, "messages": args.messages, "batch_size": args.batch_size,
                       "fork_messages": {str(b): fork_count(args, b) for b in args.fork_batch_sizes},

@@ -51,7 +51,8 @@ from typing import Any
 import requests
 
 from drivers.cli import add_http_workers, parser_from_doc
-from drivers.serve_node import BenchError, ServeNode, expect, progress, stop_on_sigterm
+from drivers.run_exit import BenchRun
+from drivers.serve_node import BenchError, ServeNode, expect, progress
 
 PAYLOAD_BYTES = 1024
 STEADY_BATCH = 10
@@ -252,11 +253,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stop_on_sigterm()
-    node: Node | None = None
     results: dict[str, dict[str, Any]] = {}
-    try:
+    with BenchRun() as bench:
         node = Node(args.http_workers)
+        bench.at_exit(node.stop)
         progress(f"starting atomq serve on 127.0.0.1:{node.port} ({args.http_workers} http workers)")
         node.start()
         steady = node.owner("POST", "/v1/tenants", {"name": "steady", "rate_limit_per_minute": 0}, 201,
@@ -278,21 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             if phase != "alone":
                 node.delete_queue(flood["api_key"], "flood")
                 node.put_queue(flood["api_key"], "flood")
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            if node is not None:
-                node.stop()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
+    if bench.status is not None:
+        return bench.status
     print(f"{'phase':<8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'steady req':>10} "
           f"{'flood msg/s':>11} {'flood 429s':>10}")
     for phase, r in results.items():

@@ -57,7 +57,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -75,7 +74,8 @@ from drivers.cli import add_http_workers, parser_from_doc
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
-from drivers.serve_node import BenchError, check, progress, stop_on_sigterm
+from drivers.run_exit import BenchRun
+from drivers.serve_node import check, progress
 from drivers.workload import BATCH, PAYLOAD_BYTES
 
 CLIENTS = 4
@@ -253,16 +253,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stop_on_sigterm()
     tenant = f"bench-{uuid.uuid4().hex[:12]}"
-    data_dir = server = client = node = amqp = None
+    node = amqp = None
     skipped: list[str] = []
-    try:
+    with BenchRun() as bench:
         data_dir = tempfile.mkdtemp(prefix="atomq-bench-")
+        bench.at_exit(shutil.rmtree, data_dir, ignore_errors=True)
         server = EmbeddedValkey(data_dir)
+        bench.at_exit(server.stop)
         progress(f"starting Valkey in a temporary data directory (AOF everysec), tenant {tenant}")
         server.start()
         client = server.client()
+        bench.at_exit(client.close)
         info = client.info("server")
         valkey = str(info.get("valkey_version") or info.get("redis_version"))
         persistence = client.info("persistence")
@@ -274,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append("http_send, http_get_ack: skipped (--skip-http)")
         else:
             node = HttpNode(args.http_workers)
+            bench.at_exit(node.stop)
             progress(f"starting atomq serve on 127.0.0.1:{node.port} (its own embedded Valkey)")
             node.start()
             progress(f"  atomq serve is up on port {node.port}, workers {node.worker_pids()}")
@@ -284,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             if amqp is None:
                 skipped.append(f"rabbitmq_send, rabbitmq_get_ack: skipped: {why}")
             else:
+                bench.at_exit(amqp.delete_leftovers)
                 progress(f"{amqp.version} answers at {redact_url(args.amqp_url)}")
         for line in skipped:
             progress(line)
@@ -291,30 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{args.messages} messages x {args.repeat} per phase, batches of {BATCH}, {PAYLOAD_BYTES} B, "
                  f"{args.clients} clients for HTTP and RabbitMQ")
         rates = run(client, args.messages, args.repeat, tenant, node, amqp, args.clients)
-    except BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        # Ignore a second Ctrl-C while the servers shut down and the directories go.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            if amqp is not None:
-                amqp.delete_leftovers()
-            if node is not None:
-                node.stop()
-            if client is not None:
-                client.close()
-            if server is not None:
-                server.stop()
-        finally:
-            if data_dir is not None:
-                shutil.rmtree(data_dir, ignore_errors=True)
-            signal.signal(signal.SIGINT, previous)
-
+    if bench.status is not None:
+        return bench.status
     medians = {p: statistics.median(v) for p, v in rates.items()}
     result: dict[str, object] = {p: round(medians[p]) if p in medians else None
                                  for p in (*CORE_PHASES, *HTTP_PHASES, *AMQP_PHASES)}

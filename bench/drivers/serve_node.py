@@ -43,14 +43,6 @@ def expect(response: Any, status: int, what: str) -> Any:
     return response.json() if response.content else None
 
 
-def stop_on_sigterm() -> None:
-    """A kill cleans up as Ctrl-C does: SIGTERM raises KeyboardInterrupt, so every node is stopped."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
