@@ -63,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -95,26 +96,23 @@ def worker_child(mode: str, timings_path: str) -> int:
 
     fd = os.open(timings_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-    def record(kind: str, job_id: str, began: float, seconds: float) -> None:
-        # One short O_APPEND write per line: whole lines even from a work horse.
-        os.write(fd, f"{kind} {job_id} {began:.6f} {seconds * 1000:.3f}\n".encode())
+    def timed(kind: str, job: Any, call: Callable[..., Any], *args: Any) -> Any:
+        began, started = time.time(), time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            # One short O_APPEND write per line: whole lines even from a work horse.
+            os.write(fd, f"{kind} {job.id} {began:.6f} {ms:.3f}\n".encode())
 
     class Timed:
         def execute_job(self, job: Any, queue: Any, *rest: Any) -> Any:
             """In the worker: fork, work horse and wait (forking), or the job itself (simple)."""
-            began, started = time.time(), time.perf_counter()
-            try:
-                return super().execute_job(job, queue, *rest)  # type: ignore[misc]
-            finally:
-                record("execute", job.id, began, time.perf_counter() - started)
+            return timed("execute", job, super().execute_job, job, queue, *rest)  # type: ignore[misc]
 
         def perform_job(self, job: Any, queue: Any, *rest: Any) -> Any:
             """The job with rq's bookkeeping: in the work horse (forking) or in the worker (simple)."""
-            began, started = time.time(), time.perf_counter()
-            try:
-                return super().perform_job(job, queue, *rest)  # type: ignore[misc]
-            finally:
-                record("perform", job.id, began, time.perf_counter() - started)
+            return timed("perform", job, super().perform_job, job, queue, *rest)  # type: ignore[misc]
 
     class TimedTenantWorker(Timed, TenantWorker):
         pass
