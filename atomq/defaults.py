@@ -55,6 +55,9 @@ EXECUTION_TIMEOUT_S = 240
 """Below ``DEDUPE_WINDOW_S``: a retried execution's outputs are recognised only within that window."""
 EXECUTION_TIMEOUT_RANGE_S = (1, _DAY_S)
 """An execution is a batch of messages, not a job of days; a day bounds the slot it holds."""
+EXECUTION_GRACE_S = 60
+"""How long past its timeout a started execution still counts as running: rq stops its work horse
+at the timeout, and the finish that follows must still find the execution waited for."""
 MAX_SEND_DOCUMENTS = 100
 """Documents an execution (or a command, or the Spark sink) sends per request: a request stays small
 (milliseconds to parse and store) while a batch of a thousand outputs takes ten round trips."""
@@ -105,7 +108,7 @@ MAX_SELECTORS = 10_000
 # The queue server's settings (``QueueSettings``); several of them are server settings too.
 
 REDELIVERY_DELAYS_S: tuple[float, ...] = (1, 2, 3, 5, 8, 24)
-"""The seed's schedule: quick retries for a passing failure, then longer ones that let a dependency recover."""
+"""Quick retries for a passing failure, then longer ones that let a dependency recover."""
 DEDUPE_WINDOW_S = 300
 """Five minutes: longer than a client's retries of one send and than ``EXECUTION_TIMEOUT_S``."""
 DOCUMENT_RETENTION_S = 7 * _DAY_S
@@ -174,7 +177,8 @@ SPARK_WEIGHT = 1
 MAX_SPARK_WEIGHT = 1000
 """The largest weight of a tenant's Spark FAIR scheduler pool: a thousand to one is already all of it."""
 MAX_TENANT_LIMIT = 2**63 - 1
-"""The largest limit: what Redis stores as a signed 64-bit integer."""
+"""The library's bound on a tenant's limits: what Redis stores as a signed 64-bit integer. The
+HTTP API bounds them at ``MAX_EXACT_INT``, as every number a script compares in doubles."""
 MAX_TENANT_NAME_CHARS = 128
 """A name is shown in tables and the dashboard; an id, not the name, identifies the tenant."""
 

@@ -77,6 +77,13 @@ def qs(backend: redis.Redis) -> QueueServer:
 
 
 @pytest.fixture
+def queue(qs: QueueServer, tenant: str) -> str:
+    """A point-to-point queue, "orders", that dead-letters a message at its first failed delivery."""
+    qs.put_queue(tenant, "orders", "point_to_point", max_redeliveries=0)
+    return "orders"
+
+
+@pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     """Starts ``atomq serve`` nodes for one test (``ServeFactory``); stops them all at its teardown."""
     nodes = ServeFactory(tmp_path)

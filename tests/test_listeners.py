@@ -133,6 +133,21 @@ def test_deploy_checks_the_process_its_settings_and_the_queue(tenant: Tenant) ->
     assert api.request("GET", "/v1/listeners") == {"listeners": []}
 
 
+def test_deploy_checks_the_queue_and_the_subscriber_before_the_rest_of_the_definition(tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    big = {"to": "x", "pad": "a" * 70_000}  # passes forward's own check, not the 64 KiB bound
+    with pytest.raises(NotFound):
+        api.request("PUT", "/v1/listeners/l1", {"queue": "missing", "process": "forward", "settings": big})
+    with pytest.raises(InvalidInput) as p2p_subscriber:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "subscriber": "s", "process": "forward",
+                                                "settings": big})
+    assert p2p_subscriber.value.details["field"] == "subscriber"
+    with pytest.raises(InvalidInput) as too_big:
+        api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "forward", "settings": big})
+    assert too_big.value.details["field"] == "settings"
+
+
 def test_a_redeploy_keeps_state_and_counts_and_pubsub_listeners_get_their_subscriber(
         harness: Harness, tenant: Tenant) -> None:
     api = tenant.api

@@ -24,14 +24,6 @@ from atomq.platform.audit import audit_tenant
 from atomq.platform.shared import docs_and_config, queue_keys
 from support.queues import FAST, dead_all, msg
 
-P2P = "point_to_point"
-
-
-@pytest.fixture
-def queue(qs: QueueServer, tenant: str) -> str:
-    qs.put_queue(tenant, "orders", P2P, max_redeliveries=0)
-    return "orders"
-
 
 def test_a_receipt_in_another_spelling_is_refused(qs, tenant, queue) -> None:
     qs.send(tenant, queue, [msg("m")])

@@ -15,7 +15,6 @@ from atomq.spark_workers.session import find_java
 from support.processes import support_pythonpath
 
 
-
 def _pool_share(master: str) -> dict[str, int]:
     done = subprocess.run([sys.executable, "-m", "support.spark_pool_share", master],
                           env={**os.environ, "PYTHONPATH": support_pythonpath()}, capture_output=True, text=True,

@@ -23,12 +23,6 @@ from support.waiting import wait_until
 P2P = "point_to_point"
 
 
-@pytest.fixture
-def queue(qs: QueueServer, tenant: str) -> str:
-    qs.put_queue(tenant, "orders", P2P, max_redeliveries=0)
-    return "orders"
-
-
 def small_replies(qs: QueueServer, reply_bytes: int) -> QueueServer:
     return QueueServer(qs.client, dataclasses.replace(FAST, max_reply_bytes=reply_bytes))
 

@@ -28,7 +28,7 @@ from atomq.api.schemas.listeners import (
 )
 from atomq.api.schemas.messages import ExtendedSchema
 from atomq.errors import Forbidden
-from atomq.platform.listeners import Listener, ListenerSpec
+from atomq.platform.listeners import Listener
 from atomq.tenants.records import ExecutionGrant
 from atomq.workers import processes
 
@@ -72,12 +72,11 @@ class ListenerByName(MethodView):
             spark_processes.SPARK.check(body["process"], body["settings"])
         else:
             processes.FORK.check(body["process"], body["settings"])
-        spec = ListenerSpec(queue=body["queue"], subscriber=body.get("subscriber"), process=body["process"],
-                            batch_size=body["batch_size"],
-                            max_concurrent_executions=body["max_concurrent_executions"],
-                            engine=body["engine"], settings=body["settings"])
         s = services()
-        created = s.executions.deploy(tenant, name, spec)
+        created = s.executions.deploy(tenant, name, body["queue"], body.get("subscriber"), process=body["process"],
+                                      batch_size=body["batch_size"],
+                                      max_concurrent_executions=body["max_concurrent_executions"],
+                                      engine=body["engine"], settings=body["settings"])
         return render.json_response(listener_json(s.listeners.get(tenant, name)), 201 if created else 200)
 
     @blp.response(200, ListenerSchema)

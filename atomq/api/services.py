@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from atomq import defaults
 from atomq.errors import QuotaExceeded
 from atomq.platform import OutgoingMessage, QueueServer
 from atomq.platform.executions import Executions
@@ -61,7 +62,7 @@ class Services:
     longpolls: LongPollLimiter
     node_id: str = field(default_factory=lambda: f"n_{uuid.uuid4().hex[:12]}")
     stopping: threading.Event = field(default_factory=threading.Event)
-    execution_run_within_ms: int = 300_000
+    execution_run_within_ms: int = (defaults.EXECUTION_TIMEOUT_S + defaults.EXECUTION_GRACE_S) * 1000
     """How long a started execution may run before its listener counts it lost."""
     settings: ServerSettingsStore = field(init=False)
     listeners: ListenerStore = field(init=False)

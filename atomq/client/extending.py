@@ -10,7 +10,9 @@ from typing import Any
 from atomq.client.http_client import AtomqClient
 from atomq.errors import AtomqError
 
-log = logging.getLogger("atomq.client")
+log = logging.getLogger("atomq.execution")
+"""Where a failed extension is told: the logger of executions, whose batches (and a streaming
+query's, its kin) it keeps in flight."""
 
 
 class Extender(threading.Thread):

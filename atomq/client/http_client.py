@@ -19,15 +19,17 @@ from atomq.errors import AtomqError, QuotaExceeded, RateLimited, StorageError, c
 
 
 def error_from_response(response: requests.Response) -> AtomqError:
-    """The atomq error an error response carries: the class its code names, else the one its status
-    stands for, with its code, message and details kept."""
+    """The atomq error an error response carries, with its code, message and details kept: the class
+    its status stands for, or the subclass of it that its code names (a 503 ``storage_full`` is a
+    StorageFull, still a StorageError), so an ``except`` on the status's class catches it."""
     try:
         body = response.json()["error"]
         code, message, details = body["code"], body["message"], dict(body.get("details") or {})
     except (ValueError, KeyError, TypeError):
         code, message, details = "http_error", f"HTTP {response.status_code}: {response.text[:200]}", {}
     status = response.status_code
-    cls = class_for_code(code) or class_for_status(status) or AtomqError
+    by_status, by_code = class_for_status(status), class_for_code(code)
+    cls = by_code if by_status and by_code and issubclass(by_code, by_status) else by_status or AtomqError
     if issubclass(cls, RateLimited):
         details["retry_after"] = int(response.headers.get("Retry-After") or details.get("retry_after", 1))
     elif issubclass(cls, QuotaExceeded):
@@ -86,7 +88,8 @@ class AtomqClient:
 
     # -- tenants and the server (owner key) ----------------------------------------------
 
-    def create_tenant(self, name: str, *, rate_limit_per_minute: int = 0, disk_quota_bytes: int = 0,
+    def create_tenant(self, name: str, *, rate_limit_per_minute: int = defaults.TENANT_RATE_LIMIT_PER_MINUTE,
+                      disk_quota_bytes: int = defaults.TENANT_DISK_QUOTA_BYTES,
                       spark_weight: int = defaults.SPARK_WEIGHT) -> Any:
         """The new tenant, with its first ``api_key`` (shown only here)."""
         return self.request("POST", "/v1/tenants", {"name": name, "rate_limit_per_minute": rate_limit_per_minute,

@@ -19,7 +19,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
-from atomq import telemetry
+from atomq import defaults, telemetry
 from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
@@ -44,7 +44,7 @@ def build_services(config: NodeConfig, redis_url: str, owner_key: str, node_id: 
         tenants=TenantStore(client, owner_key),
         longpolls=LongPollLimiter(config.max_longpolls_per_tenant),
         node_id=node_id,
-        execution_run_within_ms=(config.execution_timeout_s + 60) * 1000,
+        execution_run_within_ms=(config.execution_timeout_s + defaults.EXECUTION_GRACE_S) * 1000,
     )
 
 

@@ -38,7 +38,7 @@ class Components:
         tenant: str,
         name: str,
         model: QueueModel | str,
-        max_redeliveries: int = 6,
+        max_redeliveries: int = defaults.MAX_REDELIVERIES,
         ack_timeout_s: float = defaults.ACK_TIMEOUT_S,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created."""

@@ -21,8 +21,6 @@ from atomq.platform.names import check_receipts, check_subscriber_name
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
 from atomq.platform.stored_form import decode_messages
 
-"""Most ids or receipts one call names: a settle is one script, and this bounds it."""
-
 
 def check_ids(values: Sequence[str], field: str) -> None:
     if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
@@ -102,17 +100,19 @@ class Deliveries:
         after ``delay_s``. For a consumer that could not work for a reason that is not the
         message's, such as its own rate limit, so the message does not drift to the dead
         letter queue."""
-        if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= 86400:
-            raise InvalidInput("delay_s must be a number from 0 to 86400", field="delay_s")
+        most_s = defaults.MAX_REDELIVERY_DELAY_S
+        if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= most_s:
+            raise InvalidInput(f"delay_s must be a number from 0 to {most_s:g}", field="delay_s")
         return self._settle("release", round(delay_s * 1000), tenant, queue, ids, receipts, subscriber)[0]
 
     def extend(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
                receipts: Sequence[str] | None = None, subscriber: str | None = None,
                seconds: float | None = None) -> int:
         """Moves the ack deadline of in-flight messages to ``seconds`` from now."""
+        most_s = defaults.ACK_TIMEOUT_RANGE_S[1]
         if seconds is not None and (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
-                                    or not 0 < seconds <= 86400):
-            raise InvalidInput("seconds must be a number from 0 to 86400", field="seconds")
+                                    or not 0 < seconds <= most_s):
+            raise InvalidInput(f"seconds must be a number from 0 to {most_s:g}", field="seconds")
         if seconds is None:
             seconds = self._components.get_queue(tenant, queue).ack_timeout_s
         return self._settle("extend", round(seconds * 1000), tenant, queue, ids, receipts, subscriber)[0]

@@ -15,9 +15,9 @@ Nothing here knows HTTP: the API's views parse, call one method, and render.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from atomq.errors import AtomqError, Conflict, InvalidInput
 from atomq.platform.listeners import (
@@ -62,22 +62,22 @@ class Executions:
         self.listeners = listeners
         self.run_within_ms = run_within_ms
 
-    def deploy(self, tenant: str, name: str, spec: ListenerSpec) -> bool:
+    def deploy(self, tenant: str, name: str, queue: str, subscriber: str | None, **spec: Any) -> bool:
         """Deploys (True) or redeploys (False) a listener; its state and counts survive a redeploy.
 
         On a publish/subscribe queue the listener reads its own subscriber (by default named
-        after it), created now; a point-to-point queue has none.
+        after it), created now; a point-to-point queue has none. The queue is checked first
+        (404), then the subscriber, then the rest of the definition (``ListenerSpec``'s fields).
         """
-        queue = self.queues.get_queue(tenant, spec.queue)
-        subscriber = spec.subscriber
-        if queue.model is QueueModel.PUBLISH_SUBSCRIBE:
+        info = self.queues.get_queue(tenant, queue)
+        if info.model is QueueModel.PUBLISH_SUBSCRIBE:
             subscriber = subscriber or name
         elif subscriber is not None:
             raise InvalidInput("a point-to-point queue has no subscribers", field="subscriber")
-        spec = dataclasses.replace(spec, subscriber=subscriber)
+        listener_spec = ListenerSpec(queue=queue, subscriber=subscriber, **spec)
         if subscriber is not None:
-            self.queues.put_subscriber(tenant, spec.queue, subscriber)
-        return self.listeners.put(tenant, name, spec)
+            self.queues.put_subscriber(tenant, queue, subscriber)
+        return self.listeners.put(tenant, name, listener_spec)
 
     def start(self, tenant: str, name: str, execution: str) -> StartedExecution | None:
         """Takes the execution's batch, once; None when it must not run (paused, started before,

@@ -30,7 +30,7 @@ class QueueSettings:
 
     Attributes:
         redelivery_delays_s: delay after failed delivery k is element k-1; the
-            last repeats. Shared by every queue, as in the seed's server.
+            last repeats. Shared by every queue: one schedule a server.
         dedupe_window_s: how long a ``dedupe_id`` keeps answering with its
             original message id.
         document_retention_s: documents older than this are purged, and with

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import redis
 
+from atomq import defaults
 from atomq.errors import AtomqError, JavaMissing
 from atomq.platform.child_processes import parent_death_signal
 from atomq.platform.listeners import ListenerStore
@@ -62,7 +63,7 @@ class WorkerPlan:
 
     fork_workers: int
     spark: str = "on_demand"
-    spark_master: str = "local[*]"
+    spark_master: str = defaults.SPARK_MASTER
     rq_redis_url: str = ""
     error_dir: Path = Path(".")
     node_id: str = ""

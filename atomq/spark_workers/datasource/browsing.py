@@ -7,6 +7,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from atomq import defaults
 from atomq.spark_workers.datasource.options import Options
 from atomq.spark_workers.datasource.rows import message_rows
 
@@ -22,5 +23,5 @@ class BrowseReader(DataSourceReader):
         o = self.options
         with o.client() as client:
             pages = client.dead_letters if o.dead_letters else client.browse
-            for message in pages(o.queue, subscriber=o.subscriber, limit=1000):
+            for message in pages(o.queue, subscriber=o.subscriber, limit=defaults.MAX_PAGE_LIMIT):
                 yield from message_rows(message)

@@ -8,7 +8,6 @@ from atomq import defaults
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
 
-MAX_PLAN = 1000
 """The most messages one streaming micro-batch plans."""
 
 
@@ -23,8 +22,9 @@ class Options:
         self.subscriber = options.get("subscriber") or None
         self.dead_letters = str(options.get("deadLetters", "false")).lower() == "true"
         self.consumer = options.get("consumer") or ""
-        self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", 1000, 1, MAX_PLAN)
-        self.partitions = _int_option(options, "partitions", 2, 1, 64)
+        self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", defaults.MAX_STREAM_BATCH, 1,
+                                            defaults.MAX_STREAM_BATCH)
+        self.partitions = _int_option(options, "partitions", 2, 1, defaults.MAX_STREAM_PARTITIONS)
         self.max_documents = _int_option(options, "maxDocumentsPerRequest", defaults.MAX_SEND_DOCUMENTS,
                                           *defaults.MAX_SEND_DOCUMENTS_RANGE)
         if not self.key:

@@ -50,13 +50,15 @@ class QueueWriter(DataSourceWriter):
             raise InvalidInput(f"a row has no document: {', '.join(self.data_columns)} all null",
                                field=self.data_columns[0])
         document = wire.document(value if isinstance(value, str) else bytes(value))
-        properties = row["properties"] if self.has["properties"] else None
-        if isinstance(properties, str):
-            properties = json.loads(properties)
-        elif properties is not None:
-            properties = dict(properties)
-        dedupe_id = row["dedupe_id"] if self.has["dedupe_id"] else None
-        return wire.message([document], properties, None if dedupe_id is None else str(dedupe_id))
+        message = wire.message([document])
+        if self.has["properties"] and row["properties"] is not None:
+            # Whatever the column holds goes to the node, which names what is wrong with it:
+            # the JSON text "null" is sent as null and refused there, not taken for no properties.
+            props = row["properties"]
+            message["properties"] = json.loads(props) if isinstance(props, str) else dict(props)
+        if self.has["dedupe_id"] and row["dedupe_id"] is not None:
+            message["dedupe_id"] = str(row["dedupe_id"])
+        return message
 
 
 class QueueStreamWriter(DataSourceStreamWriter):
