@@ -40,9 +40,7 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture
 def api(node: AtomqServe) -> Iterator[AtomqClient]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        key = owner.create_tenant("executions")["api_key"]
-    with AtomqClient(node.url, key) as client:
+    with node.tenant_client("executions") as client:
         yield client
 
 

@@ -54,9 +54,7 @@ def spark_worker_pids(node: AtomqServe) -> set[int]:
 
 @contextlib.contextmanager
 def tenant_api(node: AtomqServe) -> Iterator[AtomqClient]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        key = owner.create_tenant("out-of-the-box")["api_key"]
-    with AtomqClient(node.url, key) as api:
+    with node.tenant_client("out-of-the-box") as api:
         api.put_queue("in")
         api.put_queue("out")
         yield api

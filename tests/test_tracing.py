@@ -239,9 +239,7 @@ def test_served_node_and_forked_work_horses_export_one_trace_over_otlp(collector
     node = serve("--workers", "1", http_workers=1,
                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
                       "OTEL_BSP_SCHEDULE_DELAY": "200"})
-    with AtomqClient(node.url, node.owner_key) as owner:
-        key = owner.create_tenant("served")["api_key"]
-    with AtomqClient(node.url, key) as api:
+    with node.tenant_client("served") as api:
         api.put_queue("in")
         api.put_queue("out")
         api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward",

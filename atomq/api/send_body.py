@@ -85,7 +85,8 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     if not isinstance(docs, list) or not docs:
         raise _fail("a list of at least one document is required", "messages", i, "documents")
     dedupe_id = raw.get("dedupe_id")
-    if dedupe_id is not None and (not isinstance(dedupe_id, str) or not 1 <= len(dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS):
+    if dedupe_id is not None and (not isinstance(dedupe_id, str)
+                                  or not 1 <= len(dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS):
         raise _fail(f"must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters", "messages", i, "dedupe_id")
     if dedupe_id is not None:
         _text(dedupe_id, "messages", i, "dedupe_id")
@@ -98,7 +99,8 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
         raise _fail(f"must be a number of seconds since the epoch, from 0 to {LATEST_TIME_S:.0f}",
                     "messages", i, "expires_at")
     traceparent = raw.get("traceparent")
-    if traceparent is not None and (not isinstance(traceparent, str) or len(traceparent) > defaults.MAX_TRACEPARENT_CHARS):
+    if traceparent is not None and (not isinstance(traceparent, str)
+                                    or len(traceparent) > defaults.MAX_TRACEPARENT_CHARS):
         raise _fail(f"must be a string of at most {defaults.MAX_TRACEPARENT_CHARS} characters", "messages", i,
                     "traceparent")
     if traceparent is not None:

@@ -1,4 +1,5 @@
-"""Sends in batches: outputs buffered per queue and sent in requests of at most ``max_documents`` (``defaults.MAX_SEND_DOCUMENTS``)."""
+"""Sends in batches: outputs buffered per queue and sent in requests of at most ``max_documents``
+(``defaults.MAX_SEND_DOCUMENTS``)."""
 
 from __future__ import annotations
 

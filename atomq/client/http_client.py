@@ -143,7 +143,8 @@ class AtomqClient:
     # -- listeners -----------------------------------------------------------------------
 
     def put_listener(self, name: str, queue: str, process: str, *, subscriber: str | None = None,
-                     batch_size: int = defaults.LISTENER_BATCH_SIZE, max_concurrent_executions: int = 0, engine: str = "fork",
+                     batch_size: int = defaults.LISTENER_BATCH_SIZE, max_concurrent_executions: int = 0,
+                     engine: str = "fork",
                      settings: dict[str, Any] | None = None) -> Any:
         """Deploys or redeploys a listener running the registered ``process`` on ``queue``."""
         body: dict[str, Any] = {"queue": queue, "process": process, "batch_size": batch_size,
@@ -225,7 +226,8 @@ class AtomqClient:
         """Every waiting and in-flight message, page by page, without consuming them."""
         return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit)
 
-    def dead_letters(self, queue: str, subscriber: str | None = None, limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
+    def dead_letters(self, queue: str, subscriber: str | None = None,
+                     limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
         return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit)
 
     def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None) -> Any:

@@ -51,7 +51,8 @@ class Components:
             ) from None
         check_integer_range(max_redeliveries, "max_redeliveries", *defaults.MAX_REDELIVERIES_RANGE)
         least_s, most_s = defaults.ACK_TIMEOUT_RANGE_S
-        if not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool) or not least_s <= ack_timeout_s <= most_s:
+        if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
+                or not least_s <= ack_timeout_s <= most_s):
             raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}", field="ack_timeout_s")
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(

@@ -26,7 +26,8 @@ def check_ids(values: Sequence[str], field: str) -> None:
     if isinstance(values, (str, bytes)) or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
         raise InvalidInput(f"{field} must be a list of message id strings", field=field)
     if len(values) > defaults.MAX_SELECTORS:
-        raise TooLarge(f"{field} holds at most {defaults.MAX_SELECTORS} entries", field=field, limit=defaults.MAX_SELECTORS)
+        raise TooLarge(f"{field} holds at most {defaults.MAX_SELECTORS} entries", field=field,
+                       limit=defaults.MAX_SELECTORS)
 
 
 class Deliveries:
@@ -142,7 +143,8 @@ def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None) -> tupl
         return "id", list(ids)
     checked = check_receipts(receipts)
     if len(checked) > defaults.MAX_SELECTORS:
-        raise TooLarge(f"receipts holds at most {defaults.MAX_SELECTORS} entries", field="receipts", limit=defaults.MAX_SELECTORS)
+        raise TooLarge(f"receipts holds at most {defaults.MAX_SELECTORS} entries", field="receipts",
+                       limit=defaults.MAX_SELECTORS)
     return "receipt", checked
 
 

@@ -85,7 +85,8 @@ _echo_route = F.udf(_echo_route_row, returnType=_ROUTE, useArrow=False)  # no pa
 
 
 def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
-    """The validation and echo service (``atomq.workers.builtin.echo_service``) as a DataFrame pipeline (the fork engine's rules)."""
+    """The validation and echo service (``atomq.workers.builtin.echo_service``) as a DataFrame pipeline
+    (the fork engine's rules)."""
     routed = df.select("message_id", "document_index", _echo_route("message_id", "payload").alias("r"))
     queue = F.when(F.col("r.route") == "echo", F.lit(settings["echo_queue"])).otherwise(
         F.lit(settings["errors_queue"]))

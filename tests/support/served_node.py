@@ -11,12 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
 import redis
 import requests
 
+from atomq.client import AtomqClient
 from atomq.platform.data_dir import DataDirLock
 from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
@@ -145,6 +147,14 @@ class AtomqServe:
 
     def owner(self) -> Http:
         return Http(self.url, self.owner_key)
+
+    @contextlib.contextmanager
+    def tenant_client(self, name: str) -> Iterator[AtomqClient]:
+        """The client of a new tenant ``name``, made with the owner key."""
+        with AtomqClient(self.url, self.owner_key) as owner:
+            key = owner.create_tenant(name)["api_key"]
+        with AtomqClient(self.url, key) as client:
+            yield client
 
     def ready(self) -> requests.Response:
         """``GET /v1/ready`` on a connection of its own, which any HTTP worker may answer."""
