@@ -99,7 +99,11 @@ MAX_NACK_REASON_CHARS = 4096
 MAX_DEDUPE_ID_CHARS = 256
 """A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
 PRIORITY_RANGE = (0, 9)
-"""Ten levels, as AMQP's priorities: stored and returned with a message, never ordering delivery."""
+"""Ten levels, as AMQP's priorities, with no maximum to declare per queue: a higher one is delivered first."""
+DEFAULT_PRIORITY = 4
+"""The middle, as in JMS: a sender can put a message ahead of the ordinary ones or behind them."""
+LATEST_TIME_S = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 MAX_TRACEPARENT_CHARS = 256
 """A W3C traceparent is 55 characters; the rest is room for versions to come, not for data."""
 MAX_SELECTORS = 10_000
@@ -155,6 +159,8 @@ MAX_DEDUPE_WINDOW_S = 7 * float(_DAY_S)
 MAX_DOCUMENT_RETENTION_S = 10 * 365.25 * _DAY_S
 """Ten years: the bounds keep every time the scripts and the maintenance loop compute from
 these settings (now + delay, in milliseconds) far inside what a double and a datetime hold."""
+MAX_MESSAGE_TTL_S = MAX_DOCUMENT_RETENTION_S
+"""A message's or a queue's time to live: longer would outlive the longest retention anyway."""
 MAX_RATE_LIMIT_WINDOW_S = float(_DAY_S)
 """A day: a window's counters live as long as the window."""
 LIMIT_BOUNDS: dict[str, tuple[int, int]] = {

@@ -185,7 +185,10 @@ def test_tenant_input_errors_name_the_field(owner) -> None:
 def test_queue_create_update_list_get_delete(acme) -> None:
     created = acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
     assert created == {"name": "orders", "model": "point_to_point", "max_redeliveries": 6, "ack_timeout_s": 30.0,
-                       "depth": 0, "in_flight": 0, "dead_letters": 0, "scheduled": 0}
+                       "depth": 0, "in_flight": 0, "dead_letters": 0, "scheduled": 0, "message_ttl_s": 0.0,
+                       "on_expire": "dead_letter", "depth_by_priority": {},
+                       "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
+                                                "superseded", "dropped"], 0)}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     send(acme, "orders", "a")

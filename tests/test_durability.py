@@ -387,16 +387,16 @@ def test_the_format_version_is_recorded_and_a_newer_one_is_refused(tmp_path) -> 
     try:
         assert client.get(k.FORMAT_VERSION_KEY) is None, "a fresh server"
         QueueServer(client)
-        assert FORMAT_VERSION == 2
-        assert client.get("aq:format") == b"2"
+        assert FORMAT_VERSION == 3
+        assert client.get("aq:format") == b"3"
         QueueServer(client)
-        assert client.get("aq:format") == b"2", "a second start keeps it"
+        assert client.get("aq:format") == b"3", "a second start keeps it"
 
         client.set("aq:format", 99)
         with pytest.raises(FormatVersionError) as err:
             QueueServer(client)
         assert err.value.code == "format_version"
-        assert err.value.details == {"stored": 99, "supported": 2}
+        assert err.value.details == {"stored": 99, "supported": 3}
         assert client.get("aq:format") == b"99", "a refused start writes nothing over it"
     finally:
         client.close()
@@ -405,7 +405,7 @@ def test_the_format_version_is_recorded_and_a_newer_one_is_refused(tmp_path) -> 
 
 def test_data_of_format_1_gets_its_usage_recounted_and_its_due_indexes_built(valkey, tenant) -> None:
     """Format 1 counted usage without the bookkeeping and had no due indexes: the first
-    node of format 2 migrates it, and the maintenance round then finds what is due."""
+    newer node migrates it, and the maintenance round then finds what is due."""
     client = valkey.client()
     qs = QueueServer(client, FAST)
     qs.put_queue(tenant, "old", "point_to_point", ack_timeout_s=0.2)
@@ -417,7 +417,7 @@ def test_data_of_format_1_gets_its_usage_recounted_and_its_due_indexes_built(val
     client.set(k.FORMAT_VERSION_KEY, 1)
     try:
         migrated = QueueServer(client, FAST)
-        assert client.get(k.FORMAT_VERSION_KEY) == b"2"
+        assert client.get(k.FORMAT_VERSION_KEY) == str(FORMAT_VERSION).encode()
         assert audit_tenant(client, tenant) == [], "usage recounted"
         assert client.zscore(tk.due, "old") is not None and client.zscore(tk.oldest, "old") is not None
         wait_until(lambda: migrated.maintain(tenant)["moved"] > 0, 5, "the in-flight messages' time-out")

@@ -61,6 +61,9 @@ QUEUE_COUNTERS = {
     "nacked": ("atomq_messages_nacked", "Deliveries nacked"),
     "dead_lettered": ("atomq_messages_dead_lettered", "Messages moved to the dead letter queue"),
     "ack_timeouts": ("atomq_ack_timeouts", "Deliveries whose ack time-out ran out (failed deliveries)"),
+    "expired": ("atomq_messages_expired", "Messages whose time to live ran out (dead-lettered or discarded)"),
+    "superseded": ("atomq_messages_superseded", "Messages of a last-value queue replaced by a newer one of their key"),
+    "dropped": ("atomq_messages_dropped", "Messages a full queue dropped to make room (its overflow behaviour)"),
 }
 REFUSAL_COUNTERS = {
     "rate_limited": ("atomq_sends_rate_limited", "Sends refused by a rate-limit window (429)"),

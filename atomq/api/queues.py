@@ -33,8 +33,9 @@ class QueueByName(MethodView):
     @blp.doc(**links.AFTER_QUEUE_PUT)
     def put(self, body: dict[str, Any], name: str) -> Response:
         """Creates (201) or updates (200) a queue; changing the model of a non-empty queue is 409."""
-        info, created = services().queues.put_queue(current_tenant(), name, body["model"],
-                                                    body["max_redeliveries"], body["ack_timeout_s"])
+        info, created = services().queues.put_queue(
+            current_tenant(), name, body["model"], body["max_redeliveries"], body["ack_timeout_s"],
+            message_ttl_s=body.get("message_ttl_s"), on_expire=body.get("on_expire"))
         return render.json_response(render.queue(info), 201 if created else 200)
 
     @blp.response(200, QueueSchema)

@@ -16,6 +16,9 @@ from atomq.api import strict_json
 from atomq.client import wire
 from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, QueueInfo
 
+TOTALS = ("sent", "delivered", "acked", "nacked", "dead_lettered", "expired", "superseded", "dropped")
+"""The queue totals of the contract (the scripts keep a few more; /metrics has them all)."""
+
 
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(strict_json.dumps(body, separators=(",", ":"), ensure_ascii=False), status=status,
@@ -60,6 +63,10 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "in_flight": info.in_flight,
         "dead_letters": info.dead_letters,
         "scheduled": info.scheduled,
+        "message_ttl_s": info.message_ttl_s,
+        "on_expire": info.on_expire.value,
+        "depth_by_priority": {str(p): n for p, n in info.depth_by_priority.items()},
+        "totals": {kind: info.totals.get(kind, 0) for kind in TOTALS},
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [

@@ -20,7 +20,7 @@ from atomq.api.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, un
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
 
-MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "traceparent"})
+MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "ttl_s", "traceparent"})
 DOCUMENT_FIELDS = frozenset({"data", "data_base64", "properties"})
 
 
@@ -98,6 +98,10 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     if expires_at is not None and (type(expires_at) not in (int, float) or not 0 <= expires_at <= LATEST_TIME_S):
         raise _fail(f"must be a number of seconds since the epoch, from 0 to {LATEST_TIME_S:.0f}",
                     "messages", i, "expires_at")
+    ttl_s = raw.get("ttl_s")
+    most_ttl = defaults.MAX_MESSAGE_TTL_S
+    if ttl_s is not None and (type(ttl_s) not in (int, float) or not 0 < ttl_s <= most_ttl):
+        raise _fail(f"must be a number of seconds above 0 and at most {most_ttl:.0f}", "messages", i, "ttl_s")
     traceparent = raw.get("traceparent")
     if traceparent is not None and (not isinstance(traceparent, str)
                                     or len(traceparent) > defaults.MAX_TRACEPARENT_CHARS):
@@ -111,6 +115,7 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
         properties=_properties(raw, "messages", i),
         priority=priority,
         expires_at=None if expires_at is None else float(expires_at),
+        ttl_s=None if ttl_s is None else float(ttl_s),
         dedupe_id=dedupe_id,
         traceparent=traceparent,
     )

@@ -99,7 +99,9 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         dead = {e.decode(): f[b"m"].decode() for e, f in r.xrange(d.dlq)}
         inflight = {m.decode() for m in r.zrange(d.inflight, 0, -1)}
         sched = {m.decode() for m in r.zrange(d.sched, 0, -1)}
-        seen: dict[str, set[str]] = {"r": set(), "d": set(), "f": set(), "s": set()}
+        ranked = {m.decode() for m in r.zrange(d.ordered, 0, -1)}
+        expiring = {m.decode() for m in r.zrange(d.expiry, 0, -1)}
+        seen: dict[str, set[str]] = {"r": set(), "z": set(), "d": set(), "f": set(), "s": set()}
         for msg_id, state in states.items():
             where = state.split("|", 2)[2]
             tag, entry = where[:1], where[1:]
@@ -116,9 +118,13 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: in-flight set and states disagree")
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
+        if ranked != seen["z"]:
+            problems.append(f"{d.base}: ordered ready set and states disagree")
+        if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"]:
+            problems.append(f"{d.base}: the expiry index names messages that are not waiting or in flight")
         problems += _index_problems(r, tk, d)
         for msg_id, env in envs.items():
-            ndocs = int(env.split("|", 1)[0])
+            ndocs = int(env.split("|", 1)[0].split(",", 1)[0])
             for n in range(1, ndocs + 1):
                 refs[f"{msg_id}.{n}"] += 1
     stored_refs = {i.decode(): int(v) for i, v in r.hgetall(tk.doc_refs).items()}

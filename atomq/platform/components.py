@@ -9,12 +9,14 @@ whatever is left (on the next maintenance round or :meth:`Components.resume_remo
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
-from atomq.platform.models import DestinationCounts, QueueInfo, QueueModel
+from atomq.platform.counters import QUEUE_COUNTS
+from atomq.platform.models import DestinationCounts, OnExpire, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.shared import (
@@ -40,8 +42,13 @@ class Components:
         model: QueueModel | str,
         max_redeliveries: int = defaults.MAX_REDELIVERIES,
         ack_timeout_s: float = defaults.ACK_TIMEOUT_S,
+        message_ttl_s: float | None = None,
+        on_expire: OnExpire | str | None = None,
     ) -> tuple[QueueInfo, bool]:
-        """Creates or updates a queue component; returns it and whether it was created."""
+        """Creates or updates a queue component; returns it and whether it was created.
+
+        A setting given as None keeps what the queue has (a new queue: its default).
+        """
         tk, qk = queue_keys(tenant, name)
         try:
             model = QueueModel(model)
@@ -54,12 +61,25 @@ class Components:
         if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
                 or not least_s <= ack_timeout_s <= most_s):
             raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}", field="ack_timeout_s")
+        named: list[str | int] = []
+        if message_ttl_s is not None:
+            most_ttl = defaults.MAX_MESSAGE_TTL_S
+            if (not isinstance(message_ttl_s, (int, float)) or isinstance(message_ttl_s, bool)
+                    or not 0 <= message_ttl_s <= most_ttl):
+                raise InvalidInput(f"message_ttl_s must be a number of seconds from 0 (none) to {most_ttl:g}",
+                                   field="message_ttl_s")
+            named += ["message_ttl_ms", round(message_ttl_s * 1000)]
+        if on_expire is not None:
+            try:
+                named += ["on_expire", OnExpire(on_expire).value]
+            except ValueError:
+                raise InvalidInput("on_expire must be 'dead_letter' or 'discard'", field="on_expire") from None
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
             docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq],
             [name, model.value, max_redeliveries, round(ack_timeout_s * 1000),
-             self._shared.settings.max_queues_per_tenant],
+             self._shared.settings.max_queues_per_tenant, *named],
             errors={
                 "CONFLICT": lambda: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
@@ -83,21 +103,31 @@ class Components:
         for sub in dests:
             d = qk.destination(sub)
             pipe.xlen(d.ready)
+            pipe.zcard(d.ordered)
             pipe.zcard(d.sched)
             pipe.zcard(d.inflight)
             pipe.xlen(d.dlq)
+        pipe.hmget(qk.config, [f"n:{kind}" for kind in QUEUE_COUNTS])
         raw = self._shared.storage.call(pipe.execute)
         per_sub: dict[str, DestinationCounts] = {}
         total = [0, 0, 0, 0]
+        by_priority: Counter[int] = Counter()
+        ranked: list[k.DestinationKeys] = []
         for i, sub in enumerate(dests):
-            ready, sched, flight, dead = raw[i * 4 : i * 4 + 4]
-            counts = DestinationCounts(depth=ready + sched, in_flight=flight, dead_letters=dead, scheduled=sched)
+            stream, ordered, sched, flight, dead = raw[i * 5 : i * 5 + 5]
+            counts = DestinationCounts(depth=stream + ordered + sched, in_flight=flight, dead_letters=dead,
+                                       scheduled=sched)
+            by_priority[defaults.DEFAULT_PRIORITY] += stream
+            if ordered:
+                ranked.append(qk.destination(sub))
             total[0] += counts.depth
             total[1] += counts.in_flight
             total[2] += counts.dead_letters
             total[3] += counts.scheduled
             if sub is not None:
                 per_sub[sub] = counts
+        if ranked:
+            by_priority.update(self._ranked_by_priority(ranked))
         return QueueInfo(
             name=name,
             model=QueueModel(model),
@@ -108,7 +138,27 @@ class Components:
             dead_letters=total[2],
             scheduled=total[3],
             subscribers=per_sub,
+            depth_by_priority={p: n for p, n in sorted(by_priority.items(), reverse=True) if n},
+            message_ttl_s=int(cfg.get(b"message_ttl_ms", 0)) / 1000,
+            on_expire=OnExpire(cfg.get(b"on_expire", b"dead_letter").decode()),
+            totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
         )
+
+    def _ranked_by_priority(self, dests: list[k.DestinationKeys]) -> Counter[int]:
+        """Ready messages outside the stream by priority: rz scores start with 9 - priority."""
+        least, most = defaults.PRIORITY_RANGE
+        band = 10**13
+        pipe = self._shared.client.pipeline(transaction=False)
+        for d in dests:
+            for p in range(least, most + 1):
+                pipe.zcount(d.ordered, (9 - p) * band, (10 - p) * band - 1)
+        raw = self._shared.storage.call(pipe.execute)
+        out: Counter[int] = Counter()
+        levels = most - least + 1
+        for i in range(len(dests)):
+            for j, n in enumerate(raw[i * levels : (i + 1) * levels]):
+                out[least + j] += n
+        return out
 
     def list_queues(self, tenant: str) -> list[QueueInfo]:
         tk = k.TenantKeys(check_tenant_id(tenant))

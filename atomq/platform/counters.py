@@ -22,7 +22,8 @@ from atomq.platform import keys as k
 from atomq.platform.names import check_tenant_id
 from atomq.platform.storage import Storage
 
-QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts")
+QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts",
+                "expired", "superseded", "dropped")
 """The per-queue totals the scripts keep, in the order ``queue_totals`` reads them."""
 REFUSALS = ("rate_limited", "quota_rejected")
 """The per-tenant totals of sends refused before they reached a queue."""

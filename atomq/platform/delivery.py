@@ -64,9 +64,9 @@ class Deliveries:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self._shared.storage.run("get", keys, args, errors=self._shared.queue_errors(queue))
-            count, wake, last_id = reply[0], reply[1], reply[2]
+            count, wake, last_id, last_wake_id = reply[0], reply[1], reply[2], reply[3]
             if count:
-                return decode_messages(reply, 3, count, Delivery)
+                return decode_messages(reply, 4, count, Delivery)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
                 return []
@@ -75,9 +75,10 @@ class Deliveries:
             block_ms = min(round(remaining * 1000), 1000)
             if wake >= 0:
                 block_ms = min(block_ms, wake + 1)
-            # Blocks until an entry newer than the last one the script saw arrives,
-            # so a send between the script and this call is never missed.
-            self._shared.storage.call(self._shared.client.xread, {d.ready: last_id}, count=1, block=max(1, block_ms))
+            # Blocks until an entry newer than the last one the script saw arrives on
+            # either stream, so a send between the script and this call is never missed.
+            self._shared.storage.call(self._shared.client.xread, {d.ready: last_id, d.wake: last_wake_id},
+                                      count=1, block=max(1, block_ms))
 
     def ack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
             receipts: Sequence[str] | None = None, subscriber: str | None = None) -> int:

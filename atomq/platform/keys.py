@@ -163,12 +163,29 @@ class DestinationKeys:
     def dlq(self) -> str:
         return f"{self.base}:dlq"
 
+    @property
+    def ordered(self) -> str:
+        """Ready messages that are not on the stream's fast path (another priority than the
+        default, or a redelivery), scored by priority then send order."""
+        return f"{self.base}:rz"
+
+    @property
+    def wake(self) -> str:
+        """A one-entry stream a blocked get also waits on: an entry into ``ordered`` adds no
+        stream entry to ``ready``, so it nudges this one."""
+        return f"{self.base}:wake"
+
+    @property
+    def expiry(self) -> str:
+        return f"{self.base}:exp"
+
     def as_list(self) -> list[str]:
-        """The seven keys in the order every script expects them (``DEST_KEYS`` in scripts)."""
-        return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq]
+        """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
+        return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
+                self.ordered, self.wake, self.expiry]
 
 
-DEST_KEY_COUNT = 7
+DEST_KEY_COUNT = 10
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"

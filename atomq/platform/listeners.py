@@ -196,7 +196,7 @@ class ListenerStore:
         lk = self._keys(tenant, name)
         scheduled, lost = self.storage.run(
             "listener_schedule",
-            lk.as_list() + [destination.ready, destination.sched],
+            lk.as_list() + [destination.ready, destination.sched, destination.ordered],
             [name, spec.batch_size, spec.outstanding_cap, start_within_ms, id_prefix, waiting_for])
         return [f"{id_prefix}{i:04d}" for i in range(int(scheduled))], int(lost)
 

@@ -73,8 +73,9 @@ class Maintenance:
         self._shared = shared
         self._components = components
 
-    def migrate_from_format_1(self) -> None:
-        """Recounts every tenant's usage with the bookkeeping and builds its due indexes.
+    def migrate_older_format(self) -> None:
+        """Recounts every tenant's usage with the bookkeeping and builds its due indexes
+        (what format 1 lacked; data of format 2 needs nothing more, and the recount is the check).
 
         One node migrates, under an expiring lock; a node that starts meanwhile waits
         until the data is in this format. The recount is exact only while nothing

@@ -2,9 +2,9 @@
 
 What goes in and comes out (messages, documents) are slotted, mutable
 dataclasses: a send or get of 1,000 messages builds thousands of them, and
-frozen ones cost twice as much to build. The envelope stored with each message is versioned JSON with short keys;
-fields that later features use (priority, expiry, trace context) have their
-place from the first version so no stored message needs rewriting.
+frozen ones cost twice as much to build. The envelope stored with each message is versioned JSON with short keys,
+after a head the scripts read without parsing JSON: the document count, and
+the priority and expiry when they are not the defaults (see stored_form).
 """
 
 from __future__ import annotations
@@ -14,16 +14,27 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from atomq import defaults
+
 ENVELOPE_VERSION = 1
 BARE_ENVELOPE = '{"v":1}'
-# The envelope's optional fields: their names, and their short keys in the stored JSON.
-ENVELOPE_FIELDS = (("priority", "pr"), ("expires_at", "x"), ("dedupe_id", "dd"), ("traceparent", "tp"))
+DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
+# The envelope's optional JSON fields: their names, and their short keys in the stored JSON.
+# Priority and expiry live in the envelope's head instead, where the scripts read them.
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
 class QueueModel(str, Enum):
     POINT_TO_POINT = "point_to_point"
     PUBLISH_SUBSCRIBE = "publish_subscribe"
+
+
+class OnExpire(str, Enum):
+    """What happens to a message whose time to live ran out."""
+
+    DEAD_LETTER = "dead_letter"
+    DISCARD = "discard"
 
 
 class MessageState(str, Enum):
@@ -33,8 +44,8 @@ class MessageState(str, Enum):
     DEAD = "dead"
 
 
-STATE_BY_TAG = {"r": MessageState.READY, "f": MessageState.IN_FLIGHT, "s": MessageState.SCHEDULED,
-                "d": MessageState.DEAD}
+STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "f": MessageState.IN_FLIGHT,
+                "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
 
 
 @dataclass(slots=True)
@@ -47,7 +58,13 @@ class OutgoingDocument:
 
 @dataclass(slots=True)
 class OutgoingMessage:
-    """A message to send: one or more documents and the message's own properties."""
+    """A message to send: one or more documents and the message's own properties.
+
+    ``priority`` (0 to 9, None for the default 4): a higher one is delivered first.
+    ``expires_at`` (seconds since the epoch) and ``ttl_s`` (seconds from the send, on
+    the store's clock): the message expires at the earliest of them and its queue's
+    ``message_ttl_s``.
+    """
 
     documents: tuple[OutgoingDocument, ...]
     properties: Mapping[str, Any] = field(default_factory=dict)
@@ -55,6 +72,7 @@ class OutgoingMessage:
     expires_at: float | None = None
     dedupe_id: str | None = None
     traceparent: str | None = None
+    ttl_s: float | None = None
 
     def envelope_json(self) -> str:
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
@@ -71,26 +89,30 @@ class OutgoingMessage:
 
 @dataclass(slots=True)
 class Envelope:
-    """A stored message's envelope, as read back."""
+    """A stored message's envelope, as read back; ``expires_at`` is None when it never expires."""
 
     properties: dict[str, Any]
-    priority: int | None = None
+    priority: int = DEFAULT_PRIORITY
     expires_at: float | None = None
     dedupe_id: str | None = None
     traceparent: str | None = None
     version: int = ENVELOPE_VERSION
 
     @classmethod
-    def from_json(cls, raw: bytes) -> Envelope:
+    def from_json(cls, raw: bytes, priority: int = DEFAULT_PRIORITY, expires_at: float | None = None) -> Envelope:
         if raw == _BARE_ENVELOPE_BYTES:  # the common case, without a JSON parse
-            return cls(properties={})
+            return cls(properties={}, priority=priority, expires_at=expires_at)
         env = json.loads(raw)
-        return cls(properties=env.get("p", {}), version=env.get("v", ENVELOPE_VERSION),
-                   **{name: env.get(short) for name, short in ENVELOPE_FIELDS})
+        return cls(properties=env.get("p", {}), version=env.get("v", ENVELOPE_VERSION), priority=priority,
+                   expires_at=expires_at, **{name: env.get(short) for name, short in ENVELOPE_FIELDS})
 
     def optional_fields(self) -> dict[str, Any]:
-        """The optional fields that are set, by name."""
-        return {name: getattr(self, name) for name, _ in ENVELOPE_FIELDS if getattr(self, name) is not None}
+        """The priority, and the optional fields that are set, by name."""
+        out: dict[str, Any] = {"priority": self.priority}
+        if self.expires_at is not None:
+            out["expires_at"] = self.expires_at
+        out.update((name, getattr(self, name)) for name, _ in ENVELOPE_FIELDS if getattr(self, name) is not None)
+        return out
 
 
 @dataclass(slots=True)
@@ -167,6 +189,13 @@ class QueueInfo:
     dead_letters: int = 0
     scheduled: int = 0
     subscribers: dict[str, DestinationCounts] = field(default_factory=dict)
+    depth_by_priority: dict[int, int] = field(default_factory=dict)
+    """Ready messages by priority, highest first, for the priorities that have some."""
+    message_ttl_s: float = 0
+    """Every message sent to the queue expires this long after its send (0: none)."""
+    on_expire: OnExpire = OnExpire.DEAD_LETTER
+    totals: dict[str, int] = field(default_factory=dict)
+    """What happened to the queue's messages since it was created (``counters.QUEUE_COUNTS``)."""
 
 
 @dataclass(frozen=True)

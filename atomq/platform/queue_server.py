@@ -99,7 +99,7 @@ class QueueServer:
                     f"the data is in format {stored_format}, which this atomq migrates to {FORMAT_VERSION} "
                     "when `atomq serve` starts on it; start the node first", stored=stored_format,
                     supported=FORMAT_VERSION)
-            maintenance.migrate_from_format_1()
+            maintenance.migrate_older_format()
 
     @property
     def client(self) -> RedisClient:

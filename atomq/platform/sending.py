@@ -9,6 +9,7 @@ the write.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from atomq import defaults
@@ -22,7 +23,7 @@ from atomq.errors import (
 )
 from atomq.platform import keys as k
 from atomq.platform.management import Management
-from atomq.platform.models import OutgoingMessage, QueueModel
+from atomq.platform.models import DEFAULT_PRIORITY, OutgoingMessage, QueueModel
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
 from atomq.platform.stored_form import encode_document
@@ -61,7 +62,7 @@ class Sending:
             for d in dests:
                 keys.extend(d.as_list())
             keys.extend(dedupe_keys)
-            keys += [tk.oldest, tk.marker_ledger, tk.usage]
+            keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
             window_ms = round(self._shared.settings.dedupe_window_s * 1000)
             try:
                 ids = self._shared.storage.run(
@@ -121,8 +122,32 @@ class Sending:
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
-            args += [dd, envelope, len(m.documents)]
+            args += [dd, *_timing(m, i), envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
         return args, [qk.dedupe(d) for d in dedupe_index]
+
+
+def _timing(m: OutgoingMessage, i: int) -> tuple[int, int, int]:
+    """The message's priority, expiry (ms, 0 for none) and time to live (ms, 0 for none), as the script takes them."""
+    least, most = defaults.PRIORITY_RANGE
+    priority = DEFAULT_PRIORITY if m.priority is None else m.priority
+    if type(priority) is not int or not least <= priority <= most:
+        raise InvalidInput(f"priority must be an integer from {least} to {most}", field=f"messages.{i}.priority")
+    expires_ms = ttl_ms = 0
+    if m.expires_at is not None:
+        if not _finite_number(m.expires_at) or not 0 <= m.expires_at <= defaults.LATEST_TIME_S:
+            raise InvalidInput("expires_at must be a time in seconds since the epoch", field=f"messages.{i}.expires_at")
+        expires_ms = max(1, round(m.expires_at * 1000))
+    if m.ttl_s is not None:
+        most_ttl = defaults.MAX_MESSAGE_TTL_S
+        if not _finite_number(m.ttl_s) or not 0 < m.ttl_s <= most_ttl:
+            raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
+                               field=f"messages.{i}.ttl_s")
+        ttl_ms = max(1, round(m.ttl_s * 1000))
+    return priority, expires_ms, ttl_ms
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

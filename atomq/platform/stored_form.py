@@ -12,6 +12,7 @@ from typing import Any
 
 from atomq.errors import InvalidInput, TooLarge
 from atomq.platform.models import (
+    DEFAULT_PRIORITY,
     STATE_BY_TAG,
     BrowsedMessage,
     DeadLetter,
@@ -53,8 +54,9 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
     envelope, then data and properties per document; a browsed message or
     dead letter has its state (``count|failures|where``) in place of the
     count, and a dead letter ends with reason and time. The envelope is
-    ``<document count>|<JSON>``; document ids are ``<message id>.<k>`` and a
-    message id starts with its send time in ms, so neither travels.
+    ``<head>|<JSON>``, the head ``<document count>[,<priority>[,<expiry ms>]]``;
+    document ids are ``<message id>.<k>`` and a message id starts with its
+    send time in ms, so neither travels.
     """
     out: list[Any] = []
     for _ in range(count):
@@ -62,6 +64,13 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
         count_or_state, raw_env = reply[pos + 1], reply[pos + 2]
         pos += 3
         head, _, env = raw_env.partition(b"|")
+        priority, expires_at = DEFAULT_PRIORITY, None
+        if b"," in head:
+            parts = head.split(b",")
+            head, priority = parts[0], int(parts[1])
+            if len(parts) > 2:
+                expires_at = int(parts[2]) / 1000
+        envelope = Envelope.from_json(env, priority, expires_at)
         ndocs = int(head)
         if ndocs == 1:  # the common case, without building a generator
             docs: tuple[Document, ...] = (_decode_document(msg_id + ".1", reply[pos], reply[pos + 1]),)
@@ -73,11 +82,11 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
         if cls is Delivery:
             dc = int(count_or_state)
             out.append(Delivery(id=msg_id, delivery_count=dc, enqueued_at=enqueued_at,
-                                envelope=Envelope.from_json(env), documents=docs, receipt=f"{msg_id}~{dc}"))
+                                envelope=envelope, documents=docs, receipt=f"{msg_id}~{dc}"))
             continue
         dc, fails, where = count_or_state.decode().split("|", 2)
         common: dict[str, Any] = dict(id=msg_id, delivery_count=int(dc), enqueued_at=enqueued_at,
-                                      envelope=Envelope.from_json(env), documents=docs,
+                                      envelope=envelope, documents=docs,
                                       failed_deliveries=int(fails))
         if cls is DeadLetter:
             out.append(DeadLetter(**common, reason=reply[pos].decode(), dead_lettered_at=int(reply[pos + 1]) / 1000))

@@ -12,8 +12,7 @@ from atomq import defaults
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 SUBSCRIBER_DOC = {"description": "the subscriber, for a publish/subscribe queue (required there); a "
                                   "point-to-point queue has none and answers 400 when one is named"}
-LATEST_TIME_S = 253_402_300_799.0
-"""9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
+LATEST_TIME_S = defaults.LATEST_TIME_S
 
 
 class Int(fields.Integer):

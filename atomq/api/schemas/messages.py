@@ -42,9 +42,13 @@ class OutgoingMessageSchema(Strict):
                             validate=validate.Length(min=1))
     properties = fields.Dict(keys=fields.String(), load_default=dict)
     dedupe_id = fields.String(validate=validate.Length(1, defaults.MAX_DEDUPE_ID_CHARS), allow_none=True)
-    priority = Int(validate=validate.Range(*defaults.PRIORITY_RANGE), allow_none=True)
+    priority = Int(validate=validate.Range(*defaults.PRIORITY_RANGE), allow_none=True,
+                   metadata={"description": f"0 to 9, higher first; null or left out: {defaults.DEFAULT_PRIORITY}"})
     expires_at = Number(validate=validate.Range(0, LATEST_TIME_S), allow_none=True,
-                        metadata={"description": "seconds since the epoch"})
+                        metadata={"description": "seconds since the epoch; the message expires then"})
+    ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S, min_inclusive=False), allow_none=True,
+                   metadata={"description": "seconds from the send (the server's clock); the earliest of this, "
+                                            "expires_at and the queue's message_ttl_s applies"})
     traceparent = fields.String(validate=validate.Length(max=defaults.MAX_TRACEPARENT_CHARS), allow_none=True)
 
 
@@ -71,8 +75,8 @@ class MessageSchema(Strict):
     enqueued_at = fields.Float(required=True)
     properties = fields.Dict(required=True)
     documents = fields.List(fields.Nested(DocumentSchema), required=True)
-    priority = fields.Integer(allow_none=True)
-    expires_at = fields.Float(allow_none=True)
+    priority = fields.Integer(required=True)
+    expires_at = fields.Float(allow_none=True, metadata={"description": "when it expires; left out when it never does"})
     dedupe_id = fields.String(allow_none=True)
     traceparent = fields.String(allow_none=True)
 

@@ -13,6 +13,12 @@ class QueuePutSchema(Strict):
     max_redeliveries = Int(load_default=defaults.MAX_REDELIVERIES,
                            validate=validate.Range(*defaults.MAX_REDELIVERIES_RANGE))
     ack_timeout_s = Number(load_default=defaults.ACK_TIMEOUT_S, validate=validate.Range(*defaults.ACK_TIMEOUT_RANGE_S))
+    message_ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S),
+                           metadata={"description": "every message expires this long after its send; 0: none. "
+                                                    "Left out: kept (a new queue: 0)"})
+    on_expire = fields.String(validate=validate.OneOf(["dead_letter", "discard"]),
+                              metadata={"description": "what happens to an expired message. Left out: kept "
+                                                       "(a new queue: dead_letter)"})
 
 
 class CountsSchema(Strict):
@@ -26,11 +32,28 @@ class SubscriberSchema(CountsSchema):
     name = fields.String(required=True)
 
 
+class TotalsSchema(Strict):
+    sent = fields.Integer(required=True)
+    delivered = fields.Integer(required=True)
+    acked = fields.Integer(required=True)
+    nacked = fields.Integer(required=True)
+    dead_lettered = fields.Integer(required=True)
+    expired = fields.Integer(required=True)
+    superseded = fields.Integer(required=True)
+    dropped = fields.Integer(required=True)
+
+
 class QueueSchema(CountsSchema):
     name = fields.String(required=True)
     model = fields.String(required=True)
     max_redeliveries = fields.Integer(required=True)
     ack_timeout_s = fields.Float(required=True)
+    message_ttl_s = fields.Float(required=True)
+    on_expire = fields.String(required=True)
+    depth_by_priority = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True,
+                                    metadata={"description": "ready messages by priority, for the priorities "
+                                                             "that have some"})
+    totals = fields.Nested(TotalsSchema, required=True, metadata={"description": "counts since the queue was created"})
     subscribers = fields.List(fields.Nested(SubscriberSchema))
 
 

@@ -1,12 +1,18 @@
 -- Shared prelude, prepended to every script by atomq.platform.scripts.
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
--- a destination is 7 consecutive KEYS: ready, all, msg, state, inflight, sched, dlq.
+-- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
+-- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index).
 -- State value: "<delivery count>|<failures>|<where>", where is
---   r<stream id> ready, f in flight, s scheduled, d<stream id> dead.
--- Envelope value: "<document count>|<JSON>" (the id starts with the send time).
--- Ready stream entry: m = message id; c, f = delivery count and failures
--- when not 0 (a first delivery's entry carries only m).
-
+--   r<stream id> ready on the stream, z ready in rz, f in flight,
+--   s scheduled, d<stream id> dead.
+-- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
+-- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
+-- when it is not the default or an expiry follows.
+-- Ready stream entry: m = message id (format 2 entries may carry c, f =
+-- delivery count and failures). Only first deliveries of the default
+-- priority go on the stream, the path a plain queue takes; every other
+-- ready message waits in rz, scored by priority then send order, so a
+-- redelivery keeps its priority and its place.
 local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- The queue's counters live in its cfg hash, so they go with the queue and
@@ -36,17 +42,54 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+local DEST_KEYS = 10
+
 local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
-          inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6]}
+          inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
+          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9]}
 end
 
 local function require_queue()
-  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen')
+  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire')
   if not cfg[1] then
     return redis.error_reply('NOQUEUE queue does not exist')
   end
-  return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4]}
+  return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
+          discard_expired = cfg[5] == 'discard'}
+end
+
+local DEFAULT_PRIORITY = 4
+
+-- The document count, priority and expiry (ms, nil for none) of an envelope.
+local function env_head(e)
+  local n, p, x = string.match(e, '^(%d+),?(%d*),?(%d*)|')
+  return tonumber(n), tonumber(p) or DEFAULT_PRIORITY, tonumber(x)
+end
+
+-- The head of a new envelope (see env_head).
+local function make_head(ndocs, priority, expiry)
+  if expiry then return ndocs .. ',' .. priority .. ',' .. expiry end
+  if priority ~= DEFAULT_PRIORITY then return ndocs .. ',' .. priority end
+  return tostring(ndocs)
+end
+
+-- A message's score in rz: higher priority first, then send order (the
+-- sequence number ending its id). Built as a string: 14 digits are exact
+-- in a sorted set's double, and Lua would print a number with 14 digits
+-- of precision only.
+local function ready_score(priority, id)
+  local s = string.match(id, '%-(%d+)$')
+  return (9 - priority) .. string.rep('0', 13 - #s) .. s
+end
+
+-- Nudges gets blocked on the destination (see the wake key), once a script.
+local woken = {}
+local function wake(d)
+  if not woken[d.wake] then
+    woken[d.wake] = true
+    redis.call('XADD', d.wake, 'MAXLEN', '1', '*', 'w', '1')
+  end
 end
 
 -- A get or a settle names a subscriber exactly when its queue is publish/subscribe.
@@ -159,11 +202,12 @@ local function parse_delays(s)
   return out
 end
 
--- A ready entry carries the delivery count and failures (fields c, f) so a
--- get need not read the state hash.
+-- Puts a message back among the ready ones at its priority and its place.
 local function make_ready(d, id, dc, fails)
-  local entry = redis.call('XADD', d.ready, '*', 'm', id, 'c', dc, 'f', fails)
-  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'r' .. entry))
+  local _, priority = env_head(redis.call('HGET', d.msg, id))
+  redis.call('ZADD', d.rz, ready_score(priority, id), id)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'z'))
+  wake(d)
 end
 
 -- Takes a message out of whatever structure holds it in the destination.
@@ -171,6 +215,8 @@ local function unlink(d, id, where)
   local tag = string.sub(where, 1, 1)
   if tag == 'r' then
     redis.call('XDEL', d.ready, string.sub(where, 2))
+  elseif tag == 'z' then
+    redis.call('ZREM', d.rz, id)
   elseif tag == 'f' then
     redis.call('ZREM', d.inflight, id)
   elseif tag == 's' then
@@ -192,6 +238,7 @@ local function forget(d, ids, usage, extra)
   call_batched('HDEL', d.msg, ids)
   call_batched('HDEL', d.state, ids)
   call_batched('ZREM', d.all, ids)
+  if redis.call('EXISTS', d.exp) == 1 then call_batched('ZREM', d.exp, ids) end
   local docs, freed, copies = {}, extra or 0, 0
   for i, id in ipairs(ids) do
     if envs[i] then
@@ -245,15 +292,44 @@ local function dead_reason(d, where)
   return ''
 end
 
+local EXPIRED_REASON = 'expired'
+
+-- Ends a message whose time to live ran out: it leaves whatever holds it and
+-- goes to the dead letter queue with reason "expired", or, on a queue that
+-- discards expired messages, is removed. Returns 'dead' or 'discarded'.
+local function expire(d, q, id, dc, fails, where, usage)
+  unlink(d, id, where)
+  count('expired', 1)
+  if q.discard_expired then
+    forget(d, {id}, usage, 0)
+    return 'discarded'
+  end
+  redis.call('ZREM', d.exp, id)
+  local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', EXPIRED_REASON, 'f', fails)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+  redis.call('HINCRBY', usage, 'bytes', #EXPIRED_REASON)
+  count('dead_lettered', 1)
+  return 'dead'
+end
+
+-- Whether the message's expiry (from its envelope head) has passed.
+local function expired_by(d, id, now)
+  local _, _, x = env_head(redis.call('HGET', d.msg, id))
+  return x ~= nil and x <= now
+end
+
 -- One failed delivery (nack or ack time-out) of an in-flight message; a dead
--- letter's reason counts in the tenant's usage hash `usage`.
--- Returns 'dead', or 'requeued' and the time it is due again.
+-- letter's reason counts in the tenant's usage hash `usage`. A message past
+-- its expiry expires instead of coming back.
+-- Returns 'dead', 'discarded', or 'requeued' and the time it is due again.
 local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
   fails = fails + 1
+  if expired_by(d, id, now) then return expire(d, q, id, dc, fails, 'f', usage) end
   redis.call('ZREM', d.inflight, id)
   if fails > q.max_redeliveries then
     local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
     redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+    redis.call('ZREM', d.exp, id)  -- a dead letter does not expire
     if #reason > 0 then redis.call('HINCRBY', usage, 'bytes', #reason) end
     count('dead_lettered', 1)
     return 'dead'
@@ -264,11 +340,33 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
   return 'requeued', at
 end
 
--- Moves due redeliveries to ready and fails expired deliveries, at most
--- `limit` of each (`usage`: the tenant's usage hash). Returns the number of
--- messages moved.
+-- Expires waiting messages whose time ran out, at most `limit`. An expired
+-- message in flight only leaves the index: it can still be acked, and
+-- expires when its delivery fails (fail_delivery). Returns how many expired.
+local function expire_due(d, q, now, limit, usage)
+  local ids = redis.call('ZRANGEBYSCORE', d.exp, '-inf', now, 'LIMIT', 0, limit)
+  if #ids == 0 then return 0 end
+  local states = redis.call('HMGET', d.state, unpack(ids))
+  local n = 0
+  for i, id in ipairs(ids) do
+    local s = states[i]
+    local where = s and string.sub(s, string.find(s, '|', string.find(s, '|', 1, true) + 1, true) + 1)
+    if not s or where == 'f' or string.sub(where, 1, 1) == 'd' then
+      redis.call('ZREM', d.exp, id)
+    else
+      local dc, fails = parse_state(s)
+      expire(d, q, id, dc, fails, where, usage)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Moves due redeliveries to ready, fails expired deliveries and expires
+-- messages whose time to live ran out, at most `limit` of each (`usage`:
+-- the tenant's usage hash). Returns the number of messages moved.
 local function sweep_destination(d, q, delays, now, limit, usage)
-  local moved = 0
+  local moved = expire_due(d, q, now, limit, usage)
   local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(expired) do
     local dc, fails = parse_state(redis.call('HGET', d.state, id))
@@ -289,14 +387,26 @@ local function sweep_destination(d, q, delays, now, limit, usage)
 end
 
 -- The earliest time (ms) anything of the destination falls due: a scheduled
--- redelivery or an ack deadline; nil when nothing is scheduled or in flight.
+-- redelivery, an ack deadline or an expiry; nil when none is pending.
 local function next_due(d)
   local first
-  local s = redis.call('ZRANGE', d.sched, 0, 0, 'WITHSCORES')
-  if #s > 0 then first = tonumber(s[2]) end
-  local f = redis.call('ZRANGE', d.inflight, 0, 0, 'WITHSCORES')
-  if #f > 0 and (not first or tonumber(f[2]) < first) then first = tonumber(f[2]) end
+  for _, key in ipairs({d.sched, d.inflight, d.exp}) do
+    local s = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #s > 0 and (not first or tonumber(s[2]) < first) then first = tonumber(s[2]) end
+  end
   return first
+end
+
+-- Takes the expiry out of a message's envelope head: a dead letter resent
+-- no longer expires. The shorter envelope comes off the usage hash `usage`.
+local function drop_expiry(d, id, usage)
+  local e = redis.call('HGET', d.msg, id)
+  local n, priority, x = env_head(e)
+  if not x then return end
+  local bar = string.find(e, '|', 1, true)
+  local kept = make_head(n, priority, nil) .. string.sub(e, bar)
+  redis.call('HSET', d.msg, id, kept)
+  redis.call('HINCRBY', usage, 'bytes', #kept - #e)
 end
 
 -- Keeps the due index's promise for a destination named `member` ("" for a

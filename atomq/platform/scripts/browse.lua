@@ -1,6 +1,6 @@
 -- Lists messages without consuming them, in id (send) order.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..11]  the destination
+-- KEYS[5..14]  the destination
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
 -- ARGV[2]      limit

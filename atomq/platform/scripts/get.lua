@@ -1,10 +1,10 @@
 -- Delivers up to ARGV[1] ready messages, after moving due redeliveries to
--- ready and failing expired deliveries.
+-- ready, failing expired deliveries and expiring messages past their time.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..11]  the destination
--- KEYS[12]     subs (publish/subscribe: the subscriber is created on its first get)
--- KEYS[13]     the tenant's usage hash (ack time-outs may dead-letter)
--- KEYS[14]     the tenant's due index
+-- KEYS[5..14]  the destination
+-- KEYS[15]     subs (publish/subscribe: the subscriber is created on its first get)
+-- KEYS[16]     the tenant's usage hash (ack time-outs may dead-letter)
+-- KEYS[17]     the tenant's due index
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -12,10 +12,11 @@
 -- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone)
 -- ARGV[6]      the largest document a send accepts (bounds what one read may fetch)
 -- ARGV[7]      the destination's name in the due index
--- Returns {n, wake, last_id, then per message: id, delivery count, envelope,
---          then per document: data, properties ("" = none)}.
--- wake: ms until the next scheduled redelivery or ack deadline (-1 = none);
--- last_id: the ready stream's last id, to block on when nothing was delivered.
+-- Returns {n, wake, last_id, last_wake_id, then per message: id, delivery count,
+--          envelope, then per document: data, properties ("" = none)}.
+-- wake: ms until the next scheduled redelivery, ack deadline or expiry (-1 = none);
+-- last_id, last_wake_id: the ready and wake streams' last ids, to block on
+-- when nothing was delivered.
 
 local q = require_queue()
 if q.err then return q end
@@ -23,19 +24,21 @@ local sub = ARGV[3]
 local misnamed = subscriber_misnamed(q, sub)
 if misnamed then return misnamed end
 if q.model == 'publish_subscribe' then
-  local added = add_subscriber(KEYS[12], sub, tonumber(ARGV[4]))
+  local added = add_subscriber(KEYS[15], sub, tonumber(ARGV[4]))
   if type(added) == 'table' then return added end
 end
 
 local d = dest_at(5)
 local delays = parse_delays(ARGV[2])
 local now = now_ms()
-sweep_destination(d, q, delays, now, 1000, KEYS[13])
+local usage = KEYS[16]
+sweep_destination(d, q, delays, now, 1000, usage)
 
-local out = {0, -1, '0-0'}
-local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', tonumber(ARGV[1]))
-local n = #entries
-if n == 0 then
+local max = tonumber(ARGV[1])
+local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', max)
+local ranked = redis.call('ZRANGE', d.rz, 0, max - 1, 'WITHSCORES')
+if #entries == 0 and #ranked == 0 then
+  local out = {0, -1, '0-0', '0-0'}
   local first = next_due(d)
   if first then out[2] = math.max(0, first - now) end
   if redis.call('EXISTS', d.ready) == 1 then
@@ -44,37 +47,91 @@ if n == 0 then
       if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
     end
   end
+  local nudge = redis.call('XREVRANGE', d.wake, '+', '-', 'COUNT', 1)
+  if #nudge > 0 then out[4] = nudge[1][1] end
   return out
 end
 
-local entry_ids, ids, counts, fails = {}, {}, {}, {}
-for i, e in ipairs(entries) do
-  local f = e[2]
-  entry_ids[i] = e[1]
-  ids[i] = f[2]
-  counts[i] = (tonumber(f[4]) or 0) + 1
-  fails[i] = f[6] or 0
+-- The candidates in delivery order: the stream's entries rank at the default
+-- priority by send order, merged with rz. cand_entry[i] is the stream entry
+-- of candidate i, or false for one in rz.
+local ids, cand_entry, counts, fails = {}, {}, {}, {}
+local zstates = {}
+if #ranked > 0 then
+  local zids = {}
+  for i = 1, #ranked, 2 do zids[#zids + 1] = ranked[i] end
+  zstates = redis.call('HMGET', d.state, unpack(zids))
 end
+local si, zi = 1, 1
+while #ids < max and (si <= #entries or zi <= #ranked) do
+  local take_stream = zi > #ranked
+  if not take_stream and si <= #entries then
+    take_stream = tonumber(ready_score(DEFAULT_PRIORITY, entries[si][2][2])) < tonumber(ranked[zi + 1])
+  end
+  local n = #ids + 1
+  if take_stream then
+    local e = entries[si]
+    local f = e[2]
+    ids[n], cand_entry[n] = f[2], e[1]
+    counts[n] = (tonumber(f[4]) or 0) + 1
+    fails[n] = f[6] or 0
+    si = si + 1
+  else
+    ids[n], cand_entry[n] = ranked[zi], false
+    local s = zstates[(zi + 1) / 2]
+    if s then
+      local dc, fl = parse_state(s)
+      counts[n], fails[n] = dc + 1, fl
+    end
+    zi = zi + 2
+  end
+end
+local n = #ids
+
 -- Everything that reads comes before the first write: a script's writes are
 -- not rolled back, so nothing after a write may fail.
 local envs = redis.call('HMGET', d.msg, unpack(ids))
+local past = {}
+if redis.call('EXISTS', d.exp) == 1 then
+  local xs = redis.call('ZMSCORE', d.exp, unpack(ids))
+  for i = 1, n do
+    if xs[i] and tonumber(xs[i]) <= now then past[i] = true end
+  end
+end
 local live, ndocs = {}, {}
 for i = 1, n do
-  if envs[i] then
+  if envs[i] and counts[i] and not past[i] then
     live[#live + 1] = i
     ndocs[i] = doc_count(envs[i])
   end
 end
 local kept, data, props = take_within(live, ids, ndocs, tonumber(ARGV[5]), tonumber(ARGV[6]))
--- The entries taken are the stream's first ones up to the last message kept
--- (with the entries of gone messages among them): trimming below the next id
--- drops exactly them, far cheaper than XDEL of each.
+-- The candidates taken are the first ones up to the last message kept (with
+-- gone ones among them). On the stream they are its first entries: trimming
+-- below the next id drops exactly them, far cheaper than XDEL of each.
 local upto = n
 if kept < #live then upto = live[kept] end
-local last = entry_ids[upto]
-local dash = string.find(last, '-', 1, true)
-redis.call('XTRIM', d.ready, 'MINID', string.sub(last, 1, dash) .. (tonumber(string.sub(last, dash + 1)) + 1))
-out[1] = kept
+local last_entry, taken_ranked = nil, {}
+for i = 1, upto do
+  if cand_entry[i] then
+    last_entry = cand_entry[i]
+  elseif not past[i] then
+    taken_ranked[#taken_ranked + 1] = ids[i]
+  end
+end
+for i = 1, n do
+  if past[i] then
+    local dc, fl, where = parse_state(redis.call('HGET', d.state, ids[i]))
+    expire(d, q, ids[i], dc, fl, where, usage)
+  end
+end
+if last_entry then
+  local dash = string.find(last_entry, '-', 1, true)
+  redis.call('XTRIM', d.ready, 'MINID',
+             string.sub(last_entry, 1, dash) .. (tonumber(string.sub(last_entry, dash + 1)) + 1))
+end
+if #taken_ranked > 0 then call_batched('ZREM', d.rz, taken_ranked) end
+local out = {kept, -1, '0-0', '0-0'}
 if kept == 0 then return out end
 local deadline = now + q.ack_timeout_ms
 local state_args, flight_args = {}, {}
@@ -87,7 +144,7 @@ for x = 1, kept do
 end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
-due_by(KEYS[14], ARGV[7], deadline)
+due_by(KEYS[17], ARGV[7], deadline)
 local redelivered = 0
 local j, o = 0, #out
 for x = 1, kept do

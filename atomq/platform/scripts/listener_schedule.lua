@@ -4,7 +4,7 @@
 -- allow. Messages whose redelivery is due count as ready; deliveries past
 -- their ack time-out do not (the sweep schedules them first).
 -- KEYS[1..5]   definitions, stat, exec, pending, done (the listener's keys)
--- KEYS[6..7]   the destination's ready stream and redelivery schedule
+-- KEYS[6..8]   the destination's ready stream, redelivery schedule and ordered ready set
 -- ARGV[1]      the listener's name
 -- ARGV[2]      batch size
 -- ARGV[3]      most executions at once (the listener's max, or the cap on unlimited)
@@ -58,7 +58,7 @@ if state == 'paused' then return {0, lost} end
 local retry_at = tonumber(redis.call('HGET', KEYS[2], 'retry_at'))
 if retry_at and now < retry_at then return {0, lost} end
 
-local ready = redis.call('XLEN', KEYS[6]) + redis.call('ZCOUNT', KEYS[7], '-inf', now)
+local ready = redis.call('XLEN', KEYS[6]) + redis.call('ZCOUNT', KEYS[7], '-inf', now) + redis.call('ZCARD', KEYS[8])
 local batch = tonumber(ARGV[2])
 local wanted = math.ceil(ready / batch) - redis.call('SCARD', KEYS[4])
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[3])

@@ -1,7 +1,7 @@
 -- Management actions on selected messages, or on one bounded chunk of all of them.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..11]  the destination
--- KEYS[12]     the tenant's usage hash
+-- KEYS[5..14]  the destination
+-- KEYS[15]     the tenant's usage hash
 -- ARGV[1]      action: delete (queued messages) | delete_dead | resend (dead letters)
 --              | drop (any message: queue and subscriber removal, retention purge)
 -- ARGV[2]      mode: ids | chunk | older (drop messages sent before ARGV[3] ms)
@@ -47,14 +47,15 @@ for i, id in ipairs(ids) do
     elseif action == 'resend' and dead then
       reasons = reasons + #dead_reason(d, where)
       unlink(d, id, where)
+      drop_expiry(d, id, KEYS[15])
       make_ready(d, id, dc, 0)
       count = count + 1
     end
   end
 end
 if action == 'resend' then
-  if reasons > 0 then redis.call('HINCRBY', KEYS[12], 'bytes', -reasons) end
+  if reasons > 0 then redis.call('HINCRBY', KEYS[15], 'bytes', -reasons) end
 else
-  forget(d, gone, KEYS[12], reasons)
+  forget(d, gone, KEYS[15], reasons)
 end
 return {count, cursor}

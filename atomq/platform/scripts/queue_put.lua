@@ -6,6 +6,8 @@
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- ARGV[1..4]   name, model, max_redeliveries, ack_timeout_ms
 -- ARGV[5]      most queues the tenant may have
+-- ARGV[6..]    more settings to store, field and value pairs (those a caller names;
+--              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
 -- that holds messages or subscribers, TOOMANYQUEUES for a new queue past ARGV[5].
 -- The generation tells one life of a name from the next: routes and
@@ -21,6 +23,7 @@ if model and model ~= ARGV[2] then
   end
 end
 redis.call('HSET', CFG, 'model', ARGV[2], 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4])
+if #ARGV > 5 then redis.call('HSET', CFG, unpack(ARGV, 6)) end
 if model then return 0 end
 redis.call('HSET', CFG, 'gen', redis.call('INCR', KEYS[8]), 'subv', 0)
 redis.call('SADD', KEYS[5], ARGV[1])
