@@ -102,6 +102,10 @@ PRIORITY_RANGE = (0, 9)
 """Ten levels, as AMQP's priorities, with no maximum to declare per queue: a higher one is delivered first."""
 DEFAULT_PRIORITY = 4
 """The middle, as in JMS: a sender can put a message ahead of the ordinary ones or behind them."""
+MAX_TOPIC_CHARS = 250
+"""Solace's bound on a topic: room for a dozen levels of names, a published topic is stored with every copy."""
+MAX_TOPICS_PER_QUEUE = 100
+"""A publish matches against every pattern of the tenant (cached); a queue needs a handful."""
 LATEST_TIME_S = 253_402_300_799.0
 """9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 MAX_TRACEPARENT_CHARS = 256

@@ -186,7 +186,7 @@ def test_queue_create_update_list_get_delete(acme) -> None:
     created = acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
     assert created == {"name": "orders", "model": "point_to_point", "max_redeliveries": 6, "ack_timeout_s": 30.0,
                        "depth": 0, "in_flight": 0, "dead_letters": 0, "scheduled": 0, "message_ttl_s": 0.0,
-                       "on_expire": "dead_letter", "depth_by_priority": {},
+                       "on_expire": "dead_letter", "topics": [], "depth_by_priority": {},
                        "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
                                                 "superseded", "dropped"], 0)}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
@@ -434,3 +434,39 @@ def test_the_server_disk_limit_refuses_sends_of_every_tenant(owner, acme) -> Non
     finally:
         owner("PATCH", "/v1/server", {"max_disk_bytes": 0}, 200)
     send(acme, "q", "fits again")
+
+
+# -- topics, priorities, expiry (v1.1) ----------------------------------------------------
+
+
+def test_a_publish_reaches_the_queues_whose_patterns_match(acme, other) -> None:
+    acme("PUT", "/v1/queues/input", {"model": "point_to_point", "topics": ["boomi/test/>"]}, 201)
+    acme("PUT", "/v1/queues/errors", {"model": "point_to_point", "topics": ["boomi/errors/echo-service/>"]}, 201)
+    other("PUT", "/v1/queues/input", {"model": "point_to_point", "topics": [">"]}, 201)
+    body = {"messages": [{"documents": [{"data": "x"}]}]}
+    published = acme("POST", "/v1/topics/boomi/test/one/messages", body, 201)
+    assert published["queues"] == ["input"] and len(published["ids"]) == 1
+    (m,) = acme("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"]
+    assert (m["id"], m["topic"]) == (published["ids"][0], "boomi/test/one")
+    assert other("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"] == [], "another tenant's queue"
+    assert acme("POST", "/v1/topics/nowhere/messages", body, 201) == {"ids": [], "queues": []}
+    assert acme("GET", "/v1/queues/input", status=200)["topics"] == ["boomi/test/>"]
+    assert acme("POST", "/v1/topics/a/*/messages", body, 400)["error"]["details"]["field"] == "topic"
+    refused = acme("PUT", "/v1/queues/input", {"model": "point_to_point", "topics": ["a/>/b"]}, 400)
+    assert refused["error"]["details"]["field"] == "topics"
+
+
+def test_priorities_and_expiry_over_http(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "message_ttl_s": 60, "on_expire": "discard"}, 201)
+    body = {"messages": [{"documents": [{"data": "low"}], "priority": 1},
+                         {"documents": [{"data": "plain"}]},
+                         {"documents": [{"data": "high"}], "priority": 9, "ttl_s": 30}]}
+    acme("POST", "/v1/queues/jobs/messages", body, 201)
+    info = acme("GET", "/v1/queues/jobs", status=200)
+    assert info["depth_by_priority"] == {"9": 1, "4": 1, "1": 1}
+    assert (info["message_ttl_s"], info["on_expire"]) == (60, "discard")
+    got = acme("POST", "/v1/queues/jobs/get", {"max": 3}, 200)["messages"]
+    assert [(m["documents"][0]["data"], m["priority"]) for m in got] == [("high", 9), ("plain", 4), ("low", 1)]
+    assert got[0]["expires_at"] - got[0]["enqueued_at"] == pytest.approx(30, abs=0.01), "ttl_s beats the queue's 60"
+    bad = {"messages": [{"documents": [{"data": "x"}], "ttl_s": 0}]}
+    assert acme("POST", "/v1/queues/jobs/messages", bad, 400)["error"]["details"]["field"] == "messages.0.ttl_s"

@@ -156,3 +156,25 @@ def test_listeners_help_explains_the_commands() -> None:
     for option in ("--queue", "--process", "--subscriber", "--batch-size", "--max-concurrent", "--setting",
                    "--settings-json", "ATOMQ_KEY"):
         assert option in result.stdout
+
+
+def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    created = json.loads(ok("queues", "create", "input", "--topic", "boomi/test/>", "--message-ttl", "60",
+                            "--on-expire", "discard", "--json"))
+    assert (created["topics"], created["message_ttl_s"], created["on_expire"]) == (["boomi/test/>"], 60, "discard")
+    ok("queues", "create", "other", "--topic", "elsewhere/>")
+    published = json.loads(ok("publish", "boomi/test/1", "plain", "--json"))
+    assert published["queues"] == ["input"] and len(published["ids"]) == 1
+    ok("send", "input", "urgent", "--priority", "9", "--ttl", "30")
+    got = json.loads(ok("get", "input", "--max", "5", "--ack", "--json"))
+    assert [(m["documents"][0]["data"], m["priority"], m["topic"]) for m in got] == [
+        ("urgent", 9, None), ("plain", 4, "boomi/test/1")]
+    kept = json.loads(ok("queues", "create", "input", "--json"))
+    assert kept["topics"] == ["boomi/test/>"], "a create that names no topic keeps the patterns"
+    bad = run("publish", "boomi/*", "x", env=tenant_env)
+    assert bad.returncode != 0 and "topic" in bad.stderr

@@ -25,6 +25,7 @@ from atomq.api import (
     streams,
     strict_json,
     tenants,
+    topics,
 )
 from atomq.api.blueprint import NameConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
@@ -72,7 +73,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
         "security": [{"bearer": []}]})
     api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
-    for module in (health, server, tenants, queues, messages, dead_letters, listeners, streams):
+    for module in (health, server, tenants, queues, messages, topics, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document

@@ -32,7 +32,7 @@ blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="M
                    tenant_scoped=True)
 
 
-def _json_body() -> Any:
+def json_body() -> Any:
     """The send's body, read as the app's strict JSON reads every body (a 400 naming what is
     wrong with it), but for the depth: only properties can nest, and ``parse_send`` measures
     them, which costs a send of 100 messages nothing when they are flat."""
@@ -61,7 +61,7 @@ class Messages(MethodView):
         """
         s = services()
         tenant = current_tenant()
-        messages = parse_send(_json_body())
+        messages = parse_send(json_body())
         stamp_traceparents(messages)
         ids = s.send(tenant, name, messages, request.content_length or 0)
         return render.json_response({"ids": ids}, 201)

@@ -35,7 +35,7 @@ class QueueByName(MethodView):
         """Creates (201) or updates (200) a queue; changing the model of a non-empty queue is 409."""
         info, created = services().queues.put_queue(
             current_tenant(), name, body["model"], body["max_redeliveries"], body["ack_timeout_s"],
-            message_ttl_s=body.get("message_ttl_s"), on_expire=body.get("on_expire"))
+            message_ttl_s=body.get("message_ttl_s"), on_expire=body.get("on_expire"), topics=body.get("topics"))
         return render.json_response(render.queue(info), 201 if created else 200)
 
     @blp.response(200, QueueSchema)

@@ -39,6 +39,7 @@ def message(m: Message) -> dict[str, Any]:
         "enqueued_at": m.enqueued_at,
         "properties": env.properties,
         "documents": [_document(d) for d in m.documents],
+        "topic": env.topic,
     }
     out.update(env.optional_fields())
     if isinstance(m, Delivery):
@@ -65,6 +66,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "scheduled": info.scheduled,
         "message_ttl_s": info.message_ttl_s,
         "on_expire": info.on_expire.value,
+        "topics": list(info.topics),
         "depth_by_priority": {str(p): n for p, n in info.depth_by_priority.items()},
         "totals": {kind: info.totals.get(kind, 0) for kind in TOTALS},
     }

@@ -6,13 +6,13 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from atomq import defaults
 from atomq.errors import QuotaExceeded
-from atomq.platform import OutgoingMessage, QueueServer
+from atomq.platform import OutgoingMessage, Published, QueueServer
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.rate_limit import RateLimiter
@@ -110,6 +110,11 @@ class Services:
         """Admits a send and stores it, all or nothing: the node's window, the tenant's window, the
         server's disk limit (``incoming_bytes`` against what all tenants store), the tenant's quota,
         then the store. A refused send takes no room in either window and counts as refused."""
+        return self._admitted(tenant, incoming_bytes,
+                              lambda quota: self.queues.send(tenant, queue, messages, quota_bytes=quota))
+
+    def _admitted(self, tenant: str, incoming_bytes: int, store: Callable[[int], list[str]]) -> list[str]:
+        """Runs ``store`` (given the tenant's quota) once the send it makes is admitted (see :meth:`send`)."""
         settings = self.current_settings()
         rate_limit, quota = self.attachments(tenant)
         with self.queues.counters.counting_refusals(tenant), self.rate_limits.send(
@@ -120,7 +125,19 @@ class Services:
                     raise QuotaExceeded(
                         f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
                         "this send would pass it", limit=settings.max_disk_bytes, used=used, scope="server")
-            return self.queues.send(tenant, queue, messages, quota_bytes=quota)
+            return store(quota)
+
+    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Published:
+        """Admits a publish as a send (one counted request, the same windows, limit and quota) and
+        stores it in every queue its topic matches, or in none."""
+        stored: list[Published] = []
+
+        def store(quota: int) -> list[str]:
+            stored.append(self.queues.publish(tenant, topic, messages, quota_bytes=quota))
+            return stored[0].ids
+
+        self._admitted(tenant, incoming_bytes, store)
+        return stored[0]
 
     def current_settings(self) -> ServerSettings:
         """The shared server settings, applied to this node's queue server when they change."""

@@ -4,7 +4,7 @@
 executions; ``atomq selftest`` shows the queue server at work on its embedded
 defaults; ``atomq audit`` checks a tenant's stored queues for broken invariants;
 ``atomq demo`` runs the worked example. The management commands (tenants, queues,
-send, get, dead-letters, listeners) speak to a running node.
+send, publish, get, dead-letters, listeners) speak to a running node.
 
 Settings come from, lowest first: a TOML config file (``--config``, its
 ``[serve]`` table for ``atomq serve``), ``ATOMQ_*`` environment variables,
@@ -22,7 +22,7 @@ from atomq.cli.audit import audit
 from atomq.cli.dead_letters import dead_letters
 from atomq.cli.demo import demo
 from atomq.cli.listeners import listeners
-from atomq.cli.messages import get, send
+from atomq.cli.messages import get, publish, send
 from atomq.cli.queues import queues
 from atomq.cli.selftest import selftest
 from atomq.cli.serve import serve
@@ -54,5 +54,5 @@ def main() -> None:
 
 
 for _command in (serve, worker, demo, spark_worker, selftest, audit,
-                 tenants, queues, send, get, dead_letters, listeners):
+                 tenants, queues, send, publish, get, dead_letters, listeners):
     main.add_command(_command)

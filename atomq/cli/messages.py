@@ -3,27 +3,69 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, wire
+
+
+_timing_options = [
+    click.option("--priority", type=click.IntRange(*defaults.PRIORITY_RANGE),
+                 help=f"0 to 9, higher delivered first (default {defaults.DEFAULT_PRIORITY})."),
+    click.option("--ttl", "ttl_s", type=click.FloatRange(0, defaults.MAX_MESSAGE_TTL_S, min_open=True),
+                 help="Seconds until each message expires (then it is dead-lettered or discarded, as its "
+                      "queue says)."),
+]
+
+
+def timing_options(f: Any) -> Any:
+    for option in reversed(_timing_options):
+        f = option(f)
+    return f
+
+
+def _batches(texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> Iterator[list[dict[str, Any]]]:
+    """One message per text (or per line of standard input), in requests of at most MAX_SEND_DOCUMENTS."""
+    lines = list(texts) or [line.rstrip("\n") for line in sys.stdin]
+    per_request = defaults.MAX_SEND_DOCUMENTS
+    for start in range(0, len(lines), per_request):
+        yield [wire.message([wire.document(t)], priority=priority, ttl_s=ttl_s)
+               for t in lines[start:start + per_request]]
 
 
 @click.command()
 @click.argument("queue")
 @click.argument("texts", nargs=-1)
+@timing_options
 @connection_options
-def send(c: AtomqClient, queue: str, texts: tuple[str, ...]) -> None:
+def send(c: AtomqClient, queue: str, texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> None:
     """Send one message per TEXT (or per line of standard input when none is given)."""
-    lines = list(texts) or [line.rstrip("\n") for line in sys.stdin]
     ids: list[str] = []
-    per_request = defaults.MAX_SEND_DOCUMENTS
-    for start in range(0, len(lines), per_request):
-        ids += c.send_texts(queue, lines[start:start + per_request])
+    for batch in _batches(texts, priority, ttl_s):
+        ids += c.send(queue, batch)
     emit({"ids": ids}, [(i,) for i in ids], ("ID",))
+
+
+@click.command()
+@click.argument("topic")
+@click.argument("texts", nargs=-1)
+@timing_options
+@connection_options
+def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> None:
+    """Publish one message per TEXT (or per line of standard input) to TOPIC: it reaches every queue
+    whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none."""
+    ids: list[str] = []
+    reached: set[str] = set()
+    for batch in _batches(texts, priority, ttl_s):
+        published = c.publish(topic, batch)
+        ids += published["ids"]
+        reached.update(published["queues"])
+    emit({"ids": ids, "queues": sorted(reached)}, [(i, ",".join(sorted(reached))) for i in ids], ("ID", "QUEUES"))
 
 
 @click.command()

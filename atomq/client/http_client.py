@@ -178,6 +178,11 @@ class AtomqClient:
         """Sends messages in the API's shape (``{"documents": [{"data": ...}], ...}``); their ids."""
         return self.request("POST", f"/v1/queues/{queue}/messages", {"messages": list(messages)})["ids"]  # type: ignore[no-any-return]
 
+    def publish(self, topic: str, messages: Sequence[dict[str, Any]]) -> Any:
+        """Publishes messages (in a send's shape) to a topic: ``{"ids": [...], "queues": [...]}``,
+        the queues whose topic patterns matched."""
+        return self.request("POST", f"/v1/topics/{topic}/messages", {"messages": list(messages)})
+
     def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
         """One message of one text document per text."""
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])

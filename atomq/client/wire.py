@@ -42,14 +42,17 @@ def document(content: str | bytes, properties: Mapping[str, Any] | None = None) 
 
 
 def message(documents: list[dict[str, Any]], properties: Mapping[str, Any] | None = None,
-            dedupe_id: str | None = None) -> dict[str, Any]:
-    """A message as a send takes it: its documents (each from :func:`document`), and its properties
-    and de-duplication id when given."""
+            dedupe_id: str | None = None, priority: int | None = None, ttl_s: float | None = None,
+            expires_at: float | None = None) -> dict[str, Any]:
+    """A message as a send takes it: its documents (each from :func:`document`), and its properties,
+    de-duplication id, priority (0 to 9, higher first) and expiry when given."""
     out: dict[str, Any] = {"documents": documents}
     if properties is not None:
         out["properties"] = properties
-    if dedupe_id is not None:
-        out["dedupe_id"] = dedupe_id
+    for name, value in (("dedupe_id", dedupe_id), ("priority", priority), ("ttl_s", ttl_s),
+                        ("expires_at", expires_at)):
+        if value is not None:
+            out[name] = value
     return out
 
 

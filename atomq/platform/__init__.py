@@ -11,6 +11,7 @@ from atomq.platform.models import (
     Message,
     MessageState,
     NackResult,
+    OnExpire,
     OutgoingDocument,
     OutgoingMessage,
     Page,
@@ -18,6 +19,7 @@ from atomq.platform.models import (
     QueueModel,
 )
 from atomq.platform.queue_server import QueueServer
+from atomq.platform.sending import Published
 from atomq.platform.queue_settings import QueueSettings
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "Message",
     "MessageState",
     "NackResult",
+    "OnExpire",
     "OutgoingDocument",
     "OutgoingMessage",
     "Page",
+    "Published",
     "QueueInfo",
     "QueueModel",
     "QueueServer",

@@ -8,8 +8,10 @@ whatever is left (on the next maintenance round or :meth:`Components.resume_remo
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
@@ -18,6 +20,7 @@ from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS
 from atomq.platform.models import DestinationCounts, OnExpire, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
+from atomq.platform.topics import check_patterns
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.shared import (
     ChunkBudget,
@@ -44,10 +47,12 @@ class Components:
         ack_timeout_s: float = defaults.ACK_TIMEOUT_S,
         message_ttl_s: float | None = None,
         on_expire: OnExpire | str | None = None,
+        topics: Sequence[str] | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
         A setting given as None keeps what the queue has (a new queue: its default).
+        ``topics``: the topic patterns the queue attracts (``atomq.platform.topics``).
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -61,6 +66,7 @@ class Components:
         if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
                 or not least_s <= ack_timeout_s <= most_s):
             raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}", field="ack_timeout_s")
+        patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
         named: list[str | int] = []
         if message_ttl_s is not None:
             most_ttl = defaults.MAX_MESSAGE_TTL_S
@@ -77,9 +83,9 @@ class Components:
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
-            docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq],
+            docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns],
             [name, model.value, max_redeliveries, round(ack_timeout_s * 1000),
-             self._shared.settings.max_queues_per_tenant, *named],
+             self._shared.settings.max_queues_per_tenant, patterns, *named],
             errors={
                 "CONFLICT": lambda: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
@@ -107,6 +113,7 @@ class Components:
             pipe.zcard(d.sched)
             pipe.zcard(d.inflight)
             pipe.xlen(d.dlq)
+        pipe.hget(tk.topic_patterns, name)
         pipe.hmget(qk.config, [f"n:{kind}" for kind in QUEUE_COUNTS])
         raw = self._shared.storage.call(pipe.execute)
         per_sub: dict[str, DestinationCounts] = {}
@@ -142,6 +149,7 @@ class Components:
             message_ttl_s=int(cfg.get(b"message_ttl_ms", 0)) / 1000,
             on_expire=OnExpire(cfg.get(b"on_expire", b"dead_letter").decode()),
             totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
+            topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
         )
 
     def _ranked_by_priority(self, dests: list[k.DestinationKeys]) -> Counter[int]:
@@ -220,7 +228,8 @@ class Components:
                 sources: list[k.DestinationKeys]) -> str | None:
         """Moves a component's destinations aside atomically; returns the removal marker, or None if absent."""
         removal_id = uuid.uuid4().hex
-        keys = docs_and_config(tk, qk) + [tk.queues, qk.subscribers, tk.deleting, tk.due, tk.oldest]
+        keys = docs_and_config(tk, qk) + [tk.queues, qk.subscribers, tk.deleting, tk.due, tk.oldest,
+                                          tk.topic_patterns]
         for i, d in enumerate(sources):
             keys += d.as_list() + tk.removed_destination(removal_id, i).as_list()
         marker = f"{removal_id}:{len(sources)}"

@@ -69,6 +69,17 @@ class TenantKeys:
         return f"{self._p}:due"
 
     @property
+    def topic_patterns(self) -> str:
+        """Hash queue -> the JSON list of topic patterns it attracts; field ``#v`` (no queue
+        name starts with ``#``) the version every change of them bumps."""
+        return f"{self._p}:topics"
+
+    def topic_dedupe(self, topic: str, dedupe_id: str) -> str:
+        """The de-duplication marker of a publish: per topic, since the queues it reaches may change."""
+        digest = hashlib.sha1(f"{topic}\0{dedupe_id}".encode("utf-8")).hexdigest()
+        return f"{self._p}:tdd:{digest}"
+
+    @property
     def oldest(self) -> str:
         return f"{self._p}:oldest"
 

@@ -21,7 +21,7 @@ BARE_ENVELOPE = '{"v":1}'
 DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # The envelope's optional JSON fields: their names, and their short keys in the stored JSON.
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"))
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
@@ -73,6 +73,8 @@ class OutgoingMessage:
     dedupe_id: str | None = None
     traceparent: str | None = None
     ttl_s: float | None = None
+    topic: str | None = None
+    """Set by a publish: the topic the message was published to."""
 
     def envelope_json(self) -> str:
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
@@ -96,6 +98,7 @@ class Envelope:
     expires_at: float | None = None
     dedupe_id: str | None = None
     traceparent: str | None = None
+    topic: str | None = None
     version: int = ENVELOPE_VERSION
 
     @classmethod
@@ -194,6 +197,8 @@ class QueueInfo:
     message_ttl_s: float = 0
     """Every message sent to the queue expires this long after its send (0: none)."""
     on_expire: OnExpire = OnExpire.DEAD_LETTER
+    topics: tuple[str, ...] = ()
+    """The topic patterns the queue attracts."""
     totals: dict[str, int] = field(default_factory=dict)
     """What happened to the queue's messages since it was created (``counters.QUEUE_COUNTS``)."""
 

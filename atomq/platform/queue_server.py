@@ -21,6 +21,7 @@ from atomq.platform.components import Components
 from atomq.platform.connection import RedisClient
 from atomq.platform.counters import MessageCounters
 from atomq.platform.delivery import Deliveries
+from atomq.platform.topic_index import TopicIndex
 from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.management import Management
@@ -57,7 +58,7 @@ class QueueServer:
         routes = Routes(self._shared)
         components = Components(self._shared, routes)
         management = Management(self._shared, routes, components)
-        sending = Sending(self._shared, routes, management)
+        sending = Sending(self._shared, routes, management, TopicIndex(self._shared))
         deliveries = Deliveries(self._shared, components)
         maintenance = Maintenance(self._shared, components)
 
@@ -72,6 +73,7 @@ class QueueServer:
         self.destinations = components.destinations
 
         self.send = sending.send
+        self.publish = sending.publish
 
         self.get = deliveries.get
         self.ack = deliveries.ack

@@ -10,6 +10,7 @@ the write.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from atomq import defaults
@@ -25,7 +26,10 @@ from atomq.platform import keys as k
 from atomq.platform.management import Management
 from atomq.platform.models import DEFAULT_PRIORITY, OutgoingMessage, QueueModel
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
-from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
+from atomq.platform.names import check_tenant_id
+from atomq.platform.shared import Shared, queue_keys, queue_not_found
+from atomq.platform.topic_index import TopicIndex
+from atomq.platform.topics import check_topic
 from atomq.platform.stored_form import encode_document
 
 
@@ -33,13 +37,26 @@ class _QuotaRefused(AtomqError):
     """The send script refused the batch: it would pass the tenant's disk quota."""
 
 
-class Sending:
-    """Stores batches of messages in every tenant's queues."""
+class _StaleTopics(AtomqError):
+    """The send script saw another version of the topic patterns than the caller matched with."""
 
-    def __init__(self, shared: Shared, routes: Routes, management: Management) -> None:
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish stored: one id a message (the same in every queue) and the queues it reached, sorted."""
+
+    ids: list[str]
+    queues: list[str]
+
+
+class Sending:
+    """Stores batches of messages in every tenant's queues, sent to a queue or published to a topic."""
+
+    def __init__(self, shared: Shared, routes: Routes, management: Management, topics: TopicIndex) -> None:
         self._shared = shared
         self._routes = routes
         self._management = management
+        self._topics = topics
 
     def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> list[str]:
         """Stores a batch of messages, all or nothing; returns their ids in order.
@@ -50,45 +67,75 @@ class Sending:
         past it is refused whole (QuotaExceeded) and stores nothing.
         """
         tk, qk = queue_keys(tenant, queue)
-        args_tail, dedupe_keys = self._encode_batch(qk, messages)
-        refresh = False
-        for _ in range(MAX_ROUTE_RETRIES):
-            model, expected, subs = self._routes.route(tenant, queue, qk, refresh)
-            if model == QueueModel.POINT_TO_POINT.value:
-                dests = [qk.destination()]
-            else:
-                dests = [qk.destination(s) for s in subs]
-            keys = docs_and_config(tk, qk) + [tk.seq, qk.subscribers]
-            for d in dests:
-                keys.extend(d.as_list())
-            keys.extend(dedupe_keys)
-            keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
-            window_ms = round(self._shared.settings.dedupe_window_s * 1000)
+        args_tail, dedupe_ids = self._encode_batch(messages)
+        dedupe_keys = [qk.dedupe(d) for d in dedupe_ids]
+        for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
-                ids = self._shared.storage.run(
-                    "send",
-                    keys,
-                    [expected, len(dests), window_ms, args_tail[0], quota_bytes, *(d.member for d in dests),
-                     *args_tail[1:]],
-                    errors={"NOQUEUE": lambda: queue_not_found(queue), "STALESUBS": lambda: StaleRoute("stale"),
-                            "QUOTA": lambda: _QuotaRefused("quota")},
-                )
+                return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes)
             except NotFound:
                 self._routes.forget(tenant, queue)
                 raise
             except StaleRoute:
-                refresh = True
                 continue
-            except _QuotaRefused:
-                used = self._management.usage(tenant)["stored_bytes"]
-                raise QuotaExceeded(
-                    f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
-                    "this send would pass it; ack or delete messages first",
-                    limit=quota_bytes, used=used) from None
-            return [i.decode() for i in ids]
         raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
 
-    def _encode_batch(self, qk: k.QueueKeys, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[str]]:
+    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> Published:
+        """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
+        or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
+        de-duplication window stores nothing again and answers with its original id."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        check_topic(topic)
+        messages = [replace(m, topic=topic) for m in messages]
+        args_tail, dedupe_ids = self._encode_batch(messages)
+        dedupe_keys = [tk.topic_dedupe(topic, d) for d in dedupe_ids]
+        refresh = False
+        for _ in range(MAX_ROUTE_RETRIES):
+            version, matcher = self._topics.matcher(tenant, refresh)
+            queues = matcher.match(topic)
+            if not queues:
+                return Published(ids=[], queues=[])
+            try:
+                ids = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t", dedupe_keys,
+                                  args_tail, quota_bytes)
+            except (StaleRoute, _StaleTopics, NotFound):
+                refresh = True
+                continue
+            return Published(ids=ids, queues=queues)
+        raise Conflict("the queues attracting the topic kept changing during the publish; try again", topic=topic)
+
+    def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
+               marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int) -> list[str]:
+        keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns]
+        route_args: list[Any] = []
+        for qk in targets:
+            model, expected, subs = self._routes.route(tk.tenant, qk.name, qk, refresh)
+            dests = [qk.destination()] if model == QueueModel.POINT_TO_POINT.value else [
+                qk.destination(s) for s in subs]
+            keys += [qk.config, qk.subscribers]
+            for d in dests:
+                keys.extend(d.as_list())
+            route_args += [expected, len(dests), *(d.member for d in dests)]
+        keys.extend(dedupe_keys)
+        keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
+        window_ms = round(self._shared.settings.dedupe_window_s * 1000)
+        try:
+            ids = self._shared.storage.run(
+                "send", keys,
+                [topics_version, len(targets), window_ms, args_tail[0], quota_bytes, marker_gen, *route_args,
+                 *args_tail[1:]],
+                errors={"NOQUEUE": lambda: queue_not_found(targets[0].name), "STALESUBS": lambda: StaleRoute("stale"),
+                        "STALETOPICS": lambda: _StaleTopics("stale"), "QUOTA": lambda: _QuotaRefused("quota")},
+            )
+        except _QuotaRefused:
+            used = self._management.usage(tk.tenant)["stored_bytes"]
+            raise QuotaExceeded(
+                f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
+                "this send would pass it; ack or delete messages first",
+                limit=quota_bytes, used=used) from None
+        return [i.decode() for i in ids]
+
+    def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[str]]:
+        """The script's arguments for the messages, and the batch's distinct dedupe ids in order."""
         s = self._shared.settings
         if not messages:
             raise InvalidInput("messages must hold at least one message", field="messages")
@@ -126,7 +173,7 @@ class Sending:
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
-        return args, [qk.dedupe(d) for d in dedupe_index]
+        return args, list(dedupe_index)
 
 
 def _timing(m: OutgoingMessage, i: int) -> tuple[int, int, int]:

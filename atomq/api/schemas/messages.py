@@ -61,6 +61,12 @@ class SendResultSchema(Strict):
     ids = fields.List(fields.String(), required=True)
 
 
+class PublishResultSchema(Strict):
+    ids = fields.List(fields.String(), required=True,
+                      metadata={"description": "one id a message, the same in every queue it reached"})
+    queues = fields.List(fields.String(), required=True, metadata={"description": "the queues it reached, sorted"})
+
+
 class DocumentSchema(Strict):
     id = fields.String(required=True)
     data = fields.String()
@@ -79,6 +85,8 @@ class MessageSchema(Strict):
     expires_at = fields.Float(allow_none=True, metadata={"description": "when it expires; left out when it never does"})
     dedupe_id = fields.String(allow_none=True)
     traceparent = fields.String(allow_none=True)
+    topic = fields.String(required=True, allow_none=True,
+                          metadata={"description": "the topic it was published to; null when sent to the queue"})
 
 
 class DeliverySchema(MessageSchema):

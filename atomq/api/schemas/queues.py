@@ -16,6 +16,10 @@ class QueuePutSchema(Strict):
     message_ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S),
                            metadata={"description": "every message expires this long after its send; 0: none. "
                                                     "Left out: kept (a new queue: 0)"})
+    topics = fields.List(fields.String(), validate=validate.Length(max=defaults.MAX_TOPICS_PER_QUEUE),
+                         metadata={"description": "topic patterns the queue attracts ('*' one level, 'abc*' a "
+                                                  "level starting with abc, '>' last: one or more levels). Left "
+                                                  "out: kept"})
     on_expire = fields.String(validate=validate.OneOf(["dead_letter", "discard"]),
                               metadata={"description": "what happens to an expired message. Left out: kept "
                                                        "(a new queue: dead_letter)"})
@@ -50,6 +54,7 @@ class QueueSchema(CountsSchema):
     ack_timeout_s = fields.Float(required=True)
     message_ttl_s = fields.Float(required=True)
     on_expire = fields.String(required=True)
+    topics = fields.List(fields.String(), required=True)
     depth_by_priority = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True,
                                     metadata={"description": "ready messages by priority, for the priorities "
                                                              "that have some"})

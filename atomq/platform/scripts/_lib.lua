@@ -21,20 +21,22 @@ local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- per bucket over the last RATE_SLOTS buckets (see atomq.platform.counters).
 local RATE_SLOTS = 32
 
-local function count(kind, n)
-  if n > 0 then redis.call('HINCRBY', CFG, 'n:' .. kind, n) end
+-- `cfg`: another queue's cfg than the script's own (a publish counts in each queue it reaches).
+local function count(kind, n, cfg)
+  if n > 0 then redis.call('HINCRBY', cfg or CFG, 'n:' .. kind, n) end
 end
 
-local function count_rate(kind, n, now)
+local function count_rate(kind, n, now, cfg)
   if n <= 0 then return end
+  cfg = cfg or CFG
   local bucket = math.floor(now / 10000)
   local field = 'r:' .. kind .. (bucket % RATE_SLOTS)
-  local old = redis.call('HGET', CFG, field)
+  local old = redis.call('HGET', cfg, field)
   if old then
     local colon = string.find(old, ':', 1, true)
     if tonumber(string.sub(old, 1, colon - 1)) == bucket then n = n + tonumber(string.sub(old, colon + 1)) end
   end
-  redis.call('HSET', CFG, field, bucket .. ':' .. n)
+  redis.call('HSET', cfg, field, bucket .. ':' .. n)
 end
 
 local function now_ms()

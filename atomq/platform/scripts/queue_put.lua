@@ -4,9 +4,11 @@
 -- KEYS[6]      subs
 -- KEYS[7]      the point-to-point destination's msg hash
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
+-- KEYS[9]      the tenant's topic patterns (hash queue -> JSON list; #v the version)
 -- ARGV[1..4]   name, model, max_redeliveries, ack_timeout_ms
 -- ARGV[5]      most queues the tenant may have
--- ARGV[6..]    more settings to store, field and value pairs (those a caller names;
+-- ARGV[6]      the queue's topic patterns as a JSON list, "[]" for none, "" to keep them
+-- ARGV[7..]    more settings to store, field and value pairs (those a caller names;
 --              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
 -- that holds messages or subscribers, TOOMANYQUEUES for a new queue past ARGV[5].
@@ -23,7 +25,15 @@ if model and model ~= ARGV[2] then
   end
 end
 redis.call('HSET', CFG, 'model', ARGV[2], 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4])
-if #ARGV > 5 then redis.call('HSET', CFG, unpack(ARGV, 6)) end
+if #ARGV > 6 then redis.call('HSET', CFG, unpack(ARGV, 7)) end
+if ARGV[6] ~= '' and (redis.call('HGET', KEYS[9], ARGV[1]) or '[]') ~= ARGV[6] then
+  if ARGV[6] == '[]' then
+    redis.call('HDEL', KEYS[9], ARGV[1])
+  else
+    redis.call('HSET', KEYS[9], ARGV[1], ARGV[6])
+  end
+  redis.call('HINCRBY', KEYS[9], '#v', 1)
+end
 if model then return 0 end
 redis.call('HSET', CFG, 'gen', redis.call('INCR', KEYS[8]), 'subv', 0)
 redis.call('SADD', KEYS[5], ARGV[1])

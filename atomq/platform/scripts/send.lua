@@ -1,58 +1,84 @@
--- Stores a batch of messages and their documents, all or nothing.
--- KEYS[1..4]   doc, docp, docr, cfg
+-- Stores a batch of messages and their documents in one or more queues, all
+-- or nothing: a send names one queue, a publish every queue its topic matched.
+-- KEYS[1..4]   doc, docp, docr, and the first queue's cfg
 -- KEYS[5]      seq (the tenant's message counter)
--- KEYS[6]      subs (subscriber set; checked through cfg.subv)
--- KEYS[7..]    DEST_KEYS keys per destination (ARGV[2] destinations), then the
+-- KEYS[6]      the tenant's topic patterns (hash; field #v its version)
+-- KEYS[7..]    per queue: cfg, subs (subscriber set; checked through cfg.subv),
+--              then DEST_KEYS keys per destination of it; after the queues the
 --              de-duplication markers, then the tenant's due index, its index of
 --              oldest messages, its marker ledger and (last) its usage hash
--- ARGV[5]      the tenant's disk quota in bytes (0: none)
--- ARGV[1]      the route the caller read: "<model>|<generation>|<subscriber version>"
---              (no subscriber version for point-to-point)
--- ARGV[2]      number of destinations
+-- ARGV[1]      the topic patterns' version the caller matched with ('' for a send)
+-- ARGV[2]      number of queues
 -- ARGV[3]      de-duplication window in ms
+-- ARGV[4]      number of messages
+-- ARGV[5]      the tenant's disk quota in bytes (0: none)
+-- ARGV[6]      the generation de-duplication markers belong to ('' for the
+--              queue's own: a marker of a removed queue's life does not answer)
+-- ARGV[7..]    per queue: the route the caller read ("<model>|<generation>|<subscriber
+--              version>", no subscriber version for point-to-point), its number of
+--              destinations, and each destination's name in the indexes of due and
+--              oldest messages; then per message: dedupe key index (0 = none),
+--              priority, expiry (ms since the epoch, 0 = none), time to live (ms,
+--              0 = none), envelope JSON, document count, then per document: data,
+--              properties JSON ("" = none)
 -- A new marker's bytes count in the usage hash's `markers` until the marker
 -- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
 -- takes them off again (due.lua).
--- ARGV[6..]    each destination's name in the indexes of due and oldest messages
--- ARGV[4]      number of messages; from ARGV[6 + ARGV[2]] on, per message:
---              dedupe key index (0 = none), priority, expiry (ms since the epoch,
---              0 = none), time to live (ms, 0 = none), envelope JSON, document
---              count, then per document: data, properties JSON ("" = none)
 -- A message expires at the earliest of its expiry, its time to live and the
 -- queue's message_ttl_ms after the send; a message of the default priority
--- goes on the ready stream, any other in rz (see the prelude).
+-- goes on the ready stream, any other in rz (see the prelude). One id a
+-- message, the same in every queue.
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
--- or the error NOQUEUE, or STALESUBS when the route changed since the caller read it,
+-- or the error NOQUEUE <queue>, STALETOPICS when the patterns changed since the
+-- caller matched, STALESUBS <queue> when a route changed since the caller read it,
 -- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota.
 -- Everything is read and checked before the first write: a refused batch
 -- changes nothing.
 
-local q = require_queue()
-if q.err then return q end
-local route = q.model .. '|' .. q.gen .. '|'
-if q.model == 'publish_subscribe' then
-  route = route .. (redis.call('HGET', CFG, 'subv') or '0')
+if ARGV[1] ~= '' and (redis.call('HGET', KEYS[6], '#v') or '0') ~= ARGV[1] then
+  return redis.error_reply('STALETOPICS the topic patterns changed')
 end
-if route ~= ARGV[1] then
-  return redis.error_reply('STALESUBS the queue model or its subscribers changed')
-end
-
-local ndest = tonumber(ARGV[2])
+local nqueue = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 local nmsg = tonumber(ARGV[4])
-local dests = {}
-for i = 1, ndest do
-  dests[i] = dest_at(7 + (i - 1) * DEST_KEYS)
+local quota = tonumber(ARGV[5])
+local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
+local kpos, apos, copies = 7, 7, 0
+for qi = 1, nqueue do
+  local cfg = KEYS[kpos]
+  local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms')
+  if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
+  local route = c[1] .. '|' .. c[2] .. '|'
+  if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
+  if route ~= ARGV[apos] then
+    return redis.error_reply('STALESUBS ' .. qi)
+  end
+  local ndest = tonumber(ARGV[apos + 1])
+  local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {}}
+  for i = 1, ndest do
+    qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
+    qd.members[i] = ARGV[apos + 1 + i]
+  end
+  copies = copies + ndest
+  queues[qi] = qd
+  kpos = kpos + 2 + ndest * DEST_KEYS
+  apos = apos + 2 + ndest
 end
-local dd_base = 7 + ndest * DEST_KEYS - 1
+local dd_base = kpos - 1
+local marker_gen = ARGV[6]
+if marker_gen == '' then marker_gen = queues[1].gen end
 
 local USAGE = KEYS[#KEYS]
 local LEDGER = KEYS[#KEYS - 1]
 local OLDEST = KEYS[#KEYS - 2]
 local DUE = KEYS[#KEYS - 3]
-local queue_ttl = tonumber(redis.call('HGET', CFG, 'message_ttl_ms') or '0')
 local now = now_ms()
-local quota = tonumber(ARGV[5])
+
+-- The expiry of a message in a queue: the earliest of its own and the queue's.
+local function expiry_in(qd, x)
+  if qd.ttl > 0 and (not x or now + qd.ttl < x) then return now + qd.ttl end
+  return x
+end
 
 -- Pass 1, reads only: which messages are new, and what they would store.
 local first = {}          -- dedupe key -> index of the batch's first message with it
@@ -60,11 +86,10 @@ local original = {}       -- message index -> the id a repeated dedupe id answer
 local repeat_of = {}      -- message index -> earlier message of this batch it repeats
 local starts = {}         -- message index -> ARGV position of its envelope
 local priorities = {}     -- message index -> priority
-local expiries = {}       -- message index -> expiry (ms) or nil
-local heads = {}          -- message index -> envelope head
+local expiries = {}       -- message index -> its own expiry (ms) or nil
 local dds = {}            -- message index -> dedupe key index
 local new_count, new_bytes = 0, 0
-local pos = 6 + ndest
+local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
   local priority = tonumber(ARGV[pos + 1])
@@ -72,11 +97,9 @@ for m = 1, nmsg do
   local ttl = tonumber(ARGV[pos + 3])
   if x == 0 then x = nil end
   if ttl > 0 and (not x or now + ttl < x) then x = now + ttl end
-  if queue_ttl > 0 and (not x or now + queue_ttl < x) then x = now + queue_ttl end
   priorities[m], expiries[m], dds[m] = priority, x, dd
   pos = pos + 3  -- from here on, as if the message started at its envelope
   local ndocs = tonumber(ARGV[pos + 2])
-  heads[m] = make_head(ndocs, priority, x)
   starts[m] = pos
   if dd > 0 then
     local key = KEYS[dd_base + dd]
@@ -87,14 +110,17 @@ for m = 1, nmsg do
       local old = redis.call('GET', key)
       if old then
         local bar = string.find(old, '|', 1, true)
-        if string.sub(old, 1, bar - 1) == q.gen then original[m] = string.sub(old, bar + 1) end
+        if string.sub(old, 1, bar - 1) == marker_gen then original[m] = string.sub(old, bar + 1) end
       end
     end
   end
   if not original[m] and not repeat_of[m] then
     new_count = new_count + 1
-    if ndest > 0 then
-      new_bytes = new_bytes + (COPY_BYTES + #ARGV[pos + 1] + #heads[m] + 1) * ndest
+    if copies > 0 then
+      for _, qd in ipairs(queues) do
+        local head = make_head(ndocs, priority, expiry_in(qd, x))
+        new_bytes = new_bytes + (COPY_BYTES + #ARGV[pos + 1] + #head + 1) * #qd.dests
+      end
       for k = 0, ndocs - 1 do
         local props = #ARGV[pos + 4 + 2 * k]
         new_bytes = new_bytes + DOC_BYTES + #ARGV[pos + 3 + 2 * k]
@@ -112,18 +138,16 @@ if quota > 0 and new_bytes > 0 then
   end
 end
 
--- Pass 2: ids, de-duplication markers, documents and messages.
+-- Pass 2: ids, de-duplication markers and documents.
 local seq = redis.call('INCRBY', KEYS[5], new_count) - new_count
 local stamp = tostring(now)
 local ids = {}
 local marker_bytes = 0
-local doc_args, docp_args, docr_args, msg_args, all_args = {}, {}, {}, {}, {}
+local doc_args, docp_args, docr_args, all_args = {}, {}, {}, {}
 local fresh = {}          -- the stored messages' indexes, in order
-local first_expiry
 for m = 1, nmsg do
   pos = starts[m]
   local dd = dds[m]
-  local json = ARGV[pos + 1]
   local ndocs = tonumber(ARGV[pos + 2])
   pos = pos + 3
   if original[m] then
@@ -136,11 +160,11 @@ for m = 1, nmsg do
     local id = stamp .. '-' .. string.rep('0', 12 - #s) .. s
     ids[m] = id
     if dd > 0 then
-      local key, value = KEYS[dd_base + dd], q.gen .. '|' .. id
+      local key, value = KEYS[dd_base + dd], marker_gen .. '|' .. id
       redis.call('SET', key, value, 'PX', window)
       marker_bytes = marker_bytes + MARKER_BYTES + #key + #value
     end
-    if ndest > 0 then
+    if copies > 0 then
       for k = 1, ndocs do
         local doc = id .. '.' .. k
         doc_args[#doc_args + 1] = doc
@@ -149,60 +173,66 @@ for m = 1, nmsg do
           docp_args[#docp_args + 1] = doc
           docp_args[#docp_args + 1] = ARGV[pos + 1]
         end
-        if ndest > 1 then
+        if copies > 1 then
           docr_args[#docr_args + 1] = doc
-          docr_args[#docr_args + 1] = ndest
+          docr_args[#docr_args + 1] = copies
         end
         pos = pos + 2
       end
-      msg_args[#msg_args + 1] = id
-      msg_args[#msg_args + 1] = heads[m] .. '|' .. json
       fresh[#fresh + 1] = m
-      local x = expiries[m]
-      if x and (not first_expiry or x < first_expiry) then first_expiry = x end
       all_args[#all_args + 1] = 0
       all_args[#all_args + 1] = id
     end
   end
 end
 
-if #msg_args > 0 then
+-- Pass 3: a copy of each new message in every destination.
+if #fresh > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
-  for i, d in ipairs(dests) do
-    redis.call('ZADD', OLDEST, 'NX', now, ARGV[5 + i])
-    call_batched('HSET', d.msg, msg_args)
-    call_batched('ZADD', d.all, all_args)
-    local state_args, ranked_args, expiry_args = {}, {}, {}
-    for k, m in ipairs(fresh) do
-      local id = msg_args[2 * k - 1]
-      local where = 'z'
-      if priorities[m] == DEFAULT_PRIORITY then
-        where = 'r' .. redis.call('XADD', d.ready, '*', 'm', id)
-      else
-        ranked_args[#ranked_args + 1] = ready_score(priorities[m], id)
-        ranked_args[#ranked_args + 1] = id
-      end
-      state_args[#state_args + 1] = id
-      state_args[#state_args + 1] = '0|0|' .. where
-      if expiries[m] then
-        expiry_args[#expiry_args + 1] = expiries[m]
-        expiry_args[#expiry_args + 1] = id
+  for _, qd in ipairs(queues) do
+    local msg_args, expiry_args, first_expiry = {}, {}, nil
+    for _, m in ipairs(fresh) do
+      local x = expiry_in(qd, expiries[m])
+      msg_args[#msg_args + 1] = ids[m]
+      msg_args[#msg_args + 1] = make_head(tonumber(ARGV[starts[m] + 2]), priorities[m], x) .. '|' .. ARGV[starts[m] + 1]
+      if x then
+        expiry_args[#expiry_args + 1] = x
+        expiry_args[#expiry_args + 1] = ids[m]
+        if not first_expiry or x < first_expiry then first_expiry = x end
       end
     end
-    call_batched('HSET', d.state, state_args)
-    if #ranked_args > 0 then
-      call_batched('ZADD', d.rz, ranked_args)
-      wake(d)
-    end
-    if #expiry_args > 0 then
-      call_batched('ZADD', d.exp, expiry_args)
-      due_by(DUE, ARGV[5 + i], first_expiry)
+    for i, d in ipairs(qd.dests) do
+      redis.call('ZADD', OLDEST, 'NX', now, qd.members[i])
+      call_batched('HSET', d.msg, msg_args)
+      call_batched('ZADD', d.all, all_args)
+      local state_args, ranked_args = {}, {}
+      for _, m in ipairs(fresh) do
+        local id = ids[m]
+        local where = 'z'
+        if priorities[m] == DEFAULT_PRIORITY then
+          where = 'r' .. redis.call('XADD', d.ready, '*', 'm', id)
+        else
+          ranked_args[#ranked_args + 1] = ready_score(priorities[m], id)
+          ranked_args[#ranked_args + 1] = id
+        end
+        state_args[#state_args + 1] = id
+        state_args[#state_args + 1] = '0|0|' .. where
+      end
+      call_batched('HSET', d.state, state_args)
+      if #ranked_args > 0 then
+        call_batched('ZADD', d.rz, ranked_args)
+        wake(d)
+      end
+      if first_expiry then
+        call_batched('ZADD', d.exp, expiry_args)
+        due_by(DUE, qd.members[i], first_expiry)
+      end
     end
   end
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
-  redis.call('HINCRBY', USAGE, 'messages', (#msg_args / 2) * ndest)
+  redis.call('HINCRBY', USAGE, 'messages', #fresh * copies)
 end
 if marker_bytes > 0 then
   -- Buckets of a 32nd of the window (at least 1 s), so the ledger holds ~33 fields.
@@ -211,6 +241,8 @@ if marker_bytes > 0 then
   redis.call('HINCRBY', LEDGER, expiry, marker_bytes)
   redis.call('HINCRBY', USAGE, 'markers', marker_bytes)
 end
-count('sent', new_count)
-count_rate('s', new_count, now)
+for _, qd in ipairs(queues) do
+  count('sent', new_count, qd.cfg)
+  count_rate('s', new_count, now, qd.cfg)
+end
 return ids

@@ -9,7 +9,8 @@
 -- KEYS[7]      the tenant's set of removals under way
 -- KEYS[8]      the tenant's due index
 -- KEYS[9]      the tenant's index of oldest messages
--- KEYS[10..]   per destination, its DEST_KEYS keys, then the DEST_KEYS keys it moves to
+-- KEYS[10]     the tenant's topic patterns (a removed queue attracts nothing)
+-- KEYS[11..]   per destination, its DEST_KEYS keys, then the DEST_KEYS keys it moves to
 -- ARGV[1]      queue | subscriber
 -- ARGV[2]      the queue's name, or the subscriber's
 -- ARGV[3]      queue: the route the caller read ("<model>|<gen>|<subscriber version>")
@@ -18,7 +19,7 @@
 -- Returns 1 when the component existed, 0 when it did not; error STALESUBS
 -- when the queue's subscribers changed since the caller read them.
 
-local ndest = (#KEYS - 9) / (2 * DEST_KEYS)
+local ndest = (#KEYS - 10) / (2 * DEST_KEYS)
 if ARGV[1] == 'queue' then
   local q = redis.call('HMGET', CFG, 'model', 'gen', 'subv')
   if not q[1] then return 0 end
@@ -27,6 +28,7 @@ if ARGV[1] == 'queue' then
   end
   redis.call('DEL', CFG, KEYS[6])
   redis.call('SREM', KEYS[5], ARGV[2])
+  if redis.call('HDEL', KEYS[10], ARGV[2]) == 1 then redis.call('HINCRBY', KEYS[10], '#v', 1) end
 else
   if redis.call('SREM', KEYS[6], ARGV[2]) == 0 then return 0 end
   redis.call('HINCRBY', CFG, 'subv', 1)
@@ -34,7 +36,7 @@ end
 for i = 0, ndest - 1 do
   redis.call('ZREM', KEYS[8], ARGV[5 + i])
   redis.call('ZREM', KEYS[9], ARGV[5 + i])
-  local base = 10 + i * 2 * DEST_KEYS
+  local base = 11 + i * 2 * DEST_KEYS
   for j = 0, DEST_KEYS - 1 do
     if redis.call('EXISTS', KEYS[base + j]) == 1 then
       redis.call('RENAME', KEYS[base + j], KEYS[base + DEST_KEYS + j])
