@@ -169,15 +169,19 @@ class Sending:
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
-            args += [dd, *_timing(m, i), envelope, len(m.documents)]
+            args += [dd, _timing(m, i), envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
         return args, list(dedupe_index)
 
 
-def _timing(m: OutgoingMessage, i: int) -> tuple[int, int, int]:
-    """The message's priority, expiry (ms, 0 for none) and time to live (ms, 0 for none), as the script takes them."""
+def _timing(m: OutgoingMessage, i: int) -> str:
+    """The message's priority, expiry (ms, 0 for none) and time to live (ms, 0 for none) as the script
+    takes them: ``<priority>,<expiry>,<ttl>``, or "" for a message that sets none (the common case,
+    one short argument)."""
+    if m.priority is None and m.expires_at is None and m.ttl_s is None:
+        return ""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
@@ -193,7 +197,7 @@ def _timing(m: OutgoingMessage, i: int) -> tuple[int, int, int]:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    return priority, expires_ms, ttl_ms
+    return f"{priority},{expires_ms},{ttl_ms}"
 
 
 def _finite_number(value: object) -> bool:

@@ -18,9 +18,9 @@
 --              version>", no subscriber version for point-to-point), its number of
 --              destinations, and each destination's name in the indexes of due and
 --              oldest messages; then per message: dedupe key index (0 = none),
---              priority, expiry (ms since the epoch, 0 = none), time to live (ms,
---              0 = none), envelope JSON, document count, then per document: data,
---              properties JSON ("" = none)
+--              timing ("<priority>,<expiry ms since the epoch, 0 = none>,<time to
+--              live ms, 0 = none>", or "" for the defaults), envelope JSON,
+--              document count, then per document: data, properties JSON ("" = none)
 -- A new marker's bytes count in the usage hash's `markers` until the marker
 -- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
 -- takes them off again (due.lua).
@@ -88,17 +88,21 @@ local starts = {}         -- message index -> ARGV position of its envelope
 local priorities = {}     -- message index -> priority
 local expiries = {}       -- message index -> its own expiry (ms) or nil
 local dds = {}            -- message index -> dedupe key index
+local heads = {}          -- queue index -> message index -> envelope head there
+for qi = 1, nqueue do heads[qi] = {} end
 local new_count, new_bytes = 0, 0
 local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
-  local priority = tonumber(ARGV[pos + 1])
-  local x = tonumber(ARGV[pos + 2])
-  local ttl = tonumber(ARGV[pos + 3])
-  if x == 0 then x = nil end
-  if ttl > 0 and (not x or now + ttl < x) then x = now + ttl end
+  local priority, x = DEFAULT_PRIORITY, nil
+  if ARGV[pos + 1] ~= '' then
+    local p, given, ttl = string.match(ARGV[pos + 1], '^(%d+),(%d+),(%d+)$')
+    priority, x, ttl = tonumber(p), tonumber(given), tonumber(ttl)
+    if x == 0 then x = nil end
+    if ttl > 0 and (not x or now + ttl < x) then x = now + ttl end
+  end
   priorities[m], expiries[m], dds[m] = priority, x, dd
-  pos = pos + 3  -- from here on, as if the message started at its envelope
+  pos = pos + 1  -- from here on, as if the message started at its envelope
   local ndocs = tonumber(ARGV[pos + 2])
   starts[m] = pos
   if dd > 0 then
@@ -117,8 +121,9 @@ for m = 1, nmsg do
   if not original[m] and not repeat_of[m] then
     new_count = new_count + 1
     if copies > 0 then
-      for _, qd in ipairs(queues) do
+      for qi, qd in ipairs(queues) do
         local head = make_head(ndocs, priority, expiry_in(qd, x))
+        heads[qi][m] = head
         new_bytes = new_bytes + (COPY_BYTES + #ARGV[pos + 1] + #head + 1) * #qd.dests
       end
       for k = 0, ndocs - 1 do
@@ -191,12 +196,12 @@ if #fresh > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
-  for _, qd in ipairs(queues) do
+  for qi, qd in ipairs(queues) do
     local msg_args, expiry_args, first_expiry = {}, {}, nil
     for _, m in ipairs(fresh) do
       local x = expiry_in(qd, expiries[m])
       msg_args[#msg_args + 1] = ids[m]
-      msg_args[#msg_args + 1] = make_head(tonumber(ARGV[starts[m] + 2]), priorities[m], x) .. '|' .. ARGV[starts[m] + 1]
+      msg_args[#msg_args + 1] = heads[qi][m] .. '|' .. ARGV[starts[m] + 1]
       if x then
         expiry_args[#expiry_args + 1] = x
         expiry_args[#expiry_args + 1] = ids[m]
