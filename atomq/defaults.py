@@ -96,6 +96,10 @@ MAX_PAGE_LIMIT = 1000
 """As ``MAX_GET``: a page is read and answered whole by one script."""
 MAX_NACK_REASON_CHARS = 4096
 """A reason is stored with each dead letter: room for an error and its context, not for a payload."""
+NACK_REASON = "nacked"
+"""The reason of a dead letter whose last nack gave none."""
+DEAD_LETTER_REASONS = ("expired", "ack timeout", NACK_REASON)
+"""The reasons atomq itself gives dead letters (the scripts spell the first two); a nack may give any other."""
 MAX_DEDUPE_ID_CHARS = 256
 """A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
 PRIORITY_RANGE = (0, 9)

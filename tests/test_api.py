@@ -8,6 +8,7 @@ HTTP (gunicorn, its own embedded Valkey), as a client would.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -470,3 +471,26 @@ def test_priorities_and_expiry_over_http(acme) -> None:
     assert got[0]["expires_at"] - got[0]["enqueued_at"] == pytest.approx(30, abs=0.01), "ttl_s beats the queue's 60"
     bad = {"messages": [{"documents": [{"data": "x"}], "ttl_s": 0}]}
     assert acme("POST", "/v1/queues/jobs/messages", bad, 400)["error"]["details"]["field"] == "messages.0.ttl_s"
+
+
+def test_dead_letters_by_reason_over_http(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 0}, 201)
+    past = time.time() - 1
+    expired = acme("POST", "/v1/queues/jobs/messages", {"messages": [
+        {"documents": [{"data": f"late {i}"}], "expires_at": past} for i in range(3)]}, 201)["ids"]
+    nacked = send(acme, "jobs", "a", "b")
+    got = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
+    assert [m["id"] for m in got] == nacked, "the expired are never delivered"
+    acme("POST", "/v1/queues/jobs/nack", {"ids": nacked, "reason": "bad input"}, 200)
+    page = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", limit=2)
+    assert [m["id"] for m in page["messages"]] == expired[:2] and page["next"]
+    rest = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", after=page["next"])
+    assert [(m["id"], m["reason"]) for m in rest["messages"]] == [(expired[2], "expired")]
+    for body in ({"reason": "expired", "all": True}, {"reason": ""}, {"reason": "expired", "ids": [nacked[0]]}):
+        assert acme("POST", "/v1/queues/jobs/dead-letters/resend", body, 400)["error"]["code"] == "invalid_input"
+    acme("GET", "/v1/queues/jobs/dead-letters", status=400, reason="")
+    assert acme("POST", "/v1/queues/jobs/dead-letters/resend", {"reason": "expired"}, 200) == {"resent": 3}
+    assert acme("DELETE", "/v1/queues/jobs/dead-letters", {"reason": "bad input"}, 200) == {"deleted": 2}
+    assert acme("GET", "/v1/queues/jobs", status=200)["dead_letters"] == 0
+    again = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
+    assert [m["id"] for m in again] == expired and all("expires_at" not in m for m in again)

@@ -178,3 +178,24 @@ def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities
     assert kept["topics"] == ["boomi/test/>"], "a create that names no topic keeps the patterns"
     bad = run("publish", "boomi/*", "x", env=tenant_env)
     assert bad.returncode != 0 and "topic" in bad.stderr
+
+
+def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    ok("queues", "create", "jobs", "--max-redeliveries", "0")
+    ok("send", "jobs", "late", "--ttl", "0.001")
+    ok("send", "jobs", "broken")
+    (got,) = json.loads(ok("get", "jobs", "--max", "5", "--nack", "bad input", "--json"))
+    assert got["documents"][0]["data"] == "broken", "the expired one is never delivered"
+    expired = json.loads(ok("dead-letters", "list", "jobs", "--reason", "expired", "--json"))
+    assert [m["reason"] for m in expired] == ["expired"]
+    assert "bad input" in ok("dead-letters", "list", "jobs")
+    both = run("dead-letters", "resend", "jobs", got["id"], "--reason", "expired", env=tenant_env)
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}
+    assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--json")) == {"deleted": 1}
+    assert json.loads(ok("dead-letters", "list", "jobs", "--json")) == []

@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import pytest
 from atomq.api import create_app
 from atomq.api.dashboard.sessions import SESSION_COOKIE
 from atomq.api.services import LongPollLimiter, Services
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, wire
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.tenants import TenantStore, api_keys
@@ -202,6 +203,39 @@ def test_resending_a_dead_letter_puts_it_back(page: Page, node: InProcessNode, t
     expect(page.get_by_role("status")).to_have_text("Resent 1 dead letter.")
     expect(page.locator("#dead-letters")).to_have_text("0")
     expect(page.locator("#depth")).to_have_text("2")
+
+
+def test_a_queue_page_shows_topics_priorities_expiry_and_dead_letters_by_reason(
+        page: Page, node: InProcessNode, tenant: TenantUser) -> None:
+    tenant.api.put_queue("events", max_redeliveries=0, topics=["shop/>"], message_ttl_s=600)
+    (stale_id,) = tenant.api.send("events", [wire.message([wire.document("stale")], expires_at=time.time() - 1)])
+    assert tenant.api.get("events", max_messages=10) == [], "expired before any get"
+    nacked_id = dead_letter(tenant.api, "events", "broken", "bad input")
+    published = tenant.api.publish("shop/orders/eu", [wire.message([wire.document("urgent")], priority=9)])
+    assert published["queues"] == ["events"]
+    tenant.api.send_texts("events", ["plain"])
+    sign_in(page, node, tenant.key)
+    page.goto(queue_url(node, tenant.id, "events"))
+    expect(page.locator("#topics")).to_contain_text("shop/>")
+    expect(page.get_by_text("messages expire 600 s after their send")).to_be_visible()
+    expect(page.locator("#by-priority")).to_have_text("9: 1 · 4: 1")
+    expect(page.locator("#total-expired")).to_have_text("1")
+    expect(page.locator("#total-dead_lettered")).to_have_text("2")
+    urgent = page.locator("table.messages tbody tr").first
+    expect(urgent).to_contain_text("shop/orders/eu")
+    expect(urgent.locator("td.num").first).to_have_text("9")
+
+    page.get_by_label("Only the reason").fill("expired")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_role("heading", name=re.compile("given the reason “expired”"))).to_be_visible()
+    expect(page.locator("table.dead-letters tbody tr")).to_have_count(1)
+    expect(page.locator("table.dead-letters tbody tr")).to_contain_text(stale_id)
+    page.get_by_role("button", name="Resend all dead letters given this reason").click()
+    expect(page.get_by_role("status")).to_have_text("Resent 1 dead letter.")
+    expect(page.get_by_text("No dead letters given that reason.")).to_be_visible()
+    expect(page.locator("#dead-letters")).to_have_text("1")
+    assert [d["id"] for d in tenant.api.dead_letters("events")] == [nacked_id]
+    assert [d["id"] for d in tenant.api.dead_letters("events", reason="bad input")] == [nacked_id]
 
 
 def test_pause_resume_and_restart_a_listener(page: Page, node: InProcessNode, tenant: TenantUser) -> None:

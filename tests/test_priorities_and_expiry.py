@@ -7,6 +7,7 @@ redelivery schedule: 0.05, 0.1, 0.15 s).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -16,7 +17,7 @@ from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from support.audit import assert_audit_clean
-from support.queues import browse_all, dead_all
+from support.queues import FAST, browse_all, dead_all
 from support.waiting import wait_until
 
 P2P = "point_to_point"
@@ -144,6 +145,34 @@ def test_a_resent_dead_letter_no_longer_expires(qs: QueueServer, tenant: str) ->
     wait_until(lambda: redelivery_due(qs, tenant), 5, "the redelivery")
     assert [d.id for d in qs.get(tenant, "q")] == [mid]
     assert_audit_clean(qs.client, tenant)
+
+
+def test_dead_letters_are_listed_resent_and_deleted_by_reason(qs: QueueServer, tenant: str) -> None:
+    small = QueueServer(qs.client, dataclasses.replace(FAST, chunk_size=2))  # selections span chunks
+    small.put_queue(tenant, "q", P2P, max_redeliveries=0)
+    expiring = small.send(tenant, "q", [m(f"x{i}", ttl_s=0.1) for i in range(5)])
+    nacked = small.send(tenant, "q", [m(f"n{i}") for i in range(4)])
+    time.sleep(0.2)  # past the expiry of the first five
+    got = small.get(tenant, "q", max_messages=10)
+    assert [d.id for d in got] == nacked
+    small.nack(tenant, "q", receipts=[d.receipt for d in got[:2]], reason="bad input")
+    small.nack(tenant, "q", receipts=[d.receipt for d in got[2:]])
+
+    def listed(reason: str) -> list[str]:
+        return [d.id for d in dead_all(small, tenant, "q", limit=2, reason=reason)]
+
+    assert (listed("expired"), listed("bad input"), listed("nacked")) == (expiring, nacked[:2], nacked[2:])
+    assert listed("bad") == [], "a reason is matched whole"
+    for selector in ({"ids": [nacked[2]], "reason": "nacked"}, {"all": True, "reason": "nacked"}, {"reason": ""}, {}):
+        with pytest.raises(InvalidInput):
+            small.resend_dead_letters(tenant, "q", **selector)
+    assert small.resend_dead_letters(tenant, "q", reason="expired") == 5
+    assert listed("expired") == []
+    assert small.delete_dead_letters(tenant, "q", reason="bad input") == 2
+    assert small.delete_dead_letters(tenant, "q", reason="bad input") == 0
+    assert [d.id for d in dead_all(small, tenant, "q")] == nacked[2:]
+    assert [d.id for d in small.get(tenant, "q", max_messages=10)] == expiring
+    assert_audit_clean(small.client, tenant)
 
 
 def test_queue_expiry_settings_are_kept_by_a_put_that_does_not_name_them(qs: QueueServer, tenant: str) -> None:

@@ -10,7 +10,7 @@ from flask.views import MethodView
 from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.schemas.common import BulkSelector, PageArgs
+from atomq.api.schemas.common import DeadLetterPageArgs, DeadLetterSelector
 from atomq.api.schemas.messages import DeadLetterPageSchema, DeletedSchema, ResentSchema
 
 blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters",
@@ -19,27 +19,30 @@ blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", descriptio
 
 @blp.route("/<qname:name>/dead-letters")
 class DeadLetters(MethodView):
-    @blp.arguments(PageArgs, location="query")
+    @blp.arguments(DeadLetterPageArgs, location="query")
     @blp.response(200, DeadLetterPageSchema)
     def get(self, args: dict[str, Any], name: str) -> Response:
-        """Dead letters with their reason and failed deliveries."""
+        """Dead letters with their reason and failed deliveries, of one reason with ``reason``."""
         page = services().queues.dead_letters(current_tenant(), name, args["limit"], args.get("after"),
-                                              args.get("subscriber"))
+                                              args.get("subscriber"), args.get("reason"))
         return render.json_response({"messages": [render.message(m) for m in page.items], "next": page.next})
 
-    @blp.arguments(BulkSelector)
+    @blp.arguments(DeadLetterSelector)
     @blp.response(200, DeletedSchema)
     def delete(self, body: dict[str, Any], name: str) -> dict[str, int]:
-        """Deletes selected or all dead letters."""
+        """Deletes selected dead letters, all of them, or all of one reason."""
         return {"deleted": services().queues.delete_dead_letters(
-            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
+            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"),
+            body.get("reason"))}
 
 
 @blp.route("/<qname:name>/dead-letters/resend")
 class Resend(MethodView):
-    @blp.arguments(BulkSelector)
+    @blp.arguments(DeadLetterSelector)
     @blp.response(200, ResentSchema)
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
-        """Puts dead letters back: same id and delivery count, a fresh redelivery budget."""
+        """Puts dead letters back (selected, all, or all of one reason): same id and delivery
+        count, a fresh redelivery budget, no expiry."""
         return {"resent": services().queues.resend_dead_letters(
-            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"))}
+            current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"),
+            body.get("reason"))}

@@ -14,13 +14,22 @@ def dead_letters() -> None:
     """A queue's dead letters."""
 
 
+REASON_HELP = "only the dead letters given this reason (expired, ack timeout, overflow, a nack's reason)"
+
+
+def _one_selection(ids: tuple[str, ...], reason: str | None) -> None:
+    if ids and reason is not None:
+        raise click.UsageError("give IDS or --reason, not both")
+
+
 @dead_letters.command("list")
 @click.argument("queue")
 @click.option("--subscriber")
+@click.option("--reason", help=REASON_HELP)
 @connection_options
-def dead_letters_list(c: AtomqClient, queue: str, subscriber: str | None) -> None:
+def dead_letters_list(c: AtomqClient, queue: str, subscriber: str | None, reason: str | None) -> None:
     """Every dead letter with its reason."""
-    data = list(c.dead_letters(queue, subscriber))
+    data = list(c.dead_letters(queue, subscriber, reason=reason))
     emit(data, [(m["id"], m["failed_deliveries"], m["reason"]) for m in data], ("ID", "FAILED", "REASON"))
 
 
@@ -28,10 +37,13 @@ def dead_letters_list(c: AtomqClient, queue: str, subscriber: str | None) -> Non
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
 @click.option("--subscriber")
+@click.option("--reason", help=REASON_HELP)
 @connection_options
-def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None) -> None:
-    """Resend the dead letters IDS (all of them when none is given)."""
-    n = c.resend_dead_letters(queue, list(ids) or None, subscriber)
+def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
+                        reason: str | None) -> None:
+    """Resend the dead letters IDS (those of --reason, or all of them, when none is given)."""
+    _one_selection(ids, reason)
+    n = c.resend_dead_letters(queue, list(ids) or None, subscriber, reason=reason)
     emit({"resent": n}, [(n,)], ("RESENT",))
 
 
@@ -39,8 +51,11 @@ def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
 @click.option("--subscriber")
+@click.option("--reason", help=REASON_HELP)
 @connection_options
-def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None) -> None:
-    """Delete the dead letters IDS (all of them when none is given)."""
-    n = c.delete_dead_letters(queue, list(ids) or None, subscriber)
+def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
+                        reason: str | None) -> None:
+    """Delete the dead letters IDS (those of --reason, or all of them, when none is given)."""
+    _one_selection(ids, reason)
+    n = c.delete_dead_letters(queue, list(ids) or None, subscriber, reason=reason)
     emit({"deleted": n}, [(n,)], ("DELETED",))

@@ -76,11 +76,19 @@ def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], priority: int | 
               show_default=True)
 @click.option("--subscriber", help="For a publish/subscribe queue.")
 @click.option("--ack", is_flag=True, help="Ack what was received (else it is redelivered after the ack time-out).")
+@click.option("--nack", "nack_reason", metavar="REASON",
+              help="Nack what was received with this reason: redelivered on the queue's schedule, or "
+                   "dead-lettered with REASON once its redeliveries are spent.")
 @connection_options
-def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber: str | None, ack: bool) -> None:
+def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber: str | None, ack: bool,
+        nack_reason: str | None) -> None:
     """Receive messages from QUEUE."""
+    if ack and nack_reason is not None:
+        raise click.UsageError("give --ack or --nack, not both")
     got = c.get(queue, max_messages, wait_ms, subscriber)
     if ack and got:
         c.ack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber)
+    if nack_reason is not None and got:
+        c.nack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber, reason=nack_reason)
     emit(got, [(m["id"], m["delivery_count"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
                for m in got], ("ID", "DELIVERY", "DOCUMENTS"))

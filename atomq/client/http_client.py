@@ -218,10 +218,10 @@ class AtomqClient:
 
     # -- management ----------------------------------------------------------------------
 
-    def _pages(self, path: str, subscriber: str | None, limit: int) -> Iterator[Any]:
+    def _pages(self, path: str, subscriber: str | None, limit: int, **query: Any) -> Iterator[Any]:
         after = None
         while True:
-            page = self.request("GET", path, limit=limit, after=after, subscriber=subscriber)
+            page = self.request("GET", path, limit=limit, after=after, subscriber=subscriber, **query)
             yield from page["messages"]
             after = page["next"]
             if after is None:
@@ -232,11 +232,14 @@ class AtomqClient:
         return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit)
 
     def dead_letters(self, queue: str, subscriber: str | None = None,
-                     limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
-        return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit)
+                     limit: int = defaults.PAGE_LIMIT, reason: str | None = None) -> Iterator[Any]:
+        """Every dead letter (given ``reason`` only, when set), page by page."""
+        return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit, reason=reason)
 
-    def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None) -> Any:
-        body: dict[str, Any] = {"ids": list(ids)} if ids is not None else {"all": True}
+    def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None,
+              reason: str | None = None) -> Any:
+        body: dict[str, Any] = ({"ids": list(ids)} if ids is not None
+                                else {"reason": reason} if reason is not None else {"all": True})
         if subscriber:
             body["subscriber"] = subscriber
         return self.request(method, path, body)
@@ -246,9 +249,13 @@ class AtomqClient:
         return int(self._bulk("DELETE", f"/v1/queues/{queue}/messages", ids, subscriber)["deleted"])
 
     def resend_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
-                            subscriber: str | None = None) -> int:
-        return int(self._bulk("POST", f"/v1/queues/{queue}/dead-letters/resend", ids, subscriber)["resent"])
+                            subscriber: str | None = None, reason: str | None = None) -> int:
+        """Resends the dead letters ``ids``; when None, those given ``reason``, or all of them."""
+        return int(self._bulk("POST", f"/v1/queues/{queue}/dead-letters/resend", ids, subscriber,
+                              reason)["resent"])
 
     def delete_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
-                            subscriber: str | None = None) -> int:
-        return int(self._bulk("DELETE", f"/v1/queues/{queue}/dead-letters", ids, subscriber)["deleted"])
+                            subscriber: str | None = None, reason: str | None = None) -> int:
+        """Deletes the dead letters ``ids``; when None, those given ``reason``, or all of them."""
+        return int(self._bulk("DELETE", f"/v1/queues/{queue}/dead-letters", ids, subscriber,
+                              reason)["deleted"])

@@ -92,7 +92,7 @@ class Deliveries:
         if not isinstance(reason, str) or len(reason) > defaults.MAX_NACK_REASON_CHARS:
             raise InvalidInput(f"reason must be a string of at most {defaults.MAX_NACK_REASON_CHARS} characters",
                                field="reason")
-        done, dead = self._settle("nack", reason or "nacked", tenant, queue, ids, receipts, subscriber)
+        done, dead = self._settle("nack", reason or defaults.NACK_REASON, tenant, queue, ids, receipts, subscriber)
         return NackResult(requeued=done, dead_lettered=dead)
 
     def release(self, tenant: str, queue: str, ids: Sequence[str] | None = None,

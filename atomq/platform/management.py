@@ -22,6 +22,14 @@ from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not
 from atomq.platform.stored_form import decode_messages
 
 
+def check_reason(reason: object) -> str:
+    """A dead letter reason to select by: as a nack gives one, not empty."""
+    if not isinstance(reason, str) or not 0 < len(reason) <= defaults.MAX_NACK_REASON_CHARS:
+        raise InvalidInput(f"reason must be a string of 1 to {defaults.MAX_NACK_REASON_CHARS} characters",
+                           field="reason")
+    return reason
+
+
 class Management:
     """Operator actions on messages, and what each tenant stores."""
 
@@ -57,9 +65,12 @@ class Management:
         return self._list("queued", BrowsedMessage, tenant, queue, limit, after, subscriber)
 
     def dead_letters(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT, after: str | None = None,
-                     subscriber: str | None = None) -> Page:
-        """The queue's dead letters with reason and failed deliveries."""
-        return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
+                     subscriber: str | None = None, reason: str | None = None) -> Page:
+        """The queue's dead letters with reason and failed deliveries; with ``reason``, only
+        those given that reason (``expired``, ``ack timeout``, a consumer's nack reason)."""
+        if reason is None:
+            return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
+        return self._list("dead-reason", DeadLetter, tenant, queue, limit, after, subscriber, check_reason(reason))
 
     def peek(self, tenant: str, queue: str, ids: Sequence[str], subscriber: str | None = None) -> list[BrowsedMessage]:
         """The messages ``ids`` that are queued (ready, in flight or scheduled), in that
@@ -82,13 +93,13 @@ class Management:
         return out
 
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
-              subscriber: str | None) -> Page:
+              subscriber: str | None, *extra: str) -> Page:
         check_integer_range(limit, "limit", 1, defaults.MAX_PAGE_LIMIT)
         if after is not None and (not isinstance(after, str) or len(after) > 64):
             raise InvalidInput("after must be a cursor returned as next", field="after")
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
         reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
-                                         [view, limit, after or "", *self._shared.reply_budget()],
+                                         [view, limit, after or "", *self._shared.reply_budget(), *extra],
                                          errors=self._shared.queue_errors(queue))
         cursor, count = reply[0], reply[1]
         items = decode_messages(reply, 2, count, cls)
@@ -100,20 +111,25 @@ class Management:
         return self._manage("delete", tenant, queue, ids, all, subscriber)
 
     def delete_dead_letters(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
-                            all: bool = False, subscriber: str | None = None) -> int:
-        return self._manage("delete_dead", tenant, queue, ids, all, subscriber)
+                            all: bool = False, subscriber: str | None = None, reason: str | None = None) -> int:
+        """Deletes the dead letters ``ids``, all of them, or all given ``reason``."""
+        return self._manage("delete_dead", tenant, queue, ids, all, subscriber, reason)
 
     def resend_dead_letters(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
-                            all: bool = False, subscriber: str | None = None) -> int:
-        """Puts dead letters back to ready: same id, a fresh redelivery budget."""
-        return self._manage("resend", tenant, queue, ids, all, subscriber)
+                            all: bool = False, subscriber: str | None = None, reason: str | None = None) -> int:
+        """Puts dead letters (``ids``, all, or all given ``reason``) back to ready: same id,
+        a fresh redelivery budget, no expiry."""
+        return self._manage("resend", tenant, queue, ids, all, subscriber, reason)
 
     def _manage(self, action: str, tenant: str, queue: str, ids: Sequence[str] | None, all: bool,
-                subscriber: str | None) -> int:
-        if (ids is None) == (not all):
-            raise InvalidInput("give either ids or all: true", field="ids")
+                subscriber: str | None, reason: str | None = None) -> int:
+        if (ids is not None) + bool(all) + (reason is not None) != 1:
+            raise InvalidInput("give either ids or all: true" if action == "delete"
+                               else "give exactly one of ids, all: true or reason", field="ids")
         if ids is not None:
             check_ids(ids, "ids")
+        if reason is not None:
+            check_reason(reason)
         tk, qk, dests = self._destinations(tenant, queue, subscriber, require_subscriber=False)
         total = 0
         for d in dests:
@@ -122,6 +138,8 @@ class Management:
                     chunk = list(ids[start : start + self._shared.settings.chunk_size])
                     total += int(self._shared.storage.run("manage", docs_and_config(tk, qk) + d.as_list() + [tk.usage],
                                                           [action, "ids", "", 0, *chunk])[0])
+            elif reason is not None:
+                total += self._shared.drain(tk, docs_and_config(tk, qk), d, action, "reason", extra=reason)
             else:
                 total += self._shared.drain(tk, docs_and_config(tk, qk), d, action, "chunk")
         return total

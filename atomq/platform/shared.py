@@ -87,20 +87,22 @@ class Shared:
         return self.settings.max_reply_bytes, self.settings.max_document_bytes + 1
 
     def drain(self, tk: k.TenantKeys, base: list[str], d: k.DestinationKeys, action: str, mode: str,
-              bound: str = "", budget: ChunkBudget | None = None) -> int:
+              bound: str = "", budget: ChunkBudget | None = None, extra: str | None = None) -> int:
         """Applies ``action`` chunk by chunk over a destination's messages; returns the count.
 
-        Removals, purges and an operator's delete or resend of all messages run it;
+        Removals, purges and an operator's delete or resend of all messages (or of all dead
+        letters given one reason, ``extra`` in mode "reason") run it;
         with a ``budget``, it stops when that is spent (the maintenance resumes it).
         """
         total, cursor = 0, bound
         while budget is None or budget.take():
             count, nxt = self.storage.run(
-                "manage", base + d.as_list() + [tk.usage], [action, mode, cursor, self.settings.chunk_size]
+                "manage", base + d.as_list() + [tk.usage],
+                [action, mode, cursor, self.settings.chunk_size, *([] if extra is None else [extra])]
             )
             total += int(count)
             if not nxt or (mode == "older" and not count):
                 return total
-            if mode == "chunk":
+            if mode in ("chunk", "reason"):
                 cursor = nxt.decode()
         return total

@@ -30,9 +30,9 @@ def browse_all(qs: QueueServer, tenant: str, queue: str, limit: int = 100) -> li
     return _all_pages(lambda after: qs.browse(tenant, queue, limit=limit, after=after))
 
 
-def dead_all(qs: QueueServer, tenant: str, queue: str, limit: int = 100) -> list:
-    """Every dead letter, page by page."""
-    return _all_pages(lambda after: qs.dead_letters(tenant, queue, limit=limit, after=after))
+def dead_all(qs: QueueServer, tenant: str, queue: str, limit: int = 100, reason: str | None = None) -> list:
+    """Every dead letter (of that reason), page by page."""
+    return _all_pages(lambda after: qs.dead_letters(tenant, queue, limit=limit, after=after, reason=reason))
 
 
 def counts(qs: QueueServer, tenant: str, queue: str) -> tuple[int, int, int]:

@@ -9,6 +9,8 @@ form itself: a ticked box, the queue's name typed again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import redirect, request, url_for
 from werkzeug.wrappers import Response
 
@@ -34,7 +36,9 @@ def _subscriber() -> str | None:
 
 
 def _back_to_queue(tenant_id: str, queue: str) -> Response:
-    return redirect(url_for(".queue_page", tenant_id=tenant_id, queue=queue, subscriber=_subscriber()), 303)
+    """The queue's page as the form showed it: the same subscriber, the same dead letter reason."""
+    return redirect(url_for(".queue_page", tenant_id=tenant_id, queue=queue, subscriber=_subscriber(),
+                            reason=request.form.get("reason") or None), 303)
 
 
 def _selection(noun: str) -> tuple[list[str] | None, bool]:
@@ -45,6 +49,16 @@ def _selection(noun: str) -> tuple[list[str] | None, bool]:
     if not ids:
         raise InvalidInput(f"select at least one {noun} first", field="id")
     return ids, False
+
+
+def _dead_selection() -> dict[str, Any]:
+    """The dead letter form's selection: ``ids``, ``all``, or, for "all" while the list shows
+    one reason, that ``reason``."""
+    ids, everything = _selection("dead letter")
+    reason = request.form.get("reason") or None
+    if everything and reason is not None:
+        return {"reason": reason}
+    return {"ids": ids, "all": everything}
 
 
 @bp.post("/tenants/<tenant_id>/queues/<qname:queue>/messages/delete")
@@ -72,9 +86,8 @@ def clear_queue(tenant_id: str, queue: str) -> Response:
 def resend_dead_letters(tenant_id: str, queue: str) -> Response:
     """Puts the selected (or all) dead letters back on the queue with a fresh redelivery budget."""
     tenant = access.scoped_tenant(tenant_id)
-    ids, everything = _selection("dead letter")
-    resent = services().queues.resend_dead_letters(tenant.id, queue, ids=ids, all=everything,
-                                                   subscriber=_subscriber())
+    resent = services().queues.resend_dead_letters(tenant.id, queue, subscriber=_subscriber(),
+                                                   **_dead_selection())
     _notice(f"Resent {_plural(resent, 'dead letter')}.")
     return _back_to_queue(tenant.id, queue)
 
@@ -82,9 +95,8 @@ def resend_dead_letters(tenant_id: str, queue: str) -> Response:
 @bp.post("/tenants/<tenant_id>/queues/<qname:queue>/dead-letters/delete")
 def delete_dead_letters(tenant_id: str, queue: str) -> Response:
     tenant = access.scoped_tenant(tenant_id)
-    ids, everything = _selection("dead letter")
-    deleted = services().queues.delete_dead_letters(tenant.id, queue, ids=ids, all=everything,
-                                                    subscriber=_subscriber())
+    deleted = services().queues.delete_dead_letters(tenant.id, queue, subscriber=_subscriber(),
+                                                    **_dead_selection())
     _notice(f"Deleted {_plural(deleted, 'dead letter')}.")
     return _back_to_queue(tenant.id, queue)
 

@@ -86,11 +86,19 @@ def tenant(t: Tenant, usage: dict[str, int]) -> Figures:
     return f
 
 
+QUEUE_TOTALS_SHOWN = ("sent", "acked", "dead_lettered", "expired", "superseded", "dropped")
+"""The totals since a queue was created that its page shows (of ``counters.QUEUE_COUNTS``)."""
+
+
 def queue(info: QueueInfo) -> Figures:
-    """A queue's counts, and each subscriber's for publish/subscribe."""
+    """A queue's counts, its ready messages by priority, its totals, and each subscriber's
+    counts for publish/subscribe."""
     p = f"queue.{info.name}."
     f = Figures(text={p + "depth": count(info.depth), p + "in_flight": count(info.in_flight),
-                      p + "dead_letters": count(info.dead_letters)})
+                      p + "dead_letters": count(info.dead_letters),
+                      p + "by_priority": " · ".join(f"{prio}: {count(n)}" for prio, n
+                                                    in info.depth_by_priority.items()) or "-"})
+    f.text.update({f"{p}total.{kind}": count(info.totals.get(kind, 0)) for kind in QUEUE_TOTALS_SHOWN})
     for name, c in info.subscribers.items():
         s = f"{p}sub.{name}."
         f.text.update({s + "depth": count(c.depth), s + "in_flight": count(c.in_flight),

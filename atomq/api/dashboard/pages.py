@@ -12,6 +12,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from atomq import defaults
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures, formatting
 from atomq.api.dashboard.blueprint import bp
@@ -82,15 +83,17 @@ def queue_page(tenant_id: str, queue: str) -> str:
     s = services()
     info = s.queues.get_queue(tenant.id, queue)
     subscriber = request.args.get("subscriber") or None
+    reason = request.args.get("reason") or None
     if info.model is QueueModel.PUBLISH_SUBSCRIBE and subscriber is None and info.subscribers:
         subscriber = min(info.subscribers)
     messages = dead = Page(items=[], next=None)
     if info.model is QueueModel.POINT_TO_POINT or subscriber is not None:
         messages = s.queues.browse(tenant.id, queue, PAGE_SIZE, request.args.get("after") or None, subscriber)
         dead = s.queues.dead_letters(tenant.id, queue, PAGE_SIZE, request.args.get("dead_after") or None,
-                                     subscriber)
+                                     subscriber, reason)
     return _render("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
-                   figures=figures.queue(info),
+                   reason=reason, common_reasons=defaults.DEAD_LETTER_REASONS, max_reason_chars=defaults.MAX_NACK_REASON_CHARS,
+                   totals_shown=figures.QUEUE_TOTALS_SHOWN, figures=figures.queue(info),
                    live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue))
 
 

@@ -89,3 +89,28 @@ class PageArgs(Strict):
                            validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))
     after = fields.String(validate=validate.Length(max=64))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+
+
+REASON_DOC = {"description": "the dead letters given this reason only: expired, ack timeout, overflow or "
+                             "a consumer's nack reason, matched whole"}
+
+
+def _reason() -> fields.String:
+    return fields.String(validate=validate.Length(1, defaults.MAX_NACK_REASON_CHARS), metadata=REASON_DOC)
+
+
+class DeadLetterPageArgs(PageArgs):
+    reason = _reason()
+
+
+class DeadLetterSelector(BulkSelector):
+    """Selects dead letters by id, all of them, or all of them given one reason."""
+
+    ONE_OF = [*BulkSelector.ONE_OF, {"required": ["reason"]}]
+
+    reason = _reason()
+
+    @ma.validates_schema
+    def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if ("ids" in data) + bool(data.get("all")) + ("reason" in data) != 1:
+            raise ma.ValidationError("give exactly one of ids, all: true or reason", "ids")

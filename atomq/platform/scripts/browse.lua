@@ -3,6 +3,7 @@
 -- KEYS[5..14]  the destination
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
+--              | dead-reason (the dead letters given the reason ARGV[6])
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- ARGV[4]      most document bytes in the page (a first message bigger than that comes
@@ -14,7 +15,8 @@
 local q = require_queue()
 if q.err then return q end
 local d = dest_at(5)
-local dead_view = ARGV[1] == 'dead'
+local dead_view = ARGV[1] == 'dead' or ARGV[1] == 'dead-reason'
+local only_reason = ARGV[1] == 'dead-reason' and ARGV[6] or nil
 local limit = tonumber(ARGV[2])
 local start = '-'
 if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
@@ -46,7 +48,8 @@ while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
     local s = states[i]
     if s then
       local is_dead = string.find(s, '|d', 1, true) ~= nil
-      if is_dead == dead_view then
+      if is_dead == dead_view and (not only_reason
+          or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason) then
         picked[#picked + 1] = id
         wheres[#wheres + 1] = s
         if #picked == limit then break end

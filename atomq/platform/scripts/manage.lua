@@ -5,9 +5,11 @@
 -- ARGV[1]      action: delete (queued messages) | delete_dead | resend (dead letters)
 --              | drop (any message: queue and subscriber removal, retention purge)
 -- ARGV[2]      mode: ids | chunk | older (drop messages sent before ARGV[3] ms)
+--              | reason (the dead letters given the reason ARGV[5], in the order they died)
 -- ARGV[3]      chunk: cursor (last id of the previous chunk, or "") | older: cut-off ms
--- ARGV[4]      chunk size (chunk and older modes)
--- ARGV[5..]    message ids (ids mode)
+--              | reason: cursor (last dead letter queue entry of the previous chunk, or "")
+-- ARGV[4]      chunk size (chunk, older and reason modes)
+-- ARGV[5..]    message ids (ids mode) | the reason (reason mode)
 -- Does not require the queue's config: removal runs after the queue is gone.
 -- Returns {count, cursor}; cursor is "" when the chunk reached the end.
 
@@ -22,6 +24,20 @@ if mode == 'ids' then
       ids[#ids + 1] = ARGV[i]
     end
   end
+elseif mode == 'reason' then
+  local size = tonumber(ARGV[4])
+  local start = '-'
+  if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
+  local entries = redis.call('XRANGE', d.dlq, start, '+', 'COUNT', size)
+  for _, e in ipairs(entries) do
+    local f = e[2]
+    local id, reason = nil, nil
+    for k = 1, #f, 2 do
+      if f[k] == 'm' then id = f[k + 1] elseif f[k] == 'r' then reason = f[k + 1] end
+    end
+    if id and reason == ARGV[5] then ids[#ids + 1] = id end
+  end
+  if #entries == size then cursor = entries[#entries][1] end
 else
   local size = tonumber(ARGV[4])
   local start, stop = '-', '+'
