@@ -96,6 +96,8 @@ MAX_PAGE_LIMIT = 1000
 """As ``MAX_GET``: a page is read and answered whole by one script."""
 MAX_NACK_REASON_CHARS = 4096
 """A reason is stored with each dead letter: room for an error and its context, not for a payload."""
+MAX_PROPERTY_NAME_CHARS = 256
+"""A last-value queue's key property is named like any message property: a short name."""
 NACK_REASON = "nacked"
 """The reason of a dead letter whose last nack gave none."""
 DEAD_LETTER_REASONS = ("expired", "ack timeout", NACK_REASON)

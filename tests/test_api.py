@@ -187,11 +187,14 @@ def test_queue_create_update_list_get_delete(acme) -> None:
     created = acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
     assert created == {"name": "orders", "model": "point_to_point", "max_redeliveries": 6, "ack_timeout_s": 30.0,
                        "depth": 0, "in_flight": 0, "dead_letters": 0, "scheduled": 0, "message_ttl_s": 0.0,
-                       "on_expire": "dead_letter", "topics": [], "depth_by_priority": {},
+                       "on_expire": "dead_letter", "topics": [], "last_value": False, "last_value_key": "",
+                       "depth_by_priority": {},
                        "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
                                                 "superseded", "dropped"], 0)}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
+    kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
+    assert (kept["max_redeliveries"], kept["ack_timeout_s"]) == (2, 5), "a PUT keeps the settings it leaves out"
     send(acme, "orders", "a")
     assert acme("PUT", "/v1/queues/orders", {"model": "publish_subscribe"}, 409)["error"]["code"] == "conflict"
     assert [q["name"] for q in acme("GET", "/v1/queues", status=200)["queues"]] == ["orders"]
@@ -494,3 +497,28 @@ def test_dead_letters_by_reason_over_http(acme) -> None:
     assert acme("GET", "/v1/queues/jobs", status=200)["dead_letters"] == 0
     again = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
     assert [m["id"] for m in again] == expired and all("expires_at" not in m for m in again)
+
+
+def test_a_last_value_queue_over_http(acme) -> None:
+    body = {"model": "point_to_point", "last_value": True, "last_value_key": "service"}
+    created = acme("PUT", "/v1/queues/checkpoints", body, 201)
+    assert (created["last_value"], created["last_value_key"]) == (True, "service")
+
+    def checkpoint(service: str, offset: int) -> dict[str, Any]:
+        return {"documents": [{"data": str(offset)}], "properties": {"service": service}}
+
+    acme("POST", "/v1/queues/checkpoints/messages",
+         {"messages": [checkpoint("echo", 1), checkpoint("sum", 1), checkpoint("echo", 2)]}, 201)
+    (in_flight,) = acme("POST", "/v1/queues/checkpoints/get", {"max": 1}, 200)["messages"]
+    assert in_flight["documents"][0]["data"] == "1" and in_flight["properties"] == {"service": "sum"}
+    acme("POST", "/v1/queues/checkpoints/messages", {"messages": [checkpoint("sum", 2)]}, 201)
+    browsed = acme("GET", "/v1/queues/checkpoints/messages", status=200)["messages"]
+    assert [(m["properties"]["service"], m["documents"][0]["data"], m["state"]) for m in browsed] == [
+        ("sum", "1", "in_flight"), ("echo", "2", "ready"), ("sum", "2", "ready")]
+    assert acme("POST", "/v1/queues/checkpoints/nack", {"receipts": [in_flight["receipt"]]}, 200) == {
+        "requeued": 0, "dead_lettered": 0}, "superseded while in flight: dropped, not redelivered"
+    info = acme("GET", "/v1/queues/checkpoints", status=200)
+    assert (info["depth"], info["in_flight"], info["totals"]["superseded"]) == (2, 0, 2)
+    refused = acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe", "last_value": True}, 400)
+    assert refused["error"]["details"]["field"] == "last_value"
+    acme("PUT", "/v1/queues/checkpoints", {"model": "point_to_point", "last_value": "yes"}, 400)

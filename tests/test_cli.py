@@ -199,3 +199,23 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
     assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}
     assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--json")) == {"deleted": 1}
     assert json.loads(ok("dead-letters", "list", "jobs", "--json")) == []
+
+
+def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    created = json.loads(ok("queues", "create", "prices", "--last-value", "--last-value-key", "sku", "--json"))
+    assert (created["last_value"], created["last_value_key"]) == (True, "sku")
+    ok("send", "prices", "apple 1", "--property", "sku=apple")
+    ok("send", "prices", "pear 1", "--property", "sku=pear")
+    ok("send", "prices", "apple 2", "--property", "sku=apple")
+    browsed = json.loads(ok("browse", "prices", "--json"))
+    assert [(m["properties"], m["documents"][0]["data"]) for m in browsed] == [
+        ({"sku": "pear"}, "pear 1"), ({"sku": "apple"}, "apple 2")]
+    assert json.loads(ok("browse", "prices", "--json")) == browsed, "browsing consumes nothing"
+    assert json.loads(ok("queues", "create", "prices", "--json"))["totals"]["superseded"] == 1
+    bad = run("send", "prices", "x", "--property", "nosign", env=tenant_env)
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr

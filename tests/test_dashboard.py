@@ -237,6 +237,14 @@ def test_a_queue_page_shows_topics_priorities_expiry_and_dead_letters_by_reason(
     assert [d["id"] for d in tenant.api.dead_letters("events")] == [nacked_id]
     assert [d["id"] for d in tenant.api.dead_letters("events", reason="bad input")] == [nacked_id]
 
+    tenant.api.put_queue("prices", last_value=True, last_value_key="sku")
+    tenant.api.send("prices", [wire.message([wire.document(f"{sku} {n}")], {"sku": sku})
+                               for n in (1, 2) for sku in ("apple", "pear")])
+    page.goto(queue_url(node, tenant.id, "prices"))
+    expect(page.get_by_text("a last-value queue: one waiting message per value of the property sku")).to_be_visible()
+    expect(page.locator("#total-superseded")).to_have_text("2")
+    expect(page.locator("table.messages tbody tr")).to_have_count(2)
+
 
 def test_pause_resume_and_restart_a_listener(page: Page, node: InProcessNode, tenant: TenantUser) -> None:
     tenant.api.put_queue("in")

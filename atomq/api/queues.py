@@ -17,6 +17,11 @@ blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Que
                    tenant_scoped=True)
 
 
+QUEUE_SETTINGS = ("max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire", "topics", "last_value",
+                  "last_value_key")
+"""The settings a PUT may name; one it leaves out is kept."""
+
+
 @blp.route("")
 class Queues(MethodView):
     @blp.response(200, QueueListSchema)
@@ -32,10 +37,10 @@ class QueueByName(MethodView):
     @blp.alt_response(201, schema=QueueSchema, description="created")
     @blp.doc(**links.AFTER_QUEUE_PUT)
     def put(self, body: dict[str, Any], name: str) -> Response:
-        """Creates (201) or updates (200) a queue; changing the model of a non-empty queue is 409."""
-        info, created = services().queues.put_queue(
-            current_tenant(), name, body["model"], body["max_redeliveries"], body["ack_timeout_s"],
-            message_ttl_s=body.get("message_ttl_s"), on_expire=body.get("on_expire"), topics=body.get("topics"))
+        """Creates (201) or updates (200) a queue: the settings named change, the others are kept.
+        Changing the model of a non-empty queue is 409."""
+        settings = {field: body.get(field) for field in QUEUE_SETTINGS}
+        info, created = services().queues.put_queue(current_tenant(), name, body["model"], **settings)
         return render.json_response(render.queue(info), 201 if created else 200)
 
     @blp.response(200, QueueSchema)

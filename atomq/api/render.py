@@ -67,6 +67,8 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "message_ttl_s": info.message_ttl_s,
         "on_expire": info.on_expire.value,
         "topics": list(info.topics),
+        "last_value": info.last_value,
+        "last_value_key": info.last_value_key,
         "depth_by_priority": {str(p): n for p, n in info.depth_by_priority.items()},
         "totals": {kind: info.totals.get(kind, 0) for kind in TOTALS},
     }

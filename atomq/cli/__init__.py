@@ -22,7 +22,7 @@ from atomq.cli.audit import audit
 from atomq.cli.dead_letters import dead_letters
 from atomq.cli.demo import demo
 from atomq.cli.listeners import listeners
-from atomq.cli.messages import get, publish, send
+from atomq.cli.messages import browse, get, publish, send
 from atomq.cli.queues import queues
 from atomq.cli.selftest import selftest
 from atomq.cli.serve import serve
@@ -54,5 +54,5 @@ def main() -> None:
 
 
 for _command in (serve, worker, demo, spark_worker, selftest, audit,
-                 tenants, queues, send, publish, get, dead_letters, listeners):
+                 tenants, queues, send, publish, get, browse, dead_letters, listeners):
     main.add_command(_command)

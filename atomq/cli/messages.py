@@ -1,4 +1,4 @@
-"""``atomq send`` and ``atomq get``: messages into and out of a queue."""
+"""``atomq send``, ``publish``, ``get`` and ``browse``: messages into and out of a queue."""
 
 from __future__ import annotations
 
@@ -14,7 +14,19 @@ from atomq.cli.output import emit
 from atomq.client import AtomqClient, wire
 
 
+def _properties(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str] | None:
+    out: dict[str, str] = {}
+    for item in value:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        out[name] = text
+    return out or None
+
+
 _timing_options = [
+    click.option("--property", "properties", multiple=True, metavar="NAME=VALUE", callback=_properties,
+                 help="A message property (repeat for more); a last-value queue keys by one."),
     click.option("--priority", type=click.IntRange(*defaults.PRIORITY_RANGE),
                  help=f"0 to 9, higher delivered first (default {defaults.DEFAULT_PRIORITY})."),
     click.option("--ttl", "ttl_s", type=click.FloatRange(0, defaults.MAX_MESSAGE_TTL_S, min_open=True),
@@ -29,12 +41,13 @@ def timing_options(f: Any) -> Any:
     return f
 
 
-def _batches(texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> Iterator[list[dict[str, Any]]]:
+def _batches(texts: tuple[str, ...], properties: dict[str, str] | None, priority: int | None,
+             ttl_s: float | None) -> Iterator[list[dict[str, Any]]]:
     """One message per text (or per line of standard input), in requests of at most MAX_SEND_DOCUMENTS."""
     lines = list(texts) or [line.rstrip("\n") for line in sys.stdin]
     per_request = defaults.MAX_SEND_DOCUMENTS
     for start in range(0, len(lines), per_request):
-        yield [wire.message([wire.document(t)], priority=priority, ttl_s=ttl_s)
+        yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s)
                for t in lines[start:start + per_request]]
 
 
@@ -43,10 +56,11 @@ def _batches(texts: tuple[str, ...], priority: int | None, ttl_s: float | None) 
 @click.argument("texts", nargs=-1)
 @timing_options
 @connection_options
-def send(c: AtomqClient, queue: str, texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> None:
+def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[str, str] | None,
+         priority: int | None, ttl_s: float | None) -> None:
     """Send one message per TEXT (or per line of standard input when none is given)."""
     ids: list[str] = []
-    for batch in _batches(texts, priority, ttl_s):
+    for batch in _batches(texts, properties, priority, ttl_s):
         ids += c.send(queue, batch)
     emit({"ids": ids}, [(i,) for i in ids], ("ID",))
 
@@ -56,12 +70,13 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], priority: int | Non
 @click.argument("texts", nargs=-1)
 @timing_options
 @connection_options
-def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], priority: int | None, ttl_s: float | None) -> None:
+def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict[str, str] | None,
+            priority: int | None, ttl_s: float | None) -> None:
     """Publish one message per TEXT (or per line of standard input) to TOPIC: it reaches every queue
     whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none."""
     ids: list[str] = []
     reached: set[str] = set()
-    for batch in _batches(texts, priority, ttl_s):
+    for batch in _batches(texts, properties, priority, ttl_s):
         published = c.publish(topic, batch)
         ids += published["ids"]
         reached.update(published["queues"])
@@ -92,3 +107,15 @@ def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber:
         c.nack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber, reason=nack_reason)
     emit(got, [(m["id"], m["delivery_count"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
                for m in got], ("ID", "DELIVERY", "DOCUMENTS"))
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--subscriber", help="For a publish/subscribe queue.")
+@connection_options
+def browse(c: AtomqClient, queue: str, subscriber: str | None) -> None:
+    """List the messages of QUEUE waiting or in flight, without consuming them (a last-value
+    queue's current values, say)."""
+    data = list(c.browse(queue, subscriber))
+    emit(data, [(m["id"], m["state"], m["priority"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
+                for m in data], ("ID", "STATE", "PRIORITY", "DOCUMENTS"))

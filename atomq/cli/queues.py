@@ -29,9 +29,10 @@ def queues_list(c: AtomqClient) -> None:
 @click.option("--model", type=click.Choice(["point_to_point", "publish_subscribe"]), default="point_to_point",
               show_default=True)
 @click.option("--max-redeliveries", type=click.IntRange(*defaults.MAX_REDELIVERIES_RANGE),
-              default=defaults.MAX_REDELIVERIES, show_default=True)
+              help=f"Failed deliveries redelivered before the dead letters. Left out: kept (a new queue: "
+                   f"{defaults.MAX_REDELIVERIES}).")
 @click.option("--ack-timeout", "ack_timeout_s", type=click.FloatRange(*defaults.ACK_TIMEOUT_RANGE_S),
-              default=float(defaults.ACK_TIMEOUT_S), show_default=True)
+              help=f"Seconds a delivery may stay unacked. Left out: kept (a new queue: {defaults.ACK_TIMEOUT_S:g}).")
 @click.option("--topic", "topics", multiple=True,
               help="A topic pattern the queue attracts (repeat for more): '*' one level, 'abc*' a level "
                    "starting with abc, '>' last: one or more levels. Given: replaces the queue's patterns.")
@@ -40,23 +41,32 @@ def queues_list(c: AtomqClient) -> None:
               help="Every message expires this many seconds after its send (0: never). Left out: kept.")
 @click.option("--on-expire", type=click.Choice(["dead_letter", "discard"]),
               help="What happens to an expired message. Left out: kept (a new queue: dead_letter).")
+@click.option("--last-value/--no-last-value", "last_value", default=None,
+              help="A last-value queue (point-to-point) holds one waiting message per value of the property "
+                   "--last-value-key, a new one replacing it. Left out: kept (a new queue: no).")
+@click.option("--last-value-key", metavar="PROPERTY",
+              help="The message property whose value keys a last-value queue (\"\": one message in all). "
+                   "Left out: kept.")
 @connection_options
-def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int, ack_timeout_s: float,
+def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int | None, ack_timeout_s: float | None,
                   topics: tuple[str, ...], no_topics: bool, message_ttl_s: float | None,
-                  on_expire: str | None) -> None:
-    """Create or update a queue."""
+                  on_expire: str | None, last_value: bool | None, last_value_key: str | None) -> None:
+    """Create a queue, or update one: the settings given change, the others are kept."""
     if topics and no_topics:
         raise click.UsageError("give --topic or --no-topics, not both")
-    settings: dict[str, object] = {"max_redeliveries": max_redeliveries, "ack_timeout_s": ack_timeout_s}
+    settings: dict[str, object] = {}
     if topics or no_topics:
         settings["topics"] = list(topics)
-    for field, value in (("message_ttl_s", message_ttl_s), ("on_expire", on_expire)):
+    for field, value in (("max_redeliveries", max_redeliveries), ("ack_timeout_s", ack_timeout_s),
+                         ("message_ttl_s", message_ttl_s), ("on_expire", on_expire), ("last_value", last_value),
+                         ("last_value_key", last_value_key)):
         if value is not None:
             settings[field] = value
     q = c.put_queue(name, model, **settings)
+    last = ("by " + (q["last_value_key"] or "(one in all)")) if q["last_value"] else "-"
     emit(q, [(q["name"], q["model"], q["max_redeliveries"], q["ack_timeout_s"], q["message_ttl_s"] or "-",
-              ",".join(q["topics"]) or "-")],
-         ("NAME", "MODEL", "MAX REDELIVERIES", "ACK TIMEOUT S", "MESSAGE TTL S", "TOPICS"))
+              ",".join(q["topics"]) or "-", last)],
+         ("NAME", "MODEL", "MAX REDELIVERIES", "ACK TIMEOUT S", "MESSAGE TTL S", "TOPICS", "LAST VALUE"))
 
 
 @queues.command("delete")

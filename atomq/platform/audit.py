@@ -13,7 +13,7 @@ from typing import Any
 
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
-from atomq.platform.footprint import COPY_BYTES, DOC_BYTES
+from atomq.platform.footprint import COPY_BYTES, DOC_BYTES, LAST_VALUE_BYTES
 
 
 def _index_problems(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> list[str]:
@@ -30,6 +30,23 @@ def _index_problems(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> list[str]
     indexed = r.zscore(tk.oldest, d.member)
     if oldest and (indexed is None or indexed > int(oldest[0].split(b"-")[0])):
         problems.append(f"{d.base}: oldest message {oldest[0].decode()} but indexed at {indexed}")
+    return problems
+
+
+def _last_value_problems(r: Any, d: k.DestinationKeys, states: dict[str, str]) -> list[str]:
+    """A last-value queue's entries: each message's key entry names a stored message, each
+    current value a message of that key, and no key has two waiting messages."""
+    entries = {f.decode(): v.decode() for f, v in r.hgetall(d.last_values).items()}
+    keys = {f[2:]: v[1:] for f, v in entries.items() if f.startswith("i:")}
+    current = {f[2:]: v for f, v in entries.items() if f.startswith("k:")}
+    problems = []
+    if not set(keys) <= set(states):
+        problems.append(f"{d.base}: last-value entries of messages it does not hold")
+    if any(entries.get(f"i:{msg_id}") != f"={key}" for key, msg_id in current.items()):
+        problems.append(f"{d.base}: a current last value that is not a message of its key")
+    waiting = Counter(keys[i] for i in keys if i in states and states[i].split("|", 2)[2][:1] in "rzs")
+    if any(n > 1 for n in waiting.values()):
+        problems.append(f"{d.base}: two waiting messages of one last-value key")
     return problems
 
 
@@ -55,6 +72,9 @@ def _recount(client: Any, tk: k.TenantKeys) -> tuple[int, int, int]:
             copies += 1
         for _, fields in client.xrange(d.dlq):
             stored += len(fields.get(b"r", b""))
+        for field, mark in client.hgetall(d.last_values).items():
+            if field.startswith(b"i:"):
+                stored += LAST_VALUE_BYTES + 2 * (len(mark) - 1)
     for doc in client.hkeys(tk.doc):
         props = client.hstrlen(tk.doc_props, doc)
         stored += DOC_BYTES + client.hstrlen(tk.doc, doc) + (DOC_BYTES + props if props else 0)
@@ -123,6 +143,7 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"]:
             problems.append(f"{d.base}: the expiry index names messages that are not waiting or in flight")
         problems += _index_problems(r, tk, d)
+        problems += _last_value_problems(r, d, states)
         for msg_id, env in envs.items():
             ndocs = int(env.split("|", 1)[0].split(",", 1)[0])
             for n in range(1, ndocs + 1):

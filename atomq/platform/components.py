@@ -43,16 +43,20 @@ class Components:
         tenant: str,
         name: str,
         model: QueueModel | str,
-        max_redeliveries: int = defaults.MAX_REDELIVERIES,
-        ack_timeout_s: float = defaults.ACK_TIMEOUT_S,
+        max_redeliveries: int | None = None,
+        ack_timeout_s: float | None = None,
         message_ttl_s: float | None = None,
         on_expire: OnExpire | str | None = None,
         topics: Sequence[str] | None = None,
+        last_value: bool | None = None,
+        last_value_key: str | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
         A setting given as None keeps what the queue has (a new queue: its default).
         ``topics``: the topic patterns the queue attracts (``atomq.platform.topics``).
+        ``last_value``: the queue keeps one waiting message per value of the property
+        ``last_value_key`` ("" for one message in all), a new one replacing the last.
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -61,13 +65,18 @@ class Components:
             raise InvalidInput(
                 "model must be 'point_to_point' or 'publish_subscribe'", field="model"
             ) from None
-        check_integer_range(max_redeliveries, "max_redeliveries", *defaults.MAX_REDELIVERIES_RANGE)
-        least_s, most_s = defaults.ACK_TIMEOUT_RANGE_S
-        if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
-                or not least_s <= ack_timeout_s <= most_s):
-            raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}", field="ack_timeout_s")
-        patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
         named: list[str | int] = []
+        if max_redeliveries is not None:
+            named += ["max_redeliveries",
+                      check_integer_range(max_redeliveries, "max_redeliveries", *defaults.MAX_REDELIVERIES_RANGE)]
+        if ack_timeout_s is not None:
+            least_s, most_s = defaults.ACK_TIMEOUT_RANGE_S
+            if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
+                    or not least_s <= ack_timeout_s <= most_s):
+                raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}",
+                                   field="ack_timeout_s")
+            named += ["ack_timeout_ms", round(ack_timeout_s * 1000)]
+        patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
         if message_ttl_s is not None:
             most_ttl = defaults.MAX_MESSAGE_TTL_S
             if (not isinstance(message_ttl_s, (int, float)) or isinstance(message_ttl_s, bool)
@@ -80,16 +89,20 @@ class Components:
                 named += ["on_expire", OnExpire(on_expire).value]
             except ValueError:
                 raise InvalidInput("on_expire must be 'dead_letter' or 'discard'", field="on_expire") from None
+        named += _last_value_settings(model, last_value, last_value_key)
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
             docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns],
-            [name, model.value, max_redeliveries, round(ack_timeout_s * 1000),
+            [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
              self._shared.settings.max_queues_per_tenant, patterns, *named],
             errors={
                 "CONFLICT": lambda: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
                 ),
+                "LASTVALUEPUBSUB": lambda: InvalidInput(
+                    "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
+                    field="last_value"),
                 "TOOMANYQUEUES": lambda: Conflict(
                     f"a tenant has at most {self._shared.settings.max_queues_per_tenant} queues: delete one first",
                     code="too_many_queues", limit=self._shared.settings.max_queues_per_tenant),
@@ -148,6 +161,8 @@ class Components:
             depth_by_priority={p: n for p, n in sorted(by_priority.items(), reverse=True) if n},
             message_ttl_s=int(cfg.get(b"message_ttl_ms", 0)) / 1000,
             on_expire=OnExpire(cfg.get(b"on_expire", b"dead_letter").decode()),
+            last_value=cfg.get(b"lv") == b"1",
+            last_value_key=cfg.get(b"lv_key", b"").decode(),
             totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
             topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
         )
@@ -281,3 +296,25 @@ class Components:
             for s in self._shared.storage.call(self._shared.client.smembers, qk.subscribers):
                 out.append((qk, qk.destination(s.decode())))
         return out
+
+
+def _last_value_settings(model: QueueModel, last_value: bool | None, key: str | None) -> list[str | int]:
+    """The config fields of the last-value settings given (those None are kept)."""
+    named: list[str | int] = []
+    pubsub = model is QueueModel.PUBLISH_SUBSCRIBE
+    if last_value is not None:
+        if not isinstance(last_value, bool):
+            raise InvalidInput("last_value must be true or false", field="last_value")
+        if last_value and pubsub:
+            raise InvalidInput("a last-value queue is point-to-point", field="last_value")
+        named += ["lv", int(last_value)]
+    if key is not None:
+        if pubsub:
+            raise InvalidInput("last_value_key applies to a last-value queue, which is point-to-point",
+                               field="last_value_key")
+        if not isinstance(key, str) or len(key) > defaults.MAX_PROPERTY_NAME_CHARS:
+            raise InvalidInput(f"last_value_key must be a property name of at most "
+                               f"{defaults.MAX_PROPERTY_NAME_CHARS} characters (\"\" for none)",
+                               field="last_value_key")
+        named += ["lv_key", key]
+    return named

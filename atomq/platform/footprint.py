@@ -38,6 +38,12 @@ MARKER_BYTES = 40
 """Per de-duplication marker: the key and its expiry (the key's and value's length are added)."""
 
 
+LAST_VALUE_BYTES = 96
+"""Per message of a last-value queue: its two fields in the destination's last-value hash
+(key -> id, id -> key; twice the key's length is added)."""
+
+
 def lua_prelude() -> str:
     """The constants as the scripts read them."""
-    return f"local COPY_BYTES, DOC_BYTES, MARKER_BYTES = {COPY_BYTES}, {DOC_BYTES}, {MARKER_BYTES}\n"
+    return (f"local COPY_BYTES, DOC_BYTES, MARKER_BYTES = {COPY_BYTES}, {DOC_BYTES}, {MARKER_BYTES}\n"
+            f"local LAST_VALUE_BYTES = {LAST_VALUE_BYTES}\n")

@@ -190,13 +190,19 @@ class DestinationKeys:
     def expiry(self) -> str:
         return f"{self.base}:exp"
 
+    @property
+    def last_values(self) -> str:
+        """A last-value queue's current message per key (field ``k:<key>`` -> id) and each
+        message's key (``i:<id>`` -> ``=<key>``, or ``x<key>`` once superseded in flight)."""
+        return f"{self.base}:lv"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry]
+                self.ordered, self.wake, self.expiry, self.last_values]
 
 
-DEST_KEY_COUNT = 10
+DEST_KEY_COUNT = 11
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"

@@ -201,6 +201,9 @@ class QueueInfo:
     """The topic patterns the queue attracts."""
     totals: dict[str, int] = field(default_factory=dict)
     """What happened to the queue's messages since it was created (``counters.QUEUE_COUNTS``)."""
+    last_value: bool = False
+    """At most one waiting message per value of the property ``last_value_key``."""
+    last_value_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from atomq.platform import keys as k
 from atomq.platform.models import QueueModel
 from atomq.platform.shared import Shared, queue_not_found
 
-CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire")
+CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire", "lv",
+                 "lv_key")
 
 MAX_ROUTE_RETRIES = 5
 """How often a send or a queue's removal reads the route again when its subscribers change under it."""

@@ -33,6 +33,15 @@ class Number(fields.Float):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
+class Bool(fields.Boolean):
+    """A boolean that must be JSON true or false: no "yes", no 1."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if type(value) is not bool:
+            raise self.make_error("invalid")
+        return value
+
+
 class Strict(ma.Schema):
     """Unknown fields are refused: a typo in a field name is an error, not a silent default."""
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import Int, Number, Strict
+from atomq.api.schemas.common import Bool, Int, Number, Strict
 
 
 class QueuePutSchema(Strict):
     model = fields.String(required=True, validate=validate.OneOf(["point_to_point", "publish_subscribe"]))
-    max_redeliveries = Int(load_default=defaults.MAX_REDELIVERIES,
-                           validate=validate.Range(*defaults.MAX_REDELIVERIES_RANGE))
-    ack_timeout_s = Number(load_default=defaults.ACK_TIMEOUT_S, validate=validate.Range(*defaults.ACK_TIMEOUT_RANGE_S))
+    max_redeliveries = Int(validate=validate.Range(*defaults.MAX_REDELIVERIES_RANGE),
+                           metadata={"description": f"Left out: kept (a new queue: {defaults.MAX_REDELIVERIES})"})
+    ack_timeout_s = Number(validate=validate.Range(*defaults.ACK_TIMEOUT_RANGE_S),
+                           metadata={"description": f"Left out: kept (a new queue: {defaults.ACK_TIMEOUT_S:g})"})
     message_ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S),
                            metadata={"description": "every message expires this long after its send; 0: none. "
                                                     "Left out: kept (a new queue: 0)"})
@@ -23,6 +24,13 @@ class QueuePutSchema(Strict):
     on_expire = fields.String(validate=validate.OneOf(["dead_letter", "discard"]),
                               metadata={"description": "what happens to an expired message. Left out: kept "
                                                        "(a new queue: dead_letter)"})
+    last_value = Bool(metadata={"description": "point-to-point only: at most one waiting message per value of "
+                                               "the property last_value_key, a new one replacing it. Left out: "
+                                               "kept (a new queue: false)"})
+    last_value_key = fields.String(validate=validate.Length(max=defaults.MAX_PROPERTY_NAME_CHARS),
+                                   metadata={"description": "the message property whose value keys a last-value "
+                                                            "queue; \"\": one message for the whole queue. Left "
+                                                            "out: kept (a new queue: \"\")"})
 
 
 class CountsSchema(Strict):
@@ -55,6 +63,8 @@ class QueueSchema(CountsSchema):
     message_ttl_s = fields.Float(required=True)
     on_expire = fields.String(required=True)
     topics = fields.List(fields.String(), required=True)
+    last_value = fields.Boolean(required=True)
+    last_value_key = fields.String(required=True)
     depth_by_priority = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True,
                                     metadata={"description": "ready messages by priority, for the priorities "
                                                              "that have some"})

@@ -2,7 +2,8 @@
 
 Each ``<name>.lua`` beside this file documents its KEYS and ARGV in a header.
 Redis has no ``include``; the shared helpers of ``_lib.lua``, after the
-measured footprint constants of ``atomq.platform.footprint``, are prepended to
+measured footprint constants of ``atomq.platform.footprint`` and the number of
+keys of a destination (``keys.DEST_KEY_COUNT``), are prepended to
 every script here, so each script still arrives at Redis as one unit and its
 SHA is stable for EVALSHA.
 """
@@ -16,6 +17,7 @@ from redis.commands.core import Script
 
 from atomq.platform.connection import RedisClient
 from atomq.platform.footprint import lua_prelude
+from atomq.platform.keys import DEST_KEY_COUNT
 
 NAMES = (
     "send",
@@ -51,7 +53,7 @@ class ScriptLibrary:
     """
 
     def __init__(self, client: RedisClient) -> None:
-        lib = lua_prelude() + _source("_lib")
+        lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + _source("_lib")
         self._scripts: dict[str, Script] = {
             name: client.register_script(lib + "\n" + _source(name)) for name in NAMES
         }

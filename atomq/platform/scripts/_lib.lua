@@ -1,7 +1,8 @@
 -- Shared prelude, prepended to every script by atomq.platform.scripts.
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
 -- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
--- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index).
+-- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index), lv
+-- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f in flight,
 --   s scheduled, d<stream id> dead.
@@ -44,12 +45,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local DEST_KEYS = 10
+-- DEST_KEYS (the prelude's, from keys.DEST_KEY_COUNT) keys make a destination;
+-- a script whose destination starts at KEYS[5] takes its other keys from EXTRA on.
+local EXTRA = 5 + DEST_KEYS
 
 local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
-          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9]}
+          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10]}
 end
 
 local function require_queue()
@@ -228,6 +231,52 @@ local function unlink(d, id, where)
   end
 end
 
+-- Last-value queues. A message's key is the value of the queue's
+-- last_value_key property (text as it is, another JSON value as its JSON; ""
+-- when the message lacks it, or when the queue names no property). The lv hash
+-- keeps k:<key> -> the newest message of that key, and i:<id> -> its key,
+-- marked x instead of = once a newer one arrived while it was in flight: it is
+-- then dropped instead of coming back (fail_delivery, release).
+
+-- The key of a message of a last-value queue keyed by property `prop`
+-- (envelope JSON `env`).
+local function last_value_key(prop, env)
+  if prop == '' then return '' end
+  local props = cjson.decode(env)['p']
+  local v = type(props) == 'table' and props[prop] or nil
+  if v == nil or v == cjson.null then return '' end
+  if type(v) == 'string' then return v end
+  return cjson.encode(v)
+end
+
+-- Forgets the last-value entries of messages leaving; returns the bytes they counted.
+local function forget_last_values(d, ids)
+  local fields = {}
+  for i, id in ipairs(ids) do fields[i] = 'i:' .. id end
+  local marks = hmget_batched(d.lv, fields)
+  local gone, freed = {}, 0
+  for i, id in ipairs(ids) do
+    local mark = marks[i]
+    if mark then
+      gone[#gone + 1] = fields[i]
+      local key = string.sub(mark, 2)
+      freed = freed + LAST_VALUE_BYTES + 2 * #key
+      if string.sub(mark, 1, 1) == '=' and redis.call('HGET', d.lv, 'k:' .. key) == id then
+        gone[#gone + 1] = 'k:' .. key
+      end
+    end
+  end
+  if #gone > 0 then call_batched('HDEL', d.lv, gone) end
+  return freed
+end
+
+-- Whether an in-flight message of a last-value queue was superseded meanwhile
+-- (also after the queue stopped being one: it must not come back beside the newer).
+local function superseded_in_flight(d, id)
+  local mark = redis.call('HGET', d.lv, 'i:' .. id)
+  return mark ~= false and string.sub(mark, 1, 1) == 'x'
+end
+
 -- Forgets message copies and releases their documents; frees each document
 -- whose last reference this was, and takes what it freed off the tenant's
 -- usage (hash `usage`: bytes, messages), counted as the send counted it
@@ -236,6 +285,7 @@ end
 -- (documents of several subscribers' copies); no entry means one.
 local function forget(d, ids, usage, extra)
   if #ids == 0 then return end
+  if redis.call('EXISTS', d.lv) == 1 then extra = (extra or 0) + forget_last_values(d, ids) end
   local envs = hmget_batched(d.msg, ids)
   call_batched('HDEL', d.msg, ids)
   call_batched('HDEL', d.state, ids)
@@ -281,6 +331,38 @@ local function forget(d, ids, usage, extra)
   redis.call('HINCRBY', usage, 'bytes', -freed)
 end
 
+-- Takes message `id` of a last-value queue as the newest of its key: the
+-- waiting (ready or scheduled) message of that key is gone, counted
+-- superseded in the queue of `cfg`; one in flight is marked to be dropped if
+-- it fails. A resent dead letter arrives again with the entry it kept.
+local function last_value_arrives(d, id, key, usage, cfg)
+  local field = 'k:' .. key
+  local old = redis.call('HGET', d.lv, field)
+  if old and old ~= id then
+    local s = redis.call('HGET', d.state, old)
+    local where = s and select(3, parse_state(s))
+    if where == 'f' then
+      redis.call('HSET', d.lv, 'i:' .. old, 'x' .. key)
+    elseif where and string.sub(where, 1, 1) ~= 'd' then
+      unlink(d, old, where)
+      forget(d, {old}, usage, 0)
+      count('superseded', 1, cfg)
+    end
+  end
+  if redis.call('HEXISTS', d.lv, 'i:' .. id) == 0 then
+    redis.call('HINCRBY', usage, 'bytes', LAST_VALUE_BYTES + 2 * #key)
+  end
+  redis.call('HSET', d.lv, field, id, 'i:' .. id, '=' .. key)
+end
+
+-- Drops an in-flight message that a newer one of its key superseded, instead
+-- of letting it come back.
+local function drop_superseded(d, id, usage)
+  redis.call('ZREM', d.inflight, id)
+  forget(d, {id}, usage, 0)
+  count('superseded', 1)
+end
+
 -- The reason a dead letter was given (`where` is its state's d<entry>).
 local function dead_reason(d, where)
   local entry = string.sub(where, 2)
@@ -322,9 +404,14 @@ end
 
 -- One failed delivery (nack or ack time-out) of an in-flight message; a dead
 -- letter's reason counts in the tenant's usage hash `usage`. A message past
--- its expiry expires instead of coming back.
--- Returns 'dead', 'discarded', or 'requeued' and the time it is due again.
+-- its expiry expires instead of coming back; one a newer message of its key
+-- superseded meanwhile (last-value queues) is dropped.
+-- Returns 'dead', 'discarded', 'superseded', or 'requeued' and the time it is due again.
 local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
+  if superseded_in_flight(d, id) then
+    drop_superseded(d, id, usage)
+    return 'superseded'
+  end
   fails = fails + 1
   if expired_by(d, id, now) then return expire(d, q, id, dc, fails, 'f', usage) end
   redis.call('ZREM', d.inflight, id)

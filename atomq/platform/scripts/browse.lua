@@ -1,6 +1,6 @@
 -- Lists messages without consuming them, in id (send) order.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..14]  the destination
+-- KEYS[5..]    the destination (DEST_KEYS keys)
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
 --              | dead-reason (the dead letters given the reason ARGV[6])

@@ -1,10 +1,10 @@
 -- Delivers up to ARGV[1] ready messages, after moving due redeliveries to
 -- ready, failing expired deliveries and expiring messages past their time.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..14]  the destination
--- KEYS[15]     subs (publish/subscribe: the subscriber is created on its first get)
--- KEYS[16]     the tenant's usage hash (ack time-outs may dead-letter)
--- KEYS[17]     the tenant's due index
+-- KEYS[5..]    the destination (DEST_KEYS keys), then from KEYS[EXTRA] on:
+-- KEYS[EXTRA]     subs (publish/subscribe: the subscriber is created on its first get)
+-- KEYS[EXTRA + 1] the tenant's usage hash (ack time-outs may dead-letter)
+-- KEYS[EXTRA + 2] the tenant's due index
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -24,14 +24,14 @@ local sub = ARGV[3]
 local misnamed = subscriber_misnamed(q, sub)
 if misnamed then return misnamed end
 if q.model == 'publish_subscribe' then
-  local added = add_subscriber(KEYS[15], sub, tonumber(ARGV[4]))
+  local added = add_subscriber(KEYS[EXTRA], sub, tonumber(ARGV[4]))
   if type(added) == 'table' then return added end
 end
 
 local d = dest_at(5)
 local delays = parse_delays(ARGV[2])
 local now = now_ms()
-local usage = KEYS[16]
+local usage = KEYS[EXTRA + 1]
 sweep_destination(d, q, delays, now, 1000, usage)
 
 local max = tonumber(ARGV[1])
@@ -144,7 +144,7 @@ for x = 1, kept do
 end
 call_batched('HSET', d.state, state_args)
 call_batched('ZADD', d.inflight, flight_args)
-due_by(KEYS[17], ARGV[7], deadline)
+due_by(KEYS[EXTRA + 2], ARGV[7], deadline)
 local redelivered = 0
 local j, o = 0, #out
 for x = 1, kept do

@@ -1,7 +1,7 @@
 -- Management actions on selected messages, or on one bounded chunk of all of them.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..14]  the destination
--- KEYS[15]     the tenant's usage hash
+-- KEYS[5..]    the destination (DEST_KEYS keys), then from KEYS[EXTRA] on:
+-- KEYS[EXTRA]     the tenant's usage hash
 -- ARGV[1]      action: delete (queued messages) | delete_dead | resend (dead letters)
 --              | drop (any message: queue and subscriber removal, retention purge)
 -- ARGV[2]      mode: ids | chunk | older (drop messages sent before ARGV[3] ms)
@@ -63,15 +63,17 @@ for i, id in ipairs(ids) do
     elseif action == 'resend' and dead then
       reasons = reasons + #dead_reason(d, where)
       unlink(d, id, where)
-      drop_expiry(d, id, KEYS[15])
+      drop_expiry(d, id, KEYS[EXTRA])
       make_ready(d, id, dc, 0)
+      local mark = redis.call('HGET', d.lv, 'i:' .. id)
+      if mark then last_value_arrives(d, id, string.sub(mark, 2), KEYS[EXTRA], CFG) end
       count = count + 1
     end
   end
 end
 if action == 'resend' then
-  if reasons > 0 then redis.call('HINCRBY', KEYS[15], 'bytes', -reasons) end
+  if reasons > 0 then redis.call('HINCRBY', KEYS[EXTRA], 'bytes', -reasons) end
 else
-  forget(d, gone, KEYS[15], reasons)
+  forget(d, gone, KEYS[EXTRA], reasons)
 end
 return {count, cursor}

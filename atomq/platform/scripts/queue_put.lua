@@ -5,13 +5,15 @@
 -- KEYS[7]      the point-to-point destination's msg hash
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- KEYS[9]      the tenant's topic patterns (hash queue -> JSON list; #v the version)
--- ARGV[1..4]   name, model, max_redeliveries, ack_timeout_ms
+-- ARGV[1..2]   name, model
+-- ARGV[3..4]   max_redeliveries, ack_timeout_ms of a new queue that names neither
 -- ARGV[5]      most queues the tenant may have
 -- ARGV[6]      the queue's topic patterns as a JSON list, "[]" for none, "" to keep them
 -- ARGV[7..]    more settings to store, field and value pairs (those a caller names;
 --              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
--- that holds messages or subscribers, TOOMANYQUEUES for a new queue past ARGV[5].
+-- that holds messages or subscribers, LASTVALUEPUBSUB for a publish/subscribe
+-- queue that would be a last-value queue, TOOMANYQUEUES for a new queue past ARGV[5].
 -- The generation tells one life of a name from the next: routes and
 -- de-duplication markers of a removed queue never apply to its successor.
 
@@ -24,7 +26,15 @@ if model and model ~= ARGV[2] then
     return redis.error_reply('CONFLICT the model of a queue that holds messages or subscribers cannot change')
   end
 end
-redis.call('HSET', CFG, 'model', ARGV[2], 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4])
+local last_value = redis.call('HGET', CFG, 'lv')
+for i = 7, #ARGV, 2 do
+  if ARGV[i] == 'lv' then last_value = ARGV[i + 1] end
+end
+if ARGV[2] == 'publish_subscribe' and last_value == '1' then
+  return redis.error_reply('LASTVALUEPUBSUB a last-value queue is point-to-point')
+end
+redis.call('HSET', CFG, 'model', ARGV[2])
+if not model then redis.call('HSET', CFG, 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4]) end
 if #ARGV > 6 then redis.call('HSET', CFG, unpack(ARGV, 7)) end
 if ARGV[6] ~= '' and (redis.call('HGET', KEYS[9], ARGV[1]) or '[]') ~= ARGV[6] then
   if ARGV[6] == '[]' then

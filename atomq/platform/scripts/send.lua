@@ -27,7 +27,8 @@
 -- A message expires at the earliest of its expiry, its time to live and the
 -- queue's message_ttl_ms after the send; a message of the default priority
 -- goes on the ready stream, any other in rz (see the prelude). One id a
--- message, the same in every queue.
+-- message, the same in every queue. In a last-value queue each stored message
+-- then supersedes the waiting one of its key (last_value_arrives).
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
 -- or the error NOQUEUE <queue>, STALETOPICS when the patterns changed since the
 -- caller matched, STALESUBS <queue> when a route changed since the caller read it,
@@ -46,7 +47,7 @@ local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the i
 local kpos, apos, copies = 7, 7, 0
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
-  local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms')
+  local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
@@ -55,6 +56,7 @@ for qi = 1, nqueue do
   end
   local ndest = tonumber(ARGV[apos + 1])
   local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {}}
+  if c[5] == '1' then qd.last_value_key = c[6] or '' end
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
     qd.members[i] = ARGV[apos + 1 + i]
@@ -233,6 +235,11 @@ if #fresh > 0 then
       if first_expiry then
         call_batched('ZADD', d.exp, expiry_args)
         due_by(DUE, qd.members[i], first_expiry)
+      end
+      if qd.last_value_key then
+        for _, m in ipairs(fresh) do
+          last_value_arrives(d, ids[m], last_value_key(qd.last_value_key, ARGV[starts[m] + 1]), USAGE, qd.cfg)
+        end
       end
     end
   end

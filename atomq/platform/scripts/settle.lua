@@ -1,10 +1,10 @@
 -- Ends, fails, gives back or extends deliveries of in-flight messages:
 -- ack, nack, release and extend.
 -- KEYS[1..4]   doc, docp, docr, cfg
--- KEYS[5..14]  the destination
--- KEYS[15]     subs
--- KEYS[16]     the tenant's usage hash
--- KEYS[17]     the tenant's due index
+-- KEYS[5..]    the destination (DEST_KEYS keys), then from KEYS[EXTRA] on:
+-- KEYS[EXTRA]     subs
+-- KEYS[EXTRA + 1] the tenant's usage hash
+-- KEYS[EXTRA + 2] the tenant's due index
 -- ARGV[1]      action: ack | nack | release | extend
 -- ARGV[2]      action argument: nack reason, or extension or release delay in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
@@ -22,7 +22,7 @@ if q.err then return q end
 local sub = ARGV[5]
 local misnamed = subscriber_misnamed(q, sub)
 if misnamed then return misnamed end
-if q.model == 'publish_subscribe' and redis.call('SISMEMBER', KEYS[15], sub) == 0 then
+if q.model == 'publish_subscribe' and redis.call('SISMEMBER', KEYS[EXTRA], sub) == 0 then
   return redis.error_reply('UNKNOWNSUBSCRIBER the subscriber does not exist')
 end
 local d = dest_at(5)
@@ -30,7 +30,7 @@ local action = ARGV[1]
 local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
-sweep_destination(d, q, delays, now, 1000, KEYS[16])
+sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1])
 local ids, wants = selected(ARGV[4], 7)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
@@ -53,7 +53,7 @@ end
 if #hits == 0 then return {0, 0} end
 if action == 'ack' then
   call_batched('ZREM', d.inflight, hits)
-  forget(d, hits, KEYS[16], 0)
+  forget(d, hits, KEYS[EXTRA + 1], 0)
   count('acked', #hits)
   count_rate('a', #hits, now)
   return {#hits, 0}
@@ -67,25 +67,27 @@ elseif action == 'extend' then
     end
     redis.call('ZADD', d.inflight, 'XX', unpack(args))
   end
-  due_by(KEYS[17], ARGV[6], deadline)  -- an extension may also shorten a deadline
+  due_by(KEYS[EXTRA + 2], ARGV[6], deadline)  -- an extension may also shorten a deadline
   return {#hits, 0}
 elseif action == 'release' then
   local due = now + tonumber(ARGV[2])
   for i, id in ipairs(hits) do
-    if expired_by(d, id, now) then
-      expire(d, q, id, hit_dc[i], hit_fails[i], 'f', KEYS[16])
+    if superseded_in_flight(d, id) then
+      drop_superseded(d, id, KEYS[EXTRA + 1])
+    elseif expired_by(d, id, now) then
+      expire(d, q, id, hit_dc[i], hit_fails[i], 'f', KEYS[EXTRA + 1])
     else
       redis.call('ZREM', d.inflight, id)
       redis.call('ZADD', d.sched, due, id)
       redis.call('HSET', d.state, id, fmt_state(hit_dc[i], hit_fails[i], 's'))
     end
   end
-  due_by(KEYS[17], ARGV[6], due)
+  due_by(KEYS[EXTRA + 2], ARGV[6], due)
   return {#hits, 0}
 end
 local requeued, dead, first_due = 0, 0, nil
 for i, id in ipairs(hits) do
-  local outcome, at = fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now, KEYS[16])
+  local outcome, at = fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], ARGV[2], now, KEYS[EXTRA + 1])
   if outcome == 'dead' then
     dead = dead + 1
   elseif outcome == 'requeued' then
@@ -93,6 +95,6 @@ for i, id in ipairs(hits) do
     if not first_due or at < first_due then first_due = at end
   end
 end
-if first_due then due_by(KEYS[17], ARGV[6], first_due) end
+if first_due then due_by(KEYS[EXTRA + 2], ARGV[6], first_due) end
 count('nacked', #hits)
 return {requeued, dead}
