@@ -189,6 +189,26 @@ def test_forward_runs_one_execution_for_a_batch_of_250_and_sends_it_in_3_request
         (1, 0, "running", 0)
 
 
+def test_a_process_publishes_to_a_topic_and_every_queue_attracting_it_gets_the_outputs(
+        harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("eu", topics=["orders/eu/*"])
+    api.put_queue("audit", topics=["orders/>"])
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i}") for i in range(3)])
+    for settings, field in (({"to": "eu", "topic": "orders/eu/new"}, "settings.to"),
+                            ({"topic": "orders/*"}, "settings.topic")):
+        with pytest.raises(InvalidInput) as refused:
+            api.request("PUT", "/v1/listeners/bad", {"queue": "in", "process": "forward", "settings": settings})
+        assert refused.value.details["field"] == field
+    api.request("PUT", "/v1/listeners/fan", {"queue": "in", "process": "forward",
+                                             "settings": {"topic": "orders/eu/new"}})
+    drive(harness, tenant, lambda: api.queue("audit")["depth"] == 3, "3 published documents")
+    for queue in ("eu", "audit"):
+        assert sorted(texts(api, queue)) == ["doc 0", "doc 1", "doc 2"]
+        assert {m["topic"] for m in api.browse(queue)} == {"orders/eu/new"}
+
+
 def test_max_concurrent_executions_bounds_the_executions_scheduled(harness: Harness, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("in")

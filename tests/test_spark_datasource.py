@@ -85,6 +85,29 @@ def test_a_batch_write_sends_rows_in_requests_of_100_documents(spark: Any, node:
     assert texts == sorted(f"row {i}" for i in range(250))
 
 
+def test_a_write_publishes_to_a_topic_and_a_topic_column_routes_each_row(
+        spark: Any, node: InProcessNode, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("eu", topics=["orders/eu/>"])
+    api.put_queue("all", topics=["orders/>"])
+    api.put_queue("direct")
+    df = spark.createDataFrame([("a", "d-a"), ("b", "d-b")], "text string, dedupe_id string")
+    df.write.format("atomq").options(**tenant.options(node, topic="orders/eu/new")).mode("append").save()
+    routed = spark.createDataFrame([("c", "orders/us/new", None), ("d", None, "direct")],
+                                   "text string, topic string, queue string")
+    routed.write.format("atomq").options(**tenant.options(node)).mode("append").save()
+
+    def texts(queue: str) -> list[tuple[str, str | None]]:
+        return sorted((m["documents"][0]["data"], m["topic"]) for m in api.browse(queue))
+
+    assert texts("eu") == [("a", "orders/eu/new"), ("b", "orders/eu/new")]
+    assert texts("all") == [("a", "orders/eu/new"), ("b", "orders/eu/new"), ("c", "orders/us/new")]
+    assert texts("direct") == [("d", None)]
+    no_target = spark.createDataFrame([("e",)], "text string")
+    with pytest.raises(Exception, match="option queue"):
+        no_target.write.format("atomq").options(**tenant.options(node)).mode("append").save()
+
+
 def _consume(spark: Any, node: InProcessNode, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
              fail_on: str | None = None, **options: str) -> None:
     """One availableNow run of a streaming read into ``sink`` (via foreachBatch)."""

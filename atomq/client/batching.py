@@ -1,16 +1,24 @@
-"""Sends in batches: outputs buffered per queue and sent in requests of at most ``max_documents``
-(``defaults.MAX_SEND_DOCUMENTS``)."""
+"""Sends in batches: outputs buffered per queue (or topic) and sent in requests of at most
+``max_documents`` (``defaults.MAX_SEND_DOCUMENTS``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from atomq import defaults
 from atomq.client.http_client import AtomqClient
 
 
+class Target(NamedTuple):
+    """Where a message goes: a queue by name, or, with ``topic``, every queue that attracts
+    the topic ``name`` (a publish)."""
+
+    name: str
+    topic: bool = False
+
+
 class BatchingSender:
-    """Buffers messages per queue and sends them in requests of at most ``max_documents``.
+    """Buffers messages per queue or topic and sends them in requests of at most ``max_documents``.
 
     The main node counts requests, not documents, against a tenant's rate
     limit: 250 documents to one queue cost 3 requests.
@@ -23,24 +31,30 @@ class BatchingSender:
         self.max_documents = max_documents
         self.requests = 0
         self.documents = 0
-        self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._counts: dict[str, int] = {}
+        self._buffers: dict[Target, list[dict[str, Any]]] = {}
+        self._counts: dict[Target, int] = {}
 
-    def add(self, queue: str, message: dict[str, Any]) -> None:
+    def add(self, target: str | Target, message: dict[str, Any]) -> None:
+        """Buffers ``message`` for ``target``: a queue's name, or a :class:`Target`."""
+        if isinstance(target, str):
+            target = Target(target)
         size = len(message["documents"])
-        if self._counts.get(queue, 0) + size > self.max_documents:
-            self.flush(queue)
-        self._buffers.setdefault(queue, []).append(message)
-        self._counts[queue] = self._counts.get(queue, 0) + size
-        if self._counts[queue] >= self.max_documents:
-            self.flush(queue)
+        if self._counts.get(target, 0) + size > self.max_documents:
+            self.flush(target)
+        self._buffers.setdefault(target, []).append(message)
+        self._counts[target] = self._counts.get(target, 0) + size
+        if self._counts[target] >= self.max_documents:
+            self.flush(target)
 
-    def flush(self, queue: str | None = None) -> None:
-        """Sends what is buffered (for one queue, or all); the main node's refusal raises."""
-        for name in [queue] if queue is not None else list(self._buffers):
-            messages = self._buffers.pop(name, [])
-            count = self._counts.pop(name, 0)
+    def flush(self, target: Target | None = None) -> None:
+        """Sends what is buffered (for one target, or all); the main node's refusal raises."""
+        for t in [target] if target is not None else list(self._buffers):
+            messages = self._buffers.pop(t, [])
+            count = self._counts.pop(t, 0)
             if messages:
-                self.client.send(name, messages)
+                if t.topic:
+                    self.client.publish(t.name, messages)
+                else:
+                    self.client.send(t.name, messages)
                 self.requests += 1
                 self.documents += count

@@ -148,4 +148,8 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
         document = InputDocument(data.encode("utf-8") if isinstance(data, str) else bytes(data),
                                  json.loads(doc_props) if doc_props else {})
         props = row["properties"] if "properties" in names else None
-        ctx.send(row["queue"], [document], json.loads(props) if props else None, source=source)
+        properties = json.loads(props) if props else None
+        if "topic" in names and row["topic"] is not None:
+            ctx.publish(row["topic"], [document], properties, source=source)
+        else:
+            ctx.send(row["queue"], [document], properties, source=source)

@@ -8,6 +8,7 @@ from typing import Any
 from atomq.client import wire
 from atomq.errors import InvalidInput
 from atomq.platform.names import check_queue_name
+from atomq.platform.topics import check_topic
 from atomq.workers.context import ExecutionContext
 
 
@@ -18,15 +19,23 @@ def _queue_setting(settings: dict[str, Any], name: str) -> None:
 
 
 def forward(ctx: ExecutionContext) -> None:
-    """Every input document goes on as a message of its own to ``settings["to"]``."""
-    to = ctx.settings["to"]
+    """Every input document goes on as a message of its own to the queue ``settings["to"]``,
+    or is published to ``settings["topic"]`` (every queue that attracts it)."""
     for message in ctx.messages:
         for document in message.documents:
-            ctx.send(to, [document], message.properties, source=message)
+            if "topic" in ctx.settings:
+                ctx.publish(ctx.settings["topic"], [document], message.properties, source=message)
+            else:
+                ctx.send(ctx.settings["to"], [document], message.properties, source=message)
 
 
 def validate_forward(settings: dict[str, Any]) -> None:
-    _queue_setting(settings, "to")
+    if ("to" in settings) == ("topic" in settings):
+        raise InvalidInput("settings name either a queue (to) or a topic (topic) to forward to", field="settings.to")
+    if "topic" in settings:
+        check_topic(settings["topic"], field="settings.topic")
+    else:
+        _queue_setting(settings, "to")
 
 
 forward.validate_settings = validate_forward  # type: ignore[attr-defined]

@@ -2,7 +2,8 @@
 
 A process reads ``ctx.messages`` (each with its documents and properties,
 and ``redelivered`` when an earlier delivery failed) and calls
-``ctx.send(queue, documents, properties, source=message)`` for its outputs.
+``ctx.send(queue, documents, properties, source=message)`` for its outputs,
+or ``ctx.publish(topic, ...)`` alike for every queue that attracts a topic.
 Sends are buffered and leave in requests of at most the node's ``--max-send-documents``; the
 execution acks its batch only after every send was accepted, so a process
 that returns has had all its outputs stored, and one that raises has its
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomq.client import wire
+from atomq.client import Target, wire
 from atomq.errors import InvalidInput
 
 
@@ -59,7 +60,7 @@ class InputMessage:
 
 
 Document = bytes | str | InputDocument
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[Target, dict[str, Any]], None]
 
 
 def outgoing_document(doc: Document) -> dict[str, Any]:
@@ -92,8 +93,18 @@ class ExecutionContext:
         Without ``source`` the output is tied to the whole batch: a redelivery
         of the same batch is recognised, one in a different batch is not.
         """
+        self._output(Target(queue), documents, properties, source)
+
+    def publish(self, topic: str, documents: Iterable[Document], properties: dict[str, Any] | None = None,
+                *, source: InputMessage | None = None) -> None:
+        """Publishes one message of ``documents`` to ``topic`` when the execution succeeds: it
+        reaches every queue of this tenant that attracts the topic (none may)."""
+        self._output(Target(topic, topic=True), documents, properties, source)
+
+    def _output(self, target: Target, documents: Iterable[Document], properties: dict[str, Any] | None,
+                source: InputMessage | None) -> None:
         origin = source.id if source is not None else f"batch-{self._batch_source}"
         position = self._positions.get(origin, 0)
         self._positions[origin] = position + 1
-        self._emit(queue, wire.message([outgoing_document(d) for d in documents], properties or None,
-                                       f"{self.listener}/{origin}/{position}"))
+        self._emit(target, wire.message([outgoing_document(d) for d in documents], properties or None,
+                                        f"{self.listener}/{origin}/{position}"))

@@ -5,6 +5,7 @@ Register it once per session (``register(spark)``), then::
     spark.read.format("atomq").option("url", URL).option("key", KEY).option("queue", "orders").load()
     spark.readStream.format("atomq").option(...).option("consumer", "billing").load()
     df.write.format("atomq").option(...).option("queue", "out").mode("append").save()
+    df.write.format("atomq").option(...).option("topic", "orders/eu/new").mode("append").save()
 
 Everything goes through the main node's HTTP API with the tenant's key
 (``key``; the owner key with ``tenant`` acts for that tenant), so the node's
@@ -28,8 +29,10 @@ back by the ack time-out (at-least-once).
 
 Rows written become messages of one document each: the document is the
 ``text`` or ``data`` column (string) or the ``payload`` column (binary);
-``properties`` (a JSON object string or a map), ``dedupe_id`` and ``queue``
-(per row, instead of the option) are optional columns. A write that fails
+``properties`` (a JSON object string or a map), ``dedupe_id``, ``topic`` and
+``queue`` (per row, instead of the options) are optional columns. A row goes
+to its ``topic`` if it has one (a publish: every queue that attracts it), else
+to its ``queue``, else to the option ``topic``, else to the option ``queue``. A write that fails
 part-way may have stored some rows: give ``dedupe_id`` to make a retry
 store each row once.
 """

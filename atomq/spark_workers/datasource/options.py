@@ -19,6 +19,7 @@ class Options:
         self.key = options.get("key") or ""
         self.tenant = options.get("tenant") or None
         self.queue = options.get("queue") or ""
+        self.topic = options.get("topic") or ""
         self.subscriber = options.get("subscriber") or None
         self.dead_letters = str(options.get("deadLetters", "false")).lower() == "true"
         self.consumer = options.get("consumer") or ""
@@ -35,7 +36,8 @@ class Options:
 
     def need_queue(self) -> str:
         if not self.queue:
-            raise InvalidInput("the atomq data source needs option queue", field="queue")
+            raise InvalidInput("the atomq data source needs option queue" + (" (a topic is for writes only)"
+                                                                              if self.topic else ""), field="queue")
         return self.queue
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from atomq.client import BatchingSender, wire
+from atomq.client import BatchingSender, Target, wire
 from atomq.errors import InvalidInput
 from atomq.spark_workers.datasource.options import Options
 
@@ -29,9 +29,10 @@ class QueueWriter(DataSourceWriter):
         self.data_columns = [c for c in ("text", "data", "payload") if c in names]
         if not self.data_columns:
             raise InvalidInput("a DataFrame written to atomq needs a text, data or payload column", field="columns")
-        self.has = {c: c in names for c in ("properties", "dedupe_id", "queue")}
-        if not self.has["queue"]:
+        self.has = {c: c in names for c in ("properties", "dedupe_id", "queue", "topic")}
+        if not (self.has["queue"] or self.has["topic"] or options.topic):
             options.need_queue()
+        self.default = Target(options.topic, topic=True) if options.topic else Target(options.queue)
 
     def write(self, iterator: Iterator[Any]) -> SendCommitMessage:
         o = self.options
@@ -39,10 +40,20 @@ class QueueWriter(DataSourceWriter):
         with o.client() as client:
             sender = BatchingSender(client, o.max_documents)
             for row in iterator:
-                sender.add((row["queue"] if self.has["queue"] else None) or o.queue, self._message(row))
+                sender.add(self._target(row), self._message(row))
                 messages += 1
             sender.flush()
         return SendCommitMessage(messages, sender.requests)
+
+    def _target(self, row: Any) -> Target:
+        """The row's ``topic`` column, else its ``queue`` column, else the option topic or queue."""
+        if self.has["topic"] and row["topic"] is not None:
+            return Target(row["topic"], topic=True)
+        if self.has["queue"] and row["queue"] is not None:
+            return Target(row["queue"])
+        if not self.default.name:
+            raise InvalidInput("a row has neither topic nor queue, and no option names one", field="queue")
+        return self.default
 
     def _message(self, row: Any) -> dict[str, Any]:
         value = next((row[c] for c in self.data_columns if row[c] is not None), None)
