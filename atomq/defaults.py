@@ -138,6 +138,8 @@ MAX_WAIT_MS = 20_000
 CHUNK_SIZE = 500
 """Messages one bulk-action script handles per call: a few milliseconds of the store's single thread."""
 MAX_SUBSCRIBERS = 100
+MAX_CONSUMERS = 100
+"""Consumers an exclusive queue keeps in line at once (each call reads them all)."""
 """A send copies to every subscriber in one script call: a hundred copies keeps it short."""
 MAX_DOCUMENTS_PER_MESSAGE = 100
 """With ``MAX_DOCUMENTS_PER_SEND``, what one send can make a script store."""

@@ -188,7 +188,7 @@ def test_queue_create_update_list_get_delete(acme) -> None:
     assert created == {"name": "orders", "model": "point_to_point", "max_redeliveries": 6, "ack_timeout_s": 30.0,
                        "depth": 0, "in_flight": 0, "dead_letters": 0, "scheduled": 0, "message_ttl_s": 0.0,
                        "on_expire": "dead_letter", "topics": [], "last_value": False, "last_value_key": "",
-                       "depth_by_priority": {},
+                       "access": "non_exclusive", "consumers": [], "depth_by_priority": {},
                        "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
                                                 "superseded", "dropped"], 0)}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
@@ -522,3 +522,29 @@ def test_a_last_value_queue_over_http(acme) -> None:
     refused = acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe", "last_value": True}, 400)
     assert refused["error"]["details"]["field"] == "last_value"
     acme("PUT", "/v1/queues/checkpoints", {"model": "point_to_point", "last_value": "yes"}, 400)
+
+
+def test_an_exclusive_queue_over_http(acme) -> None:
+    created = acme("PUT", "/v1/queues/input", {"model": "point_to_point", "access": "exclusive"}, 201)
+    assert (created["access"], created["consumers"]) == ("exclusive", [])
+    ids = send(acme, "input", "m1", "m2", "m3")
+    active = acme("POST", "/v1/queues/input/get", {"max": 2, "consumer": "one"}, 200)
+    assert active["active"] is True and [m["id"] for m in active["messages"]] == ids[:2]
+    assert acme("POST", "/v1/queues/input/get", {"max": 5, "consumer": "two"}, 200) == {
+        "messages": [], "active": False}
+    first, second = (m["receipt"] for m in active["messages"])
+    assert acme("POST", "/v1/queues/input/ack", {"receipts": [first], "consumer": "two"}, 200) == {"acked": 0}
+    assert acme("POST", "/v1/queues/input/nack", {"receipts": [first], "consumer": "one"}, 200) == {
+        "requeued": 1, "dead_lettered": 0}
+    assert acme("POST", "/v1/queues/input/get", {"max": 5, "consumer": "one"}, 200)["messages"] == [], \
+        "m3 waits behind m1's redelivery"
+    assert acme("POST", "/v1/queues/input/extend", {"receipts": [second], "consumer": "one"}, 200) == {"extended": 1}
+    info = acme("GET", "/v1/queues/input", status=200)
+    assert [(c["name"], c["active"]) for c in info["consumers"]] == [("one", True), ("two", False)]
+    error = acme("POST", "/v1/queues/input/get", {"max": 1}, 400)["error"]
+    assert error["details"]["field"] == "consumer"
+    acme("POST", "/v1/queues/input/get", {"consumer": "bad name"}, 400)
+    refused = acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe", "access": "exclusive"}, 400)
+    assert refused["error"]["details"]["field"] == "access"
+    shared = acme("POST", "/v1/queues/input2/get", {"consumer": "x"}, 404)
+    assert shared["error"]["code"] == "not_found"

@@ -219,3 +219,23 @@ def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dic
     assert json.loads(ok("queues", "create", "prices", "--json"))["totals"]["superseded"] == 1
     bad = run("send", "prices", "x", "--property", "nosign", env=tenant_env)
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
+
+
+def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    created = json.loads(ok("queues", "create", "input", "--access", "exclusive", "--json"))
+    assert created["access"] == "exclusive"
+    ok("send", "input", "first", "second")
+    got = json.loads(ok("get", "input", "--consumer", "one", "--max", "1", "--json"))
+    assert [m["documents"][0]["data"] for m in got] == ["first"]
+    standby = run("get", "input", "--consumer", "two", "--json", env=tenant_env)
+    assert standby.returncode == 0 and json.loads(standby.stdout) == []
+    assert "two is a standby consumer of input" in standby.stderr
+    shown = ok("queues", "show", "input")
+    assert "consumer.one" in shown and "active" in shown and "consumer.two" in shown and "standby" in shown
+    missing = run("get", "input", env=tenant_env)
+    assert missing.returncode != 0 and "consumer" in missing.stderr

@@ -205,7 +205,7 @@ def test_resending_a_dead_letter_puts_it_back(page: Page, node: InProcessNode, t
     expect(page.locator("#depth")).to_have_text("2")
 
 
-def test_a_queue_page_shows_topics_priorities_expiry_and_dead_letters_by_reason(
+def test_a_queue_page_shows_topics_priorities_expiry_consumers_and_dead_letters_by_reason(
         page: Page, node: InProcessNode, tenant: TenantUser) -> None:
     tenant.api.put_queue("events", max_redeliveries=0, topics=["shop/>"], message_ttl_s=600)
     (stale_id,) = tenant.api.send("events", [wire.message([wire.document("stale")], expires_at=time.time() - 1)])
@@ -244,6 +244,15 @@ def test_a_queue_page_shows_topics_priorities_expiry_and_dead_letters_by_reason(
     expect(page.get_by_text("a last-value queue: one waiting message per value of the property sku")).to_be_visible()
     expect(page.locator("#total-superseded")).to_have_text("2")
     expect(page.locator("table.messages tbody tr")).to_have_count(2)
+
+    tenant.api.put_queue("input", access="exclusive")
+    assert tenant.api.take("input", consumer="first")["active"] is True
+    page.goto(queue_url(node, tenant.id, "input"))
+    expect(page.get_by_text("exclusive: one consumer at a time, in send order")).to_be_visible()
+    expect(page.locator("#active-consumer")).to_have_text("first")
+    expect(page.locator("#standby-consumers")).to_have_text("none")
+    assert tenant.api.take("input", consumer="second")["active"] is False
+    expect(page.locator("#standby-consumers")).to_have_text("second", timeout=REFRESH_WAIT_MS)
 
 
 def test_pause_resume_and_restart_a_listener(page: Page, node: InProcessNode, tenant: TenantUser) -> None:

@@ -92,8 +92,12 @@ class Get(MethodView):
         s = services()
         tenant = current_tenant()
         with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
-            got = s.queues.get(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping)
-        return render.json_response({"messages": [render.message(m) for m in got]})
+            taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
+                                  consumer=body.get("consumer"))
+        out: dict[str, Any] = {"messages": [render.message(m) for m in taken.deliveries]}
+        if taken.active is not None:
+            out["active"] = taken.active
+        return render.json_response(out)
 
 
 @blp.route("/<qname:name>/ack")
@@ -103,7 +107,7 @@ class Ack(MethodView):
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
         return {"acked": services().queues.ack(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                               body.get("subscriber"))}
+                                               body.get("subscriber"), consumer=body.get("consumer"))}
 
 
 @blp.route("/<qname:name>/nack")
@@ -113,7 +117,7 @@ class Nack(MethodView):
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """Fails deliveries now: redelivered after their delay, or dead-lettered."""
         result = services().queues.nack(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                        body.get("subscriber"), body["reason"])
+                                        body.get("subscriber"), body["reason"], consumer=body.get("consumer"))
         return {"requeued": result.requeued, "dead_lettered": result.dead_lettered}
 
 
@@ -124,4 +128,5 @@ class Extend(MethodView):
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """More time before the ack time-out (default: the queue's ``ack_timeout_s``)."""
         return {"extended": services().queues.extend(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                                     body.get("subscriber"), body.get("seconds"))}
+                                                     body.get("subscriber"), body.get("seconds"),
+                                                     consumer=body.get("consumer"))}

@@ -69,6 +69,8 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "topics": list(info.topics),
         "last_value": info.last_value,
         "last_value_key": info.last_value_key,
+        "access": info.access.value,
+        "consumers": [{"name": c.name, "active": c.active, "last_seen": c.last_seen} for c in info.consumers],
         "depth_by_priority": {str(p): n for p, n in info.depth_by_priority.items()},
         "totals": {kind: info.totals.get(kind, 0) for kind in TOTALS},
     }

@@ -90,21 +90,27 @@ def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict
 @click.option("--wait-ms", type=click.IntRange(0, defaults.MAX_WAIT_MS), default=defaults.GET_WAIT_MS,
               show_default=True)
 @click.option("--subscriber", help="For a publish/subscribe queue.")
+@click.option("--consumer", help="Who gets: required on an exclusive queue, where only the active consumer gets "
+                                 "messages (a standby gets none and is told so on standard error).")
 @click.option("--ack", is_flag=True, help="Ack what was received (else it is redelivered after the ack time-out).")
 @click.option("--nack", "nack_reason", metavar="REASON",
               help="Nack what was received with this reason: redelivered on the queue's schedule, or "
                    "dead-lettered with REASON once its redeliveries are spent.")
 @connection_options
-def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber: str | None, ack: bool,
-        nack_reason: str | None) -> None:
+def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber: str | None, consumer: str | None,
+        ack: bool, nack_reason: str | None) -> None:
     """Receive messages from QUEUE."""
     if ack and nack_reason is not None:
         raise click.UsageError("give --ack or --nack, not both")
-    got = c.get(queue, max_messages, wait_ms, subscriber)
+    taken = c.take(queue, max_messages, wait_ms, subscriber, consumer)
+    got = taken["messages"]
+    if taken.get("active") is False:
+        click.echo(f"{consumer} is a standby consumer of {queue}: another consumer is active", err=True)
     if ack and got:
-        c.ack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber)
+        c.ack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber, consumer=consumer)
     if nack_reason is not None and got:
-        c.nack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber, reason=nack_reason)
+        c.nack(queue, receipts=[m["receipt"] for m in got], subscriber=subscriber, reason=nack_reason,
+               consumer=consumer)
     emit(got, [(m["id"], m["delivery_count"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
                for m in got], ("ID", "DELIVERY", "DOCUMENTS"))
 

@@ -44,13 +44,17 @@ def queues_list(c: AtomqClient) -> None:
 @click.option("--last-value/--no-last-value", "last_value", default=None,
               help="A last-value queue (point-to-point) holds one waiting message per value of the property "
                    "--last-value-key, a new one replacing it. Left out: kept (a new queue: no).")
+@click.option("--access", type=click.Choice(["exclusive", "non_exclusive"]),
+              help="exclusive (point-to-point only): one consumer at a time gets the messages, in send order "
+                   "(atomq get --consumer NAME). Left out: kept (a new queue: non_exclusive).")
 @click.option("--last-value-key", metavar="PROPERTY",
               help="The message property whose value keys a last-value queue (\"\": one message in all). "
                    "Left out: kept.")
 @connection_options
 def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int | None, ack_timeout_s: float | None,
                   topics: tuple[str, ...], no_topics: bool, message_ttl_s: float | None,
-                  on_expire: str | None, last_value: bool | None, last_value_key: str | None) -> None:
+                  on_expire: str | None, last_value: bool | None, access: str | None,
+                  last_value_key: str | None) -> None:
     """Create a queue, or update one: the settings given change, the others are kept."""
     if topics and no_topics:
         raise click.UsageError("give --topic or --no-topics, not both")
@@ -59,7 +63,7 @@ def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int |
         settings["topics"] = list(topics)
     for field, value in (("max_redeliveries", max_redeliveries), ("ack_timeout_s", ack_timeout_s),
                          ("message_ttl_s", message_ttl_s), ("on_expire", on_expire), ("last_value", last_value),
-                         ("last_value_key", last_value_key)):
+                         ("last_value_key", last_value_key), ("access", access)):
         if value is not None:
             settings[field] = value
     q = c.put_queue(name, model, **settings)
@@ -67,6 +71,22 @@ def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int |
     emit(q, [(q["name"], q["model"], q["max_redeliveries"], q["ack_timeout_s"], q["message_ttl_s"] or "-",
               ",".join(q["topics"]) or "-", last)],
          ("NAME", "MODEL", "MAX REDELIVERIES", "ACK TIMEOUT S", "MESSAGE TTL S", "TOPICS", "LAST VALUE"))
+
+
+@queues.command("show")
+@click.argument("name")
+@connection_options
+def queues_show(c: AtomqClient, name: str) -> None:
+    """One queue: its settings, counts and totals, and an exclusive queue's consumers."""
+    q = c.queue(name)
+    rows = [(field, q[field]) for field in ("model", "access", "depth", "in_flight", "dead_letters", "scheduled",
+                                           "max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire",
+                                           "last_value", "last_value_key")]
+    rows += [("topics", ",".join(q["topics"]) or "-"),
+             ("depth_by_priority", " ".join(f"{p}:{n}" for p, n in q["depth_by_priority"].items()) or "-")]
+    rows += [(f"total.{kind}", n) for kind, n in q["totals"].items()]
+    rows += [(f"consumer.{c['name']}", "active" if c["active"] else "standby") for c in q["consumers"]]
+    emit(q, rows, ("FIELD", "VALUE"))
 
 
 @queues.command("delete")

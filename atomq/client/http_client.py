@@ -188,33 +188,44 @@ class AtomqClient:
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])
 
     def get(self, queue: str, max_messages: int = defaults.GET_MAX_MESSAGES, wait_ms: int = defaults.GET_WAIT_MS,
-            subscriber: str | None = None) -> list[Any]:
+            subscriber: str | None = None, consumer: str | None = None) -> list[Any]:
+        """Up to ``max_messages`` deliveries. ``consumer`` names the caller: required on an exclusive
+        queue, where only the active consumer gets messages (see :meth:`take`)."""
+        return self.take(queue, max_messages, wait_ms, subscriber, consumer)["messages"]  # type: ignore[no-any-return]
+
+    def take(self, queue: str, max_messages: int = defaults.GET_MAX_MESSAGES, wait_ms: int = defaults.GET_WAIT_MS,
+             subscriber: str | None = None, consumer: str | None = None) -> Any:
+        """A get's whole answer: ``{"messages": [...]}``, with ``"active"`` on an exclusive queue
+        (false: a standby, which gets nothing until the active consumer goes silent)."""
         body: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms}
         if subscriber:
             body["subscriber"] = subscriber
-        return self.request("POST", f"/v1/queues/{queue}/get", body,  # type: ignore[no-any-return]
-                            timeout=self.timeout + wait_ms / 1000)["messages"]
+        if consumer:
+            body["consumer"] = consumer
+        return self.request("POST", f"/v1/queues/{queue}/get", body, timeout=self.timeout + wait_ms / 1000)
 
     def _selected(self, queue: str, action: str, ids: Sequence[str] | None, receipts: Sequence[str] | None,
-                  subscriber: str | None, **extra: Any) -> Any:
+                  subscriber: str | None, consumer: str | None, **extra: Any) -> Any:
         body: dict[str, Any] = {"ids": list(ids)} if ids is not None else {"receipts": list(receipts or [])}
         if subscriber:
             body["subscriber"] = subscriber
+        if consumer:
+            body["consumer"] = consumer
         return self.request("POST", f"/v1/queues/{queue}/{action}", {**body, **extra})
 
     def ack(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
-            subscriber: str | None = None) -> int:
-        return int(self._selected(queue, "ack", ids, receipts, subscriber)["acked"])
+            subscriber: str | None = None, consumer: str | None = None) -> int:
+        return int(self._selected(queue, "ack", ids, receipts, subscriber, consumer)["acked"])
 
     def nack(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
-             subscriber: str | None = None, reason: str = "") -> Any:
+             subscriber: str | None = None, reason: str = "", consumer: str | None = None) -> Any:
         """``{"requeued": n, "dead_lettered": m}``."""
-        return self._selected(queue, "nack", ids, receipts, subscriber, reason=reason)
+        return self._selected(queue, "nack", ids, receipts, subscriber, consumer, reason=reason)
 
     def extend(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
-               subscriber: str | None = None, seconds: float | None = None) -> int:
+               subscriber: str | None = None, seconds: float | None = None, consumer: str | None = None) -> int:
         extra = {} if seconds is None else {"seconds": seconds}
-        return int(self._selected(queue, "extend", ids, receipts, subscriber, **extra)["extended"])
+        return int(self._selected(queue, "extend", ids, receipts, subscriber, consumer, **extra)["extended"])
 
     # -- management ----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ whatever is left (on the next maintenance round or :meth:`Components.resume_remo
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS
-from atomq.platform.models import DestinationCounts, OnExpire, QueueInfo, QueueModel
+from atomq.platform.models import ConsumerInfo, DestinationCounts, OnExpire, QueueAccess, QueueInfo, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.topics import check_patterns
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
@@ -50,6 +51,7 @@ class Components:
         topics: Sequence[str] | None = None,
         last_value: bool | None = None,
         last_value_key: str | None = None,
+        access: QueueAccess | str | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
@@ -57,6 +59,7 @@ class Components:
         ``topics``: the topic patterns the queue attracts (``atomq.platform.topics``).
         ``last_value``: the queue keeps one waiting message per value of the property
         ``last_value_key`` ("" for one message in all), a new one replacing the last.
+        ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -90,6 +93,15 @@ class Components:
             except ValueError:
                 raise InvalidInput("on_expire must be 'dead_letter' or 'discard'", field="on_expire") from None
         named += _last_value_settings(model, last_value, last_value_key)
+        if access is not None:
+            try:
+                access = QueueAccess(access)
+            except ValueError:
+                raise InvalidInput("access must be 'exclusive' or 'non_exclusive'", field="access") from None
+            if access is QueueAccess.EXCLUSIVE and model is QueueModel.PUBLISH_SUBSCRIBE:
+                raise InvalidInput("an exclusive queue is point-to-point (a publish/subscribe queue's subscribers "
+                                   "each have their own copy)", field="access")
+            named += ["access", access.value]
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
@@ -100,6 +112,9 @@ class Components:
                 "CONFLICT": lambda: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
                 ),
+                "EXCLUSIVEPUBSUB": lambda: InvalidInput(
+                    "an exclusive queue is point-to-point: set access non_exclusive to make it publish/subscribe",
+                    field="access"),
                 "LASTVALUEPUBSUB": lambda: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
@@ -126,9 +141,14 @@ class Components:
             pipe.zcard(d.sched)
             pipe.zcard(d.inflight)
             pipe.xlen(d.dlq)
+        exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
+        if exclusive:
+            pipe.hgetall(qk.destination().consumers)
         pipe.hget(tk.topic_patterns, name)
         pipe.hmget(qk.config, [f"n:{kind}" for kind in QUEUE_COUNTS])
         raw = self._shared.storage.call(pipe.execute)
+        ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
+        consumers = _consumers(raw[-3], ack_timeout_s) if exclusive else ()
         per_sub: dict[str, DestinationCounts] = {}
         total = [0, 0, 0, 0]
         by_priority: Counter[int] = Counter()
@@ -152,7 +172,7 @@ class Components:
             name=name,
             model=QueueModel(model),
             max_redeliveries=int(cfg[b"max_redeliveries"]),
-            ack_timeout_s=int(cfg[b"ack_timeout_ms"]) / 1000,
+            ack_timeout_s=ack_timeout_s,
             depth=total[0],
             in_flight=total[1],
             dead_letters=total[2],
@@ -163,6 +183,8 @@ class Components:
             on_expire=OnExpire(cfg.get(b"on_expire", b"dead_letter").decode()),
             last_value=cfg.get(b"lv") == b"1",
             last_value_key=cfg.get(b"lv_key", b"").decode(),
+            access=QueueAccess.EXCLUSIVE if exclusive else QueueAccess.NON_EXCLUSIVE,
+            consumers=consumers,
             totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
             topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
         )
@@ -318,3 +340,19 @@ def _last_value_settings(model: QueueModel, last_value: bool | None, key: str | 
                                field="last_value_key")
         named += ["lv_key", key]
     return named
+
+
+def _consumers(raw: dict[bytes, bytes], ack_timeout_s: float) -> tuple[ConsumerInfo, ...]:
+    """An exclusive queue's consumers still in line (those silent for ``ack_timeout_s`` have lost
+    their place, whether or not a call has dropped them yet), the active one first, then the
+    others in the order they first called."""
+    active = raw.get(b"#active", b"").decode()
+    now = time.time()
+    line = []
+    for name, value in raw.items():
+        if name == b"#active":
+            continue
+        first, last = (int(v) / 1000 for v in value.split(b"|"))
+        if last + ack_timeout_s > now:
+            line.append((name.decode() != active, first, ConsumerInfo(name.decode(), name.decode() == active, last)))
+    return tuple(c for _, _, c in sorted(line, key=lambda entry: entry[:2]))

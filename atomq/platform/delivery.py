@@ -16,8 +16,8 @@ from atomq import defaults
 from atomq.errors import InvalidInput, NotFound, TooLarge
 from atomq.integer_range import check_integer_range
 from atomq.platform.components import Components
-from atomq.platform.models import Delivery, NackResult
-from atomq.platform.names import check_receipts, check_subscriber_name
+from atomq.platform.models import Delivery, NackResult, Taken
+from atomq.platform.names import check_consumer_name, check_receipts, check_subscriber_name
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
 from atomq.platform.stored_form import decode_messages
 
@@ -45,31 +45,51 @@ class Deliveries:
         wait_ms: int = defaults.GET_WAIT_MS,
         subscriber: str | None = None,
         stop: threading.Event | None = None,
+        consumer: str | None = None,
     ) -> list[Delivery]:
         """Delivers up to ``max_messages`` ready messages, waiting up to ``wait_ms`` for the first.
 
         Each delivered message is in flight until acked, nacked or its
         ``ack_timeout_s`` runs out (then it counts as a failed delivery).
         A wait ends early, empty, within a second of ``stop`` being set.
+        ``consumer`` names the caller: required on an exclusive queue (see ``take``).
         """
+        return self.take(tenant, queue, max_messages, wait_ms, subscriber, stop, consumer).deliveries
+
+    def take(
+        self,
+        tenant: str,
+        queue: str,
+        max_messages: int = defaults.GET_MAX_MESSAGES,
+        wait_ms: int = defaults.GET_WAIT_MS,
+        subscriber: str | None = None,
+        stop: threading.Event | None = None,
+        consumer: str | None = None,
+    ) -> Taken:
+        """A get that also says, on an exclusive queue, whether ``consumer`` is the active one:
+        only the active consumer gets messages; a standby waits its turn (its get answers empty,
+        after ``wait_ms``) and takes over when the active one makes no call for ``ack_timeout_s``."""
         tk, qk = queue_keys(tenant, queue)
         if subscriber is not None:
             check_subscriber_name(subscriber)
+        if consumer is not None:
+            check_consumer_name(consumer)
         s = self._shared.settings
         check_integer_range(max_messages, "max", 1, s.max_get)
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
         keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due]
-        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(), d.member]
+        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
+                d.member, consumer or "", s.max_consumers]
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self._shared.storage.run("get", keys, args, errors=self._shared.queue_errors(queue))
-            count, wake, last_id, last_wake_id = reply[0], reply[1], reply[2], reply[3]
+            count, wake, last_id, last_wake_id, active = reply[0], reply[1], reply[2], reply[3], int(reply[4])
             if count:
-                return decode_messages(reply, 4, count, Delivery)
+                return Taken(decode_messages(reply, 5, count, Delivery), active == 1 if active >= 0 else None)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
-                return []
+                return Taken([], active == 1 if active >= 0 else None)
             # At most a second at a time: a removed queue has no entry to wake us,
             # and the next script run reports it.
             block_ms = min(round(remaining * 1000), 1000)
@@ -81,23 +101,27 @@ class Deliveries:
                                       count=1, block=max(1, block_ms))
 
     def ack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
-            receipts: Sequence[str] | None = None, subscriber: str | None = None) -> int:
-        """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
-        return self._settle("ack", "", tenant, queue, ids, receipts, subscriber)[0]
+            receipts: Sequence[str] | None = None, subscriber: str | None = None,
+            consumer: str | None = None) -> int:
+        """Acks in-flight messages; a receipt of an earlier delivery acks nothing. On an exclusive
+        queue ``consumer`` is required, and only the active consumer's call settles anything
+        (as for nack, release and extend)."""
+        return self._settle("ack", "", tenant, queue, ids, receipts, subscriber, consumer)[0]
 
     def nack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
              receipts: Sequence[str] | None = None, subscriber: str | None = None,
-             reason: str = "") -> NackResult:
+             reason: str = "", consumer: str | None = None) -> NackResult:
         """Fails deliveries now: each is redelivered after its delay or dead-lettered."""
         if not isinstance(reason, str) or len(reason) > defaults.MAX_NACK_REASON_CHARS:
             raise InvalidInput(f"reason must be a string of at most {defaults.MAX_NACK_REASON_CHARS} characters",
                                field="reason")
-        done, dead = self._settle("nack", reason or defaults.NACK_REASON, tenant, queue, ids, receipts, subscriber)
+        done, dead = self._settle("nack", reason or defaults.NACK_REASON, tenant, queue, ids, receipts, subscriber,
+                                  consumer)
         return NackResult(requeued=done, dead_lettered=dead)
 
     def release(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
                 receipts: Sequence[str] | None = None, subscriber: str | None = None,
-                delay_s: float = 1.0) -> int:
+                delay_s: float = 1.0, consumer: str | None = None) -> int:
         """Gives deliveries back without counting a failed delivery: each is redelivered
         after ``delay_s``. For a consumer that could not work for a reason that is not the
         message's, such as its own rate limit, so the message does not drift to the dead
@@ -105,11 +129,12 @@ class Deliveries:
         most_s = defaults.MAX_REDELIVERY_DELAY_S
         if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= most_s:
             raise InvalidInput(f"delay_s must be a number from 0 to {most_s:g}", field="delay_s")
-        return self._settle("release", round(delay_s * 1000), tenant, queue, ids, receipts, subscriber)[0]
+        return self._settle("release", round(delay_s * 1000), tenant, queue, ids, receipts, subscriber,
+                            consumer)[0]
 
     def extend(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
                receipts: Sequence[str] | None = None, subscriber: str | None = None,
-               seconds: float | None = None) -> int:
+               seconds: float | None = None, consumer: str | None = None) -> int:
         """Moves the ack deadline of in-flight messages to ``seconds`` from now."""
         most_s = defaults.ACK_TIMEOUT_RANGE_S[1]
         if seconds is not None and (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
@@ -117,19 +142,23 @@ class Deliveries:
             raise InvalidInput(f"seconds must be a number from 0 to {most_s:g}", field="seconds")
         if seconds is None:
             seconds = self._components.get_queue(tenant, queue).ack_timeout_s
-        return self._settle("extend", round(seconds * 1000), tenant, queue, ids, receipts, subscriber)[0]
+        return self._settle("extend", round(seconds * 1000), tenant, queue, ids, receipts, subscriber,
+                            consumer)[0]
 
     def _settle(self, action: str, arg: Any, tenant: str, queue: str, ids: Sequence[str] | None,
-                receipts: Sequence[str] | None, subscriber: str | None) -> tuple[int, int]:
+                receipts: Sequence[str] | None, subscriber: str | None, consumer: str | None) -> tuple[int, int]:
         tk, qk = queue_keys(tenant, queue)
         if subscriber is not None:
             check_subscriber_name(subscriber)
+        if consumer is not None:
+            check_consumer_name(consumer)
         mode, items = _selector(ids, receipts)
         d = qk.destination(subscriber)
         done, dead = self._shared.storage.run(
             "settle",
             docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due],
-            [action, arg, self._shared.settings.delays_ms_arg, mode, subscriber or "", d.member, *items],
+            [action, arg, self._shared.settings.delays_ms_arg, mode, subscriber or "", d.member, consumer or "",
+             self._shared.settings.max_consumers, *items],
             errors=self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
                 f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
         )

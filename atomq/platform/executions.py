@@ -88,7 +88,8 @@ class Executions:
             return None
         try:
             queue = self.queues.get_queue(tenant, spec.queue)
-            got = self.queues.get(tenant, spec.queue, spec.batch_size, 0, spec.subscriber)
+            # On an exclusive queue the listener is one consumer, under its own name.
+            got = self.queues.get(tenant, spec.queue, spec.batch_size, 0, spec.subscriber, consumer=name)
         except AtomqError as exc:
             self.listeners.finish(tenant, name, execution, "failed", f"taking the batch failed: {exc.message}")
             raise
@@ -108,7 +109,7 @@ class Executions:
         if batch is None:
             raise Conflict("the execution has no batch: it has not started or has finished", execution=execution)
         return self.queues.extend(tenant, batch.queue, receipts=list(batch.receipts), subscriber=batch.subscriber,
-                                  seconds=batch.ack_timeout_s)
+                                  seconds=batch.ack_timeout_s, consumer=batch.listener)
 
     def finish(self, tenant: str, name: str, execution: str, ok: bool, processed: Collection[str] = (),
                error: str = "", retry_after_s: float | None = None) -> Settled:
@@ -123,14 +124,15 @@ class Executions:
             done = set(processed) & set(batch.ids)
             self.listeners.finish(tenant, name, execution, "ok", processed=sorted(done))
             return Settled(acked=self.queues.ack(tenant, batch.queue, receipts=receipts,
-                                                 subscriber=batch.subscriber))
+                                                 subscriber=batch.subscriber, consumer=batch.listener))
         if retry_after_s is not None:
             self.listeners.finish(tenant, name, execution, "deferred", error or "the sends were refused",
                                   retry_after_ms=round(retry_after_s * 1000))
             return Settled(requeued=self.queues.release(tenant, batch.queue, receipts=receipts,
-                                                        subscriber=batch.subscriber, delay_s=retry_after_s))
+                                                        subscriber=batch.subscriber, delay_s=retry_after_s,
+                                                        consumer=batch.listener))
         reason = error or "the process failed"
         self.listeners.finish(tenant, name, execution, "failed", reason)
         nacked = self.queues.nack(tenant, batch.queue, receipts=receipts, subscriber=batch.subscriber,
-                                  reason=reason)
+                                  reason=reason, consumer=batch.listener)
         return Settled(requeued=nacked.requeued, dead_lettered=nacked.dead_lettered)

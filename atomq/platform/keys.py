@@ -196,13 +196,19 @@ class DestinationKeys:
         message's key (``i:<id>`` -> ``=<key>``, or ``x<key>`` once superseded in flight)."""
         return f"{self.base}:lv"
 
+    @property
+    def consumers(self) -> str:
+        """An exclusive queue's consumers (name -> ``<first call ms>|<last call ms>``) and, in
+        field ``#active``, the one that gets its messages."""
+        return f"{self.base}:cons"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry, self.last_values]
+                self.ordered, self.wake, self.expiry, self.last_values, self.consumers]
 
 
-DEST_KEY_COUNT = 11
+DEST_KEY_COUNT = 12
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"

@@ -182,6 +182,23 @@ class DestinationCounts:
 
 
 @dataclass(frozen=True)
+class ConsumerInfo:
+    """A consumer in line on an exclusive queue."""
+
+    name: str
+    active: bool
+    last_seen: float
+    """When it last called (seconds since the epoch); it loses its place ``ack_timeout_s`` after."""
+
+
+class QueueAccess(str, Enum):
+    """Whether a queue's consumers take turns (exclusive) or share it."""
+
+    NON_EXCLUSIVE = "non_exclusive"
+    EXCLUSIVE = "exclusive"
+
+
+@dataclass(frozen=True)
 class QueueInfo:
     name: str
     model: QueueModel
@@ -204,6 +221,18 @@ class QueueInfo:
     last_value: bool = False
     """At most one waiting message per value of the property ``last_value_key``."""
     last_value_key: str = ""
+    access: QueueAccess = QueueAccess.NON_EXCLUSIVE
+    consumers: tuple[ConsumerInfo, ...] = ()
+    """An exclusive queue's consumers in line, the active one first."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a get took: its deliveries and, on an exclusive queue, whether the consumer that
+    asked is the active one (a standby takes nothing); None on other queues."""
+
+    deliveries: list[Delivery]
+    active: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,12 @@ def check_subscriber_name(name: str) -> str:
     return check_queue_name(name, field="subscriber")
 
 
+def check_consumer_name(name: str) -> str:
+    """An exclusive queue's consumer names follow the queue name rule (they are hash fields,
+    never keys, but a name that starts with '#' would clash with the active one's field)."""
+    return check_queue_name(name, field="consumer")
+
+
 def check_tenant_id(tenant: str) -> str:
     """Returns ``tenant`` if it is a valid tenant id, else raises InvalidInput."""
     if not isinstance(tenant, str) or not TENANT_ID.fullmatch(tenant):

@@ -76,6 +76,7 @@ class QueueServer:
         self.publish = sending.publish
 
         self.get = deliveries.get
+        self.take = deliveries.take
         self.ack = deliveries.ack
         self.nack = deliveries.nack
         self.release = deliveries.release

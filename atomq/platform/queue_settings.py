@@ -43,6 +43,8 @@ class QueueSettings:
             script blocks Redis for long.
         max_subscribers: most subscribers of one publish/subscribe queue; a
             send copies to all of them in one script, so this bounds it.
+        max_consumers: most consumers in line at once on one exclusive queue;
+            every call on the queue reads them all.
         max_documents_per_message: most documents one message refers to; with
             the next, what one send can make a script store.
         max_documents_per_send: most documents in one send, over its messages.
@@ -63,6 +65,7 @@ class QueueSettings:
     max_wait_ms: int = defaults.MAX_WAIT_MS
     chunk_size: int = defaults.CHUNK_SIZE
     max_subscribers: int = defaults.MAX_SUBSCRIBERS
+    max_consumers: int = defaults.MAX_CONSUMERS
     max_documents_per_message: int = defaults.MAX_DOCUMENTS_PER_MESSAGE
     max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
     max_reply_bytes: int = defaults.MAX_REPLY_BYTES

@@ -17,7 +17,7 @@ from atomq.platform.models import QueueModel
 from atomq.platform.shared import Shared, queue_not_found
 
 CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire", "lv",
-                 "lv_key")
+                 "lv_key", "access")
 
 MAX_ROUTE_RETRIES = 5
 """How often a send or a queue's removal reads the route again when its subscribers change under it."""

@@ -78,6 +78,11 @@ class Shared:
             "TOOMANYSUBS": lambda: Conflict(
                 f"a queue has at most {self.settings.max_subscribers} subscribers", queue=queue,
                 limit=self.settings.max_subscribers),
+            "NOCONSUMER": lambda: InvalidInput(
+                "consumer is required on an exclusive queue: name the consumer making the call", field="consumer"),
+            "TOOMANYCONSUMERS": lambda: Conflict(
+                f"an exclusive queue has at most {self.settings.max_consumers} consumers in line", queue=queue,
+                code="too_many_consumers", limit=self.settings.max_consumers),
         }
         errors.update(more)
         return errors

@@ -133,15 +133,17 @@ class StreamConsumers:
             planned = self._own(PlannedBatch.from_json(existing), queue, subscriber)
             if self._still_in_flight(tenant, planned):
                 return planned
-            self._give_back(tenant, key, batch, planned)
-        got = self.queues.get(tenant, queue, max_messages, wait_ms, subscriber, stop=stop)
+            self._give_back(tenant, key, batch, planned, consumer)
+        # On an exclusive queue the stream's consumer is the queue's consumer, under the same name.
+        got = self.queues.get(tenant, queue, max_messages, wait_ms, subscriber, stop=stop, consumer=consumer)
         if not got:
             return None
         planned = PlannedBatch(queue=queue, subscriber=subscriber, ids=tuple(m.id for m in got),
                                receipts=tuple(m.receipt for m in got), partitions=min(partitions, len(got)))
         if not self.storage.call(client.hsetnx, key, f"b{batch}", planned.to_json()):
             # Planned at the same moment by another call: keep that plan, give ours back.
-            self.queues.release(tenant, queue, receipts=list(planned.receipts), subscriber=subscriber, delay_s=0)
+            self.queues.release(tenant, queue, receipts=list(planned.receipts), subscriber=subscriber, delay_s=0,
+                                consumer=consumer)
             return self.plan(tenant, queue, consumer, batch, max_messages, partitions, subscriber,
                              generation=generation)
         self.storage.call(client.expire, key, RECORD_TTL_S)
@@ -154,9 +156,9 @@ class StreamConsumers:
                    if m.state is MessageState.IN_FLIGHT}
         return current.issuperset(planned.receipts)
 
-    def _give_back(self, tenant: str, key: str, batch: int, planned: PlannedBatch) -> None:
+    def _give_back(self, tenant: str, key: str, batch: int, planned: PlannedBatch, consumer: str) -> None:
         self.queues.release(tenant, planned.queue, receipts=list(planned.receipts), subscriber=planned.subscriber,
-                            delay_s=0)
+                            delay_s=0, consumer=consumer)
         self.storage.call(self.storage.client.hdel, key, f"b{batch}")
 
     @staticmethod
@@ -199,7 +201,7 @@ class StreamConsumers:
             if number > through:
                 break
             acked += self.queues.ack(tenant, planned.queue, receipts=list(planned.receipts),
-                                     subscriber=planned.subscriber)
+                                     subscriber=planned.subscriber, consumer=consumer)
             self.storage.call(self.storage.client.hdel, key, f"b{number}")
         return acked
 
@@ -214,6 +216,6 @@ class StreamConsumers:
         for number, planned in self._planned(tenant, queue, consumer, subscriber).items():
             if number in wanted:
                 extended += self.queues.extend(tenant, planned.queue, receipts=list(planned.receipts),
-                                               subscriber=planned.subscriber)
+                                               subscriber=planned.subscriber, consumer=consumer)
         self.storage.call(self.storage.client.expire, key, RECORD_TTL_S)
         return extended

@@ -99,6 +99,8 @@ def queue(info: QueueInfo) -> Figures:
                       p + "by_priority": " · ".join(f"{prio}: {count(n)}" for prio, n
                                                     in info.depth_by_priority.items()) or "-"})
     f.text.update({f"{p}total.{kind}": count(info.totals.get(kind, 0)) for kind in QUEUE_TOTALS_SHOWN})
+    f.text[p + "active_consumer"] = next((c.name for c in info.consumers if c.active), "none")
+    f.text[p + "standby_consumers"] = ", ".join(c.name for c in info.consumers if not c.active) or "none"
     for name, c in info.subscribers.items():
         s = f"{p}sub.{name}."
         f.text.update({s + "depth": count(c.depth), s + "in_flight": count(c.in_flight),

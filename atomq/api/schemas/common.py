@@ -10,6 +10,8 @@ from marshmallow import fields, validate
 from atomq import defaults
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+CONSUMER_DOC = {"description": "who makes the call: required on an exclusive queue (only its active consumer gets "
+                               "and settles messages), accepted and ignored on others"}
 SUBSCRIBER_DOC = {"description": "the subscriber, for a publish/subscribe queue (required there); a "
                                   "point-to-point queue has none and answers 400 when one is named"}
 LATEST_TIME_S = defaults.LATEST_TIME_S
@@ -31,6 +33,14 @@ class Number(fields.Float):
         if type(value) not in (int, float):
             raise self.make_error("invalid")
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+def above_zero(most: float, **kwargs: Any) -> Number:
+    """A number above 0 and at most ``most``. apispec writes a Range's ``min_inclusive=False``
+    as a plain ``minimum``, which would let the document promise 0: it says
+    ``exclusiveMinimum`` here itself (OpenAPI 3.0: a flag beside ``minimum``)."""
+    metadata = {"exclusiveMinimum": True, **kwargs.pop("metadata", {})}
+    return Number(validate=validate.Range(0, most, min_inclusive=False), metadata=metadata, **kwargs)
 
 
 class Bool(fields.Boolean):
@@ -70,6 +80,7 @@ class Selector(Strict):
     receipts = fields.List(fields.String(validate=validate.Length(1, 64)),
                            validate=validate.Length(max=defaults.MAX_SELECTORS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:

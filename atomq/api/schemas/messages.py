@@ -10,7 +10,17 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import LATEST_TIME_S, NAME_PATTERN, SUBSCRIBER_DOC, Int, Number, Selector, Strict
+from atomq.api.schemas.common import (
+    CONSUMER_DOC,
+    LATEST_TIME_S,
+    NAME_PATTERN,
+    SUBSCRIBER_DOC,
+    Int,
+    Number,
+    Selector,
+    Strict,
+    above_zero,
+)
 
 
 def _is_base64(value: str) -> None:
@@ -46,9 +56,9 @@ class OutgoingMessageSchema(Strict):
                    metadata={"description": f"0 to 9, higher first; null or left out: {defaults.DEFAULT_PRIORITY}"})
     expires_at = Number(validate=validate.Range(0, LATEST_TIME_S), allow_none=True,
                         metadata={"description": "seconds since the epoch; the message expires then"})
-    ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S, min_inclusive=False), allow_none=True,
-                   metadata={"description": "seconds from the send (the server's clock); the earliest of this, "
-                                            "expires_at and the queue's message_ttl_s applies"})
+    ttl_s = above_zero(defaults.MAX_MESSAGE_TTL_S, allow_none=True,
+                       metadata={"description": "seconds from the send (the server's clock); the earliest of this, "
+                                                "expires_at and the queue's message_ttl_s applies"})
     traceparent = fields.String(validate=validate.Length(max=defaults.MAX_TRACEPARENT_CHARS), allow_none=True)
 
 
@@ -108,10 +118,13 @@ class GetSchema(Strict):
     max = Int(load_default=defaults.GET_MAX_MESSAGES, validate=validate.Range(1, defaults.MAX_GET))
     wait_ms = Int(load_default=defaults.GET_WAIT_MS, validate=validate.Range(0, defaults.MAX_WAIT_MS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
 
 
 class DeliveriesSchema(Strict):
     messages = fields.List(fields.Nested(DeliverySchema), required=True)
+    active = fields.Boolean(metadata={"description": "exclusive queues only: whether the consumer is the active "
+                                                     "one (a standby gets no messages)"})
 
 
 class BrowsePageSchema(Strict):
@@ -129,7 +142,7 @@ class NackSchema(Selector):
 
 
 class ExtendSchema(Selector):
-    seconds = Number(validate=validate.Range(min=0, min_inclusive=False, max=defaults.ACK_TIMEOUT_RANGE_S[1]))
+    seconds = above_zero(defaults.ACK_TIMEOUT_RANGE_S[1])
 
 
 class AckedSchema(Strict):

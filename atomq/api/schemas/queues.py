@@ -27,10 +27,20 @@ class QueuePutSchema(Strict):
     last_value = Bool(metadata={"description": "point-to-point only: at most one waiting message per value of "
                                                "the property last_value_key, a new one replacing it. Left out: "
                                                "kept (a new queue: false)"})
+    access = fields.String(validate=validate.OneOf(["exclusive", "non_exclusive"]),
+                           metadata={"description": "exclusive (point-to-point only): one consumer at a time gets "
+                                                    "the messages, in send order; every call names its consumer. "
+                                                    "Left out: kept (a new queue: non_exclusive)"})
     last_value_key = fields.String(validate=validate.Length(max=defaults.MAX_PROPERTY_NAME_CHARS),
                                    metadata={"description": "the message property whose value keys a last-value "
                                                             "queue; \"\": one message for the whole queue. Left "
                                                             "out: kept (a new queue: \"\")"})
+
+
+class ConsumerSchema(Strict):
+    name = fields.String(required=True)
+    active = fields.Boolean(required=True)
+    last_seen = fields.Float(required=True, metadata={"description": "its last call, in seconds since the epoch"})
 
 
 class CountsSchema(Strict):
@@ -65,6 +75,9 @@ class QueueSchema(CountsSchema):
     topics = fields.List(fields.String(), required=True)
     last_value = fields.Boolean(required=True)
     last_value_key = fields.String(required=True)
+    access = fields.String(required=True)
+    consumers = fields.List(fields.Nested(ConsumerSchema), required=True,
+                            metadata={"description": "an exclusive queue's consumers in line, the active one first"})
     depth_by_priority = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True,
                                     metadata={"description": "ready messages by priority, for the priorities "
                                                              "that have some"})

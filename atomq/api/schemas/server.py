@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import Int, Number, Strict
+from atomq.api.schemas.common import Int, Number, Strict, above_zero
 from atomq.platform.server_settings import BOUNDS_S
 
 
@@ -43,7 +43,7 @@ def _limit(name: str) -> Int:
 
 
 def _seconds(name: str) -> Number:
-    return Number(validate=validate.Range(min=0, min_inclusive=False, max=BOUNDS_S[name]))
+    return above_zero(BOUNDS_S[name])
 
 
 class ServerPatchSchema(Strict):

@@ -2,7 +2,9 @@
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
 -- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
 -- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index), lv
--- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>).
+-- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
+-- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
+-- #active -> the active one).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f in flight,
 --   s scheduled, d<stream id> dead.
@@ -52,16 +54,16 @@ local EXTRA = 5 + DEST_KEYS
 local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
-          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10]}
+          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11]}
 end
 
 local function require_queue()
-  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire')
+  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access')
   if not cfg[1] then
     return redis.error_reply('NOQUEUE queue does not exist')
   end
   return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
-          discard_expired = cfg[5] == 'discard'}
+          discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive'}
 end
 
 local DEFAULT_PRIORITY = 4
@@ -451,10 +453,117 @@ local function expire_due(d, q, now, limit, usage)
   return n
 end
 
+-- Exclusive queues. Every get, ack, nack, extend or release names its
+-- consumer; the consumer that asked first among those still calling is
+-- active and alone gets messages and settles them. One that makes no call for
+-- the queue's ack time-out loses its place; if it was active, the messages it
+-- held come back at their place, as redeliveries that do not count as
+-- failed deliveries, and the standby that asked first takes over.
+
+-- The messages in flight come back as if never delivered this time (a
+-- superseded last value is dropped, an expired one expires).
+local function hand_back(d, q, now, usage)
+  local held = redis.call('ZRANGE', d.inflight, 0, -1)
+  for _, id in ipairs(held) do
+    local dc, fails = parse_state(redis.call('HGET', d.state, id))
+    if superseded_in_flight(d, id) then
+      drop_superseded(d, id, usage)
+    elseif expired_by(d, id, now) then
+      expire(d, q, id, dc, fails, 'f', usage)
+    else
+      redis.call('ZREM', d.inflight, id)
+      make_ready(d, id, dc, fails)
+    end
+  end
+  return #held
+end
+
+-- Drops the consumers that went silent (handing back what the active one
+-- held), and makes the one that asked first among the others active if none
+-- is. Returns the active consumer's name, or nil when there is none.
+local function expire_consumers(d, q, now, usage)
+  local all = redis.call('HGETALL', d.cons)
+  local active, firsts, gone = nil, {}, {}
+  for i = 1, #all, 2 do
+    if all[i] == '#active' then
+      active = all[i + 1]
+    else
+      local first, last = string.match(all[i + 1], '^(%d+)|(%d+)$')
+      if tonumber(last) + q.ack_timeout_ms <= now then
+        gone[#gone + 1] = all[i]
+      else
+        firsts[all[i]] = tonumber(first)
+      end
+    end
+  end
+  if #gone > 0 then redis.call('HDEL', d.cons, unpack(gone)) end
+  if active and not firsts[active] then
+    active = nil
+    hand_back(d, q, now, usage)
+  end
+  if not active then
+    for name, first in pairs(firsts) do
+      if not active or first < firsts[active] or (first == firsts[active] and name < active) then
+        active = name
+      end
+    end
+    if active then
+      redis.call('HSET', d.cons, '#active', active)
+    else
+      redis.call('HDEL', d.cons, '#active')
+    end
+  end
+  return active
+end
+
+-- A call of consumer `name` on an exclusive queue (after expire_consumers):
+-- records it, at the end of the line when it is new (at most `most`
+-- consumers). Returns whether it is the active one, or an error reply.
+local function consumer_calls(d, name, now, most, active)
+  local seen = redis.call('HGET', d.cons, name)
+  local first = seen and string.match(seen, '^(%d+)|') or nil
+  if not first then
+    if redis.call('HLEN', d.cons) - (active and 1 or 0) >= most then
+      return redis.error_reply('TOOMANYCONSUMERS the queue has its most consumers')
+    end
+    first = now
+  end
+  redis.call('HSET', d.cons, name, first .. '|' .. now)
+  if not active then
+    redis.call('HSET', d.cons, '#active', name)
+    return true
+  end
+  return active == name
+end
+
+-- A consumer's call on a queue: on an exclusive queue the consumer is
+-- required, recorded, and active or not; on another it is ignored (true).
+local function consumer_turn(d, q, name, now, most, usage)
+  if not q.exclusive then return true end
+  if name == '' then
+    return redis.error_reply('NOCONSUMER an exclusive queue needs the consumer of every call')
+  end
+  return consumer_calls(d, name, now, most, expire_consumers(d, q, now, usage))
+end
+
+-- The send order before which an exclusive queue delivers while a message
+-- waits out a redelivery delay (nothing sent after it goes before it): that
+-- message's sequence number, or nil when none waits.
+local function order_barrier(d, q)
+  if not q.exclusive then return nil end
+  local least
+  for _, id in ipairs(redis.call('ZRANGE', d.sched, 0, -1)) do
+    local s = tonumber(string.match(id, '%-(%d+)$'))
+    if not least or s < least then least = s end
+  end
+  return least
+end
+
 -- Moves due redeliveries to ready, fails expired deliveries and expires
 -- messages whose time to live ran out, at most `limit` of each (`usage`:
 -- the tenant's usage hash). Returns the number of messages moved.
 local function sweep_destination(d, q, delays, now, limit, usage)
+  if q.exclusive then expire_consumers(d, q, now, usage) end
   local moved = expire_due(d, q, now, limit, usage)
   local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(expired) do

@@ -12,8 +12,14 @@
 -- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone)
 -- ARGV[6]      the largest document a send accepts (bounds what one read may fetch)
 -- ARGV[7]      the destination's name in the due index
--- Returns {n, wake, last_id, last_wake_id, then per message: id, delivery count,
+-- ARGV[8]      the consumer ("" for none: required by an exclusive queue, ignored by others)
+-- ARGV[9]      most consumers an exclusive queue may have
+-- Returns {n, wake, last_id, last_wake_id, active, then per message: id, delivery count,
 --          envelope, then per document: data, properties ("" = none)}.
+-- active: 1 the consumer is the exclusive queue's active one, 0 a standby
+-- (it gets nothing), -1 the queue is not exclusive. An exclusive queue
+-- delivers in send order within a priority and, while a message waits out a
+-- redelivery delay, nothing sent after it.
 -- wake: ms until the next scheduled redelivery, ack deadline or expiry (-1 = none);
 -- last_id, last_wake_id: the ready and wake streams' last ids, to block on
 -- when nothing was delivered.
@@ -33,12 +39,40 @@ local delays = parse_delays(ARGV[2])
 local now = now_ms()
 local usage = KEYS[EXTRA + 1]
 sweep_destination(d, q, delays, now, 1000, usage)
+local active = -1
+if q.exclusive then
+  local turn = consumer_turn(d, q, ARGV[8], now, tonumber(ARGV[9]), usage)
+  if type(turn) == 'table' then return turn end
+  active = turn and 1 or 0
+end
+local barrier = order_barrier(d, q)
 
 local max = tonumber(ARGV[1])
-local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', max)
-local ranked = redis.call('ZRANGE', d.rz, 0, max - 1, 'WITHSCORES')
+local entries, ranked = {}, {}
+if active ~= 0 then
+  entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', max)
+  ranked = redis.call('ZRANGE', d.rz, 0, max - 1, 'WITHSCORES')
+end
+if barrier then
+  -- Nothing sent after a message that waits out its redelivery delay: the
+  -- stream is in send order, so it ends at the first entry past the barrier.
+  for i = 1, #entries do
+    if tonumber(string.match(entries[i][2][2], '%-(%d+)$')) > barrier then
+      for j = #entries, i, -1 do entries[j] = nil end
+      break
+    end
+  end
+  local kept = {}
+  for i = 1, #ranked, 2 do
+    if tonumber(string.match(ranked[i], '%-(%d+)$')) < barrier then
+      kept[#kept + 1] = ranked[i]
+      kept[#kept + 1] = ranked[i + 1]
+    end
+  end
+  ranked = kept
+end
 if #entries == 0 and #ranked == 0 then
-  local out = {0, -1, '0-0', '0-0'}
+  local out = {0, -1, '0-0', '0-0', active}
   local first = next_due(d)
   if first then out[2] = math.max(0, first - now) end
   if redis.call('EXISTS', d.ready) == 1 then
@@ -131,7 +165,7 @@ if last_entry then
              string.sub(last_entry, 1, dash) .. (tonumber(string.sub(last_entry, dash + 1)) + 1))
 end
 if #taken_ranked > 0 then call_batched('ZREM', d.rz, taken_ranked) end
-local out = {kept, -1, '0-0', '0-0'}
+local out = {kept, -1, '0-0', '0-0', active}
 if kept == 0 then return out end
 local deadline = now + q.ack_timeout_ms
 local state_args, flight_args = {}, {}

@@ -12,8 +12,8 @@
 -- ARGV[7..]    more settings to store, field and value pairs (those a caller names;
 --              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
--- that holds messages or subscribers, LASTVALUEPUBSUB for a publish/subscribe
--- queue that would be a last-value queue, TOOMANYQUEUES for a new queue past ARGV[5].
+-- that holds messages or subscribers, LASTVALUEPUBSUB or EXCLUSIVEPUBSUB for a
+-- publish/subscribe queue that would be a last-value or exclusive queue, TOOMANYQUEUES for a new queue past ARGV[5].
 -- The generation tells one life of a name from the next: routes and
 -- de-duplication markers of a removed queue never apply to its successor.
 
@@ -26,12 +26,19 @@ if model and model ~= ARGV[2] then
     return redis.error_reply('CONFLICT the model of a queue that holds messages or subscribers cannot change')
   end
 end
-local last_value = redis.call('HGET', CFG, 'lv')
+-- Last-value and exclusive queues are point-to-point, whether the PUT names
+-- the setting or the queue keeps it.
+local kept = redis.call('HMGET', CFG, 'lv', 'access')
+local last_value, access = kept[1], kept[2]
 for i = 7, #ARGV, 2 do
   if ARGV[i] == 'lv' then last_value = ARGV[i + 1] end
+  if ARGV[i] == 'access' then access = ARGV[i + 1] end
 end
 if ARGV[2] == 'publish_subscribe' and last_value == '1' then
   return redis.error_reply('LASTVALUEPUBSUB a last-value queue is point-to-point')
+end
+if ARGV[2] == 'publish_subscribe' and access == 'exclusive' then
+  return redis.error_reply('EXCLUSIVEPUBSUB an exclusive queue is point-to-point')
 end
 redis.call('HSET', CFG, 'model', ARGV[2])
 if not model then redis.call('HSET', CFG, 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4]) end

@@ -11,9 +11,12 @@
 -- ARGV[4]      selector mode: id | receipt
 -- ARGV[5]      subscriber name ("" for point-to-point)
 -- ARGV[6]      the destination's name in the due index
--- ARGV[7..]    message ids or receipts ("<id>~<delivery count>")
+-- ARGV[7]      the consumer ("" for none: required by an exclusive queue, ignored by others)
+-- ARGV[8]      most consumers an exclusive queue may have
+-- ARGV[9..]    message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
--- that receipt was issued for. Returns {done, dead} (dead: nack only).
+-- that receipt was issued for; on an exclusive queue, only by its active
+-- consumer. Returns {done, dead} (dead: nack only).
 -- release gives a delivery back without counting it as failed: the message
 -- is redelivered after the delay, its failures unchanged.
 
@@ -31,7 +34,10 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1])
-local ids, wants = selected(ARGV[4], 7)
+local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]), KEYS[EXTRA + 1])
+if type(turn) == 'table' then return turn end
+if not turn then return {0, 0} end
+local ids, wants = selected(ARGV[4], 9)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
 local hits, hit_dc, hit_fails, taken = {}, {}, {}, {}
