@@ -38,11 +38,7 @@ from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.models import BrowsedMessage, MessageState
-from atomq.platform.names import (
-    check_queue_name,
-    check_subscriber_name,
-    check_tenant_id,
-)
+from atomq.platform.names import check_consumer_name, check_queue_name, check_subscriber_name, check_tenant_id
 from atomq.platform.queue_server import QueueServer
 
 RECORD_TTL_S = 24 * 3600
@@ -75,10 +71,6 @@ class PlannedBatch:
         d = json.loads(raw)
         return cls(queue=d["queue"], subscriber=d["subscriber"], ids=tuple(d["ids"]),
                    receipts=tuple(d["receipts"]), partitions=int(d["partitions"]))
-
-
-def check_consumer_name(name: str) -> str:
-    return check_queue_name(name, field="consumer")
 
 
 class StreamConsumers:
