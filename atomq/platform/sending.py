@@ -169,19 +169,19 @@ class Sending:
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
-            args += [dd, _timing(m, i), envelope, len(m.documents)]
+            args += [_dedupe_and_timing(dd, m, i), envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
         return args, list(dedupe_index)
 
 
-def _timing(m: OutgoingMessage, i: int) -> str:
-    """The message's priority, expiry (ms, 0 for none) and time to live (ms, 0 for none) as the script
-    takes them: ``<priority>,<expiry>,<ttl>``, or "" for a message that sets none (the common case,
-    one short argument)."""
+def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> int | str:
+    """The message's first script argument: its dedupe key index alone (the common case, one
+    short argument), or with the priority, expiry (ms, 0 for none) and time to live (ms, 0 for
+    none) as ``<index>,<priority>,<expiry>,<ttl>``."""
     if m.priority is None and m.expires_at is None and m.ttl_s is None:
-        return ""
+        return dd
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
@@ -197,7 +197,7 @@ def _timing(m: OutgoingMessage, i: int) -> str:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    return f"{priority},{expires_ms},{ttl_ms}"
+    return f"{dd},{priority},{expires_ms},{ttl_ms}"
 
 
 def _finite_number(value: object) -> bool:

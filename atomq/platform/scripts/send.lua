@@ -17,10 +17,10 @@
 -- ARGV[7..]    per queue: the route the caller read ("<model>|<generation>|<subscriber
 --              version>", no subscriber version for point-to-point), its number of
 --              destinations, and each destination's name in the indexes of due and
---              oldest messages; then per message: dedupe key index (0 = none),
---              timing ("<priority>,<expiry ms since the epoch, 0 = none>,<time to
---              live ms, 0 = none>", or "" for the defaults), envelope JSON,
---              document count, then per document: data, properties JSON ("" = none)
+--              oldest messages; then per message: the dedupe key index (0 = none),
+--              alone for a message of the defaults, else "<index>,<priority>,<expiry
+--              ms since the epoch, 0 = none>,<time to live ms, 0 = none>"; envelope
+--              JSON, document count, then per document: data, properties JSON ("" = none)
 -- A new marker's bytes count in the usage hash's `markers` until the marker
 -- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
 -- takes them off again (due.lua).
@@ -97,14 +97,13 @@ local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
   local priority, x = DEFAULT_PRIORITY, nil
-  if ARGV[pos + 1] ~= '' then
-    local p, given, ttl = string.match(ARGV[pos + 1], '^(%d+),(%d+),(%d+)$')
-    priority, x, ttl = tonumber(p), tonumber(given), tonumber(ttl)
+  if not dd then
+    local d, p, given, ttl = string.match(ARGV[pos], '^(%d+),(%d+),(%d+),(%d+)$')
+    dd, priority, x, ttl = tonumber(d), tonumber(p), tonumber(given), tonumber(ttl)
     if x == 0 then x = nil end
     if ttl > 0 and (not x or now + ttl < x) then x = now + ttl end
   end
   priorities[m], expiries[m], dds[m] = priority, x, dd
-  pos = pos + 1  -- from here on, as if the message started at its envelope
   local ndocs = tonumber(ARGV[pos + 2])
   starts[m] = pos
   if dd > 0 then
