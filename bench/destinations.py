@@ -21,7 +21,8 @@ multi-queue send script. Before the rounds, one get of a batch of mixed
 priorities is checked to come highest first. The phases run as one round, in
 that order, --repeat rounds in a row; the median of the rounds is reported
 for each phase, and each ratio is the median of the rounds' ratios: a send
-or publish to the round's raw_send, a get+ack to the round's plain_get_ack.
+or publish to the round's raw_send (and, as *_vs_plain_send, to its
+plain_send), a get+ack to the round's plain_get_ack.
 Each round uses fresh queues.
 Before each timed phase the AOF is rewritten and waited for (as in
 throughput.py). Only the loops are timed.
@@ -30,6 +31,8 @@ Output: a line per phase and per ratio on stdout, progress on stderr, and as
 the LAST stdout line one JSON object with the phases' medians (msg/s), the
 ratios publish_1_ratio, publish_10_ratio, publish_100_ratio,
 priority_send_ratio, ttl_send_ratio, plain_send_ratio (each / raw_send),
+publish_1_vs_plain_send, publish_10_vs_plain_send, publish_100_vs_plain_send,
+priority_send_vs_plain_send, ttl_send_vs_plain_send (each / plain_send),
 priority_get_ack_ratio, ttl_get_ack_ratio (each / plain_get_ack), and
 messages, batch, repeat, python, valkey. Exit status 1 when a check fails.
 """
@@ -188,12 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         return round(statistics.median(t / b for t, b in zip(rates[top], rates[base])), 3)
 
     ratios = {f"{p}_ratio": ratio(p, "raw_send") for p in SEND_RATIOS}
+    ratios.update({f"{p}_vs_plain_send": ratio(p, "plain_send") for p in SEND_RATIOS[1:]})
     ratios.update({f"{p}_ratio": ratio(p, "plain_get_ack") for p in GET_PHASES[1:]})
     for p, v in rates.items():
         print(f"{p:<17} {medians[p]:>10,.0f} msg/s  (median of {', '.join(f'{x:,.0f}' for x in v)})")
     for name, value in ratios.items():
-        base = "plain_get_ack" if "get_ack" in name else "raw_send"
-        print(f"{name:<23} {value:.3f}  (median over rounds, / {base})")
+        base = ("plain_get_ack" if "get_ack" in name else "plain_send" if name.endswith("_vs_plain_send")
+                else "raw_send")
+        print(f"{name:<27} {value:.3f}  (median over rounds, / {base})")
     result.update(ratios)
     result.update(messages=args.messages, batch=BATCH, repeat=args.repeat, python=platform.python_version(),
                   valkey=valkey)

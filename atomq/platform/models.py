@@ -25,6 +25,11 @@ ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
+def topic_envelope(topic: str) -> str:
+    """The envelope of a message published to ``topic`` that carries nothing else."""
+    return json.dumps({"v": ENVELOPE_VERSION, "t": topic}, separators=(",", ":"), ensure_ascii=False)
+
+
 class QueueModel(str, Enum):
     POINT_TO_POINT = "point_to_point"
     PUBLISH_SUBSCRIBE = "publish_subscribe"
@@ -76,16 +81,21 @@ class OutgoingMessage:
     topic: str | None = None
     """Set by a publish: the topic the message was published to."""
 
-    def envelope_json(self) -> str:
+    def envelope_json(self, topic: str | None = None, bare: str = BARE_ENVELOPE) -> str:
+        """The stored envelope's JSON; ``topic`` (a publish's) overrides the message's own, and
+        ``bare`` is what a message carrying nothing else stores: a publish makes that once a
+        batch, not once a message."""
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
         if self.properties:
             env["p"] = self.properties
         for name, short in ENVELOPE_FIELDS:
-            value = getattr(self, name)
+            value = getattr(self, name) if name != "topic" or topic is None else None
             if value is not None:
                 env[short] = value
         if len(env) == 1:
-            return BARE_ENVELOPE
+            return bare
+        if topic is not None:
+            env["t"] = topic
         return json.dumps(env, separators=(",", ":"), ensure_ascii=False)
 
 

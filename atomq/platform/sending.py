@@ -10,7 +10,7 @@ the write.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from atomq import defaults
@@ -24,7 +24,7 @@ from atomq.errors import (
 )
 from atomq.platform import keys as k
 from atomq.platform.management import Management
-from atomq.platform.models import DEFAULT_PRIORITY, OutgoingMessage, QueueModel
+from atomq.platform.models import BARE_ENVELOPE, DEFAULT_PRIORITY, OutgoingMessage, QueueModel, topic_envelope
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.names import check_tenant_id
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
@@ -85,8 +85,7 @@ class Sending:
         de-duplication window stores nothing again and answers with its original id."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         check_topic(topic)
-        messages = [replace(m, topic=topic) for m in messages]
-        args_tail, dedupe_ids = self._encode_batch(messages)
+        args_tail, dedupe_ids = self._encode_batch(messages, topic)
         dedupe_keys = [tk.topic_dedupe(topic, d) for d in dedupe_ids]
         refresh = False
         for _ in range(MAX_ROUTE_RETRIES):
@@ -134,8 +133,10 @@ class Sending:
                 limit=quota_bytes, used=used) from None
         return [i.decode() for i in ids]
 
-    def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[str]]:
-        """The script's arguments for the messages, and the batch's distinct dedupe ids in order."""
+    def _encode_batch(self, messages: Sequence[OutgoingMessage],
+                      topic: str | None = None) -> tuple[list[Any], list[str]]:
+        """The script's arguments for the messages (published to ``topic``, if given), and the
+        batch's distinct dedupe ids in order."""
         s = self._shared.settings
         if not messages:
             raise InvalidInput("messages must hold at least one message", field="messages")
@@ -146,6 +147,7 @@ class Sending:
             )
         args: list[Any] = [len(messages)]
         dedupe_index: dict[str, int] = {}
+        bare = BARE_ENVELOPE if topic is None else topic_envelope(topic)
         documents = 0
         for i, m in enumerate(messages):
             if not m.documents:
@@ -165,7 +167,7 @@ class Sending:
                                        field=f"messages.{i}.dedupe_id")
                 dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
             try:
-                envelope = m.envelope_json()
+                envelope = m.envelope_json(topic, bare)
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
