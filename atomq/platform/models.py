@@ -21,7 +21,7 @@ BARE_ENVELOPE = '{"v":1}'
 DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # The envelope's optional JSON fields: their names, and their short keys in the stored JSON.
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))  # envelope_json's fast path names them too
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
@@ -85,6 +85,9 @@ class OutgoingMessage:
         """The stored envelope's JSON; ``topic`` (a publish's) overrides the message's own, and
         ``bare`` is what a message carrying nothing else stores: a publish makes that once a
         batch, not once a message."""
+        if not self.properties and self.dedupe_id is None and self.traceparent is None and (
+                self.topic is None or topic is not None):
+            return bare  # the common case, without building a dict
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
         if self.properties:
             env["p"] = self.properties

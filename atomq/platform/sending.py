@@ -171,19 +171,18 @@ class Sending:
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
-            args += [_dedupe_and_timing(dd, m, i), envelope, len(m.documents)]
+            plain = m.priority is None and m.expires_at is None and m.ttl_s is None
+            args += [dd if plain else _dedupe_and_timing(dd, m, i), envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
         return args, list(dedupe_index)
 
 
-def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> int | str:
-    """The message's first script argument: its dedupe key index alone (the common case, one
-    short argument), or with the priority, expiry (ms, 0 for none) and time to live (ms, 0 for
-    none) as ``<index>,<priority>,<expiry>,<ttl>``."""
-    if m.priority is None and m.expires_at is None and m.ttl_s is None:
-        return dd
+def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> str:
+    """The first script argument of a message that sets its priority or expiry: its dedupe key
+    index with the priority, expiry (ms, 0 for none) and time to live (ms, 0 for none) as
+    ``<index>,<priority>,<expiry>,<ttl>`` (a message that sets neither passes the index alone)."""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
