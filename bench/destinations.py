@@ -43,10 +43,8 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -55,8 +53,8 @@ from typing import Any
 import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform.embedded import EmbeddedValkey
 from drivers.cli import parser_from_doc
+from drivers.embedded import start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.redis_streams import raw_send
 from drivers.run_exit import BenchRun
@@ -168,16 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tenant = f"bench-{uuid.uuid4().hex[:12]}"
     with BenchRun() as bench:
-        data_dir = tempfile.mkdtemp(prefix="atomq-bench-")
-        bench.at_exit(shutil.rmtree, data_dir, ignore_errors=True)
-        server = EmbeddedValkey(data_dir)
-        bench.at_exit(server.stop)
-        progress(f"starting Valkey in a temporary data directory (AOF everysec), tenant {tenant}")
-        server.start()
-        client = server.client()
-        bench.at_exit(client.close)
-        info = client.info("server")
-        valkey = str(info.get("valkey_version") or info.get("redis_version"))
+        client, valkey = start_valkey(bench, tenant)
         check_priority_order(QueueServer(client), tenant)
         progress(f"Valkey {valkey}, Python {platform.python_version()}: {args.messages} messages x "
                  f"{args.repeat} per phase, batches of {BATCH}, {PAYLOAD_BYTES} B")

@@ -56,10 +56,8 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any, Callable
@@ -68,9 +66,9 @@ import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
-from atomq.platform.embedded import EmbeddedValkey
 from drivers.atomq_http import HttpNode, http_get_ack, http_send
 from drivers.cli import add_http_workers, parser_from_doc
+from drivers.embedded import start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
@@ -257,20 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     node = amqp = None
     skipped: list[str] = []
     with BenchRun() as bench:
-        data_dir = tempfile.mkdtemp(prefix="atomq-bench-")
-        bench.at_exit(shutil.rmtree, data_dir, ignore_errors=True)
-        server = EmbeddedValkey(data_dir)
-        bench.at_exit(server.stop)
-        progress(f"starting Valkey in a temporary data directory (AOF everysec), tenant {tenant}")
-        server.start()
-        client = server.client()
-        bench.at_exit(client.close)
-        info = client.info("server")
-        valkey = str(info.get("valkey_version") or info.get("redis_version"))
-        persistence = client.info("persistence")
-        check(int(persistence.get("aof_enabled", 0)) == 1, "the embedded server runs without AOF")
-        check(client.config_get("appendfsync").get("appendfsync") == "everysec",
-              "the embedded server does not use appendfsync everysec")
+        client, valkey = start_valkey(bench, tenant)
 
         if args.skip_http:
             skipped.append("http_send, http_get_ack: skipped (--skip-http)")
