@@ -16,6 +16,7 @@ import pytest
 from atomq.errors import Conflict, InvalidInput
 from atomq.platform import QueueServer
 from support.audit import assert_audit_clean
+from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from support.queues import FAST, browse_all, msg
 from support.waiting import wait_until
 
@@ -124,3 +125,17 @@ def test_exclusive_is_for_point_to_point_queues_and_the_line_is_bounded(qs: Queu
     with pytest.raises(Conflict) as full:
         small.get(tenant, "ex", consumer="three")
     assert full.value.code == "too_many_consumers"
+
+
+def test_an_exclusive_queue_delivers_in_send_order_whatever_the_priorities(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "ex", P2P, access="exclusive", max_redeliveries=5)
+    qs.send(tenant, "ex", [OutgoingMessage(documents=(OutgoingDocument(f"p{p}-{i}"),), priority=p)
+                           for i, p in enumerate((4, 9, 0, 4, 7, 9, 4))])
+    assert qs.get_queue(tenant, "ex").depth_by_priority == {9: 2, 7: 1, 4: 3, 0: 1}
+    first = qs.get(tenant, "ex", max_messages=3, consumer="a")
+    assert texts(first) == ["p4-0", "p9-1", "p0-2"]
+    qs.nack(tenant, "ex", receipts=[first[1].receipt], consumer="a")
+    qs.ack(tenant, "ex", receipts=[first[0].receipt, first[2].receipt], consumer="a")
+    rest = qs.get(tenant, "ex", max_messages=10, wait_ms=3000, consumer="a")
+    assert texts(rest) == ["p9-1", "p4-3", "p7-4", "p9-5", "p4-6"], "the redelivery first, then in send order"
+    assert_audit_clean(qs.client, tenant)

@@ -546,6 +546,29 @@ local function consumer_turn(d, q, name, now, most, usage)
   return consumer_calls(d, name, now, most, expire_consumers(d, q, now, usage))
 end
 
+-- The first `max` messages of rz in send order, whatever their priority (an
+-- exclusive queue's order), as {id, score, ...} scored as if they all had the
+-- default priority, so that a get merges them with the stream by send order.
+-- One range read a priority band: rz is ordered by priority first.
+local function in_send_order(d, max)
+  if redis.call('ZCARD', d.rz) == 0 then return {} end
+  local found = {}
+  for band = 0, 9 do
+    local part = redis.call('ZRANGEBYSCORE', d.rz, band .. string.rep('0', 13), band .. string.rep('9', 13),
+                            'LIMIT', 0, max)
+    for _, id in ipairs(part) do found[#found + 1] = id end
+  end
+  local seq = {}
+  for _, id in ipairs(found) do seq[id] = tonumber(string.match(id, '%-(%d+)$')) end
+  table.sort(found, function(a, b) return seq[a] < seq[b] end)
+  local out = {}
+  for i = 1, math.min(max, #found) do
+    out[#out + 1] = found[i]
+    out[#out + 1] = ready_score(DEFAULT_PRIORITY, found[i])
+  end
+  return out
+end
+
 -- The send order before which an exclusive queue delivers while a message
 -- waits out a redelivery delay (nothing sent after it goes before it): that
 -- message's sequence number, or nil when none waits.

@@ -18,8 +18,8 @@
 --          envelope, then per document: data, properties ("" = none)}.
 -- active: 1 the consumer is the exclusive queue's active one, 0 a standby
 -- (it gets nothing), -1 the queue is not exclusive. An exclusive queue
--- delivers in send order within a priority and, while a message waits out a
--- redelivery delay, nothing sent after it.
+-- delivers in send order whatever the priorities and, while a message waits
+-- out a redelivery delay, nothing sent after it.
 -- wake: ms until the next scheduled redelivery, ack deadline or expiry (-1 = none);
 -- last_id, last_wake_id: the ready and wake streams' last ids, to block on
 -- when nothing was delivered.
@@ -51,7 +51,11 @@ local max = tonumber(ARGV[1])
 local entries, ranked = {}, {}
 if active ~= 0 then
   entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', max)
-  ranked = redis.call('ZRANGE', d.rz, 0, max - 1, 'WITHSCORES')
+  if q.exclusive then
+    ranked = in_send_order(d, max)
+  else
+    ranked = redis.call('ZRANGE', d.rz, 0, max - 1, 'WITHSCORES')
+  end
 end
 if barrier then
   -- Nothing sent after a message that waits out its redelivery delay: the
