@@ -209,6 +209,19 @@ def test_a_process_publishes_to_a_topic_and_every_queue_attracting_it_gets_the_o
         assert {m["topic"] for m in api.browse(queue)} == {"orders/eu/new"}
 
 
+def test_a_listener_on_an_exclusive_queue_is_its_consumer(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("in", access="exclusive")
+    api.put_queue("out")
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i}") for i in range(5)])
+    api.request("PUT", "/v1/listeners/fwd", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    drive(harness, tenant, lambda: api.queue("out")["depth"] == 5, "5 forwarded documents")
+    assert texts(api, "out") == [f"doc {i}" for i in range(5)], "in send order"
+    consumers = api.queue("in")["consumers"]
+    assert [(c["name"], c["active"]) for c in consumers] == [("fwd", True)]
+    assert api.take("in", consumer="someone-else") == {"messages": [], "active": False}
+
+
 def test_max_concurrent_executions_bounds_the_executions_scheduled(harness: Harness, tenant: Tenant) -> None:
     api = tenant.api
     api.put_queue("in")
