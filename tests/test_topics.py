@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from atomq.errors import InvalidInput, QuotaExceeded
 from atomq.platform import QueueServer
-from atomq.platform.topics import TopicMatcher, check_patterns, check_topic
+from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
 from support.audit import assert_audit_clean
 from support.queues import msg
 
@@ -144,3 +144,24 @@ def test_a_repeated_dedupe_id_on_a_topic_stores_nothing_again(qs: QueueServer, t
     assert again.ids == first.ids and qs.get_queue(tenant, "q").depth == 1
     assert qs.publish(tenant, "t/2", [msg("x", dedupe_id="once")]).ids != first.ids, "another topic"
     assert_audit_clean(qs.client, tenant)
+
+
+@given(st.text(alphabet="ab*>/.-_ \n", min_size=1, max_size=12))
+def test_the_documents_regular_expressions_state_the_level_rules(text: str) -> None:
+    """The checks and the OpenAPI document share two regular expressions; here they are held to
+    the rules as the contract words them, level by level, so neither lets through what the other
+    refuses."""
+    levels = text.split("/")
+    plain = [re.fullmatch(r"[A-Za-z0-9._-]+", lv) is not None for lv in levels]
+    is_topic = all(plain)
+    is_pattern = all(ok or re.fullmatch(r"[A-Za-z0-9._-]*\*", lv) is not None or (lv == ">" and i == len(levels) - 1)
+                     for i, (lv, ok) in enumerate(zip(levels, plain)))
+    assert (re.fullmatch(TOPIC_PATTERN, text) is not None) == is_topic
+    assert (re.fullmatch(PATTERN_PATTERN, text) is not None) == is_pattern
+    for check, expected in ((check_topic, is_topic), (check_pattern, is_pattern)):
+        try:
+            check(text)
+            accepted = True
+        except InvalidInput:
+            accepted = False
+        assert accepted == expected

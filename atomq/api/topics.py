@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Response, request
 from flask.views import MethodView
 
+from atomq import defaults
 from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
@@ -12,7 +13,7 @@ from atomq.api.messages import json_body
 from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.messages import PublishResultSchema, SendSchema
 from atomq.api.send_body import parse_send
-from atomq.platform.topics import check_topic
+from atomq.platform.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("topics", __name__, url_prefix="/v1/topics", description="Topics", tenant_scoped=True)
@@ -21,7 +22,8 @@ blp = ApiBlueprint("topics", __name__, url_prefix="/v1/topics", description="Top
 @blp.route("/<path:topic>/messages")
 class TopicMessages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}},
-             parameters=[{"in": "path", "name": "topic", "required": True, "schema": {"type": "string"},
+             parameters=[{"in": "path", "name": "topic", "required": True,
+                          "schema": {"type": "string", "pattern": TOPIC_PATTERN, "maxLength": defaults.MAX_TOPIC_CHARS},
                           "description": "levels [A-Za-z0-9._-]+ joined by '/', sent as they are (not escaped)"}])
     @blp.response(201, PublishResultSchema)
     @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full (Retry-After)")

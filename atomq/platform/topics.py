@@ -16,15 +16,20 @@ from dataclasses import dataclass, field
 from atomq import defaults
 from atomq.errors import InvalidInput
 
-_LEVEL = re.compile(r"[A-Za-z0-9._-]+")
-_PREFIX_LEVEL = re.compile(r"[A-Za-z0-9._-]*\*")
+_LEVEL = r"[A-Za-z0-9._-]+"
+TOPIC_PATTERN = rf"^{_LEVEL}(?:/{_LEVEL})*$"
+"""A topic, as a regular expression the OpenAPI document states too."""
+_PATTERN_LEVEL = rf"(?:{_LEVEL}|[A-Za-z0-9._-]*\*)"
+PATTERN_PATTERN = rf"^(?:{_PATTERN_LEVEL}/)*(?:{_PATTERN_LEVEL}|>)$"
+"""A topic pattern (``*``, ``abc*`` and a last ``>`` allowed), as the OpenAPI document states it too."""
+_TOPIC = re.compile(TOPIC_PATTERN)
+_PATTERN = re.compile(PATTERN_PATTERN)
 
 
 def check_topic(value: object, field: str = "topic") -> str:
     """A topic to publish to: levels of ``[A-Za-z0-9._-]+`` joined by ``/``, no wildcards."""
     most = defaults.MAX_TOPIC_CHARS
-    if not isinstance(value, str) or not 0 < len(value) <= most or not all(
-            _LEVEL.fullmatch(level) for level in value.split("/")):
+    if not isinstance(value, str) or not 0 < len(value) <= most or not _TOPIC.fullmatch(value):
         raise InvalidInput(f"{field} must be 1 to {most} characters of levels [A-Za-z0-9._-]+ joined by '/' "
                            "(no '*' or '>': those are for the patterns queues attract)", field=field)
     return value
@@ -33,11 +38,8 @@ def check_topic(value: object, field: str = "topic") -> str:
 def check_pattern(value: object, field: str = "topics") -> str:
     """A topic pattern: a topic whose levels may also be ``*``, ``abc*``, or ``>`` as the last one."""
     most = defaults.MAX_TOPIC_CHARS
-    if isinstance(value, str) and 0 < len(value) <= most:
-        levels = value.split("/")
-        if all(_LEVEL.fullmatch(lv) or _PREFIX_LEVEL.fullmatch(lv) or (lv == ">" and i == len(levels) - 1)
-               for i, lv in enumerate(levels)):
-            return value
+    if isinstance(value, str) and 0 < len(value) <= most and _PATTERN.fullmatch(value):
+        return value
     raise InvalidInput(f"{field} holds topic patterns of 1 to {most} characters: levels [A-Za-z0-9._-]+ joined "
                        "by '/', where a level may also be '*' (one level), 'abc*' (one level starting with abc) "
                        f"or, last, '>' (one or more levels); {value!r} is not one", field=field)

@@ -6,6 +6,7 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.api.schemas.common import Bool, Int, Number, Strict
+from atomq.platform.topics import PATTERN_PATTERN
 
 
 class QueuePutSchema(Strict):
@@ -17,7 +18,9 @@ class QueuePutSchema(Strict):
     message_ttl_s = Number(validate=validate.Range(0, defaults.MAX_MESSAGE_TTL_S),
                            metadata={"description": "every message expires this long after its send; 0: none. "
                                                     "Left out: kept (a new queue: 0)"})
-    topics = fields.List(fields.String(), validate=validate.Length(max=defaults.MAX_TOPICS_PER_QUEUE),
+    topics = fields.List(fields.String(validate=[validate.Length(1, defaults.MAX_TOPIC_CHARS),
+                                                 validate.Regexp(PATTERN_PATTERN)]),
+                         validate=validate.Length(max=defaults.MAX_TOPICS_PER_QUEUE),
                          metadata={"description": "topic patterns the queue attracts ('*' one level, 'abc*' a "
                                                   "level starting with abc, '>' last: one or more levels). Left "
                                                   "out: kept"})
