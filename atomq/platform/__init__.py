@@ -5,6 +5,7 @@ Use it as a library: ``QueueServer(redis_client)``.
 
 from atomq.platform.models import (
     BrowsedMessage,
+    ConsumerInfo,
     DeadLetter,
     Delivery,
     Document,
@@ -15,8 +16,10 @@ from atomq.platform.models import (
     OutgoingDocument,
     OutgoingMessage,
     Page,
+    QueueAccess,
     QueueInfo,
     QueueModel,
+    Taken,
 )
 from atomq.platform.queue_server import QueueServer
 from atomq.platform.sending import Published
@@ -24,6 +27,7 @@ from atomq.platform.queue_settings import QueueSettings
 
 __all__ = [
     "BrowsedMessage",
+    "ConsumerInfo",
     "DeadLetter",
     "Delivery",
     "Document",
@@ -35,8 +39,10 @@ __all__ = [
     "OutgoingMessage",
     "Page",
     "Published",
+    "QueueAccess",
     "QueueInfo",
     "QueueModel",
     "QueueServer",
     "QueueSettings",
+    "Taken",
 ]
