@@ -16,7 +16,7 @@ from atomq.errors import InvalidInput, QuotaExceeded
 from atomq.platform import QueueServer
 from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
 from support.audit import assert_audit_clean
-from support.queues import msg
+from support.queues import browse_all, msg
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 
@@ -165,3 +165,13 @@ def test_the_documents_regular_expressions_state_the_level_rules(text: str) -> N
         except InvalidInput:
             accepted = False
         assert accepted == expected
+
+
+def test_a_publish_that_matched_nothing_sees_a_pattern_another_node_added(qs: QueueServer, tenant: str) -> None:
+    """A node caches each tenant's patterns by version; a publish that matches nothing runs no
+    script to check the version, so it checks it itself."""
+    other_node = QueueServer(qs.client, qs.settings)
+    assert qs.publish(tenant, "orders/eu/new", [msg("first")]).queues == []
+    other_node.put_queue(tenant, "eu", "point_to_point", topics=["orders/eu/>"])
+    assert qs.publish(tenant, "orders/eu/new", [msg("second")]).queues == ["eu"]
+    assert [b.documents[0].data for b in browse_all(qs, tenant, "eu")] == ["second"]

@@ -92,6 +92,11 @@ class Sending:
             version, matcher = self._topics.matcher(tenant, refresh)
             queues = matcher.match(topic)
             if not queues:
+                # No script runs to check a cached matcher's version: check it here, so a
+                # pattern another node (or call) just added is not missed.
+                if not refresh and self._topics.version(tenant) != version:
+                    refresh = True
+                    continue
                 return Published(ids=[], queues=[])
             try:
                 ids = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t", dedupe_keys,

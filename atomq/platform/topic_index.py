@@ -46,6 +46,11 @@ class TopicIndex:
             self._matchers[tenant] = entry
         return entry
 
+    def version(self, tenant: str) -> str:
+        """The version of the tenant's patterns in the store (what a cached matcher is checked by)."""
+        raw = self._shared.storage.call(self._shared.client.hget, k.TenantKeys(tenant).topic_patterns, VERSION_FIELD)
+        return raw.decode() if raw else "0"
+
     def patterns(self, tenant: str, queue: str) -> list[str]:
         """The patterns ``queue`` attracts (read from the store: management, not the publish path)."""
         raw = self._shared.storage.call(self._shared.client.hget, k.TenantKeys(tenant).topic_patterns, queue)
