@@ -10,6 +10,7 @@ forking workers of ``atomq serve --workers N`` are tested end to end in
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import redis
 from rq import Queue, SimpleWorker
 
 from atomq.api.services import Services
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
 from atomq.platform import keys as k
 from atomq.workers import execution, processes
@@ -365,6 +366,49 @@ def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_o
     assert (listener["executions"], listener["failures"]) == (2, 1)  # the crashed one is counted lost
 
 
+def test_the_echo_service_publishes_and_its_checkpoint_recognises_what_a_dead_execution_processed(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Seed 002, version 3: topics in and out, an exclusive input, a checkpoint in a last-value
+    queue. The execution stored its outputs and its checkpoint, then died before finishing: the
+    redelivered messages are recognised through the checkpoint and not processed again."""
+    api = tenant.api
+    api.put_queue("input", access="exclusive", topics=["boomi/test/>"], ack_timeout_s=1)
+    api.put_queue("checkpoints", last_value=True, topics=["boomi/checkpoint/echo-service"])
+    api.put_queue("errors", topics=["boomi/errors/echo-service/>"])
+    api.put_queue("echoes", topics=["boomi/echo/>"])
+    inputs = [json.dumps({"msgId": f"m-{i}"}) for i in range(3)] + ["not json"]
+    ids = api.publish("boomi/test/echo-service", [wire.message([wire.document(t)]) for t in inputs])["ids"]
+    real_request = execution.AtomqClient.request
+    crashed = []
+
+    def crash_before_finish(self: AtomqClient, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("/finish") and not crashed:
+            crashed.append(True)
+            raise StorageError("the work horse died")
+        return real_request(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(execution.AtomqClient, "request", crash_before_finish)
+    settings = {"echo_topic": "boomi/echo", "errors_topic": "boomi/errors/echo-service",
+                "checkpoint_queue": "checkpoints", "checkpoint_topic": "boomi/checkpoint/echo-service"}
+    api.request("PUT", "/v1/listeners/echo", {"queue": "input", "process": "echo-service", "settings": settings})
+    drive(harness, tenant, lambda: bool(crashed), "the crash")
+    (mark,) = api.browse("checkpoints")
+    assert json.loads(mark["documents"][0]["data"]) == {"last_message_id": ids[-1]}
+    with caplog.at_level(logging.INFO, logger="atomq.process.echo"):
+        drive(harness, tenant, lambda: api.queue("input")["depth"] + api.queue("input")["in_flight"] == 0,
+              "the redeliveries to be settled")
+    recognised = [r for r in caplog.records if "processed already" in r.getMessage()]
+    assert len(recognised) == 4
+    assert sorted(m["topic"] for m in api.browse("echoes")) == ["boomi/echo/m-0", "boomi/echo/m-1", "boomi/echo/m-2"]
+    assert [m["topic"] for m in api.browse("errors")] == ["boomi/errors/echo-service/not-JSON"]
+    assert api.queue("input")["dead_letters"] == 0
+    with pytest.raises(InvalidInput) as half:
+        api.request("PUT", "/v1/listeners/bad", {"queue": "input", "process": "echo-service",
+                                                 "settings": {k: v for k, v in settings.items()
+                                                              if k != "checkpoint_topic"}})
+    assert half.value.details["field"] == "settings.checkpoint_topic"
+
+
 def _bytes_of_100_outputs(harness: Harness, tenant: Tenant, input_id: str) -> int:
     """What 100 forwarded documents add to the tenant's usage, measured on a scratch queue."""
     api = tenant.api
@@ -428,7 +472,7 @@ def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it
     execution_id, token = _manual_execution(harness, tenant, "t", "in")
     base = f"/v1/listeners/t/executions/{execution_id}"
     with AtomqClient(harness.url, token) as horse:
-        for method, path in (("GET", "/v1/queues"), ("GET", "/v1/queues/in/messages"), ("GET", "/v1/listeners"),
+        for method, path in (("GET", "/v1/queues"), ("GET", "/v1/listeners"),
                              ("POST", "/v1/listeners/t/pause"), ("POST", "/v1/queues/in/get"),
                              ("POST", "/v1/queues/in/ack"), ("POST", "/v1/queues/in/extend"),
                              ("DELETE", "/v1/queues/in"), ("GET", "/v1/tenants")):
@@ -436,6 +480,7 @@ def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it
                 horse.request(method, path, {"ids": ["1-1"]} if path.endswith(("ack", "extend")) else None)
         with pytest.raises(Forbidden):
             horse.request("POST", "/v1/listeners/t/executions/xother/start")
+        assert [m["documents"][0]["data"] for m in horse.browse("in")] == ["x"], "browsing (a checkpoint) is allowed"
         started = horse.request("POST", f"{base}/start")
         assert started["run"] and [m["documents"][0]["data"] for m in started["messages"]] == ["x"]
         assert horse.request("POST", f"{base}/start") == {"run": False, "messages": []}  # once only

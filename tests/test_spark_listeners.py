@@ -18,7 +18,7 @@ import redis
 from rq import Queue, SimpleWorker
 
 from atomq.api.services import Services
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, wire
 from atomq.platform import keys as k
 from atomq.spark_workers.processes import SPARK
 from atomq.spark_workers.worker import SparkWorker
@@ -155,3 +155,41 @@ def test_a_spark_execution_past_its_time_limit_is_cancelled_and_fails(
     assert sorted(texts(api, "slow-out")) == ["a", "b"]
     queue_in = api.queue("slow-in")
     assert (queue_in["depth"], queue_in["in_flight"], queue_in["dead_letters"]) == (0, 0, 0)
+
+
+def test_echo_service_publishes_and_keeps_its_checkpoint_alike_on_both_engines(
+        harness: Harness, tenant: Tenant) -> None:
+    """Topics in and out and a checkpoint in a last-value queue (seed 002, version 3): redelivered
+    messages at or before the checkpoint are recognised and not processed again, on either engine."""
+    api = tenant.api
+    inputs = [json.dumps({"msgId": f"m-{i}"}) for i in range(3)] + ["not json"]
+    outputs = {}
+    for engine in ("fork", "spark"):
+        api.put_queue(f"{engine}-input", max_redeliveries=5)
+        api.put_queue(f"{engine}-checkpoints", last_value=True, topics=[f"{engine}/checkpoint"])
+        api.put_queue(f"{engine}-out", topics=[f"{engine}/echo/>", f"{engine}/errors/>"])
+        ids = api.send_texts(f"{engine}-input", inputs)
+        taken = api.get(f"{engine}-input", max_messages=10)
+        assert api.nack(f"{engine}-input", receipts=[m["receipt"] for m in taken])["requeued"] == 4
+        mark = wire.message([wire.document(json.dumps({"last_message_id": ids[1]}))])
+        assert api.publish(f"{engine}/checkpoint", [mark])["queues"] == [f"{engine}-checkpoints"]
+        api.request("PUT", f"/v1/listeners/echo-{engine}", {
+            "queue": f"{engine}-input", "process": "echo-service", "engine": engine, "settings": {
+                "echo_topic": f"{engine}/echo", "errors_topic": f"{engine}/errors",
+                "checkpoint_queue": f"{engine}-checkpoints", "checkpoint_topic": f"{engine}/checkpoint"}})
+
+    def settled() -> bool:
+        return all(api.queue(f"{e}-input")["depth"] + api.queue(f"{e}-input")["in_flight"] == 0
+                   for e in ("fork", "spark"))
+
+    drive(harness, tenant, settled, "both engines' executions")
+    for engine in ("fork", "spark"):
+        outputs[engine] = sorted(m["topic"].split("/", 1)[1] for m in api.browse(f"{engine}-out"))
+        (mark,) = api.browse(f"{engine}-checkpoints")
+        assert json.loads(mark["documents"][0]["data"])["last_message_id"] == ids_of(api, engine)[-1]
+    assert outputs["spark"] == outputs["fork"] == ["echo/m-2", "errors/not-JSON"]
+
+
+def ids_of(api: AtomqClient, engine: str) -> list[str]:
+    """The ids of the engine's inputs, from the messages its outputs name."""
+    return sorted(json.loads(m["documents"][0]["data"])["message_id"] for m in api.browse(f"{engine}-out"))

@@ -25,12 +25,14 @@ DASHBOARD_PATH = "/dashboard/"
 """The dashboard's pages sign people in with a session of their own (``atomq.api.dashboard.access``)."""
 EXECUTION_ENDPOINTS = frozenset({
     ("messages.Messages", "POST"),
+    ("messages.Messages", "GET"),
     ("topics.TopicMessages", "POST"),
     ("listeners.ExecutionStart", "POST"),
     ("listeners.ExecutionExtend", "POST"),
     ("listeners.ExecutionFinish", "POST"),
 })
-"""What an execution token may call: take its batch, send, publish, extend its batch, finish."""
+"""What an execution token may call: take its batch, send, publish, browse (a checkpoint), extend its
+batch, finish."""
 
 
 def authenticate() -> None:
@@ -57,7 +59,7 @@ def authenticate() -> None:
     grant = g.principal.execution
     if grant is not None:
         if (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
-            raise Forbidden("an execution token can only take its batch, send, publish, extend and finish")
+            raise Forbidden("an execution token can only take its batch, send, publish, browse, extend and finish")
         if not services.listeners.execution_alive(grant.tenant, grant.listener, grant.execution):
             raise Unauthorized("the execution token's execution is over")
     services.current_settings()

@@ -7,10 +7,12 @@ and ``echo-service``, which give the same outputs as on the fork engine.
 
 A process takes the batch as a DataFrame of :data:`INPUT_SCHEMA` (a row per
 message and document) and the listener's settings, and returns a DataFrame
-with the columns ``queue`` (where each output goes), ``message_id`` (the
+with the columns ``queue`` or ``topic`` (where each output goes), ``message_id`` (the
 input message it came from: its outputs' dedupe ids derive from it),
 ``payload`` (binary) or ``text``, and optionally ``properties`` and
-``document_properties`` (JSON).
+``document_properties`` (JSON). A process marked ``checkpointed`` gets the
+batch without the redelivered messages its checkpoint shows were processed,
+and its checkpoint is published after its outputs (``atomq.workers.checkpoint``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from pyspark.sql.types import (
 
 from atomq.client import wire
 from atomq.errors import EngineUnavailable, InvalidInput
-from atomq.workers.builtin import echo_route, validate_echo, validate_forward
-from atomq.workers.context import ExecutionContext, InputDocument
+from atomq.workers import checkpoint
+from atomq.workers.builtin import echo_route, echo_topic, validate_echo, validate_forward
+from atomq.workers.context import ExecutionContext, InputDocument, InputMessage
 from atomq.workers.processes import Registry
 
 ENTRY_POINT_GROUP = "atomq.spark_processes"
@@ -81,26 +84,38 @@ def _echo_route_row(message_id, payload):  # type: ignore[no-untyped-def]
     return route, body, json.dumps(properties)
 
 
+def _echo_topic_row(route, properties, echo, errors):  # type: ignore[no-untyped-def]
+    return echo_topic({"echo_topic": echo, "errors_topic": errors}, route, json.loads(properties))
+
+
+_echo_topic = F.udf(_echo_topic_row, returnType=StringType(), useArrow=False)
+
+
 _echo_route = F.udf(_echo_route_row, returnType=_ROUTE, useArrow=False)  # no pandas needed
 
 
 def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
     """The validation and echo service (``atomq.workers.builtin.echo_service``) as a DataFrame pipeline
-    (the fork engine's rules)."""
+    (the fork engine's rules): to its queues, or published under its topics; its checkpoint is kept
+    around it by ``run_on_spark`` (``checkpointed``)."""
     routed = df.select("message_id", "document_index", _echo_route("message_id", "payload").alias("r"))
-    queue = F.when(F.col("r.route") == "echo", F.lit(settings["echo_queue"])).otherwise(
-        F.lit(settings["errors_queue"]))
-    return routed.select(queue.alias("queue"), "message_id", F.col("r.body").alias("text"),
-                         F.col("r.props").alias("properties"))
+    if "echo_topic" in settings:
+        target = _echo_topic("r.route", "r.props", F.lit(settings["echo_topic"]),
+                             F.lit(settings["errors_topic"])).alias("topic")
+    else:
+        target = F.when(F.col("r.route") == "echo", F.lit(settings["echo_queue"])).otherwise(
+            F.lit(settings["errors_queue"])).alias("queue")
+    return routed.select(target, "message_id", F.col("r.body").alias("text"), F.col("r.props").alias("properties"))
 
 
 echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]
+echo_service.checkpointed = True  # type: ignore[attr-defined]
 
 
-def batch_frame(spark: SparkSession, ctx: ExecutionContext) -> DataFrame:
-    """The execution's batch as a DataFrame of :data:`INPUT_SCHEMA`."""
+def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
+    """The execution's batch (the messages to process of it) as a DataFrame of :data:`INPUT_SCHEMA`."""
     rows = []
-    for m in ctx.messages:
+    for m in messages:
         properties = json.dumps(m.properties)
         for i, doc in enumerate(m.documents):
             rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data,
@@ -126,8 +141,12 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
     """
     if not spark_alive(spark):
         raise EngineUnavailable("the Spark worker's SparkContext is stopped")
+    process = load(process_name)
+    todo = checkpoint.unprocessed(ctx)[0] if getattr(process, "checkpointed", False) else list(ctx.messages)
+    if not todo:
+        return
     try:
-        outputs = load(process_name)(batch_frame(spark, ctx), ctx.settings)
+        outputs = process(batch_frame(spark, todo), ctx.settings)
         names = set(outputs.columns)
         rows = outputs.collect()
     except Py4JError as exc:
@@ -153,3 +172,5 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
             ctx.publish(row["topic"], [document], properties, source=source)
         else:
             ctx.send(row["queue"], [document], properties, source=source)
+    if getattr(process, "checkpointed", False):
+        checkpoint.record(ctx, todo)

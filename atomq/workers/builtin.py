@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from atomq import defaults
 from atomq.client import wire
 from atomq.errors import InvalidInput
 from atomq.platform.names import check_queue_name
 from atomq.platform.topics import check_topic
+from atomq.workers import checkpoint
 from atomq.workers.context import ExecutionContext
 
 
@@ -72,30 +75,71 @@ def echo_route(message_id: str, data: bytes) -> tuple[str, str, dict[str, str]]:
     return "echo", json.dumps(echo), {"msgId": str(parsed["msgId"])}
 
 
+TOPIC_LEVEL_CHARS = 64
+"""The most characters of the level an echo-service output's topic ends with."""
+
+
+def topic_level(text: str) -> str:
+    """One topic level made of ``text`` (an echo's msgId, the kind of an error): what a level may
+    not hold becomes '-', at most TOPIC_LEVEL_CHARS characters."""
+    level = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:TOPIC_LEVEL_CHARS]
+    return level or "none"
+
+
+def echo_topic(settings: dict[str, Any], route: str, properties: dict[str, str]) -> str:
+    """The topic an output goes to when the service publishes: ``<echo_topic>/<msgId>`` or
+    ``<errors_topic>/<kind of error>``, built from the payload as the seed's version 3 does."""
+    if route == "echo":
+        return f"{settings['echo_topic']}/{topic_level(properties['msgId'])}"
+    return f"{settings['errors_topic']}/{topic_level(properties['reason'].split(':', 1)[0])}"
+
+
 def echo_service(ctx: ExecutionContext) -> None:
     """The test message validation and echo service (docs/concepts.md, "Listeners and executions").
 
     A document that parses as a JSON object with a ``msgId`` becomes an echo
-    message on ``echo_queue``; any other (a parse error included) becomes a
-    message on ``errors_queue`` with the original payload and the reason, and
-    its input is acked like any other: bad input never becomes a poison
-    message. A redelivered message that this listener already processed
-    never reaches the process at all (the execution recognises it); one that
-    does arrive redelivered is logged, so that an operator sees it was not recognised.
+    message; any other (a parse error included) becomes an error message with
+    the original payload and the reason, and its input is acked like any
+    other: bad input never becomes a poison message. Outputs go to the queues
+    ``echo_queue`` and ``errors_queue``, or are published under the topics
+    ``echo_topic`` and ``errors_topic`` (seed 002, version 3). With
+    ``checkpoint_queue`` and ``checkpoint_topic`` it keeps a checkpoint of the
+    last message it processed and recognises by it the redelivered messages of
+    an execution that died (``atomq.workers.checkpoint``). A redelivered message
+    that this listener already processed and finished never reaches the
+    process at all (the execution recognises it); one that does arrive
+    redelivered, and is not before the checkpoint, is logged, so that an
+    operator sees it was not recognised.
     """
-    queues = {"echo": ctx.settings["echo_queue"], "errors": ctx.settings["errors_queue"]}
-    for message in ctx.messages:
+    settings = ctx.settings
+    todo, _ = checkpoint.unprocessed(ctx)
+    for message in todo:
         if message.redelivered:
             ctx.log.info("message %s is redelivered (delivery %d), not seen before: processing it",
                          message.id, message.delivery_count)
         for document in message.documents:
             route, body, properties = echo_route(message.id, document.data)
-            ctx.send(queues[route], [body], properties, source=message)
+            if "echo_topic" in settings:
+                ctx.publish(echo_topic(settings, route, properties), [body], properties, source=message)
+            else:
+                ctx.send(settings[f"{route}_queue"], [body], properties, source=message)
+    checkpoint.record(ctx, todo)
 
 
 def validate_echo(settings: dict[str, Any]) -> None:
-    _queue_setting(settings, "echo_queue")
-    _queue_setting(settings, "errors_queue")
+    if "echo_topic" in settings or "errors_topic" in settings:
+        for name in ("echo_topic", "errors_topic"):
+            if name not in settings:
+                raise InvalidInput("echo_topic and errors_topic go together", field=f"settings.{name}")
+            check_topic(settings[name], field=f"settings.{name}")
+            if len(settings[name]) > defaults.MAX_TOPIC_CHARS - TOPIC_LEVEL_CHARS - 1:
+                raise InvalidInput(f"settings.{name} leaves no room for the level the service adds: at most "
+                                   f"{defaults.MAX_TOPIC_CHARS - TOPIC_LEVEL_CHARS - 1} characters",
+                                   field=f"settings.{name}")
+    else:
+        _queue_setting(settings, "echo_queue")
+        _queue_setting(settings, "errors_queue")
+    checkpoint.validate(settings)
 
 
 echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]

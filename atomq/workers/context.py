@@ -3,7 +3,9 @@
 A process reads ``ctx.messages`` (each with its documents and properties,
 and ``redelivered`` when an earlier delivery failed) and calls
 ``ctx.send(queue, documents, properties, source=message)`` for its outputs,
-or ``ctx.publish(topic, ...)`` alike for every queue that attracts a topic.
+or ``ctx.publish(topic, ...)`` alike for every queue that attracts a topic;
+``ctx.browse(queue)`` reads a queue without taking anything (a checkpoint in
+a last-value queue) and ``ctx.flush()`` stores the outputs so far at once.
 Sends are buffered and leave in requests of at most the node's ``--max-send-documents``; the
 execution acks its batch only after every send was accepted, so a process
 that returns has had all its outputs stored, and one that raises has its
@@ -76,13 +78,17 @@ class ExecutionContext:
     """One execution of a listener's process."""
 
     def __init__(self, listener: str, execution: str, messages: Sequence[InputMessage],
-                 settings: dict[str, Any], emit: Emit, log: logging.Logger | None = None) -> None:
+                 settings: dict[str, Any], emit: Emit, log: logging.Logger | None = None, *,
+                 flush: Callable[[], None] | None = None,
+                 browse: Callable[[str], list[InputMessage]] | None = None) -> None:
         self.listener = listener
         self.execution = execution
         self.messages = list(messages)
         self.settings = settings
         self.log = log or logging.getLogger(f"atomq.process.{listener}")
         self._emit = emit
+        self._flush = flush
+        self._browse = browse
         self._positions: dict[str, int] = {}
         self._batch_source = hashlib.sha1(",".join(sorted(m.id for m in messages)).encode()).hexdigest()[:16]
 
@@ -108,3 +114,16 @@ class ExecutionContext:
         self._positions[origin] = position + 1
         self._emit(target, wire.message([outgoing_document(d) for d in documents], properties or None,
                                         f"{self.listener}/{origin}/{position}"))
+
+    def flush(self) -> None:
+        """Stores the outputs sent so far now, rather than when the process returns: what a
+        process that records its progress (a checkpoint) must do before it goes on."""
+        if self._flush is not None:
+            self._flush()
+
+    def browse(self, queue: str) -> list[InputMessage]:
+        """The messages waiting or in flight in ``queue`` (of this tenant), without taking them:
+        a last-value queue's current values, such as a checkpoint."""
+        if self._browse is None:
+            raise InvalidInput("this execution cannot browse queues", field="queue")
+        return self._browse(queue)

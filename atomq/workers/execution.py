@@ -84,7 +84,9 @@ def run(api_url: str, listener: str, execution: str, token: str,
                                     headers=headers)
                 extender.start()
                 try:
-                    ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add)
+                    ctx = ExecutionContext(listener, execution, fresh, spec.get("settings") or {}, sender.add,
+                                           flush=sender.flush,
+                                           browse=lambda q: [InputMessage.from_api(m) for m in client.browse(q)])
                     runner(spec["process"], ctx)
                     sender.flush()
                 except (RateLimited, QuotaExceeded, EngineUnavailable) as exc:
