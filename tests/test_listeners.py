@@ -393,7 +393,7 @@ def test_the_echo_service_publishes_and_its_checkpoint_recognises_what_a_dead_ex
     api.request("PUT", "/v1/listeners/echo", {"queue": "input", "process": "echo-service", "settings": settings})
     drive(harness, tenant, lambda: bool(crashed), "the crash")
     (mark,) = api.browse("checkpoints")
-    assert json.loads(mark["documents"][0]["data"]) == {"last_message_id": ids[-1]}
+    assert json.loads(mark["documents"][0]["data"]) == {"last_message_id": ids[-1], "message_ids": ids}
     with caplog.at_level(logging.INFO, logger="atomq.process.echo"):
         drive(harness, tenant, lambda: api.queue("input")["depth"] + api.queue("input")["in_flight"] == 0,
               "the redeliveries to be settled")

@@ -1,14 +1,18 @@
-"""The seed's version 3 de-duplication, for a process that takes it up: a checkpoint of the last
-message an execution processed, published to a topic that a last-value queue holds, and read
-(browsed, never taken) when redelivered messages arrive.
+"""The seed's version 3 de-duplication, for a process that takes it up: a checkpoint of what the
+last execution processed, published to a topic that a last-value queue holds, and read (browsed,
+never taken) when redelivered messages arrive.
 
-It is sound only on an exclusive queue, which delivers in send order also across redelivery: a
-redelivered message at or before the checkpoint was processed, and its outputs stored, by an
-execution that died before its messages were acked. (atomq also recognises a message whose
-execution finished but whose ack was lost, without any checkpoint: the listener records what it
-processed. The checkpoint covers the execution that died before finishing.) Settings:
-``checkpoint_queue``, the last-value queue to read, and ``checkpoint_topic``, where to publish;
-both or neither.
+The seed's checkpoint is the last message id, and a redelivered message at or before it counts as
+processed: sound only while one batch at a time is processed in send order. Executions may run
+side by side, and one that dies after a later batch finished would have its messages taken for
+processed and lost; so this checkpoint names every message the execution processed (with the last
+one, as the seed's does), and a redelivered message counts as processed only when it names it.
+The execution that died is recognised when its checkpoint is the newest, as on an exclusive queue
+whose listener runs one execution at a time (the seed's setup); otherwise its messages are
+processed again and their outputs' dedupe ids keep them single. (atomq also recognises a message
+whose execution finished but whose ack was lost, without any checkpoint: the listener records what
+it processed.) Settings: ``checkpoint_queue``, the last-value queue to read, and
+``checkpoint_topic``, where to publish; both or neither.
 """
 
 from __future__ import annotations
@@ -40,14 +44,13 @@ def sequence(message_id: str) -> int:
     return int(message_id.rsplit("-", 1)[1])
 
 
-def last_processed(ctx: ExecutionContext) -> str | None:
-    """The message id the newest checkpoint names, or None when there is none."""
+def last_checkpoint(ctx: ExecutionContext) -> dict[str, Any] | None:
+    """The newest checkpoint, or None when there is none (or it is not one)."""
     current = ctx.browse(ctx.settings["checkpoint_queue"])
     if not current:
         return None
     body = json.loads(current[-1].documents[0].data)
-    value = body.get("last_message_id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None
+    return body if isinstance(body, dict) and isinstance(body.get("message_ids"), list) else None
 
 
 def unprocessed(ctx: ExecutionContext) -> tuple[list[InputMessage], list[InputMessage]]:
@@ -55,14 +58,15 @@ def unprocessed(ctx: ExecutionContext) -> tuple[list[InputMessage], list[InputMe
     shows were processed already (logged, and acked with the batch)."""
     if "checkpoint_queue" not in ctx.settings or not any(m.redelivered for m in ctx.messages):
         return list(ctx.messages), []
-    last = last_processed(ctx)
-    if last is None:
+    mark = last_checkpoint(ctx)
+    if mark is None:
         return list(ctx.messages), []
+    done = set(mark["message_ids"])
     todo, recognised = [], []
     for message in ctx.messages:
-        if message.redelivered and sequence(message.id) <= sequence(last):
-            ctx.log.info("message %s is redelivered and at or before the checkpoint %s: processed already",
-                         message.id, last)
+        if message.redelivered and message.id in done:
+            ctx.log.info("message %s is redelivered and named by the checkpoint (last message %s): "
+                         "processed already", message.id, mark.get("last_message_id"))
             recognised.append(message)
         else:
             todo.append(message)
@@ -70,11 +74,12 @@ def unprocessed(ctx: ExecutionContext) -> tuple[list[InputMessage], list[InputMe
 
 
 def record(ctx: ExecutionContext, processed: list[InputMessage]) -> None:
-    """Publishes the checkpoint of the last message processed, after the outputs so far are
-    stored: a checkpoint never names a message whose outputs are not."""
+    """Publishes the checkpoint of the messages processed, after their outputs are stored: a
+    checkpoint never names a message whose outputs are not."""
     if "checkpoint_topic" not in ctx.settings or not processed:
         return
     ctx.flush()
     last = max(processed, key=lambda m: sequence(m.id))
-    ctx.publish(ctx.settings["checkpoint_topic"], [json.dumps({"last_message_id": last.id})], source=last)
+    body = {"last_message_id": last.id, "message_ids": [m.id for m in processed]}
+    ctx.publish(ctx.settings["checkpoint_topic"], [json.dumps(body)], source=last)
     ctx.flush()

@@ -204,6 +204,16 @@ class Supervisor:
         for execution, state in zip(waiting, states):
             if state is None or state.decode() in DEAD_JOB_STATES:
                 self.listeners.expire_execution(tenant, name, execution)
+                self._fail_batch(tenant, execution)
+
+    def _fail_batch(self, tenant: str, execution: str) -> None:
+        """The batch of an execution whose work horse died fails now, not at its ack deadline:
+        its messages come back after the redelivery delay, at their place, before later ones
+        on an exclusive queue (a consumer's checkpoint relies on that order)."""
+        batch = self.listeners.take_batch(tenant, execution)
+        if batch is not None:
+            self.queues.nack(tenant, batch.queue, receipts=list(batch.receipts), subscriber=batch.subscriber,
+                             reason="the execution's work horse died", consumer=batch.listener)
 
     def run(self, stop: threading.Event, interval_s: float = 0.2, health: HealthBoard | None = None,
             max_backoff_s: float = MAX_BACKOFF_S) -> None:
