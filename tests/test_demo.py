@@ -31,13 +31,30 @@ def test_the_demo_routes_every_message_and_reports_the_throughput() -> None:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "listener echo-service deployed on tests (engine spark, batch size 100)" in out
+    assert "listener echo-service deployed on q.Boomi-Message-Echo-Service (engine spark, batch size 100)" in out
     summary = re.search(r"echo: (\d+)  errors: (\d+) .*dead letters: (\d+)  left in tests: (\d+)", out)
     assert summary is not None, out
     echo, errors, dead, left = map(int, summary.groups())
     assert (echo + errors, dead, left) == (400, 0, 0)
     assert errors > 0 and echo > errors  # 80% valid, 20% invalid or not JSON, from a fixed seed
     assert re.search(r"400 messages in [\d.]+ s: [\d.]+ messages/s end to end", out)
+
+
+def test_on_the_fork_engine_the_execution_that_dies_is_recognised_through_its_checkpoint() -> None:
+    done = subprocess.run([sys.executable, "-m", "atomq", "demo", "--engine", "fork", "--messages", "400",
+                           "--batch-size", "50"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    died = re.search(r"the execution that died had processed (\d+) messages .* (\d+) were recognised through the "
+                     r"checkpoint, and each has one output", out)
+    assert died is not None, out
+    assert died.group(1) == died.group(2) == "50"
+    summary = re.search(r"echo: (\d+)  errors: (\d+) .*dead letters: (\d+)  left in tests: (\d+)  "
+                        r"killed mid-batch: (\d+) \(processed once: yes\)", out)
+    assert summary is not None, out
+    echo, errors, dead, left, killed = map(int, summary.groups())
+    assert (echo + errors, dead, left, killed) == (400, 0, 0, 50)
+    assert re.search(r"\d+ executions, 1 failed", out)
 
 
 def own_processes(pid: int, marker: str) -> list[int]:

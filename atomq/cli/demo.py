@@ -23,11 +23,15 @@ from atomq.errors import AtomqError
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the demo node's data here (default: a temporary directory, removed afterwards).")
 def demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None) -> None:
-    """Run the seed's worked example end to end: a node, a tenant, the echo-service on Spark.
+    """Run the seed's worked example (version 3) end to end: a node, a tenant, the echo-service.
 
-    Starts atomq serve on a free port, creates the queues tests, echo and errors, deploys the
-    echo-service listener, sends the test messages and prints what arrived where, with the
-    throughput. Needs Java 17 or 21 for Spark (or --engine fork).
+    Starts atomq serve on a free port, creates the seed's queues (an exclusive input attracting
+    boomi/test/>, a last-value queue for the checkpoint, an errors queue attracting
+    boomi/errors/echo-service/>, one for the echo events), deploys the echo-service listener,
+    publishes the test messages and prints what arrived where, with the throughput. On the fork
+    engine one execution dies mid-run on purpose, and the demo shows its redelivered messages
+    recognised through the checkpoint, each processed once. Needs Java 17 or 21 for Spark (or
+    --engine fork).
     """
     # Imported when it runs: the run brings rq and the HTTP client, which most commands do without.
     from atomq.cli.demo_runner import run_demo
@@ -38,3 +42,5 @@ def demo(messages: int, engine: str, spark_master: str, batch_size: int, data_di
         raise click.ClickException(exc.message) from None
     if summary["left_in_tests"] or summary["dead_letters"] or summary["echo"] + summary["errors"] != messages:
         raise click.ClickException("not every message arrived where it should")
+    if not summary["recognised"]:
+        raise click.ClickException("a message of the execution that died was processed twice")

@@ -1,10 +1,19 @@
-"""The run of ``atomq demo``: the seed's worked example, end to end, on the embedded defaults.
+"""The run of ``atomq demo``: the seed's worked example (seed 002, version 3), end to end, on the
+embedded defaults.
 
-It starts ``atomq serve --spark`` in a throw-away data directory (as a user
-would), makes a tenant with the queues ``tests``, ``echo`` and ``errors``,
-deploys the ``echo-service`` listener on Spark, sends test messages of which
-a share lack their ``msgId`` and a share are not JSON at all, and reports
-what arrived where, with the throughput. Every step prints a line.
+It starts ``atomq serve`` in a throw-away data directory (as a user would),
+makes a tenant with the seed's queues (an exclusive input queue attracting
+``boomi/test/>``, a last-value queue holding the checkpoint published to
+``boomi/checkpoint/echo-service``, an errors queue attracting
+``boomi/errors/echo-service/>``, and a queue for the echo events published
+under ``boomi/echo/``), deploys the ``echo-service`` listener (version 3:
+topics and the checkpoint), publishes test messages of which a share lack
+their ``msgId`` and a share are not JSON at all, and reports what arrived
+where, with the throughput. On the fork engine one execution dies on purpose
+mid-run, after its outputs and checkpoint are stored and before its batch is
+acknowledged; its messages come back redelivered, are recognised through the
+checkpoint and are not processed twice, and the demo shows it. Every step
+prints a line.
 
 It fails fast and says why: without a usable Java runtime before it starts
 anything, and when the listener stays ``waiting`` (or in ``error``) past a
@@ -30,14 +39,31 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from atomq import defaults
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, wire
 from atomq.errors import JavaMissing, StorageError
 from atomq.spark_workers.session import find_java
 from atomq.workers.liveness import SPARK_STARTING
 
+INPUT = "q.Boomi-Message-Echo-Service"
+CHECKPOINTS = "lvq.Boomi-Message-Echo-Service"
+ERRORS = "q.Boomi-Message-Echo-Service.Errors"
+ECHOES = "q.Boomi-Echo-Events"
+TEST_TOPIC = "boomi/test/echo-service"
+TOPOLOGY: dict[str, dict[str, Any]] = {
+    INPUT: {"access": "exclusive", "topics": ["boomi/test/>"], "ack_timeout_s": 5},
+    CHECKPOINTS: {"last_value": True, "topics": ["boomi/checkpoint/echo-service"]},
+    ERRORS: {"topics": ["boomi/errors/echo-service/>"]},
+    ECHOES: {"topics": ["boomi/echo/>"]},
+}
+"""Seed 002's queues (and one for the echo events the next service would read). The input's
+short ack time-out brings the batch of the execution that dies back within seconds."""
+SETTINGS = {"echo_topic": "boomi/echo", "errors_topic": "boomi/errors/echo-service",
+            "checkpoint_queue": CHECKPOINTS, "checkpoint_topic": "boomi/checkpoint/echo-service"}
+DYING_PROCESS = "echo-service-demo"
+"""The echo-service that dies once on purpose, registered on the demo's node only (fork engine)."""
 WARM_UP = 10
 """Valid messages sent and processed before the timed run (they go to echo, and are not counted)."""
 STUCK_GRACE_S = 15.0
@@ -73,6 +99,8 @@ class DemoSummary(TypedDict):
     echo: int
     errors: int
     error_reasons: dict[str, int]
+    killed: int
+    recognised: bool
     dead_letters: int
     left_in_tests: int
     executions: int
@@ -105,6 +133,8 @@ class Demo:
         if self.engine == "spark":
             args += ["--workers", "0", "--spark", "--spark-master", self.spark_master]
         env = {**os.environ, "ATOMQ_OWNER_KEY": self.owner_key}
+        if self.engine == "fork":
+            env["ATOMQ_PROCESSES"] = f"{DYING_PROCESS}=atomq.cli.demo_processes:echo_service_dying_once"
         runs_on = f"a Spark worker on {self.spark_master}" if self.engine == "spark" else "2 fork workers"
         self.say(f"starting atomq serve on {self.url} with {runs_on}")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -151,10 +181,11 @@ class Demo:
     def _warm_up(self, api: AtomqClient, timeout: float = 180) -> None:
         """A first small batch, so that the figures leave out the JVM's and the workers' start."""
         started = time.monotonic()
-        api.send_texts("tests", [json.dumps({"msgId": f"warm-up-{i}"}) for i in range(WARM_UP)])
+        api.publish(TEST_TOPIC, [wire.message([wire.document(json.dumps({"msgId": f"warm-up-{i}"}))])
+                                 for i in range(WARM_UP)])
         self.say(f"warming up: {WARM_UP} messages while the {self.engine} workers start ...")
         stuck_since: float | None = None
-        while api.queue("echo")["depth"] < WARM_UP:
+        while api.queue(ECHOES)["depth"] < WARM_UP:
             self._check_node()
             now = time.monotonic()
             listener = api.listener("echo-service")
@@ -168,27 +199,41 @@ class Demo:
             time.sleep(0.5)
         self.say(f"warmed up in {time.monotonic() - started:.1f} s")
 
+    @property
+    def marker(self) -> Path:
+        """Where the dying process notes what its batch held (see ``demo_processes``)."""
+        return self.data_dir / "killed-execution.json"
+
     def run(self) -> DemoSummary:
         with AtomqClient(self.url, self.owner_key) as owner:
             tenant = owner.create_tenant("demo")
         self.say(f"tenant {tenant['id']} created")
         with AtomqClient(self.url, tenant["api_key"]) as api:
-            for queue in ("tests", "echo", "errors"):
-                api.put_queue(queue)
-            self.say("queues tests, echo, errors created")
-            listener = api.put_listener("echo-service", "tests", "echo-service", engine=self.engine,
-                                        batch_size=self.batch_size,
-                                        settings={"echo_queue": "echo", "errors_queue": "errors"})
-            self.say(f"listener echo-service deployed on tests (engine {listener['engine']}, "
-                     f"batch size {listener['batch_size']})")
+            for queue, settings in TOPOLOGY.items():
+                api.put_queue(queue, **settings)
+                self.say(f"queue {queue}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+            process = DYING_PROCESS if self.engine == "fork" else "echo-service"
+            settings = {**SETTINGS, "die_once_marker": str(self.marker)} if self.engine == "fork" else SETTINGS
+            # One execution at a time on the exclusive input: the seed's setup, in which the
+            # checkpoint of the execution that died is still the newest when its batch comes back.
+            listener = api.put_listener("echo-service", INPUT, process, engine=self.engine,
+                                        batch_size=self.batch_size, max_concurrent_executions=1,
+                                        settings=settings)
+            self.say(f"listener echo-service deployed on {INPUT} (engine {listener['engine']}, "
+                     f"batch size {listener['batch_size']}), publishing echoes under boomi/echo/ and errors "
+                     f"under boomi/errors/echo-service/, its checkpoint to boomi/checkpoint/echo-service")
             self._warm_up(api)
+            if self.engine == "fork":
+                self.marker.with_name(self.marker.name + ".armed").touch()
+                self.say("armed: one execution will die after storing its outputs and its checkpoint, "
+                         "before its batch is acknowledged")
             inputs = test_messages(self.messages)
             started = time.monotonic()
             per_request = defaults.MAX_SEND_DOCUMENTS
             for first in range(0, len(inputs), per_request):
-                api.send_texts("tests", inputs[first:first + per_request])
-            self.say(f"sent {len(inputs)} test messages in {(len(inputs) + per_request - 1) // per_request} requests "
-                     f"in {time.monotonic() - started:.1f} s")
+                api.publish(TEST_TOPIC, [wire.message([wire.document(t)]) for t in inputs[first:first + per_request]])
+            self.say(f"published {len(inputs)} test messages to {TEST_TOPIC} in "
+                     f"{(len(inputs) + per_request - 1) // per_request} requests in {time.monotonic() - started:.1f} s")
             done, settled, last_report = 0, False, 0.0
             deadline = started + max(120.0, len(inputs) / 50)
             # Outputs are stored before their inputs are acked: done when both are.
@@ -198,8 +243,8 @@ class Demo:
                                        f"{deadline - started:.0f} s")
                 time.sleep(0.5)
                 self._check_node()
-                done = api.queue("echo")["depth"] + api.queue("errors")["depth"]
-                tests = api.queue("tests")
+                done = api.queue(ECHOES)["depth"] + api.queue(ERRORS)["depth"]
+                tests = api.queue(INPUT)
                 settled = tests["depth"] + tests["in_flight"] == 0
                 state = api.listener("echo-service")
                 if state["state"] == "error" and state["failures"] > 5:
@@ -209,15 +254,35 @@ class Demo:
                     rate = (done - WARM_UP) / (time.monotonic() - started)
                     self.say(f"processed {done - WARM_UP}/{len(inputs)} ({rate:.0f} messages/s)")
             elapsed = time.monotonic() - started
-            reasons = Counter(json.loads(m["documents"][0]["data"])["reason"].split(":")[0]
-                              for m in api.browse("errors"))
-            tests = api.queue("tests")
-            state = api.listener("echo-service")
-            return {"echo": api.queue("echo")["depth"] - WARM_UP, "errors": api.queue("errors")["depth"],
-                    "error_reasons": dict(reasons), "dead_letters": tests["dead_letters"],
-                    "left_in_tests": tests["depth"] + tests["in_flight"], "executions": state["executions"],
-                    "failures": state["failures"], "seconds": round(elapsed, 1),
-                    "messages_per_second": round(len(inputs) / elapsed, 1)}
+            return self._summary(api, len(inputs), elapsed)
+
+    def _recognised(self, killed: list[str]) -> int:
+        """How many of ``killed`` the echo-service logged as recognised through its checkpoint
+        (its work horses log to the node's log)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return sum(1 for i in killed if f"message {i} is redelivered and named by the checkpoint" in text)
+
+    def _summary(self, api: AtomqClient, sent: int, elapsed: float) -> DemoSummary:
+        """What went where; for the execution that died, whether its messages were processed once."""
+        errors = list(api.browse(ERRORS))
+        reasons = Counter(m["topic"].rsplit("/", 1)[1] for m in errors)
+        echoes = [json.loads(m["documents"][0]["data"])["message_id"] for m in api.browse(ECHOES)]
+        killed = json.loads(self.marker.read_text())["messages"] if self.marker.exists() else []
+        once = True
+        if killed:
+            outputs = Counter(echoes) + Counter(json.loads(m["documents"][0]["data"])["message_id"] for m in errors)
+            once = all(outputs[i] == 1 for i in killed)
+            self.say(f"the execution that died had processed {len(killed)} messages and stored their outputs and "
+                     f"its checkpoint; they came back redelivered, "
+                     f"{self._recognised(killed)} were recognised through the checkpoint, and "
+                     f"{'each has one output' if once else 'SOME WERE PROCESSED TWICE'}")
+        tests = api.queue(INPUT)
+        state = api.listener("echo-service")
+        return {"echo": len(echoes) - WARM_UP, "errors": len(errors), "error_reasons": dict(reasons),
+                "killed": len(killed), "recognised": once, "dead_letters": tests["dead_letters"],
+                "left_in_tests": tests["depth"] + tests["in_flight"], "executions": state["executions"],
+                "failures": state["failures"], "seconds": round(elapsed, 1),
+                "messages_per_second": round(sent / elapsed, 1)}
 
 
 def run_demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None,
@@ -241,7 +306,8 @@ def run_demo(messages: int, engine: str, spark_master: str, batch_size: int, dat
                 say("stopping atomq serve")
                 demo.stop(failed)
     say(f"echo: {summary['echo']}  errors: {summary['errors']} {summary['error_reasons']}  "
-        f"dead letters: {summary['dead_letters']}  left in tests: {summary['left_in_tests']}")
+        f"dead letters: {summary['dead_letters']}  left in tests: {summary['left_in_tests']}  "
+        f"killed mid-batch: {summary['killed']} (processed once: {'yes' if summary['recognised'] else 'NO'})")
     say(f"{summary['executions']} executions, {summary['failures']} failed; "
         f"{messages} messages in {summary['seconds']} s: {summary['messages_per_second']} messages/s end to end")
     return summary
