@@ -104,11 +104,11 @@ def echo_service(ctx: ExecutionContext) -> None:
     ``echo_queue`` and ``errors_queue``, or are published under the topics
     ``echo_topic`` and ``errors_topic`` (seed 002, version 3). With
     ``checkpoint_queue`` and ``checkpoint_topic`` it keeps a checkpoint of the
-    last message it processed and recognises by it the redelivered messages of
-    an execution that died (``atomq.workers.checkpoint``). A redelivered message
+    messages it processed and recognises by it the redelivered messages of an
+    execution that died (``atomq.workers.checkpoint``). A redelivered message
     that this listener already processed and finished never reaches the
     process at all (the execution recognises it); one that does arrive
-    redelivered, and is not before the checkpoint, is logged, so that an
+    redelivered, and is not named by the checkpoint, is logged, so that an
     operator sees it was not recognised.
     """
     settings = ctx.settings
