@@ -584,6 +584,8 @@ def test_an_execution_whose_work_horse_died_is_counted_lost_and_restart_clears_t
     Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()  # ... and dies with its job
     harness.rq.delete(f"rq:job:{job_id}")
     harness.supervisor.round()
+    queue_in = api.queue("in")
+    assert (queue_in["in_flight"], queue_in["scheduled"]) == (0, 1), "its batch failed at once, not at its deadline"
     listener = api.request("GET", "/v1/listeners/lost")
     assert (listener["state"], listener["failures"], listener["outstanding"]) == ("error", 1, 0)
     assert "did not finish" in listener["last_error"]
@@ -592,6 +594,24 @@ def test_an_execution_whose_work_horse_died_is_counted_lost_and_restart_clears_t
     assert api.request("GET", "/v1/listeners/lost")["state"] == "running"  # a success ends the error state
     restarted = api.request("POST", "/v1/listeners/lost/restart")
     assert (restarted["state"], restarted["last_error"]) == ("running", "")
+
+
+def test_a_dead_work_horse_whose_queue_went_meanwhile_does_not_stop_the_round(harness: Harness, tenant: Tenant) -> None:
+    api = tenant.api
+    api.put_queue("gone")
+    api.put_queue("out")
+    api.send_texts("gone", ["x"])
+    api.request("PUT", "/v1/listeners/orphan", {"queue": "gone", "process": "forward", "settings": {"to": "out"}})
+    assert harness.supervisor.round() >= 1
+    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
+    token = harness.services.tenants.execution_tokens.mint(tenant.id, "orphan", job_id, 60)
+    with AtomqClient(harness.url, token) as horse:
+        assert horse.request("POST", f"/v1/listeners/orphan/executions/{job_id}/start")["run"]
+    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()
+    harness.rq.delete(f"rq:job:{job_id}")
+    api.request("DELETE", "/v1/queues/gone")
+    harness.supervisor.round()  # the batch cannot be failed: logged, and the round goes on
+    assert api.request("GET", "/v1/listeners/orphan")["failures"] == 1
 
 
 def test_deleting_a_listener_stops_its_executions(harness: Harness, tenant: Tenant) -> None:

@@ -33,7 +33,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 
 from atomq import defaults
-from atomq.errors import AtomqError
+from atomq.errors import AtomqError, InvalidInput, NotFound
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
@@ -211,9 +211,15 @@ class Supervisor:
         its messages come back after the redelivery delay, at their place, before later ones
         on an exclusive queue (a consumer's checkpoint relies on that order)."""
         batch = self.listeners.take_batch(tenant, execution)
-        if batch is not None:
+        if batch is None:
+            return
+        try:
             self.queues.nack(tenant, batch.queue, receipts=list(batch.receipts), subscriber=batch.subscriber,
                              reason="the execution's work horse died", consumer=batch.listener)
+        except (NotFound, InvalidInput) as exc:
+            # The queue (or subscriber) went meanwhile: nothing comes back; the other
+            # executions of the round are still seen to.
+            log.info("the batch of lost execution %s of %s could not be failed: %s", execution, tenant, exc.message)
 
     def run(self, stop: threading.Event, interval_s: float = 0.2, health: HealthBoard | None = None,
             max_backoff_s: float = MAX_BACKOFF_S) -> None:
