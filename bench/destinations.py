@@ -53,7 +53,7 @@ from typing import Any
 import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from drivers.cli import parser_from_doc
+from drivers.cli import add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.redis_streams import raw_send
@@ -152,13 +152,9 @@ def check_priority_order(qs: QueueServer, tenant: str) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = parser_from_doc(__doc__)
-    parser.add_argument("--messages", type=int, default=20_000, metavar="N",
-                        help="messages per phase and repetition (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=3, metavar="R",
-                        help="repetitions of each phase; the median is reported (default: %(default)s)")
+    add_rounds(parser)
     args = parser.parse_args(argv)
-    if args.messages < 1 or args.repeat < 1:
-        parser.error("--messages and --repeat must be at least 1")
+    check_rounds(parser, args)
     return args
 
 

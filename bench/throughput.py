@@ -67,7 +67,7 @@ import redis
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from drivers.atomq_http import HttpNode, http_get_ack, http_send
-from drivers.cli import add_http_workers, parser_from_doc
+from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
@@ -224,10 +224,7 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = parser_from_doc(__doc__)
-    parser.add_argument("--messages", type=int, default=20_000, metavar="N",
-                        help="messages per phase and repetition (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=3, metavar="R",
-                        help="repetitions of each phase; the median is reported (default: %(default)s)")
+    add_rounds(parser)
     parser.add_argument("--clients", type=int, default=CLIENTS, metavar="C",
                         help="client threads of the HTTP and RabbitMQ phases (default: %(default)s)")
     parser.add_argument("--skip-http", action="store_true", help="leave out the HTTP phases (no atomq serve)")
@@ -237,10 +234,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the RabbitMQ broker of the rabbitmq_* phases; they are skipped when it does not "
                              "answer (default: %(default)s)")
     args = parser.parse_args(argv)
-    if args.messages < 1:
-        parser.error("--messages must be at least 1")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+    check_rounds(parser, args)
     if args.clients < 1:
         parser.error("--clients must be at least 1")
     if args.http_workers is not None and args.http_workers < 1:

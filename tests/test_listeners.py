@@ -339,14 +339,11 @@ def test_a_redelivery_after_a_lost_ack_is_recognised_and_not_processed_again(
     assert api.queue("tests")["dead_letters"] == 0
 
 
-def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_once(
-        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The work horse sent its outputs and died before finishing: the message comes
-    back and is processed again, and the outputs' dedupe ids keep them single."""
-    api = tenant.api
-    _echo_setup(harness, tenant)
+def crash_once_before_finish(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The first execution's work horse dies after its sends, before it finishes (its finish
+    request raises); the list it returns gets an entry when that happened."""
     real_request = execution.AtomqClient.request
-    crashed = []
+    crashed: list[bool] = []
 
     def crash_before_finish(self: AtomqClient, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         if path.endswith("/finish") and not crashed:
@@ -355,6 +352,16 @@ def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_o
         return real_request(self, method, path, *args, **kwargs)
 
     monkeypatch.setattr(execution.AtomqClient, "request", crash_before_finish)
+    return crashed
+
+
+def test_a_redelivery_after_a_crash_between_send_and_finish_stores_its_outputs_once(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work horse sent its outputs and died before finishing: the message comes
+    back and is processed again, and the outputs' dedupe ids keep them single."""
+    api = tenant.api
+    _echo_setup(harness, tenant)
+    crashed = crash_once_before_finish(monkeypatch)
     drive(harness, tenant, lambda: bool(crashed), "the crash")
     assert api.queue("echo")["depth"] == 1
     assert api.queue("tests")["in_flight"] == 1
@@ -378,16 +385,7 @@ def test_the_echo_service_publishes_and_its_checkpoint_recognises_what_a_dead_ex
     api.put_queue("echoes", topics=["boomi/echo/>"])
     inputs = [json.dumps({"msgId": f"m-{i}"}) for i in range(3)] + ["not json"]
     ids = api.publish("boomi/test/echo-service", [wire.message([wire.document(t)]) for t in inputs])["ids"]
-    real_request = execution.AtomqClient.request
-    crashed = []
-
-    def crash_before_finish(self: AtomqClient, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        if path.endswith("/finish") and not crashed:
-            crashed.append(True)
-            raise StorageError("the work horse died")
-        return real_request(self, method, path, *args, **kwargs)
-
-    monkeypatch.setattr(execution.AtomqClient, "request", crash_before_finish)
+    crashed = crash_once_before_finish(monkeypatch)
     settings = {"echo_topic": "boomi/echo", "errors_topic": "boomi/errors/echo-service",
                 "checkpoint_queue": "checkpoints", "checkpoint_topic": "boomi/checkpoint/echo-service"}
     api.request("PUT", "/v1/listeners/echo", {"queue": "input", "process": "echo-service", "settings": settings})

@@ -20,3 +20,18 @@ def add_http_workers(parser: argparse.ArgumentParser, default: int | None) -> No
     shown = "its own default" if default is None else "%(default)s"
     parser.add_argument("--http-workers", type=int, default=default, metavar="W",
                         help=f"pass --http-workers W to atomq serve (default: {shown})")
+
+
+def add_rounds(parser: argparse.ArgumentParser) -> None:
+    """--messages N and --repeat R of the core benches (each checked to be at least 1 by ``check_rounds``)."""
+    parser.add_argument("--messages", type=int, default=20_000, metavar="N",
+                        help="messages per phase and repetition (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3, metavar="R",
+                        help="repetitions of each phase; the median is reported (default: %(default)s)")
+
+
+def check_rounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.messages < 1:
+        parser.error("--messages must be at least 1")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
