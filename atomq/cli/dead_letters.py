@@ -14,7 +14,7 @@ def dead_letters() -> None:
     """A queue's dead letters."""
 
 
-REASON_HELP = "only the dead letters given this reason (expired, ack timeout, overflow, a nack's reason)"
+REASON_HELP = "only the dead letters given this reason (expired, ack timeout, nacked, a nack's reason)"
 
 
 def _one_selection(ids: tuple[str, ...], reason: str | None) -> None:

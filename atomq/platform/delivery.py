@@ -84,12 +84,13 @@ class Deliveries:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             reply = self._shared.storage.run("get", keys, args, errors=self._shared.queue_errors(queue))
-            count, wake, last_id, last_wake_id, active = reply[0], reply[1], reply[2], reply[3], int(reply[4])
+            count, wake, last_id, last_wake_id = reply[0], reply[1], reply[2], reply[3]
+            active = None if int(reply[4]) < 0 else int(reply[4]) == 1
             if count:
-                return Taken(decode_messages(reply, 5, count, Delivery), active == 1 if active >= 0 else None)
+                return Taken(decode_messages(reply, 5, count, Delivery), active)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
-                return Taken([], active == 1 if active >= 0 else None)
+                return Taken([], active)
             # At most a second at a time: a removed queue has no entry to wake us,
             # and the next script run reports it.
             block_ms = min(round(remaining * 1000), 1000)

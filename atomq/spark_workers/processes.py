@@ -142,7 +142,8 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
     if not spark_alive(spark):
         raise EngineUnavailable("the Spark worker's SparkContext is stopped")
     process = load(process_name)
-    todo = checkpoint.unprocessed(ctx)[0] if getattr(process, "checkpointed", False) else list(ctx.messages)
+    checkpointed = getattr(process, "checkpointed", False)
+    todo = checkpoint.unprocessed(ctx) if checkpointed else list(ctx.messages)
     if not todo:
         return
     try:
@@ -172,5 +173,5 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
             ctx.publish(row["topic"], [document], properties, source=source)
         else:
             ctx.send(row["queue"], [document], properties, source=source)
-    if getattr(process, "checkpointed", False):
+    if checkpointed:
         checkpoint.record(ctx, todo)

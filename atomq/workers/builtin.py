@@ -112,7 +112,7 @@ def echo_service(ctx: ExecutionContext) -> None:
     operator sees it was not recognised.
     """
     settings = ctx.settings
-    todo, _ = checkpoint.unprocessed(ctx)
+    todo = checkpoint.unprocessed(ctx)
     for message in todo:
         if message.redelivered:
             ctx.log.info("message %s is redelivered (delivery %d), not seen before: processing it",

@@ -53,33 +53,32 @@ def last_checkpoint(ctx: ExecutionContext) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and isinstance(body.get("message_ids"), list) else None
 
 
-def unprocessed(ctx: ExecutionContext) -> tuple[list[InputMessage], list[InputMessage]]:
-    """The batch split into the messages to process and the redelivered ones the checkpoint
-    shows were processed already (logged, and acked with the batch)."""
+def unprocessed(ctx: ExecutionContext) -> list[InputMessage]:
+    """The batch's messages to process: a redelivered one the checkpoint shows was processed
+    already is logged and left out (it is acked with the batch)."""
     if "checkpoint_queue" not in ctx.settings or not any(m.redelivered for m in ctx.messages):
-        return list(ctx.messages), []
+        return list(ctx.messages)
     mark = last_checkpoint(ctx)
     if mark is None:
-        return list(ctx.messages), []
+        return list(ctx.messages)
     done = set(mark["message_ids"])
-    todo, recognised = [], []
+    todo = []
     for message in ctx.messages:
         if message.redelivered and message.id in done:
             ctx.log.info("message %s is redelivered and named by the checkpoint (last message %s): "
                          "processed already", message.id, mark.get("last_message_id"))
-            recognised.append(message)
         else:
             todo.append(message)
-    return todo, recognised
+    return todo
 
 
 def record(ctx: ExecutionContext, processed: list[InputMessage]) -> None:
     """Publishes the checkpoint of the messages processed, after their outputs are stored: a
-    checkpoint never names a message whose outputs are not."""
+    checkpoint never names a message whose outputs are not. (It is stored with the execution's
+    last outputs, or at the process's next ``ctx.flush()``.)"""
     if "checkpoint_topic" not in ctx.settings or not processed:
         return
     ctx.flush()
     last = max(processed, key=lambda m: sequence(m.id))
     body = {"last_message_id": last.id, "message_ids": [m.id for m in processed]}
     ctx.publish(ctx.settings["checkpoint_topic"], [json.dumps(body)], source=last)
-    ctx.flush()

@@ -90,6 +90,11 @@ local function ready_score(priority, id)
   return (9 - priority) .. string.rep('0', 13 - #s) .. s
 end
 
+-- A message id's place in its tenant's send order: the sequence number ending it.
+local function send_order(id)
+  return tonumber(string.match(id, '%-(%d+)$'))
+end
+
 -- Nudges gets blocked on the destination (see the wake key), once a script.
 local woken = {}
 local function wake(d)
@@ -365,15 +370,22 @@ local function drop_superseded(d, id, usage)
   count('superseded', 1)
 end
 
+-- The message id and reason of a dead letter queue entry's fields (m, r, f).
+local function dead_letter_fields(f)
+  local id, reason
+  for k = 1, #f, 2 do
+    if f[k] == 'm' then id = f[k + 1] elseif f[k] == 'r' then reason = f[k + 1] end
+  end
+  return id, reason
+end
+
 -- The reason a dead letter was given (`where` is its state's d<entry>).
 local function dead_reason(d, where)
   local entry = string.sub(where, 2)
   local rec = redis.call('XRANGE', d.dlq, entry, entry)
   if #rec > 0 then
-    local f = rec[1][2]
-    for k = 1, #f, 2 do
-      if f[k] == 'r' then return f[k + 1] end
-    end
+    local _, reason = dead_letter_fields(rec[1][2])
+    return reason or ''
   end
   return ''
 end
@@ -536,14 +548,16 @@ local function consumer_calls(d, name, now, most, active)
   return active == name
 end
 
--- A consumer's call on a queue: on an exclusive queue the consumer is
--- required, recorded, and active or not; on another it is ignored (true).
-local function consumer_turn(d, q, name, now, most, usage)
+-- A consumer's call on a queue, after sweep_destination (which dropped the
+-- consumers that went silent and named the active one): on an exclusive queue
+-- the consumer is required, recorded, and active or not; on another it is
+-- ignored (true).
+local function consumer_turn(d, q, name, now, most)
   if not q.exclusive then return true end
   if name == '' then
     return redis.error_reply('NOCONSUMER an exclusive queue needs the consumer of every call')
   end
-  return consumer_calls(d, name, now, most, expire_consumers(d, q, now, usage))
+  return consumer_calls(d, name, now, most, redis.call('HGET', d.cons, '#active') or nil)
 end
 
 -- The first `max` messages of rz in send order, whatever their priority (an
@@ -559,7 +573,7 @@ local function in_send_order(d, max)
     for _, id in ipairs(part) do found[#found + 1] = id end
   end
   local seq = {}
-  for _, id in ipairs(found) do seq[id] = tonumber(string.match(id, '%-(%d+)$')) end
+  for _, id in ipairs(found) do seq[id] = send_order(id) end
   table.sort(found, function(a, b) return seq[a] < seq[b] end)
   local out = {}
   for i = 1, math.min(max, #found) do
@@ -576,7 +590,7 @@ local function order_barrier(d, q)
   if not q.exclusive then return nil end
   local least
   for _, id in ipairs(redis.call('ZRANGE', d.sched, 0, -1)) do
-    local s = tonumber(string.match(id, '%-(%d+)$'))
+    local s = send_order(id)
     if not least or s < least then least = s end
   end
   return least

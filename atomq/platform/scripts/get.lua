@@ -41,7 +41,7 @@ local usage = KEYS[EXTRA + 1]
 sweep_destination(d, q, delays, now, 1000, usage)
 local active = -1
 if q.exclusive then
-  local turn = consumer_turn(d, q, ARGV[8], now, tonumber(ARGV[9]), usage)
+  local turn = consumer_turn(d, q, ARGV[8], now, tonumber(ARGV[9]))
   if type(turn) == 'table' then return turn end
   active = turn and 1 or 0
 end
@@ -61,14 +61,14 @@ if barrier then
   -- Nothing sent after a message that waits out its redelivery delay: the
   -- stream is in send order, so it ends at the first entry past the barrier.
   for i = 1, #entries do
-    if tonumber(string.match(entries[i][2][2], '%-(%d+)$')) > barrier then
+    if send_order(entries[i][2][2]) > barrier then
       for j = #entries, i, -1 do entries[j] = nil end
       break
     end
   end
   local kept = {}
   for i = 1, #ranked, 2 do
-    if tonumber(string.match(ranked[i], '%-(%d+)$')) < barrier then
+    if send_order(ranked[i]) < barrier then
       kept[#kept + 1] = ranked[i]
       kept[#kept + 1] = ranked[i + 1]
     end

@@ -30,11 +30,7 @@ elseif mode == 'reason' then
   if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
   local entries = redis.call('XRANGE', d.dlq, start, '+', 'COUNT', size)
   for _, e in ipairs(entries) do
-    local f = e[2]
-    local id, reason = nil, nil
-    for k = 1, #f, 2 do
-      if f[k] == 'm' then id = f[k + 1] elseif f[k] == 'r' then reason = f[k + 1] end
-    end
+    local id, reason = dead_letter_fields(e[2])
     if id and reason == ARGV[5] then ids[#ids + 1] = id end
   end
   if #entries == size then cursor = entries[#entries][1] end

@@ -34,7 +34,7 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1])
-local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]), KEYS[EXTRA + 1])
+local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]))
 if type(turn) == 'table' then return turn end
 if not turn then return {0, 0} end
 local ids, wants = selected(ARGV[4], 9)
