@@ -567,6 +567,18 @@ def test_another_tenants_listener_names_are_not_found(harness: Harness, tenant: 
 # -- lost executions, restart -----------------------------------------------------------------
 
 
+def _execution_dies_after_taking_its_batch(harness: Harness, tenant: Tenant, listener: str) -> None:
+    """A supervisor round schedules the listener's one execution; a work horse takes its batch
+    and dies with its job (rq keeps no trace of it)."""
+    assert harness.supervisor.round() >= 1
+    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
+    token = harness.services.tenants.execution_tokens.mint(tenant.id, listener, job_id, 60)
+    with AtomqClient(harness.url, token) as horse:
+        assert horse.request("POST", f"/v1/listeners/{listener}/executions/{job_id}/start")["run"]
+    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()
+    harness.rq.delete(f"rq:job:{job_id}")
+
+
 def test_an_execution_whose_work_horse_died_is_counted_lost_and_restart_clears_the_error(
         harness: Harness, tenant: Tenant) -> None:
     api = tenant.api
@@ -574,13 +586,7 @@ def test_an_execution_whose_work_horse_died_is_counted_lost_and_restart_clears_t
     api.put_queue("out")
     api.send_texts("in", ["survivor"])
     api.request("PUT", "/v1/listeners/lost", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
-    assert harness.supervisor.round() >= 1
-    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
-    token = harness.services.tenants.execution_tokens.mint(tenant.id, "lost", job_id, 60)
-    with AtomqClient(harness.url, token) as horse:  # a work horse takes the batch ...
-        assert horse.request("POST", f"/v1/listeners/lost/executions/{job_id}/start")["run"]
-    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()  # ... and dies with its job
-    harness.rq.delete(f"rq:job:{job_id}")
+    _execution_dies_after_taking_its_batch(harness, tenant, "lost")
     harness.supervisor.round()
     queue_in = api.queue("in")
     assert (queue_in["in_flight"], queue_in["scheduled"]) == (0, 1), "its batch failed at once, not at its deadline"
@@ -600,13 +606,7 @@ def test_a_dead_work_horse_whose_queue_went_meanwhile_does_not_stop_the_round(ha
     api.put_queue("out")
     api.send_texts("gone", ["x"])
     api.request("PUT", "/v1/listeners/orphan", {"queue": "gone", "process": "forward", "settings": {"to": "out"}})
-    assert harness.supervisor.round() >= 1
-    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
-    token = harness.services.tenants.execution_tokens.mint(tenant.id, "orphan", job_id, 60)
-    with AtomqClient(harness.url, token) as horse:
-        assert horse.request("POST", f"/v1/listeners/orphan/executions/{job_id}/start")["run"]
-    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()
-    harness.rq.delete(f"rq:job:{job_id}")
+    _execution_dies_after_taking_its_batch(harness, tenant, "orphan")
     api.request("DELETE", "/v1/queues/gone")
     harness.supervisor.round()  # the batch cannot be failed: logged, and the round goes on
     assert api.request("GET", "/v1/listeners/orphan")["failures"] == 1
