@@ -157,6 +157,16 @@ INCOMING_RATE_LIMIT_PER_MINUTE = 0
 """No node-wide limit on sends until the owner sets one: tenants have limits of their own."""
 MAX_DISK_BYTES = 0
 """No bound on all tenants' stored bytes until the owner sets one: Redis's maxmemory bounds them."""
+MAX_STORED_MESSAGES = 0
+"""No bound on all tenants' stored message copies until the owner sets one."""
+FLOW_CONTROL_WAIT_MS = 5000
+"""How long a node holds a send to a full ``flow_control`` queue: long enough for consumers to
+make room, short enough that a sender's own time-out (often 10 to 30 s) does not fire first."""
+MAX_FLOW_CONTROL_WAIT_MS = 60_000
+"""A held send holds a thread and its client's connection: a minute is past any useful wait."""
+MAX_HELD_SENDS = THREADS // 4
+"""Sends one process holds at once for full ``flow_control`` queues; past it a send is answered
+429 at once, so held sends never take more than a quarter of a process's threads."""
 RATE_LIMIT_WINDOW_S = 60
 """Limits are set per minute, so a window is a minute."""
 MAX_EXACT_INT = 2**53

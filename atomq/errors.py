@@ -88,6 +88,21 @@ class QuotaExceeded(AtomqError):
         self.used = used
 
 
+class QueueFull(QuotaExceeded):
+    """A send would pass a limit of its queue, and the queue's overflow refuses it rather than drop
+    waiting messages: 507, or 429 with ``Retry-After`` once a ``flow_control`` queue held the send as
+    long as it may (raised as :class:`RateLimited` with this code). ``details`` name the setting
+    (``limit``), its ``max`` and the ``count`` the queue holds; as a QuotaExceeded, ``limit`` is the
+    max and ``used`` the count."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, *, limit: str, max: int, count: int, **details: Any) -> None:
+        AtomqError.__init__(self, message, limit=limit, max=max, count=count, **details)
+        self.limit = max
+        self.used = count
+
+
 class StorageError(AtomqError):
     """Redis refused or could not be reached; the request changed nothing it reports as done.
 
@@ -104,6 +119,14 @@ class StorageFull(StorageError):
     """Redis reached its ``maxmemory`` and refuses writes (it never evicts our keys)."""
 
     code = "storage_full"
+
+
+class MemoryLow(StorageError):
+    """The store's memory state refuses this send (by its lowest message priority) or the creation
+    of a queue, subscriber or listener: 503 with ``Retry-After``, until consumers free memory.
+    ``details``: the ``memory_state``, and the ``priority`` below which sends are refused."""
+
+    code = "memory_low"
 
 
 class UnsafeStorage(AtomqError):

@@ -21,6 +21,7 @@ from atomq.platform import QueueServer
 from atomq.tenants import TenantStore
 from support.queues import FAST
 from support.served_node import ServeFactory
+from support.waiting import wait_until
 
 # (method, path, json body, headers, query) -> (status, json body or None, response headers)
 Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]
@@ -190,7 +191,9 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                        "on_expire": "dead_letter", "topics": [], "last_value": False, "last_value_key": "",
                        "access": "non_exclusive", "consumers": [], "depth_by_priority": {},
                        "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
-                                                "superseded", "dropped"], 0)}
+                                                "superseded", "dropped"], 0),
+                       "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
+                       "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -434,10 +437,89 @@ def test_the_server_disk_limit_refuses_sends_of_every_tenant(owner, acme) -> Non
     owner("PATCH", "/v1/server", {"max_disk_bytes": 1}, 200)
     try:
         error = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 507)
+        assert error["error"]["code"] == "server_full"
         assert error["error"]["details"]["scope"] == "server" and error["error"]["details"]["limit"] == 1
     finally:
         owner("PATCH", "/v1/server", {"max_disk_bytes": 0}, 200)
     send(acme, "q", "fits again")
+    owner("PATCH", "/v1/server", {"max_messages": 1}, 200)
+    try:
+        # A node sums every tenant's counters every few seconds: the limit holds within that.
+        answers: list[Any] = []
+
+        def refused() -> bool:
+            answers.append(acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "x"}]}]}))
+            return "error" in answers[-1]
+
+        wait_until(refused, 5, "the server's message limit")
+        error = answers[-1]
+        assert error["error"]["code"] == "server_full" and error["error"]["details"]["setting"] == "max_messages"
+        assert owner("GET", "/v1/server", status=200)["stored_messages"] >= 1
+    finally:
+        owner("PATCH", "/v1/server", {"max_messages": 0}, 200)
+    send(acme, "q", "fits again")
+
+
+# -- destination limits (v1.1) -------------------------------------------------------------
+
+
+def test_a_full_queue_refuses_a_send_whole_with_queue_full(acme) -> None:
+    limits = {"max_messages": 2, "max_bytes": 10_000, "max_message_bytes": 200, "max_dead_letters": 5}
+    created = acme("PUT", "/v1/queues/q", {"model": "point_to_point", **limits}, 201)
+    assert {name: created[name] for name in limits} == limits
+    assert (created["overflow"], created["overflow_to_dead_letters"], created["held_bytes"]) == ("reject_new",
+                                                                                               False, 0)
+    send(acme, "q", "a", "b")
+    error = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "c"}]}]}, 507)["error"]
+    assert error["code"] == "queue_full"
+    assert error["details"] == {"queue": "q", "limit": "max_messages", "max": 2, "count": 2, "overflow": "reject_new"}
+    big = {"messages": [{"documents": [{"data": "x" * 300}]}]}
+    assert acme("POST", "/v1/queues/q/messages", big, 413)["error"]["details"]["field"] == "messages.0"
+    queue = acme("GET", "/v1/queues/q", status=200)
+    assert queue["depth"] == 2 and queue["held_bytes"] == 2 * (len('1|{"v":1}') + 2)
+    for bad in ({"max_messages": -1}, {"overflow": "drop_newest"}, {"max_bytes": 2**54},
+                {"overflow_to_dead_letters": "yes"}):
+        error = acme("PUT", "/v1/queues/q", {"model": "point_to_point", **bad}, 400)["error"]
+        assert set(error["details"]["fields"]["json"]) == set(bad)
+
+
+def test_a_dropping_queue_says_how_many_it_dropped_and_dead_letters_them(acme) -> None:
+    acme("PUT", "/v1/queues/q", {"model": "point_to_point", "max_messages": 2, "overflow": "drop_oldest",
+                                 "overflow_to_dead_letters": True}, 201)
+    send(acme, "q", "a", "b")
+    reply = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "c"}]}]}, 201)
+    assert reply["dropped"] == 1 and len(reply["ids"]) == 1
+    (dead,) = acme("GET", "/v1/queues/q/dead-letters", status=200, reason="overflow")["messages"]
+    assert (dead["documents"][0]["data"], dead["reason"]) == ("a", "overflow")
+    totals = acme("GET", "/v1/queues/q", status=200)["totals"]
+    assert totals["dropped"] == 1 and totals["dead_lettered"] == 1
+
+
+def test_a_flow_control_queue_holds_a_send_until_room_frees_then_429(owner, acme, http) -> None:
+    import threading
+
+    acme("PUT", "/v1/queues/q", {"model": "point_to_point", "max_messages": 1, "overflow": "flow_control"}, 201)
+    send(acme, "q", "a")
+    owner("PATCH", "/v1/server", {"flow_control_wait_ms": 200}, 200)
+    try:
+        error = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "b"}]}]}, 429)
+        assert error["error"]["code"] == "queue_full" and acme.headers["Retry-After"] == "1"
+        owner("PATCH", "/v1/server", {"flow_control_wait_ms": 20_000}, 200)
+        held = Client(http, acme.key)
+        answers: list[Any] = []
+        sender = threading.Thread(target=lambda: answers.append(
+            held("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "b"}]}]})))
+        sender.start()
+        sender.join(0.5)
+        assert sender.is_alive(), "the send is held while the queue is full"
+        (got,) = acme("POST", "/v1/queues/q/get", {"max": 1}, 200)["messages"]
+        acme("POST", "/v1/queues/q/ack", {"ids": [got["id"]]}, 200)
+        sender.join(10)
+        assert not sender.is_alive() and len(answers[0]["ids"]) == 1, "stored once the ack made room"
+        (b,) = acme("POST", "/v1/queues/q/get", {"max": 5}, 200)["messages"]
+        assert b["documents"][0]["data"] == "b"
+    finally:
+        owner("PATCH", "/v1/server", {"flow_control_wait_ms": 5000}, 200)
 
 
 # -- topics, priorities, expiry (v1.1) ----------------------------------------------------

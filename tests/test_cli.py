@@ -239,3 +239,29 @@ def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, 
     assert "consumer.one" in shown and "active" in shown and "consumer.two" in shown and "standby" in shown
     missing = run("get", "input", env=tenant_env)
     assert missing.returncode != 0 and "consumer" in missing.stderr
+
+
+def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> None:
+    def ok(*args: str) -> str:
+        result = run(*args, env=tenant_env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    created = json.loads(ok("queues", "create", "bounded", "--max-messages", "2", "--overflow", "drop_oldest",
+                            "--overflow-to-dead-letters", "--max-message-bytes", "100", "--json"))
+    assert (created["max_messages"], created["overflow"], created["overflow_to_dead_letters"]) == (
+        2, "drop_oldest", True)
+    ok("send", "bounded", "a", "b")
+    dropping = run("send", "bounded", "c", "--json", env=tenant_env)
+    assert dropping.returncode == 0 and json.loads(dropping.stdout)["dropped"] == 1
+    assert "dropped 1 waiting messages to make room" in dropping.stderr
+    assert [d["reason"] for d in json.loads(ok("dead-letters", "list", "bounded", "--json"))] == ["overflow"]
+    shown = ok("queues", "show", "bounded")
+    assert "max_messages" in shown and "drop_oldest" in shown and "held_bytes" in shown
+    ok("queues", "create", "bounded", "--overflow", "reject_new")
+    full = run("send", "bounded", "d", env=tenant_env)
+    assert full.returncode != 0 and "holds at most 2 messages" in full.stderr
+    too_big = run("send", "bounded", "x" * 200, env=tenant_env)
+    assert too_big.returncode != 0 and "max_message_bytes" in too_big.stderr
+    bad = run("queues", "create", "bounded", "--overflow", "drop_newest", env=tenant_env)
+    assert bad.returncode == 2 and "drop_newest" in bad.stderr

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from atomq.errors import QuotaExceeded, RateLimited
+from atomq.errors import QueueFull, QuotaExceeded, RateLimited
 from atomq.platform import QueueServer
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.counters import MAX_RATE_BUCKETS, RATE_BUCKET_S
@@ -104,5 +104,10 @@ def test_refused_sends_count_per_tenant(qs: QueueServer, tenant: str) -> None:
     for _ in range(2):  # a send the quota refuses takes no room in the window: the second gets to the quota too
         with pytest.raises(QuotaExceeded):
             send(quota_bytes=50)
-    assert qs.counters.refusals(tenant) == {"rate_limited": 1, "quota_rejected": 2}
+    qs.put_queue(tenant, "orders", "point_to_point", max_messages=1)
+    limiter = RateLimiter(qs.storage, "n_third")
+    with pytest.raises(QueueFull):
+        send()
+    assert qs.counters.refusals(tenant) == {"rate_limited": 1, "quota_rejected": 2, "queue_full": 1,
+                                            "server_full": 0, "memory_low": 0}
     assert totals(qs, tenant, "orders")["sent"] == 1

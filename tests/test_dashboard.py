@@ -255,6 +255,33 @@ def test_a_queue_page_shows_topics_priorities_expiry_consumers_and_dead_letters_
     expect(page.locator("#standby-consumers")).to_have_text("second", timeout=REFRESH_WAIT_MS)
 
 
+def test_a_queue_page_shows_its_limits_in_words_and_how_full_it_is(page: Page, node: InProcessNode,
+                                                                   tenant: TenantUser) -> None:
+    tenant.api.put_queue("bounded", max_messages=4, max_bytes=1024, overflow="drop_oldest",
+                         overflow_to_dead_letters=True, max_message_bytes=512, max_dead_letters=100)
+    tenant.api.send_texts("bounded", ["a", "b", "c"])
+    sign_in(page, node, tenant.key)
+    page.goto(queue_url(node, tenant.id, "bounded"))
+    expect(page.locator("#limits")).to_have_text(
+        "Holds at most 4 messages and 1.0 KiB not yet acked; a send past that drops the oldest waiting messages "
+        "to the dead letter queue. A message of more than 512 B is refused. The dead letter queue keeps the "
+        "newest 100.")
+    expect(page.locator("#held")).to_contain_text("3 of 4 (75%)")
+    expect(page.locator("#held meter")).to_have_attribute("value", "3")
+    tenant.api.send_texts("bounded", ["d", "e"])
+    expect(page.locator("#held")).to_contain_text("4 of 4 (100%)", timeout=REFRESH_WAIT_MS)
+    expect(page.locator("#total-dropped")).to_have_text("1")
+    expect(page.locator("#held-bytes")).to_contain_text("44 B of 1.0 KiB (4%)")  # 11 bytes a message (1|{"v":1}ta)
+    shot = artifacts_dir() / "dashboard-queue-limits.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes().startswith(PNG_SIGNATURE)
+
+    tenant.api.put_queue("open")
+    page.goto(queue_url(node, tenant.id, "open"))
+    expect(page.locator("#limits")).to_have_text("No limit on the messages it holds.")
+    expect(page.locator("#held")).to_have_text("0 (no limit)")
+
+
 def test_pause_resume_and_restart_a_listener(page: Page, node: InProcessNode, tenant: TenantUser) -> None:
     tenant.api.put_queue("in")
     tenant.api.put_queue("out")
@@ -417,6 +444,29 @@ def test_the_owner_sees_the_server_and_every_tenant(page: Page, node: InProcessN
     expect(page.get_by_role("heading", name=tenant.name)).to_be_visible()
     page.get_by_role("link", name="orders").click()
     expect(page.locator("#depth")).to_have_text("1")
+
+
+def test_the_owner_sees_the_memory_state_what_it_refuses_and_its_changes(page: Page, node: InProcessNode) -> None:
+    memory = node.client.info("memory")
+    share = int(memory["used_memory"]) / int(memory["maxmemory"])
+    sign_in(page, node, OWNER_KEY)
+    expect(page.locator("#memory-rule")).to_have_text("every send is taken")
+    expect(page.get_by_text("yellow at 70%, orange at 85%, red at 95% of the memory limit")).to_be_visible()
+    node.owner.request("PATCH", "/v1/server", {"memory_thresholds": {"yellow": share / 8, "orange": share / 4,
+                                                                     "red": share / 2}})
+    try:
+        expect(page.locator("#memory-state")).to_have_text("red", timeout=REFRESH_WAIT_MS)
+        expect(page.locator("#memory-rule")).to_have_text(
+            "every send, and the creation of queues, subscribers and listeners, is refused")
+        expect(page.locator("#memory-history")).to_contain_text(re.compile(r"UTC red"))
+        shot = artifacts_dir() / "dashboard-memory-red.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.read_bytes().startswith(PNG_SIGNATURE)
+    finally:
+        node.owner.request("PATCH", "/v1/server", {"memory_thresholds": {"yellow": 0.7, "orange": 0.85,
+                                                                         "red": 0.95}})
+    expect(page.locator("#memory-state")).to_have_text("green", timeout=REFRESH_WAIT_MS)
+    expect(page.locator("#memory-history")).to_contain_text(re.compile(r"UTC green · .* UTC red"))
 
 
 # -- sessions, without a browser ------------------------------------------------------------

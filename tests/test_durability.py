@@ -387,16 +387,16 @@ def test_the_format_version_is_recorded_and_a_newer_one_is_refused(tmp_path) -> 
     try:
         assert client.get(k.FORMAT_VERSION_KEY) is None, "a fresh server"
         QueueServer(client)
-        assert FORMAT_VERSION == 3
-        assert client.get("aq:format") == b"3"
+        assert FORMAT_VERSION == 4
+        assert client.get("aq:format") == b"4"
         QueueServer(client)
-        assert client.get("aq:format") == b"3", "a second start keeps it"
+        assert client.get("aq:format") == b"4", "a second start keeps it"
 
         client.set("aq:format", 99)
         with pytest.raises(FormatVersionError) as err:
             QueueServer(client)
         assert err.value.code == "format_version"
-        assert err.value.details == {"stored": 99, "supported": 3}
+        assert err.value.details == {"stored": 99, "supported": 4}
         assert client.get("aq:format") == b"99", "a refused start writes nothing over it"
     finally:
         client.close()
@@ -423,6 +423,31 @@ def test_data_of_format_1_gets_its_usage_recounted_and_its_due_indexes_built(val
         wait_until(lambda: migrated.maintain(tenant)["moved"] > 0, 5, "the in-flight messages' time-out")
         assert migrated.get_queue(tenant, "old").in_flight == 0, "the round found them through the index"
         assert taken.id in [m.id for m in migrated.browse(tenant, "old").items]
+    finally:
+        client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)
+
+
+def test_data_of_format_3_gets_each_destinations_held_bytes_counted(valkey, tenant) -> None:
+    """Format 3 kept no count of a destination's bytes: the migration counts them, so a
+    max_bytes set after the upgrade holds the messages sent before it."""
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "old", "publish_subscribe")
+    qs.put_subscriber(tenant, "old", "s1")
+    qs.put_subscriber(tenant, "old", "s2")
+    qs.send(tenant, "old", [msg("a" * 100), msg("b" * 50)])
+    qs.get(tenant, "old", subscriber="s1", max_messages=1)
+    qs.nack(tenant, "old", [qs.get(tenant, "old", subscriber="s2", max_messages=1)[0].id], subscriber="s2")
+    held = {s: qs.get_queue(tenant, "old").subscribers[s].held_bytes for s in ("s1", "s2")}
+    assert held["s1"] == held["s2"] > 150
+    tk = k.TenantKeys(tenant)
+    for s in ("s1", "s2"):
+        client.delete(tk.queue("old").destination(s).held)  # as format 3 kept them: not at all
+    client.set(k.FORMAT_VERSION_KEY, 3)
+    try:
+        migrated = QueueServer(client, FAST)
+        assert {s: migrated.get_queue(tenant, "old").subscribers[s].held_bytes for s in ("s1", "s2")} == held
+        assert audit_tenant(client, tenant) == []
     finally:
         client.set(k.FORMAT_VERSION_KEY, FORMAT_VERSION)
 

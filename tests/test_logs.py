@@ -25,6 +25,7 @@ from rq import Queue, SimpleWorker
 from atomq import telemetry
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
+from atomq.platform import Sent
 from atomq.platform import keys as k
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext
@@ -70,12 +71,12 @@ def test_a_requests_lines_carry_its_tenant_queue_and_trace_and_never_its_key(
     created = node.owner.create_tenant("logged")
     key = created["api_key"]
 
-    def broken_store(*args: Any, **kwargs: Any) -> list[str]:
+    def broken_store(*args: Any, **kwargs: Any) -> Sent:
         raise RuntimeError(f"the store failed for Authorization: Bearer {key} ({key})")
 
     with AtomqClient(node.url, key) as api:
         api.put_queue("orders")
-        monkeypatch.setattr(node.services.queues, "send", broken_store)
+        monkeypatch.setattr(node.services.queues, "send_batch", broken_store)
         with pytest.raises(AtomqError) as failed:
             api.send_texts("orders", ["lost"])
     assert failed.value.http_status == 500

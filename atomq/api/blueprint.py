@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from flask import Request, current_app
+from flask import Request, Response, current_app, request
 from flask_smorest import Blueprint
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
@@ -78,9 +78,30 @@ class ApiBlueprint(Blueprint):  # type: ignore[misc]  # flask-smorest ships no t
     def before_request(self, view: Decorated) -> Decorated:
         return cast(Decorated, super().before_request(view))
 
+    def after_request(self, hook: Decorated) -> Decorated:
+        return cast(Decorated, super().after_request(hook))
+
     def doc(self, **kwargs: Any) -> Callable[[Decorated], Decorated]:
         return cast(Callable[[Decorated], Decorated], super().doc(**kwargs))
 
 
 def services() -> Services:
     return current_app.extensions["atomq"]  # type: ignore[no-any-return]
+
+
+MEMORY_STATE_HEADER = "X-Atomq-Memory-State"
+SEND_HEADERS = {MEMORY_STATE_HEADER: {
+    "description": "the store's memory state as the node last read it (green, yellow, orange, red): a sender "
+                   "may slow down before its sends are refused",
+    "schema": {"type": "string", "enum": ["green", "yellow", "orange", "red"]}}}
+"""What the answer to a send or publish carries, also when it is refused."""
+
+
+def with_memory_state(response: Response) -> Response:
+    """Adds the memory state to the answer of a send or publish (any status), as this node last read
+    it: never a read of the store here, which may be what failed."""
+    if request.method == "POST" and request.url_rule is not None and request.url_rule.rule.endswith("/messages"):
+        state = services().memory.last_state()
+        if state is not None:
+            response.headers[MEMORY_STATE_HEADER] = state
+    return response

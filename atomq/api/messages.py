@@ -9,7 +9,7 @@ from flask.views import MethodView
 
 from atomq.api import links, render, strict_json
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, services, with_memory_state
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, PageArgs, Selector
 from atomq.api.schemas.messages import (
     AckedSchema,
@@ -30,6 +30,7 @@ from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages",
                    tenant_scoped=True)
+blp.after_request(with_memory_state)
 
 
 def json_body() -> Any:
@@ -48,23 +49,34 @@ def json_body() -> Any:
 @blp.route("/<qname:name>/messages")
 class Messages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
-    @blp.response(201, SendResultSchema)
-    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full (Retry-After)")
-    @blp.alt_response(507, schema=ErrorSchema, description="the tenant's disk quota or the server's disk limit")
+    @blp.response(201, SendResultSchema, headers=SEND_HEADERS)
+    @blp.alt_response(413, schema=ErrorSchema, description="a message over its queue's max_message_bytes, or a "
+                                                           "send over the server's limits on documents")
+    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full, or a flow_control queue "
+                                                           "stayed full (queue_full) for flow_control_wait_ms "
+                                                           "(Retry-After)")
+    @blp.alt_response(503, schema=ErrorSchema, description="memory_low: the memory state refuses the send's "
+                                                           "lowest priority (Retry-After)")
+    @blp.alt_response(507, schema=ErrorSchema, description="quota_exceeded: the tenant's disk quota; queue_full: a "
+                                                           "queue's limit (details: limit, max, count); "
+                                                           "server_full: the server's limits")
     @blp.doc(**links.AFTER_SEND)
     def post(self, name: str) -> Response:
         """Sends a batch of messages, stored all or nothing; the only request rate limits count.
 
         Checked in this order: key, size, body, the node's window, the tenant's
-        window, the server's disk limit, the tenant's quota (507), then the
-        store; a refused send takes no room in either window.
+        window, the server's limits, the tenant's quota (507), then the
+        queue's limits in the store; a refused send takes no room in either window.
         """
         s = services()
         tenant = current_tenant()
         messages = parse_send(json_body())
         stamp_traceparents(messages)
-        ids = s.send(tenant, name, messages, request.content_length or 0)
-        return render.json_response({"ids": ids}, 201)
+        sent = s.send(tenant, name, messages, request.content_length or 0)
+        out: dict[str, Any] = {"ids": sent.ids}
+        if sent.dropped:
+            out["dropped"] = sent.dropped
+        return render.json_response(out, 201)
 
     @blp.arguments(PageArgs, location="query")
     @blp.response(200, BrowsePageSchema)

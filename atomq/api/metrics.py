@@ -38,7 +38,7 @@ from atomq.platform import keys as k
 from atomq.platform import lease
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.request_latency import RequestLatencyStore
-from atomq.platform.server_settings import MEMORY_STATES
+from atomq.platform.memory_state import STATES as MEMORY_STATES
 from atomq.tenants.records import Tenant
 
 blp = Blueprint("metrics", __name__)
@@ -52,6 +52,7 @@ QUEUE_GAUGES = {
     "in_flight": "Messages delivered and not yet acked or nacked",
     "scheduled": "Messages waiting out a redelivery delay (part of the depth)",
     "dead_letters": "Messages in the dead letter queue",
+    "held_bytes": "Bytes of the messages neither acked nor dead: what the queue's max_bytes holds",
 }
 QUEUE_COUNTERS = {
     "sent": ("atomq_messages_sent", "Messages stored by sends (a repeated de-duplication id is not)"),
@@ -67,7 +68,12 @@ QUEUE_COUNTERS = {
 }
 REFUSAL_COUNTERS = {
     "rate_limited": ("atomq_sends_rate_limited", "Sends refused by a rate-limit window (429)"),
-    "quota_rejected": ("atomq_sends_quota_rejected", "Sends refused by a disk quota or the server's disk limit (507)"),
+    "quota_rejected": ("atomq_sends_quota_rejected", "Sends refused by the tenant's disk quota (507)"),
+    "queue_full": ("atomq_sends_queue_full", "Sends refused by a queue's limit (507), or held by a flow_control "
+                                             "queue until its wait ran out (429)"),
+    "server_full": ("atomq_sends_server_full", "Sends refused by the server's limits on stored bytes and "
+                                               "messages (507)"),
+    "memory_low": ("atomq_sends_memory_low", "Sends refused by the memory state (503)"),
 }
 
 
@@ -134,9 +140,14 @@ class PlatformCollector(Collector):
                                 value=1 if state["status"] == "ok" else 0)
         memory = GaugeMetricFamily("atomq_memory_state", "The memory state: 1 for the current one",
                                    labels=["state"])
-        for name in [name for _, name in MEMORY_STATES] + ["red"]:
+        for name in MEMORY_STATES:
             memory.add_metric([name], 1 if state["memory_state"] == name else 0)
         yield memory
+        changes = CounterMetricFamily("atomq_memory_state_changes", "Changes of the memory state, by the state "
+                                      "entered (recorded once however many nodes see them)", labels=["state"])
+        for name, n in self._s.memory.changes().items():
+            changes.add_metric([name], n)
+        yield changes
         for field, text in (
             ("message_store_bytes", "Messages and documents held in queues and dead letter queues"),
             ("temporary_store_bytes", "State kept only while work is under way"),
@@ -144,6 +155,8 @@ class PlatformCollector(Collector):
             ("memory_bytes", "Memory Redis uses"),
             ("max_memory_bytes", "Redis's maxmemory (0: none)"),
             ("max_disk_bytes", "The server's disk limit (0: none)"),
+            ("stored_messages", "Message copies all tenants store, dead letters included"),
+            ("max_messages", "The server's limit on stored message copies (0: none)"),
             ("incoming_rate_limit_per_minute", "Sends a node takes per window (0: no limit)"),
         ):
             if state.get(field) is not None:

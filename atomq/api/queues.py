@@ -12,13 +12,16 @@ from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.queues import QueueListSchema, QueuePutSchema, QueueSchema
+from atomq.api.services import Services
+from atomq.errors import NotFound
 
 blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Queue components",
                    tenant_scoped=True)
 
 
 QUEUE_SETTINGS = ("max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire", "topics", "last_value",
-                  "last_value_key", "access")
+                  "last_value_key", "access", "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters",
+                  "overflow", "overflow_to_dead_letters")
 """The settings a PUT may name; one it leaves out is kept."""
 
 
@@ -40,7 +43,9 @@ class QueueByName(MethodView):
         """Creates (201) or updates (200) a queue: the settings named change, the others are kept.
         Changing the model of a non-empty queue is 409."""
         settings = {field: body.get(field) for field in QUEUE_SETTINGS}
-        info, created = services().queues.put_queue(current_tenant(), name, body["model"], **settings)
+        s, tenant = services(), current_tenant()
+        s.check_creation(f"queue {name}", lambda: s.queues.get_queue(tenant, name))
+        info, created = s.queues.put_queue(tenant, name, body["model"], **settings)
         return render.json_response(render.queue(info), 201 if created else 200)
 
     @blp.response(200, QueueSchema)
@@ -60,11 +65,20 @@ class Subscriber(MethodView):
     @blp.alt_response(201, description="created")
     @blp.alt_response(400, schema=ErrorSchema, description="the queue is point-to-point: it has no subscribers")
     def put(self, name: str, subscriber: str) -> Response:
-        """Creates a subscriber of a publish/subscribe queue ahead of its first get."""
-        created = services().queues.put_subscriber(current_tenant(), name, subscriber)
+        """Creates a subscriber of a publish/subscribe queue ahead of its first get (a get also creates
+        it, also while the memory state is red, when this PUT is refused)."""
+        s, tenant = services(), current_tenant()
+        s.check_creation(f"subscriber {subscriber}", lambda: _subscriber(s, tenant, name, subscriber))
+        created = s.queues.put_subscriber(tenant, name, subscriber)
         return render.json_response({"name": subscriber}, 201 if created else 200)
 
     @blp.response(204)
     def delete(self, name: str, subscriber: str) -> None:
         """Removes the subscriber and its messages."""
         services().queues.delete_subscriber(current_tenant(), name, subscriber)
+
+
+def _subscriber(s: Services, tenant: str, queue: str, subscriber: str) -> None:
+    """Raises NotFound unless ``queue`` has ``subscriber``."""
+    if subscriber not in s.queues.get_queue(tenant, queue).subscribers:
+        raise NotFound(f"queue {queue} has no subscriber {subscriber}", subscriber=subscriber)

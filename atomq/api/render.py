@@ -8,6 +8,8 @@ through marshmallow would cost more than the rest of the request.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from flask import Response
@@ -73,11 +75,14 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "consumers": [{"name": c.name, "active": c.active, "last_seen": c.last_seen} for c in info.consumers],
         "depth_by_priority": {str(p): n for p, n in info.depth_by_priority.items()},
         "totals": {kind: info.totals.get(kind, 0) for kind in TOTALS},
+        "held_bytes": info.held_bytes,
+        **dataclasses.asdict(info.limits),
+        "overflow": info.limits.overflow.value,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [
             {"name": name, "depth": c.depth, "in_flight": c.in_flight, "dead_letters": c.dead_letters,
-             "scheduled": c.scheduled}
+             "scheduled": c.scheduled, "held_bytes": c.held_bytes}
             for name, c in sorted(info.subscribers.items())
         ]
     return out

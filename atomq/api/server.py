@@ -12,8 +12,6 @@ from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
 from atomq.api.services import Services
 from atomq.platform import store_sizes
-from atomq.platform.memory_use import memory_use
-from atomq.platform.server_settings import memory_state
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
 
@@ -27,17 +25,19 @@ def server_state(s: Services) -> dict[str, Any]:
     """The server's status, memory state, store sizes and shared settings: what
     ``GET /v1/server`` answers and the dashboard's owner view shows."""
     settings = s.current_settings()
-    memory = memory_use(s.queues.storage)
+    state, memory = s.memory.reading()
     used, limit = memory.used_bytes, memory.max_bytes
-    state = memory_state(used, limit)
     stores = store_sizes.recorded(s.queues) or {}
+    stored = s.queues.total_usage()
     return {
         "status": "ok" if state != "red" and not s.stopping.is_set() else "degraded",
         "node_id": s.node_id,
         "memory_state": state,
+        "memory_history": [dataclasses.asdict(c) for c in s.memory.history()],
         "memory_bytes": used,
         "max_memory_bytes": limit,
-        "message_store_bytes": s.queues.total_stored_bytes(),
+        "message_store_bytes": stored["stored_bytes"],
+        "stored_messages": stored["messages"],
         "temporary_store_bytes": stores.get("temporary_bytes"),
         "job_scheduler_store_bytes": stores.get("job_scheduler_bytes"),
         **dataclasses.asdict(settings),

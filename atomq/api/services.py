@@ -9,16 +9,21 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from atomq import defaults
-from atomq.errors import QuotaExceeded
-from atomq.platform import OutgoingMessage, Published, QueueServer
+from atomq.errors import MemoryLow, NotFound, QueueFull, QuotaExceeded, RateLimited, StorageFull
+from atomq.platform import OutgoingMessage, Overflow, Published, QueueServer, Sent
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
+from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refuses
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.platform.streams import StreamConsumers
 from atomq.tenants import TenantStore
+
+
+Stored = TypeVar("Stored", Sent, Published)
 
 
 class LongPollLimiter:
@@ -69,12 +74,16 @@ class Services:
     executions: Executions = field(init=False)
     streams: StreamConsumers = field(init=False)
     rate_limits: RateLimiter = field(init=False)
+    memory: MemoryWatch = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
-    _total_bytes: tuple[float, int] | None = field(default=None, init=False)
+    _total_usage: tuple[float, dict[str, int]] | None = field(default=None, init=False)
+    _held_sends: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(defaults.MAX_HELD_SENDS), init=False)
 
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
+        self.memory = MemoryWatch(self.queues.storage, lambda: self.current_settings().memory_thresholds)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
         self.listeners = ListenerStore(self.queues.storage)
         self.executions = Executions(self.queues, self.listeners, self.execution_run_within_ms)
@@ -92,52 +101,117 @@ class Services:
             self._attachments[tenant] = cached
         return cached[1]
 
-    def total_stored_bytes(self) -> int:
-        """All tenants' stored bytes, as this node last summed them (every few seconds).
+    def total_usage(self) -> dict[str, int]:
+        """What all tenants store (``stored_bytes``, ``messages``), as this node last summed it
+        (every few seconds).
 
         The tenants' counters live in their own cluster slots, so no script can
-        check the server-wide limit exactly; it holds to within a few seconds
-        of sends, where each tenant's quota holds exactly.
+        check the server-wide limits exactly; they hold to within a few seconds
+        of sends, where each tenant's quota and each queue's limits hold exactly.
         """
-        cached = self._total_bytes
+        cached = self._total_usage
         now = time.monotonic()
         if cached is None or now - cached[0] > REFRESH_S:
-            cached = (now, self.queues.total_stored_bytes())
-            self._total_bytes = cached
+            cached = (now, self.queues.total_usage())
+            self._total_usage = cached
         return cached[1]
 
-    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> list[str]:
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Sent:
         """Admits a send and stores it, all or nothing: the node's window, the tenant's window, the
-        server's disk limit (``incoming_bytes`` against what all tenants store), the tenant's quota,
-        then the store. A refused send takes no room in either window and counts as refused."""
-        return self._admitted(tenant, incoming_bytes,
-                              lambda quota: self.queues.send(tenant, queue, messages, quota_bytes=quota))
+        memory state (by the send's lowest priority), the server's limits (``incoming_bytes``
+        against what all tenants store), the tenant's quota, then the store, which holds the
+        queue's limits. A refused send takes no room in either window and counts as refused by
+        its reason."""
+        return self._admitted(tenant, incoming_bytes, messages,
+                              lambda quota: self.queues.send_batch(tenant, queue, messages, quota_bytes=quota))
 
-    def _admitted(self, tenant: str, incoming_bytes: int, store: Callable[[int], list[str]]) -> list[str]:
+    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Published:
+        """Admits a publish as a send (one counted request, the same windows, limits and quota) and
+        stores it in every queue its topic matches, or in none."""
+        return self._admitted(tenant, incoming_bytes, messages,
+                              lambda quota: self.queues.publish(tenant, topic, messages, quota_bytes=quota))
+
+    def _admitted(self, tenant: str, incoming_bytes: int, messages: Sequence[OutgoingMessage],
+                  store: Callable[[int], Stored]) -> Stored:
         """Runs ``store`` (given the tenant's quota) once the send it makes is admitted (see :meth:`send`)."""
         settings = self.current_settings()
         rate_limit, quota = self.attachments(tenant)
         with self.queues.counters.counting_refusals(tenant), self.rate_limits.send(
                 tenant, rate_limit, settings.incoming_rate_limit_per_minute, settings.rate_limit_window_s):
-            if settings.max_disk_bytes:
-                used = self.total_stored_bytes()
-                if used + incoming_bytes > settings.max_disk_bytes:
-                    raise QuotaExceeded(
-                        f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
-                        "this send would pass it", limit=settings.max_disk_bytes, used=used, scope="server")
-            return store(quota)
+            lowest = min(defaults.DEFAULT_PRIORITY if m.priority is None else m.priority for m in messages) \
+                if messages else defaults.DEFAULT_PRIORITY
+            self.check_memory("this send", lowest)
+            self._check_server_limits(settings, incoming_bytes)
+            try:
+                return store(quota)
+            except QueueFull as full:
+                if full.details.get("overflow") != Overflow.FLOW_CONTROL.value:
+                    raise
+                return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota))
+            except StorageFull:
+                # The store reached its maxmemory before this node's reading said red.
+                raise MemoryLow("the store is at its memory limit: sends are refused until consumers free "
+                                "memory", memory_state="red", priority=REFUSED_BELOW["red"]) from None
 
-    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Published:
-        """Admits a publish as a send (one counted request, the same windows, limit and quota) and
-        stores it in every queue its topic matches, or in none."""
-        stored: list[Published] = []
+    def check_creation(self, what: str, exists: Callable[[], object]) -> None:
+        """Refuses the creation of ``what`` while the memory state is red (503 memory_low); an update
+        of what already exists goes on (``exists`` raises NotFound when it does not)."""
+        if self.memory.state() == "red":
+            try:
+                exists()
+            except NotFound:
+                self.check_memory(f"creating {what}")
 
-        def store(quota: int) -> list[str]:
-            stored.append(self.queues.publish(tenant, topic, messages, quota_bytes=quota))
-            return stored[0].ids
+    def check_memory(self, what: str, lowest_priority: int = REFUSED_BELOW["red"] - 1) -> None:
+        """Refuses ``what`` (503 memory_low) when the memory state refuses its lowest priority; by
+        default only red refuses (the creation of queues, subscribers and listeners)."""
+        state = self.memory.state()
+        if refuses(state, lowest_priority):
+            below = REFUSED_BELOW[state]
+            rule = "everything but gets, acks and deletes is refused" if state == "red" else \
+                f"sends holding a message of priority below {below} are refused"
+            raise MemoryLow(f"the store's memory state is {state}: {rule}, so {what} is refused until consumers "
+                            "free memory", memory_state=state, priority=below)
 
-        self._admitted(tenant, incoming_bytes, store)
-        return stored[0]
+    def _check_server_limits(self, settings: ServerSettings, incoming_bytes: int) -> None:
+        if not settings.max_disk_bytes and not settings.max_messages:
+            return
+        stored = self.total_usage()
+        used = stored["stored_bytes"]
+        if settings.max_disk_bytes and used + incoming_bytes > settings.max_disk_bytes:
+            raise QuotaExceeded(
+                f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
+                "this send would pass it", code="server_full", limit=settings.max_disk_bytes, used=used,
+                scope="server", setting="max_disk_bytes")
+        if settings.max_messages and stored["messages"] >= settings.max_messages:
+            raise QuotaExceeded(
+                f"the server stores at most {settings.max_messages} message copies and holds "
+                f"{stored['messages']}: consume or delete messages first", code="server_full",
+                limit=settings.max_messages, used=stored["messages"], scope="server", setting="max_messages")
+
+    def _held_until_room(self, full: QueueFull, wait_ms: int, store: Callable[[], Stored]) -> Stored:
+        """Tries ``store`` again until its queue has room, for at most ``wait_ms``: a
+        ``flow_control`` queue slows its producers down instead of refusing them. Past the wait,
+        or while this process holds its most sends already, 429 ``queue_full``.
+
+        No event tells a node that another made room (acks happen on any node), so the
+        send polls, first soon, then every 200 ms.
+        """
+        deadline = time.monotonic() + wait_ms / 1000
+        if self._held_sends.acquire(blocking=False):
+            try:
+                pause = 0.01
+                while not self.stopping.is_set() and time.monotonic() + pause < deadline:
+                    self.stopping.wait(pause)
+                    pause = min(pause * 2, 0.2)
+                    try:
+                        return store()
+                    except QueueFull as again:
+                        full = again
+            finally:
+                self._held_sends.release()
+        raise RateLimited(f"{full.message} (held {wait_ms} ms for room: flow_control)", code="queue_full",
+                          retry_after=1, **full.details)
 
     def current_settings(self) -> ServerSettings:
         """The shared server settings, applied to this node's queue server when they change."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Response, request
 from flask.views import MethodView
 
 from atomq import defaults
 from atomq.api import render
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, services, with_memory_state
 from atomq.api.messages import json_body
 from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.messages import PublishResultSchema, SendSchema
@@ -17,6 +19,7 @@ from atomq.platform.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("topics", __name__, url_prefix="/v1/topics", description="Topics", tenant_scoped=True)
+blp.after_request(with_memory_state)
 
 
 @blp.route("/<path:topic>/messages")
@@ -25,9 +28,17 @@ class TopicMessages(MethodView):
              parameters=[{"in": "path", "name": "topic", "required": True,
                           "schema": {"type": "string", "pattern": TOPIC_PATTERN, "maxLength": defaults.MAX_TOPIC_CHARS},
                           "description": "levels [A-Za-z0-9._-]+ joined by '/', sent as they are (not escaped)"}])
-    @blp.response(201, PublishResultSchema)
-    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full (Retry-After)")
-    @blp.alt_response(507, schema=ErrorSchema, description="the tenant's disk quota or the server's disk limit")
+    @blp.response(201, PublishResultSchema, headers=SEND_HEADERS)
+    @blp.alt_response(413, schema=ErrorSchema, description="a message over its queue's max_message_bytes, or a "
+                                                           "send over the server's limits on documents")
+    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full, or a flow_control queue "
+                                                           "stayed full (queue_full) for flow_control_wait_ms "
+                                                           "(Retry-After)")
+    @blp.alt_response(503, schema=ErrorSchema, description="memory_low: the memory state refuses the send's "
+                                                           "lowest priority (Retry-After)")
+    @blp.alt_response(507, schema=ErrorSchema, description="quota_exceeded: the tenant's disk quota; queue_full: a "
+                                                           "queue's limit (details: limit, max, count); "
+                                                           "server_full: the server's limits")
     def post(self, topic: str) -> Response:
         """Publishes a batch to every queue whose topic patterns match, stored in all of them or in none.
 
@@ -38,4 +49,7 @@ class TopicMessages(MethodView):
         messages = parse_send(json_body())
         stamp_traceparents(messages)
         published = services().publish(current_tenant(), topic, messages, request.content_length or 0)
-        return render.json_response({"ids": published.ids, "queues": published.queues}, 201)
+        out: dict[str, Any] = {"ids": published.ids, "queues": published.queues}
+        if published.dropped:
+            out["dropped"] = published.dropped
+        return render.json_response(out, 201)

@@ -60,9 +60,14 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
          priority: int | None, ttl_s: float | None) -> None:
     """Send one message per TEXT (or per line of standard input when none is given)."""
     ids: list[str] = []
+    dropped = 0
     for batch in _batches(texts, properties, priority, ttl_s):
-        ids += c.send(queue, batch)
-    emit({"ids": ids}, [(i,) for i in ids], ("ID",))
+        sent = c.send_batch(queue, batch)
+        ids += sent["ids"]
+        dropped += sent.get("dropped", 0)
+    if dropped:
+        click.echo(f"the queue dropped {dropped} waiting messages to make room (its overflow setting)", err=True)
+    emit({"ids": ids, "dropped": dropped}, [(i,) for i in ids], ("ID",))
 
 
 @click.command()

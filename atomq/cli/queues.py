@@ -8,6 +8,7 @@ from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
+from atomq.platform.models import Overflow
 
 
 @click.group()
@@ -50,11 +51,28 @@ def queues_list(c: AtomqClient) -> None:
 @click.option("--last-value-key", metavar="PROPERTY",
               help="The message property whose value keys a last-value queue (\"\": one message in all). "
                    "Left out: kept.")
+@click.option("--max-messages", type=click.IntRange(0, defaults.MAX_EXACT_INT),
+              help="Most messages neither acked nor dead (per subscriber on a publish/subscribe queue); 0: no "
+                   "limit. Left out: kept (a new queue: 0).")
+@click.option("--max-bytes", type=click.IntRange(0, defaults.MAX_EXACT_INT),
+              help="Most bytes of those messages (documents, their properties, envelopes); 0: no limit. "
+                   "Left out: kept.")
+@click.option("--max-message-bytes", type=click.IntRange(0, defaults.MAX_EXACT_INT),
+              help="Largest message a send may hold (413 past it); 0: no limit. Left out: kept.")
+@click.option("--max-dead-letters", type=click.IntRange(0, defaults.MAX_EXACT_INT),
+              help="Most dead letters; past it the oldest are dropped; 0: no limit. Left out: kept.")
+@click.option("--overflow", type=click.Choice([o.value for o in Overflow]),
+              help="What a send past --max-messages or --max-bytes gets: reject_new (refused, 507), drop_oldest "
+                   "or drop_lowest_priority (waiting messages make room), flow_control (held until there is "
+                   "room, then 429). Left out: kept (a new queue: reject_new).")
+@click.option("--overflow-to-dead-letters/--no-overflow-to-dead-letters", default=None,
+              help="Messages the overflow drops go to the dead letter queue (reason overflow). Left out: kept "
+                   "(a new queue: no).")
 @connection_options
 def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int | None, ack_timeout_s: float | None,
                   topics: tuple[str, ...], no_topics: bool, message_ttl_s: float | None,
                   on_expire: str | None, last_value: bool | None, access: str | None,
-                  last_value_key: str | None) -> None:
+                  last_value_key: str | None, **limits: int | str | bool | None) -> None:
     """Create a queue, or update one: the settings given change, the others are kept."""
     if topics and no_topics:
         raise click.UsageError("give --topic or --no-topics, not both")
@@ -66,11 +84,16 @@ def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int |
                          ("last_value_key", last_value_key), ("access", access)):
         if value is not None:
             settings[field] = value
+    settings.update((field, value) for field, value in limits.items() if value is not None)
     q = c.put_queue(name, model, **settings)
     last = ("by " + (q["last_value_key"] or "(one in all)")) if q["last_value"] else "-"
     emit(q, [(q["name"], q["model"], q["max_redeliveries"], q["ack_timeout_s"], q["message_ttl_s"] or "-",
               ",".join(q["topics"]) or "-", last)],
          ("NAME", "MODEL", "MAX REDELIVERIES", "ACK TIMEOUT S", "MESSAGE TTL S", "TOPICS", "LAST VALUE"))
+
+
+LIMITS = ("max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
+          "overflow_to_dead_letters")
 
 
 @queues.command("show")
@@ -81,7 +104,7 @@ def queues_show(c: AtomqClient, name: str) -> None:
     q = c.queue(name)
     rows = [(field, q[field]) for field in ("model", "access", "depth", "in_flight", "dead_letters", "scheduled",
                                            "max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire",
-                                           "last_value", "last_value_key")]
+                                           "last_value", "last_value_key", "held_bytes", *LIMITS)]
     rows += [("topics", ",".join(q["topics"]) or "-"),
              ("depth_by_priority", " ".join(f"{p}:{n}" for p, n in q["depth_by_priority"].items()) or "-")]
     rows += [(f"total.{kind}", n) for kind, n in q["totals"].items()]

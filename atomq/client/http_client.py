@@ -15,7 +15,7 @@ import requests
 
 from atomq import defaults
 from atomq.client import wire
-from atomq.errors import AtomqError, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
+from atomq.errors import AtomqError, QueueFull, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
 
 
 def error_from_response(response: requests.Response) -> AtomqError:
@@ -32,7 +32,7 @@ def error_from_response(response: requests.Response) -> AtomqError:
     cls = by_code if by_status and by_code and issubclass(by_code, by_status) else by_status or AtomqError
     if issubclass(cls, RateLimited):
         details["retry_after"] = int(response.headers.get("Retry-After") or details.get("retry_after", 1))
-    elif issubclass(cls, QuotaExceeded):
+    elif issubclass(cls, QuotaExceeded) and not issubclass(cls, QueueFull):
         details["limit"], details["used"] = int(details.get("limit", 0)), int(details.get("used", 0))
     error = cls(message, code=code, **details)
     error.http_status = status
@@ -176,7 +176,12 @@ class AtomqClient:
 
     def send(self, queue: str, messages: Sequence[dict[str, Any]]) -> list[str]:
         """Sends messages in the API's shape (``{"documents": [{"data": ...}], ...}``); their ids."""
-        return self.request("POST", f"/v1/queues/{queue}/messages", {"messages": list(messages)})["ids"]  # type: ignore[no-any-return]
+        return self.send_batch(queue, messages)["ids"]  # type: ignore[no-any-return]
+
+    def send_batch(self, queue: str, messages: Sequence[dict[str, Any]]) -> Any:
+        """Sends messages (as :meth:`send`); the whole answer: ``{"ids": [...]}``, with ``"dropped"``
+        when the queue's overflow dropped waiting messages to make room."""
+        return self.request("POST", f"/v1/queues/{queue}/messages", {"messages": list(messages)})
 
     def publish(self, topic: str, messages: Sequence[dict[str, Any]]) -> Any:
         """Publishes messages (in a send's shape) to a topic: ``{"ids": [...], "queues": [...]}``,

@@ -15,14 +15,16 @@ from atomq.platform.models import (
     OnExpire,
     OutgoingDocument,
     OutgoingMessage,
+    Overflow,
     Page,
     QueueAccess,
     QueueInfo,
+    QueueLimits,
     QueueModel,
     Taken,
 )
 from atomq.platform.queue_server import QueueServer
-from atomq.platform.sending import Published
+from atomq.platform.sending import Published, Sent
 from atomq.platform.queue_settings import QueueSettings
 
 __all__ = [
@@ -37,12 +39,15 @@ __all__ = [
     "OnExpire",
     "OutgoingDocument",
     "OutgoingMessage",
+    "Overflow",
     "Page",
     "Published",
     "QueueAccess",
     "QueueInfo",
+    "QueueLimits",
     "QueueModel",
     "QueueServer",
     "QueueSettings",
+    "Sent",
     "Taken",
 ]

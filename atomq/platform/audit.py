@@ -50,6 +50,21 @@ def _last_value_problems(r: Any, d: k.DestinationKeys, states: dict[str, str]) -
     return problems
 
 
+def held_bytes(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> int:
+    """The bytes of the destination's copies neither acked nor dead, recounted from its data
+    (what its ``held`` counter must say)."""
+    total = 0
+    for msg_id, state in r.hgetall(d.state).items():
+        if state.split(b"|", 2)[2][:1] == b"d":
+            continue
+        env = r.hget(d.msg, msg_id) or b""
+        total += len(env)
+        for n in range(1, int(env.split(b"|", 1)[0].split(b",", 1)[0] or 0) + 1):
+            doc = msg_id + b"." + str(n).encode()
+            total += r.hstrlen(tk.doc, doc) + r.hstrlen(tk.doc_props, doc)
+    return total
+
+
 def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     """Every destination holding messages: the live ones and those a removal still drains."""
     out = []
@@ -100,6 +115,8 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     tk = k.TenantKeys(tenant)
     stored, markers, copies = _recount(client, tk)
     client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
+    for d in _destinations(client, tk):
+        client.set(d.held, held_bytes(client, tk, d))
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -144,6 +161,9 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: the expiry index names messages that are not waiting or in flight")
         problems += _index_problems(r, tk, d)
         problems += _last_value_problems(r, d, states)
+        held = int(r.get(d.held) or 0)
+        if held != held_bytes(r, tk, d):
+            problems.append(f"{d.base}: held bytes say {held}, the messages hold {held_bytes(r, tk, d)}")
         for msg_id, env in envs.items():
             ndocs = int(env.split("|", 1)[0].split(",", 1)[0])
             for n in range(1, ndocs + 1):

@@ -19,7 +19,16 @@ from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS
-from atomq.platform.models import ConsumerInfo, DestinationCounts, OnExpire, QueueAccess, QueueInfo, QueueModel
+from atomq.platform.models import (
+    ConsumerInfo,
+    DestinationCounts,
+    OnExpire,
+    Overflow,
+    QueueAccess,
+    QueueInfo,
+    QueueLimits,
+    QueueModel,
+)
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.topics import check_patterns
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
@@ -52,6 +61,12 @@ class Components:
         last_value: bool | None = None,
         last_value_key: str | None = None,
         access: QueueAccess | str | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        max_message_bytes: int | None = None,
+        max_dead_letters: int | None = None,
+        overflow: Overflow | str | None = None,
+        overflow_to_dead_letters: bool | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
@@ -60,6 +75,7 @@ class Components:
         ``last_value``: the queue keeps one waiting message per value of the property
         ``last_value_key`` ("" for one message in all), a new one replacing the last.
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
+        ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -102,6 +118,9 @@ class Components:
                 raise InvalidInput("an exclusive queue is point-to-point (a publish/subscribe queue's subscribers "
                                    "each have their own copy)", field="access")
             named += ["access", access.value]
+        named += _limit_settings(max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
+                                 max_dead_letters=max_dead_letters, overflow=overflow,
+                                 overflow_to_dead_letters=overflow_to_dead_letters)
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
@@ -109,16 +128,16 @@ class Components:
             [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
              self._shared.settings.max_queues_per_tenant, patterns, *named],
             errors={
-                "CONFLICT": lambda: Conflict(
+                "CONFLICT": lambda _: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
                 ),
-                "EXCLUSIVEPUBSUB": lambda: InvalidInput(
+                "EXCLUSIVEPUBSUB": lambda _: InvalidInput(
                     "an exclusive queue is point-to-point: set access non_exclusive to make it publish/subscribe",
                     field="access"),
-                "LASTVALUEPUBSUB": lambda: InvalidInput(
+                "LASTVALUEPUBSUB": lambda _: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
-                "TOOMANYQUEUES": lambda: Conflict(
+                "TOOMANYQUEUES": lambda _: Conflict(
                     f"a tenant has at most {self._shared.settings.max_queues_per_tenant} queues: delete one first",
                     code="too_many_queues", limit=self._shared.settings.max_queues_per_tenant),
             },
@@ -141,6 +160,7 @@ class Components:
             pipe.zcard(d.sched)
             pipe.zcard(d.inflight)
             pipe.xlen(d.dlq)
+            pipe.get(d.held)
         exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
         if exclusive:
             pipe.hgetall(qk.destination().consumers)
@@ -150,13 +170,13 @@ class Components:
         ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
         consumers = _consumers(raw[-3], ack_timeout_s) if exclusive else ()
         per_sub: dict[str, DestinationCounts] = {}
-        total = [0, 0, 0, 0]
+        total = [0, 0, 0, 0, 0]
         by_priority: Counter[int] = Counter()
         ranked: list[k.DestinationKeys] = []
         for i, sub in enumerate(dests):
-            stream, ordered, sched, flight, dead = raw[i * 5 : i * 5 + 5]
+            stream, ordered, sched, flight, dead, held = raw[i * 6 : i * 6 + 6]
             counts = DestinationCounts(depth=stream + ordered + sched, in_flight=flight, dead_letters=dead,
-                                       scheduled=sched)
+                                       scheduled=sched, held_bytes=int(held or 0))
             by_priority[defaults.DEFAULT_PRIORITY] += stream
             if ordered:
                 ranked.append(qk.destination(sub))
@@ -164,6 +184,7 @@ class Components:
             total[1] += counts.in_flight
             total[2] += counts.dead_letters
             total[3] += counts.scheduled
+            total[4] += counts.held_bytes
             if sub is not None:
                 per_sub[sub] = counts
         if ranked:
@@ -187,6 +208,8 @@ class Components:
             consumers=consumers,
             totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
             topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
+            held_bytes=total[4],
+            limits=_limits(cfg),
         )
 
     def _ranked_by_priority(self, dests: list[k.DestinationKeys]) -> Counter[int]:
@@ -272,7 +295,7 @@ class Components:
         marker = f"{removal_id}:{len(sources)}"
         existed = self._shared.storage.run(
             "unlink_component", keys, [kind, name, route, marker, *(d.member for d in sources)],
-            errors={"STALESUBS": lambda: StaleRoute("stale")})
+            errors={"STALESUBS": lambda _: StaleRoute("stale")})
         return marker if existed else None
 
     def finish_removal(self, tk: k.TenantKeys, marker: str, budget: ChunkBudget | None = None) -> bool:
@@ -340,6 +363,45 @@ def _last_value_settings(model: QueueModel, last_value: bool | None, key: str | 
                                field="last_value_key")
         named += ["lv_key", key]
     return named
+
+
+LIMIT_FIELDS = {"max_messages": "max_messages", "max_bytes": "max_bytes", "max_message_bytes": "max_message_bytes",
+                "max_dead_letters": "max_dead_letters", "overflow": "overflow",
+                "overflow_to_dead_letters": "overflow_dl"}
+"""Each limit setting's field in the queue's config hash (the send script reads them there)."""
+
+
+def _limit_settings(**given: object) -> list[str | int]:
+    """The config fields of the limit settings given (those None are kept)."""
+    named: list[str | int] = []
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name == "overflow":
+            try:
+                stored: str | int = Overflow(value).value
+            except ValueError:
+                raise InvalidInput("overflow must be one of " + ", ".join(o.value for o in Overflow),
+                                   field=name) from None
+        elif name == "overflow_to_dead_letters":
+            if not isinstance(value, bool):
+                raise InvalidInput(f"{name} must be true or false", field=name)
+            stored = int(value)
+        else:
+            stored = check_integer_range(value, name, 0, defaults.MAX_EXACT_INT,
+                                         rule="a whole number from 0 (no limit) to 2^53")
+        named += [LIMIT_FIELDS[name], stored]
+    return named
+
+
+def _limits(cfg: dict[bytes, bytes]) -> QueueLimits:
+    """A queue's limits as its config hash holds them."""
+    def number(name: str) -> int:
+        return int(cfg.get(LIMIT_FIELDS[name].encode(), 0))
+    return QueueLimits(max_messages=number("max_messages"), max_bytes=number("max_bytes"),
+                       max_message_bytes=number("max_message_bytes"), max_dead_letters=number("max_dead_letters"),
+                       overflow=Overflow(cfg.get(b"overflow", b"reject_new").decode()),
+                       overflow_to_dead_letters=cfg.get(b"overflow_dl") == b"1")
 
 
 def _consumers(raw: dict[bytes, bytes], ack_timeout_s: float) -> tuple[ConsumerInfo, ...]:

@@ -7,8 +7,8 @@ any of them, and cost no extra round trip. The scripts keep them in the
 queue's cfg hash (``n:<kind>``) together with a ring of 10-second buckets of
 sends and acks (``r:s<slot>``, ``r:a<slot>``, each ``"<bucket>:<count>"``),
 which is what the dashboard's rate chart draws: every node reads the same
-buckets. Refusals (rate limit, quota) happen before any queue is touched and
-are counted per tenant.
+buckets. Refused sends (rate limit, quota, a queue's or the server's limits) are
+counted per tenant, by reason.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from atomq.errors import QuotaExceeded, RateLimited
+from atomq.errors import AtomqError
 from atomq.platform import keys as k
 from atomq.platform.names import check_tenant_id
 from atomq.platform.storage import Storage
@@ -25,8 +25,13 @@ from atomq.platform.storage import Storage
 QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts",
                 "expired", "superseded", "dropped")
 """The per-queue totals the scripts keep, in the order ``queue_totals`` reads them."""
-REFUSALS = ("rate_limited", "quota_rejected")
-"""The per-tenant totals of sends refused before they reached a queue."""
+REFUSALS = ("rate_limited", "quota_rejected", "queue_full", "server_full", "memory_low")
+"""The per-tenant totals of refused sends, by reason: a rate-limit window, the tenant's disk
+quota, a queue's limit (or a flow_control queue that stayed full), the server's limits, the
+memory state."""
+REFUSAL_BY_CODE = {"rate_limited": "rate_limited", "quota_exceeded": "quota_rejected", "queue_full": "queue_full",
+                   "server_full": "server_full", "memory_low": "memory_low"}
+"""Each refusing error's code and the total it counts in."""
 RATE_BUCKET_S = 10
 RATE_SLOTS = 32
 """As RATE_SLOTS in scripts/_lib.lua: the ring holds this many buckets, the oldest being overwritten."""
@@ -88,10 +93,11 @@ class MessageCounters:
 
     @contextmanager
     def counting_refusals(self, tenant: str) -> Iterator[None]:
-        """Counts a send refused by a rate-limit window or a quota inside the block, and lets the refusal go on."""
+        """Counts a send refused inside the block by its reason (REFUSAL_BY_CODE), and lets the refusal go on."""
         try:
             yield
-        except (RateLimited, QuotaExceeded) as exc:
-            kind = "rate_limited" if isinstance(exc, RateLimited) else "quota_rejected"
-            self._storage.call(self._storage.client.hincrby, k.TenantKeys(tenant).refusals, kind, 1)
+        except AtomqError as exc:
+            kind = REFUSAL_BY_CODE.get(exc.code)
+            if kind is not None:
+                self._storage.run("refusal", [k.TenantKeys(tenant).refusals], [kind])
             raise

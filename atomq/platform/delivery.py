@@ -160,7 +160,7 @@ class Deliveries:
             docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due],
             [action, arg, self._shared.settings.delays_ms_arg, mode, subscriber or "", d.member, consumer or "",
              self._shared.settings.max_consumers, *items],
-            errors=self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda: NotFound(
+            errors=self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                 f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue, subscriber=subscriber)),
         )
         return int(done), int(dead)

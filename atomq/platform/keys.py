@@ -202,16 +202,26 @@ class DestinationKeys:
         field ``#active``, the one that gets its messages."""
         return f"{self.base}:cons"
 
+    @property
+    def held(self) -> str:
+        """The bytes of the copies the destination holds that are neither acked nor dead (the
+        envelope and the documents' data and properties of each): what ``max_bytes`` holds."""
+        return f"{self.base}:held"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry, self.last_values, self.consumers]
+                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held]
 
 
-DEST_KEY_COUNT = 12
+DEST_KEY_COUNT = 13
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
+MEMORY_STATE_KEY = f"{PREFIX}:{{memory}}:state"
+"""The memory state the nodes last recorded (``state``) and how often it changed to each (``n:<state>``);
+one hash tag with the history, which the same script writes."""
+MEMORY_HISTORY_KEY = f"{PREFIX}:{{memory}}:history"
 
 
 def node_rate_window(node_id: str) -> str:

@@ -117,7 +117,7 @@ class ListenerStore:
         return bool(self.storage.run(
             "listener_put", [*lk.as_list(), lk.spark_count],
             [name, spec.to_json(), defaults.MAX_LISTENERS_PER_TENANT, spec.engine],
-            errors={"TOOMANY": lambda: Conflict(
+            errors={"TOOMANY": lambda _: Conflict(
                 f"a tenant has at most {defaults.MAX_LISTENERS_PER_TENANT} listeners",
                 limit=defaults.MAX_LISTENERS_PER_TENANT)}))
 
@@ -184,7 +184,7 @@ class ListenerStore:
         """pause, resume, restart or delete (see ``listener_control.lua``)."""
         lk = self._keys(tenant, name)
         self.storage.run("listener_control", [*lk.as_list(), lk.spark_count], [name, action],
-                         errors={"NOLISTENER": lambda: listener_not_found(name)})
+                         errors={"NOLISTENER": lambda _: listener_not_found(name)})
 
     def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
                  id_prefix: str, start_within_ms: int, waiting_for: str = "") -> tuple[list[str], int]:

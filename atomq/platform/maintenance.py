@@ -120,7 +120,7 @@ class Maintenance:
                 n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
                                                  [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
                                                   d.member],
-                                                 errors={"NOQUEUE": lambda: queue_not_found(qk.name)}))
+                                                 errors={"NOQUEUE": lambda _: queue_not_found(qk.name)}))
             except NotFound:
                 return moved  # removed since it was indexed; the script took it out of the indexes
             moved += n

@@ -154,10 +154,15 @@ class Management:
         raw = self._shared.storage.call(self._shared.client.hmget, tk.usage, "bytes", "markers", "messages")
         return {"stored_bytes": int(raw[0] or 0) + int(raw[1] or 0), "messages": int(raw[2] or 0)}
 
-    def total_stored_bytes(self) -> int:
-        """Bytes stored by all tenants (the sum of their usage counters)."""
+    def total_usage(self) -> dict[str, int]:
+        """What all tenants store, their usage counters summed: ``stored_bytes`` and ``messages``
+        (message copies, dead letters included)."""
         tenants = self._components.tenants()
         pipe = self._shared.client.pipeline(transaction=False)
         for tenant in tenants:
-            pipe.hmget(k.TenantKeys(tenant).usage, "bytes", "markers")
-        return sum(int(b or 0) + int(m or 0) for b, m in self._shared.storage.call(pipe.execute))
+            pipe.hmget(k.TenantKeys(tenant).usage, "bytes", "markers", "messages")
+        stored = messages = 0
+        for b, m, n in self._shared.storage.call(pipe.execute):
+            stored += int(b or 0) + int(m or 0)
+            messages += int(n or 0)
+        return {"stored_bytes": stored, "messages": messages}

@@ -42,6 +42,19 @@ class OnExpire(str, Enum):
     DISCARD = "discard"
 
 
+class Overflow(str, Enum):
+    """What a send gets that would pass one of its queue's limits."""
+
+    REJECT_NEW = "reject_new"
+    """The whole send is refused (QueueFull)."""
+    DROP_OLDEST = "drop_oldest"
+    """The oldest waiting messages make room."""
+    DROP_LOWEST_PRIORITY = "drop_lowest_priority"
+    """The lowest-priority waiting messages make room, the oldest of a priority first."""
+    FLOW_CONTROL = "flow_control"
+    """The node holds the send until there is room, for a bounded time."""
+
+
 class MessageState(str, Enum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
@@ -192,6 +205,27 @@ class DestinationCounts:
     dead_letters: int
     scheduled: int = 0
     """Of ``depth``, those waiting for a redelivery delay to pass."""
+    held_bytes: int = 0
+    """The bytes of the messages neither acked nor dead (``depth`` and ``in_flight``): what
+    ``max_bytes`` holds, each message its envelope and its documents' data and properties."""
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's limits, per destination (each subscriber of a publish/subscribe queue), and what
+    a send gets at them; 0 is no limit."""
+
+    max_messages: int = 0
+    """Most messages neither acked nor dead (ready, scheduled or in flight)."""
+    max_bytes: int = 0
+    """Most bytes of those messages (``DestinationCounts.held_bytes``)."""
+    max_message_bytes: int = 0
+    """Largest message a send may hold."""
+    max_dead_letters: int = 0
+    """Most dead letters; past it, the oldest are dropped."""
+    overflow: Overflow = Overflow.REJECT_NEW
+    overflow_to_dead_letters: bool = False
+    """Messages the overflow drops go to the dead letter queue (reason ``overflow``), not away."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +271,9 @@ class QueueInfo:
     access: QueueAccess = QueueAccess.NON_EXCLUSIVE
     consumers: tuple[ConsumerInfo, ...] = ()
     """An exclusive queue's consumers in line, the active one first."""
+    held_bytes: int = 0
+    """Summed over subscribers as the counts are (see ``DestinationCounts.held_bytes``)."""
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
 
 @dataclass(frozen=True)

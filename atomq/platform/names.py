@@ -15,7 +15,8 @@ from atomq.errors import InvalidInput
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MESSAGE_ID = r"[0-9]{1,15}-[0-9]{12}"
-RECEIPT = re.compile(rf"({MESSAGE_ID})~([1-9][0-9]{{0,8}})")
+RECEIPT_PATTERN = rf"^({MESSAGE_ID})~([1-9][0-9]{{0,8}})$"
+RECEIPT = re.compile(RECEIPT_PATTERN[1:-1])
 """A receipt as a get writes it: ``<message id>~<delivery count>``, the count without
 leading zeros, so one delivery has one spelling and a call cannot name it twice."""
 

@@ -25,7 +25,6 @@ from atomq.platform.topic_index import TopicIndex
 from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.management import Management
-from atomq.platform.memory_use import memory_use
 from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.routes import Routes
 from atomq.platform.sending import Sending
@@ -35,7 +34,7 @@ from atomq.platform.storage import STORE_ERRORS, Storage
 __all__ = ["DueWork", "QueueServer"]
 
 READINESS_ERRORS: tuple[type[Exception], ...] = (StorageError, *STORE_ERRORS)
-"""What a readiness check meets from the store: translated (memory_use) or raw (the script check)."""
+"""What a readiness check meets from the store: translated or raw (the script check)."""
 
 
 class QueueServer:
@@ -73,6 +72,7 @@ class QueueServer:
         self.destinations = components.destinations
 
         self.send = sending.send
+        self.send_batch = sending.send_batch
         self.publish = sending.publish
 
         self.get = deliveries.get
@@ -89,7 +89,7 @@ class QueueServer:
         self.delete_dead_letters = management.delete_dead_letters
         self.resend_dead_letters = management.resend_dead_letters
         self.usage = management.usage
-        self.total_stored_bytes = management.total_stored_bytes
+        self.total_usage = management.total_usage
 
         self.sweep = maintenance.sweep
         self.purge = maintenance.purge
@@ -118,13 +118,12 @@ class QueueServer:
         self._shared.settings = settings
 
     def readiness_problems(self) -> list[str]:
-        """Why this server cannot do its work now: Redis unreachable, scripts gone, memory full."""
+        """Why this server cannot do its work now: Redis unreachable, or its scripts gone and not
+        loadable. A store at its maxmemory is no reason: gets, acks and deletes still work there
+        (the memory state refuses sends), and they are what brings memory back down."""
         try:
-            memory = memory_use(self.storage)
             if self.storage.scripts.missing(self.client):  # Redis restarted or flushed its scripts
                 self.storage.scripts.load_all(self.client)
         except READINESS_ERRORS as exc:  # a cluster's own exceptions too: never a 500
             return [f"Redis does not answer or refuses the scripts: {exc}"]
-        if memory.max_bytes and memory.used_bytes >= memory.max_bytes:
-            return ["Redis is at its maxmemory and refuses writes"]
         return []

@@ -19,6 +19,7 @@ from atomq.errors import (
     Conflict,
     InvalidInput,
     NotFound,
+    QueueFull,
     QuotaExceeded,
     TooLarge,
 )
@@ -42,11 +43,22 @@ class _StaleTopics(AtomqError):
 
 
 @dataclass(frozen=True)
+class Sent:
+    """What a send stored: the messages' ids in order, and how many waiting messages its queue
+    dropped to make room for them (overflow ``drop_oldest`` or ``drop_lowest_priority``)."""
+
+    ids: list[str]
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
 class Published:
-    """What a publish stored: one id a message (the same in every queue) and the queues it reached, sorted."""
+    """What a publish stored: one id a message (the same in every queue), the queues it reached,
+    sorted, and the waiting messages they dropped to make room (see :class:`Sent`)."""
 
     ids: list[str]
     queues: list[str]
+    dropped: int = 0
 
 
 class Sending:
@@ -59,12 +71,20 @@ class Sending:
         self._topics = topics
 
     def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> list[str]:
-        """Stores a batch of messages, all or nothing; returns their ids in order.
+        """Stores a batch of messages, all or nothing; returns their ids in order (see :meth:`send_batch`)."""
+        return self.send_batch(tenant, queue, messages, quota_bytes).ids
+
+    def send_batch(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage],
+                   quota_bytes: int = 0) -> Sent:
+        """Stores a batch of messages, all or nothing.
 
         A message whose ``dedupe_id`` was sent to this queue within the
         de-duplication window is not stored again; its original id comes back.
         With ``quota_bytes``, a batch that would take the tenant's stored bytes
-        past it is refused whole (QuotaExceeded) and stores nothing.
+        past it is refused whole (QuotaExceeded) and stores nothing. A batch that
+        would pass one of the queue's limits is refused whole (QueueFull), unless
+        the queue's overflow drops waiting messages to make room; a message over
+        the queue's ``max_message_bytes`` refuses it (TooLarge).
         """
         tk, qk = queue_keys(tenant, queue)
         args_tail, dedupe_ids = self._encode_batch(messages)
@@ -99,16 +119,16 @@ class Sending:
                     continue
                 return Published(ids=[], queues=[])
             try:
-                ids = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t", dedupe_keys,
-                                  args_tail, quota_bytes)
+                sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t", dedupe_keys,
+                                   args_tail, quota_bytes)
             except (StaleRoute, _StaleTopics, NotFound):
                 refresh = True
                 continue
-            return Published(ids=ids, queues=queues)
+            return Published(ids=sent.ids, queues=queues, dropped=sent.dropped)
         raise Conflict("the queues attracting the topic kept changing during the publish; try again", topic=topic)
 
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
-               marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int) -> list[str]:
+               marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int) -> Sent:
         keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns]
         route_args: list[Any] = []
         for qk in targets:
@@ -123,12 +143,14 @@ class Sending:
         keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
         window_ms = round(self._shared.settings.dedupe_window_s * 1000)
         try:
-            ids = self._shared.storage.run(
+            reply = self._shared.storage.run(
                 "send", keys,
                 [topics_version, len(targets), window_ms, args_tail[0], quota_bytes, marker_gen, *route_args,
                  *args_tail[1:]],
-                errors={"NOQUEUE": lambda: queue_not_found(targets[0].name), "STALESUBS": lambda: StaleRoute("stale"),
-                        "STALETOPICS": lambda: _StaleTopics("stale"), "QUOTA": lambda: _QuotaRefused("quota")},
+                errors={"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
+                        "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
+                        "QUEUEFULL": lambda words: _queue_full(targets, words),
+                        "TOOBIG": lambda words: _message_too_big(targets, words)},
             )
         except _QuotaRefused:
             used = self._management.usage(tk.tenant)["stored_bytes"]
@@ -136,7 +158,7 @@ class Sending:
                 f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
                 "this send would pass it; ack or delete messages first",
                 limit=quota_bytes, used=used) from None
-        return [i.decode() for i in ids]
+        return Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
 
     def _encode_batch(self, messages: Sequence[OutgoingMessage],
                       topic: str | None = None) -> tuple[list[Any], list[str]]:
@@ -182,6 +204,23 @@ class Sending:
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
                 args += [data, props]
         return args, list(dedupe_index)
+
+
+def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
+    """The send script's QUEUEFULL <queue index> <setting> <max> <count> <overflow> as the error."""
+    queue, (setting, most, held, overflow) = targets[int(words[0]) - 1].name, words[1:5]
+    what = "messages" if setting == "max_messages" else "bytes of messages"
+    return QueueFull(f"queue {queue} holds at most {most} {what} not yet acked ({setting}) and holds {held}: "
+                     "this send would pass it; consume or delete messages first",
+                     queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
+
+
+def _message_too_big(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:
+    """The send script's TOOBIG <queue index> <message index> <bytes> <max> as the error."""
+    queue, message, size, most = targets[int(words[0]) - 1].name, int(words[1]) - 1, int(words[2]), int(words[3])
+    return TooLarge(f"queue {queue} takes messages of at most {most} bytes (max_message_bytes: the documents' "
+                    f"data and properties and the message's envelope); this one has {size}",
+                    field=f"messages.{message}", queue=queue, limit=most, size=size)
 
 
 def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> str:

@@ -25,13 +25,13 @@ from atomq import defaults
 from atomq.errors import InvalidInput
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
+from atomq.platform.memory_state import MemoryThresholds
 from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.settings")
 
 REFRESH_S = 2.0
-MEMORY_STATES = ((0.70, "green"), (0.85, "yellow"), (0.95, "orange"))
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,13 @@ class ServerSettings:
     """Attributes (bounds in brackets):
         incoming_rate_limit_per_minute: the node's window limit on sends (0: none) [0, 2^53].
         max_disk_bytes: bound on all tenants' stored bytes (0: none) [0, 2^53].
+        max_messages: bound on all tenants' stored message copies, dead letters included (0: none)
+            [0, 2^53].
+        flow_control_wait_ms: how long a node holds a send to a full ``flow_control`` queue
+            before answering 429 [0, 60000].
+        memory_thresholds: the shares of the store's memory limit where the memory states yellow,
+            orange and red begin (``MemoryThresholds``; given as an object, parts left out keep
+            their defaults).
         redelivery_delays_s: delay after failed delivery k is element k-1; the last repeats
             [1 to 100 delays, each 0 to 1 day].
         rate_limit_window_s: length of a rate-limit window (0, 1 day].
@@ -50,6 +57,9 @@ class ServerSettings:
 
     incoming_rate_limit_per_minute: int = defaults.INCOMING_RATE_LIMIT_PER_MINUTE
     max_disk_bytes: int = defaults.MAX_DISK_BYTES
+    max_messages: int = defaults.MAX_STORED_MESSAGES
+    flow_control_wait_ms: int = defaults.FLOW_CONTROL_WAIT_MS
+    memory_thresholds: MemoryThresholds = MemoryThresholds()
     redelivery_delays_s: tuple[float, ...] = defaults.REDELIVERY_DELAYS_S
     rate_limit_window_s: float = defaults.RATE_LIMIT_WINDOW_S
     document_retention_s: float = defaults.DOCUMENT_RETENTION_S
@@ -60,9 +70,19 @@ class ServerSettings:
     max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
 
     def __post_init__(self) -> None:
-        for name in ("incoming_rate_limit_per_minute", "max_disk_bytes"):
+        for name in ("incoming_rate_limit_per_minute", "max_disk_bytes", "max_messages"):
             check_integer_range(getattr(self, name), name, 0, defaults.MAX_EXACT_INT,
                                 rule="a whole number from 0 to 2^53")
+        check_integer_range(self.flow_control_wait_ms, "flow_control_wait_ms", 0, defaults.MAX_FLOW_CONTROL_WAIT_MS)
+        if isinstance(self.memory_thresholds, dict):
+            try:
+                object.__setattr__(self, "memory_thresholds", MemoryThresholds(**self.memory_thresholds))
+            except TypeError:
+                raise InvalidInput("memory_thresholds holds yellow, orange and red only",
+                                   field="memory_thresholds") from None
+        elif not isinstance(self.memory_thresholds, MemoryThresholds):
+            raise InvalidInput("memory_thresholds must be an object of yellow, orange and red",
+                               field="memory_thresholds")
         for name, most in BOUNDS_S.items():
             value = getattr(self, name)
             if type(value) not in (int, float) or not 0 < value <= most:
@@ -86,17 +106,6 @@ BOUNDS_S = {
     "dedupe_window_s": defaults.MAX_DEDUPE_WINDOW_S,
 }
 """Upper bound of each setting in seconds but the redelivery delays (``QueueSettings`` bounds those)."""
-
-
-def memory_state(used: int, limit: int) -> str:
-    """green, yellow, orange or red as Redis fills up towards its maxmemory."""
-    if not limit:
-        return "green"
-    share = used / limit
-    for bound, state in MEMORY_STATES:
-        if share < bound:
-            return state
-    return "red"
 
 
 class ServerSettingsStore:
@@ -148,10 +157,23 @@ class ServerSettingsStore:
         """Validates the changed settings together with the others, then stores them."""
         if "redelivery_delays_s" in changes:
             changes["redelivery_delays_s"] = tuple(changes["redelivery_delays_s"])
-        settings = dataclasses.replace(self.load(), **changes)
-        mapping = {name: json.dumps(list(v) if isinstance(v, tuple) else v) for name, v in changes.items()}
+        current = self.load()
+        if isinstance(changes.get("memory_thresholds"), dict):  # the parts left out are kept
+            changes["memory_thresholds"] = {**dataclasses.asdict(current.memory_thresholds),
+                                            **changes["memory_thresholds"]}
+        settings = dataclasses.replace(current, **changes)
+        mapping = {name: json.dumps(_jsonable(getattr(settings, name))) for name in changes}
         if mapping:
             self._storage.call(self._storage.client.hset, k.SERVER_SETTINGS_KEY, mapping=mapping)
         with self._lock:
             self._cached = (time.monotonic(), settings)
         return settings
+
+
+def _jsonable(value: Any) -> Any:
+    """A setting's value as it is stored: JSON of lists and objects."""
+    if isinstance(value, tuple):
+        return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value

@@ -70,17 +70,17 @@ class Shared:
     def queue_errors(self, queue: str, **more: Any) -> dict[str, Any]:
         """The errors a script that works on ``queue`` reports, as the exceptions a caller gets."""
         errors: dict[str, Any] = {
-            "NOQUEUE": lambda: queue_not_found(queue),
-            "NOSUBSCRIBER": lambda: InvalidInput(
+            "NOQUEUE": lambda _: queue_not_found(queue),
+            "NOSUBSCRIBER": lambda _: InvalidInput(
                 "subscriber is required for a publish/subscribe queue", field="subscriber"),
-            "SUBSCRIBERP2P": lambda: InvalidInput(
+            "SUBSCRIBERP2P": lambda _: InvalidInput(
                 "a point-to-point queue has no subscribers; leave subscriber out", field="subscriber"),
-            "TOOMANYSUBS": lambda: Conflict(
+            "TOOMANYSUBS": lambda _: Conflict(
                 f"a queue has at most {self.settings.max_subscribers} subscribers", queue=queue,
                 limit=self.settings.max_subscribers),
-            "NOCONSUMER": lambda: InvalidInput(
+            "NOCONSUMER": lambda _: InvalidInput(
                 "consumer is required on an exclusive queue: name the consumer making the call", field="consumer"),
-            "TOOMANYCONSUMERS": lambda: Conflict(
+            "TOOMANYCONSUMERS": lambda _: Conflict(
                 f"an exclusive queue has at most {self.settings.max_consumers} consumers in line", queue=queue,
                 code="too_many_consumers", limit=self.settings.max_consumers),
         }

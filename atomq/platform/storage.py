@@ -20,7 +20,8 @@ from atomq.errors import AtomqError, StorageError, StorageFull
 from atomq.platform.connection import RedisClient
 from atomq.platform.scripts import ScriptLibrary
 
-ErrorMap = Mapping[str, Callable[[], AtomqError]]
+ErrorMap = Mapping[str, Callable[[list[str]], AtomqError]]
+"""A script's error codes and the error each raises, made from the words of the reply after its code."""
 STORE_ERRORS: tuple[type[Exception], ...] = (
     redis.RedisError, RedisClusterException, builtins.ConnectionError, builtins.TimeoutError)
 """Everything a call to the store may raise when the store, not the caller, failed."""
@@ -46,7 +47,7 @@ class Storage:
         except redis.ResponseError as exc:
             code = script_code(exc)
             if errors and code in errors:
-                raise errors[code]() from None
+                raise errors[code](str(exc).split()[1:]) from None
             raise translate(exc) from None
         except STORE_ERRORS as exc:
             raise translate(exc) from None
@@ -62,7 +63,9 @@ class Storage:
 def translate(exc: Exception) -> StorageError:
     """One of :data:`STORE_ERRORS` as an atomq StorageError."""
     text = str(exc)
-    if isinstance(exc, redis.ResponseError) and text.startswith("OOM"):
+    # A command answers "OOM ..."; a script whose first write may grow memory, "command not allowed
+    # when used memory > 'maxmemory'".
+    if isinstance(exc, redis.ResponseError) and (text.startswith("OOM") or "> 'maxmemory'" in text):
         return StorageFull(
             "Redis reached its maxmemory and refuses writes; free space (ack or delete messages) "
             "or raise maxmemory",

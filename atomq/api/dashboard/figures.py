@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomq.api.dashboard.formatting import count, of_limit, per_minute, size
-from atomq.platform import QueueInfo
+from atomq.api.dashboard.formatting import count, of_limit, per_minute, size, when
+from atomq.platform import QueueInfo, QueueModel
+from atomq.platform.models import DestinationCounts
 from atomq.platform.counters import RateBucket
+from atomq.platform.memory_state import REFUSED_BELOW
 from atomq.platform.listeners import Listener
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblem
@@ -50,7 +52,13 @@ def server(state: dict[str, Any]) -> Figures:
     f = Figures(text={
         "server.status": state["status"],
         "server.memory_state": state["memory_state"],
+        "server.memory_rule": memory_rule(state["memory_state"]),
+        "server.memory_thresholds": ", ".join(f"{name} at {share * 100:.3g}%" for name, share
+                                              in state["memory_thresholds"].items()) + " of the memory limit",
+        "server.memory_history": " · ".join(f"{when(c['at'])} {c['state']}" for c in state["memory_history"][:5])
+                                 or "no change recorded",
         "server.memory": of_limit(state["memory_bytes"], state["max_memory_bytes"]),
+        "server.stored_messages": of_limit(state["stored_messages"], state["max_messages"], "count"),
         "server.message_store": of_limit(state["message_store_bytes"], state["max_disk_bytes"]),
         "server.temporary_store": size(state["temporary_store_bytes"]),
         "server.job_scheduler_store": size(state["job_scheduler_store_bytes"]),
@@ -64,7 +72,19 @@ def server(state: dict[str, Any]) -> Figures:
         f.meters["server.memory"] = [state["memory_bytes"], state["max_memory_bytes"]]
     if state["max_disk_bytes"]:
         f.meters["server.message_store"] = [state["message_store_bytes"], state["max_disk_bytes"]]
+    if state["max_messages"]:
+        f.meters["server.stored_messages"] = [state["stored_messages"], state["max_messages"]]
     return f
+
+
+def memory_rule(state: str) -> str:
+    """What the memory state refuses, in words."""
+    below = REFUSED_BELOW[state]
+    if not below:
+        return "every send is taken"
+    if state == "red":
+        return "every send, and the creation of queues, subscribers and listeners, is refused"
+    return f"sends holding a message of priority below {below} are refused"
 
 
 def workers(problems: Sequence[WorkerProblem]) -> Figures:
@@ -101,10 +121,24 @@ def queue(info: QueueInfo) -> Figures:
     f.text.update({f"{p}total.{kind}": count(info.totals.get(kind, 0)) for kind in QUEUE_TOTALS_SHOWN})
     f.text[p + "active_consumer"] = next((c.name for c in info.consumers if c.active), "none")
     f.text[p + "standby_consumers"] = ", ".join(c.name for c in info.consumers if not c.active) or "none"
+    limits = info.limits
+    # The limits hold per destination: the queue's own, or (publish/subscribe) each subscriber's.
+    fills: dict[str, DestinationCounts] = {}
+    if info.model is QueueModel.POINT_TO_POINT:
+        fills[p] = DestinationCounts(info.depth, info.in_flight, info.dead_letters, held_bytes=info.held_bytes)
     for name, c in info.subscribers.items():
         s = f"{p}sub.{name}."
         f.text.update({s + "depth": count(c.depth), s + "in_flight": count(c.in_flight),
                        s + "dead_letters": count(c.dead_letters)})
+        fills[s] = c
+    for key, c in fills.items():
+        held = c.depth + c.in_flight
+        f.text[key + "held"] = of_limit(held, limits.max_messages, "count")
+        f.text[key + "held_bytes"] = of_limit(c.held_bytes, limits.max_bytes)
+        if limits.max_messages:
+            f.meters[key + "held"] = [held, limits.max_messages]
+        if limits.max_bytes:
+            f.meters[key + "held_bytes"] = [c.held_bytes, limits.max_bytes]
     return f
 
 

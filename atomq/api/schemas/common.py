@@ -8,6 +8,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
+from atomq.platform.names import RECEIPT_PATTERN
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 CONSUMER_DOC = {"description": "who makes the call: required on an exclusive queue (only its active consumer gets "
@@ -77,7 +78,9 @@ class Selector(Strict):
 
     ids = fields.List(fields.String(validate=validate.Length(1, 64)),
                       validate=validate.Length(max=defaults.MAX_SELECTORS))
-    receipts = fields.List(fields.String(validate=validate.Length(1, 64)),
+    receipts = fields.List(fields.String(validate=validate.Regexp(RECEIPT_PATTERN),
+                                         metadata={"description": "as a get wrote it: <message id>~<delivery "
+                                                                  "count>"}),
                            validate=validate.Length(max=defaults.MAX_SELECTORS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
     consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)

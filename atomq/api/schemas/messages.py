@@ -67,14 +67,20 @@ class SendSchema(Strict):
                            validate=validate.Length(min=1))
 
 
+DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_lowest_priority) dropped waiting "
+                          "messages to make room: how many"}
+
+
 class SendResultSchema(Strict):
     ids = fields.List(fields.String(), required=True)
+    dropped = fields.Integer(metadata=DROPPED)
 
 
 class PublishResultSchema(Strict):
     ids = fields.List(fields.String(), required=True,
                       metadata={"description": "one id a message, the same in every queue it reached"})
     queues = fields.List(fields.String(), required=True, metadata={"description": "the queues it reached, sorted"})
+    dropped = fields.Integer(metadata=DROPPED)
 
 
 class DocumentSchema(Strict):

@@ -6,6 +6,7 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.api.schemas.common import Bool, Int, Number, Strict
+from atomq.platform.models import Overflow
 from atomq.platform.topics import PATTERN_PATTERN
 
 
@@ -40,6 +41,30 @@ class QueuePutSchema(Strict):
                                                             "out: kept (a new queue: \"\")"})
 
 
+    max_messages = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT),
+                       metadata={"description": "most messages neither acked nor dead (ready, scheduled or in "
+                                                "flight; per subscriber on a publish/subscribe queue); 0: no "
+                                                "limit. Left out: kept (a new queue: 0)"})
+    max_bytes = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT),
+                    metadata={"description": "most bytes of those messages (each its documents' data and "
+                                             "properties and its envelope); 0: no limit. Left out: kept"})
+    max_message_bytes = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT),
+                            metadata={"description": "largest message a send may hold (413 past it); 0: no "
+                                                     "limit. Left out: kept"})
+    max_dead_letters = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT),
+                           metadata={"description": "most dead letters; past it the oldest are dropped; 0: no "
+                                                    "limit. Left out: kept"})
+    overflow = fields.String(validate=validate.OneOf([o.value for o in Overflow]),
+                             metadata={"description": "what a send that would pass max_messages or max_bytes "
+                                                      "gets: reject_new (507 queue_full), drop_oldest or "
+                                                      "drop_lowest_priority (waiting messages make room), "
+                                                      "flow_control (held until there is room, then 429). Left "
+                                                      "out: kept (a new queue: reject_new)"})
+    overflow_to_dead_letters = Bool(metadata={"description": "messages the overflow drops go to the dead letter "
+                                                             "queue with reason overflow. Left out: kept (a new "
+                                                             "queue: false)"})
+
+
 class ConsumerSchema(Strict):
     name = fields.String(required=True)
     active = fields.Boolean(required=True)
@@ -51,6 +76,8 @@ class CountsSchema(Strict):
     in_flight = fields.Integer(required=True)
     dead_letters = fields.Integer(required=True)
     scheduled = fields.Integer(required=True, metadata={"description": "of depth, those waiting out a redelivery delay"})
+    held_bytes = fields.Integer(required=True, metadata={"description": "bytes of the messages neither acked nor "
+                                                                       "dead: what max_bytes holds"})
 
 
 class SubscriberSchema(CountsSchema):
@@ -85,6 +112,12 @@ class QueueSchema(CountsSchema):
                                     metadata={"description": "ready messages by priority, for the priorities "
                                                              "that have some"})
     totals = fields.Nested(TotalsSchema, required=True, metadata={"description": "counts since the queue was created"})
+    max_messages = fields.Integer(required=True)
+    max_bytes = fields.Integer(required=True)
+    max_message_bytes = fields.Integer(required=True)
+    max_dead_letters = fields.Integer(required=True)
+    overflow = fields.String(required=True, validate=validate.OneOf([o.value for o in Overflow]))
+    overflow_to_dead_letters = fields.Boolean(required=True)
     subscribers = fields.List(fields.Nested(SubscriberSchema))
 
 

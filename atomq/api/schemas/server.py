@@ -9,10 +9,27 @@ from atomq.api.schemas.common import Int, Number, Strict, above_zero
 from atomq.platform.server_settings import BOUNDS_S
 
 
+class MemoryThresholdsSchema(Strict):
+    yellow = Number(validate=validate.Range(0, 1, min_inclusive=False))
+    orange = Number(validate=validate.Range(0, 1, min_inclusive=False))
+    red = Number(validate=validate.Range(0, 1, min_inclusive=False))
+
+
+class MemoryChangeSchema(Strict):
+    at = fields.Float(required=True, metadata={"description": "seconds since the epoch"})
+    state = fields.String(required=True)
+    used_bytes = fields.Integer(required=True)
+    max_bytes = fields.Integer(required=True)
+
+
 class ServerSchema(Strict):
     status = fields.String(required=True)
     node_id = fields.String(required=True)
     memory_state = fields.String(required=True, validate=validate.OneOf(["green", "yellow", "orange", "red"]))
+    memory_history = fields.List(fields.Nested(MemoryChangeSchema), required=True, metadata={
+        "description": "the last changes of the memory state (at most 100), newest first"})
+    memory_thresholds = fields.Nested(MemoryThresholdsSchema, required=True, metadata={
+        "description": "the share of max_memory_bytes where yellow, orange and red begin"})
     memory_bytes = fields.Integer(required=True, metadata={"description": "memory Redis uses"})
     max_memory_bytes = fields.Integer(required=True, metadata={"description": "Redis maxmemory (0: none)"})
     message_store_bytes = fields.Integer(required=True, metadata={
@@ -24,7 +41,13 @@ class ServerSchema(Strict):
     job_scheduler_store_bytes = fields.Integer(allow_none=True, metadata={
         "description": "redelivery schedules and the execution job queues; measured every 30 s by one "
                        "node; null before the first"})
+    stored_messages = fields.Integer(required=True, metadata={
+        "description": "message copies all tenants store, dead letters included (what max_messages holds)"})
     max_disk_bytes = fields.Integer(required=True)
+    max_messages = fields.Integer(required=True, metadata={
+        "description": "most message copies all tenants may store (0: no limit); past it sends get 507 server_full"})
+    flow_control_wait_ms = fields.Integer(required=True, metadata={
+        "description": "how long a node holds a send to a full flow_control queue before 429 queue_full"})
     incoming_rate_limit_per_minute = fields.Integer(required=True)
     redelivery_delays_s = fields.List(fields.Float(), required=True)
     rate_limit_window_s = fields.Float(required=True)
@@ -52,6 +75,10 @@ class ServerPatchSchema(Strict):
 
     incoming_rate_limit_per_minute = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
     max_disk_bytes = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
+    max_messages = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
+    flow_control_wait_ms = Int(validate=validate.Range(0, defaults.MAX_FLOW_CONTROL_WAIT_MS))
+    memory_thresholds = fields.Nested(MemoryThresholdsSchema, metadata={
+        "description": "0 < yellow < orange < red <= 1 (else 400); parts left out are kept"})
     redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=defaults.MAX_REDELIVERY_DELAY_S)),
                                       validate=validate.Length(1, defaults.MAX_REDELIVERY_DELAYS))
     rate_limit_window_s = _seconds("rate_limit_window_s")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Sequence
 
+import redis
 from redis.commands.core import Script
 
 from atomq.platform.connection import RedisClient
@@ -38,7 +39,31 @@ NAMES = (
     "listener_schedule",
     "listener_start",
     "listener_finish",
+    "memory_state",
+    "refusal",
 )
+
+
+ALWAYS_RUN = frozenset(NAMES) - {"send", "queue_put", "subscriber_put", "listener_put"}
+"""The scripts that run also while the store is at its maxmemory: Valkey refuses a script whose
+first write may grow memory (XADD, HSET, ZADD...) at maxmemory, and a get that takes, an ack that
+frees, a nack, a sweep, a lease renewal, a listener's execution must keep working so consumers can
+bring memory back down; a send refused there must still be counted (its rate-limit window, its
+refusal) and answered as the memory state says. They are flagged ``allow-oom`` (a shebang line before the prelude) where
+the store knows script flags (Valkey, Redis 7 and later; not fakeredis); what they add (an
+in-flight entry, a dead letter) is small against what acks free. Sends and the creation of queues,
+subscribers and listeners are not flagged: at maxmemory the store refuses them, as the node's
+memory state already does before it (``atomq.platform.memory_state``)."""
+ALLOW_OOM = "#!lua flags=allow-oom\n"
+
+
+def knows_script_flags(client: RedisClient) -> bool:
+    """Whether the store takes a script's flags on a shebang line (Valkey and Redis 7 do)."""
+    try:
+        client.eval(ALLOW_OOM + "return 1", 0)
+    except redis.ResponseError:
+        return False
+    return True
 
 
 def _source(name: str) -> str:
@@ -54,8 +79,10 @@ class ScriptLibrary:
 
     def __init__(self, client: RedisClient) -> None:
         lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + _source("_lib")
+        flagged = ALLOW_OOM if knows_script_flags(client) else ""
         self._scripts: dict[str, Script] = {
-            name: client.register_script(lib + "\n" + _source(name)) for name in NAMES
+            name: client.register_script((flagged if name in ALWAYS_RUN else "") + lib + "\n" + _source(name))
+            for name in NAMES
         }
 
     def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:

@@ -4,7 +4,8 @@
 -- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index), lv
 -- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
 -- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
--- #active -> the active one).
+-- #active -> the active one), held (the bytes of the copies it holds that are
+-- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f in flight,
 --   s scheduled, d<stream id> dead.
@@ -54,16 +55,19 @@ local EXTRA = 5 + DEST_KEYS
 local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
-          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11]}
+          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11],
+          held = KEYS[i + 12]}
 end
 
 local function require_queue()
-  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access')
+  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access',
+                        'max_dead_letters')
   if not cfg[1] then
     return redis.error_reply('NOQUEUE queue does not exist')
   end
   return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
-          discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive'}
+          discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive',
+          max_dead_letters = tonumber(cfg[7] or '0')}
 end
 
 local DEFAULT_PRIORITY = 4
@@ -289,8 +293,10 @@ end
 -- usage (hash `usage`: bytes, messages), counted as the send counted it
 -- (see atomq.platform.footprint), plus `extra` bytes the caller freed
 -- (dead-letter reasons). DOCR holds a count only while it is above one
--- (documents of several subscribers' copies); no entry means one.
-local function forget(d, ids, usage, extra)
+-- (documents of several subscribers' copies); no entry means one. `dead`:
+-- the copies are dead letters, which the destination's held bytes no longer
+-- count; else their message_bytes come off them.
+local function forget(d, ids, usage, extra, dead)
   if #ids == 0 then return end
   if redis.call('EXISTS', d.lv) == 1 then extra = (extra or 0) + forget_last_values(d, ids) end
   local envs = hmget_batched(d.msg, ids)
@@ -298,20 +304,17 @@ local function forget(d, ids, usage, extra)
   call_batched('HDEL', d.state, ids)
   call_batched('ZREM', d.all, ids)
   if redis.call('EXISTS', d.exp) == 1 then call_batched('ZREM', d.exp, ids) end
-  local docs, freed, copies = {}, extra or 0, 0
+  local docs, freed, copies, held = {}, extra or 0, 0, 0
   for i, id in ipairs(ids) do
     if envs[i] then
       copies = copies + 1
       freed = freed + COPY_BYTES + #envs[i]
+      held = held + #envs[i]
       for k = 1, doc_count(envs[i]) do docs[#docs + 1] = id .. '.' .. k end
     end
   end
   redis.call('HINCRBY', usage, 'messages', -copies)
-  if #docs == 0 then
-    redis.call('HINCRBY', usage, 'bytes', -freed)
-    return
-  end
-  local refs = hmget_batched(DOCR, docs)
+  local refs = #docs > 0 and hmget_batched(DOCR, docs) or {}
   local keep, drop, counted = {}, {}, {}
   for i, doc in ipairs(docs) do
     local r = tonumber(refs[i])
@@ -323,19 +326,41 @@ local function forget(d, ids, usage, extra)
     else
       drop[#drop + 1] = doc
     end
+    if r and not dead then
+      held = held + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+    end
   end
   if #keep > 0 then call_batched('HSET', DOCR, keep) end
   if #counted > 0 then call_batched('HDEL', DOCR, counted) end
   if #drop > 0 then
     for _, doc in ipairs(drop) do
-      freed = freed + DOC_BYTES + redis.call('HSTRLEN', DOC, doc)
-      local props = redis.call('HSTRLEN', DOCP, doc)
+      local data, props = redis.call('HSTRLEN', DOC, doc), redis.call('HSTRLEN', DOCP, doc)
+      freed = freed + DOC_BYTES + data
       if props > 0 then freed = freed + DOC_BYTES + props end
+      held = held + data + props
     end
     call_batched('HDEL', DOC, drop)
     call_batched('HDEL', DOCP, drop)
   end
   redis.call('HINCRBY', usage, 'bytes', -freed)
+  if not dead and held > 0 then redis.call('DECRBY', d.held, held) end
+end
+
+-- A message copy's bytes as a destination's limits count them: its stored
+-- envelope (head and JSON) and its documents' data and properties.
+local function message_bytes(d, id)
+  local env = redis.call('HGET', d.msg, id)
+  local size = #env
+  for k = 1, doc_count(env) do
+    local doc = id .. '.' .. k
+    size = size + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+  end
+  return size
+end
+
+-- The copies a destination holds that are neither acked nor dead.
+local function held_count(d)
+  return redis.call('HLEN', d.state) - redis.call('XLEN', d.dlq)
 end
 
 -- Takes message `id` of a last-value queue as the newest of its key: the
@@ -352,7 +377,7 @@ local function last_value_arrives(d, id, key, usage, cfg)
       redis.call('HSET', d.lv, 'i:' .. old, 'x' .. key)
     elseif where and string.sub(where, 1, 1) ~= 'd' then
       unlink(d, old, where)
-      forget(d, {old}, usage, 0)
+      forget(d, {old}, usage, 0, false)
       count('superseded', 1, cfg)
     end
   end
@@ -366,7 +391,7 @@ end
 -- of letting it come back.
 local function drop_superseded(d, id, usage)
   redis.call('ZREM', d.inflight, id)
-  forget(d, {id}, usage, 0)
+  forget(d, {id}, usage, 0, false)
   count('superseded', 1)
 end
 
@@ -390,6 +415,36 @@ local function dead_reason(d, where)
   return ''
 end
 
+-- Drops the oldest dead letters past `most` (the queue's max_dead_letters),
+-- counted as dropped in the queue of `cfg`.
+local function trim_dead_letters(d, most, usage, cfg)
+  local over = redis.call('XLEN', d.dlq) - most
+  if over <= 0 then return end
+  local ids, entries, reasons = {}, {}, 0
+  for _, e in ipairs(redis.call('XRANGE', d.dlq, '-', '+', 'COUNT', over)) do
+    local id, reason = dead_letter_fields(e[2])
+    entries[#entries + 1] = e[1]
+    ids[#ids + 1] = id
+    reasons = reasons + #(reason or '')
+  end
+  call_batched('XDEL', d.dlq, entries)
+  forget(d, ids, usage, reasons, true)
+  count('dropped', #ids, cfg)
+end
+
+-- Moves a message that left the other structures of the destination to its
+-- dead letter queue with `reason`; it no longer counts in the destination's
+-- held bytes, and past the queue's max_dead_letters the oldest dead letters go.
+local function dead_letter(d, q, id, dc, fails, reason, usage, cfg)
+  redis.call('DECRBY', d.held, message_bytes(d, id))
+  local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
+  redis.call('ZREM', d.exp, id)  -- a dead letter does not expire
+  if #reason > 0 then redis.call('HINCRBY', usage, 'bytes', #reason) end
+  count('dead_lettered', 1, cfg)
+  if q.max_dead_letters > 0 then trim_dead_letters(d, q.max_dead_letters, usage, cfg) end
+end
+
 local EXPIRED_REASON = 'expired'
 
 -- Ends a message whose time to live ran out: it leaves whatever holds it and
@@ -399,14 +454,10 @@ local function expire(d, q, id, dc, fails, where, usage)
   unlink(d, id, where)
   count('expired', 1)
   if q.discard_expired then
-    forget(d, {id}, usage, 0)
+    forget(d, {id}, usage, 0, false)
     return 'discarded'
   end
-  redis.call('ZREM', d.exp, id)
-  local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', EXPIRED_REASON, 'f', fails)
-  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
-  redis.call('HINCRBY', usage, 'bytes', #EXPIRED_REASON)
-  count('dead_lettered', 1)
+  dead_letter(d, q, id, dc, fails, EXPIRED_REASON, usage)
   return 'dead'
 end
 
@@ -430,11 +481,7 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
   if expired_by(d, id, now) then return expire(d, q, id, dc, fails, 'f', usage) end
   redis.call('ZREM', d.inflight, id)
   if fails > q.max_redeliveries then
-    local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
-    redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
-    redis.call('ZREM', d.exp, id)  -- a dead letter does not expire
-    if #reason > 0 then redis.call('HINCRBY', usage, 'bytes', #reason) end
-    count('dead_lettered', 1)
+    dead_letter(d, q, id, dc, fails, reason, usage)
     return 'dead'
   end
   local at = now + redelivery_delay(delays, fails)

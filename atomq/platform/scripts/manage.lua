@@ -43,7 +43,7 @@ else
   if #ids == size then cursor = ids[#ids] end
 end
 
-local count, gone, reasons = 0, {}, 0
+local count, gone, gone_dead, reasons = 0, {}, {}, 0
 if #ids == 0 then return {0, cursor} end
 local states = hmget_batched(d.state, ids)
 for i, id in ipairs(ids) do
@@ -52,14 +52,19 @@ for i, id in ipairs(ids) do
     local dc, _, where = parse_state(s)
     local dead = string.sub(where, 1, 1) == 'd'
     if action == 'drop' or (action == 'delete' and not dead) or (action == 'delete_dead' and dead) then
-      if dead then reasons = reasons + #dead_reason(d, where) end
+      if dead then
+        reasons = reasons + #dead_reason(d, where)
+        gone_dead[#gone_dead + 1] = id
+      else
+        gone[#gone + 1] = id
+      end
       unlink(d, id, where)
-      gone[#gone + 1] = id
       count = count + 1
     elseif action == 'resend' and dead then
       reasons = reasons + #dead_reason(d, where)
       unlink(d, id, where)
       drop_expiry(d, id, KEYS[EXTRA])
+      redis.call('INCRBY', d.held, message_bytes(d, id))
       make_ready(d, id, dc, 0)
       local mark = redis.call('HGET', d.lv, 'i:' .. id)
       if mark then last_value_arrives(d, id, string.sub(mark, 2), KEYS[EXTRA], CFG) end
@@ -70,6 +75,7 @@ end
 if action == 'resend' then
   if reasons > 0 then redis.call('HINCRBY', KEYS[EXTRA], 'bytes', -reasons) end
 else
-  forget(d, gone, KEYS[EXTRA], reasons)
+  forget(d, gone, KEYS[EXTRA], 0, false)
+  forget(d, gone_dead, KEYS[EXTRA], reasons, true)
 end
 return {count, cursor}

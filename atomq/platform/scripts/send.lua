@@ -35,6 +35,16 @@
 -- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota.
 -- Everything is read and checked before the first write: a refused batch
 -- changes nothing.
+-- Destination limits (queue settings max_messages, max_bytes: copies neither
+-- acked nor dead, and their message_bytes) hold per destination. A batch that
+-- would pass one is refused whole with QUEUEFULL <queue index> <setting>
+-- <max> <count> <overflow>, unless the queue's overflow drops waiting
+-- messages to make room (drop_oldest, drop_lowest_priority: make_room): those
+-- are chosen before the first write and dropped with the batch, to the dead
+-- letter queue with reason overflow when overflow_dl is set. A message over
+-- max_message_bytes refuses the batch with TOOBIG <queue index> <message
+-- index> <bytes> <max>. The reply is then {dropped, ids...}: the number of
+-- messages dropped to make room, then the ids.
 
 if ARGV[1] ~= '' and (redis.call('HGET', KEYS[6], '#v') or '0') ~= ARGV[1] then
   return redis.error_reply('STALETOPICS the topic patterns changed')
@@ -47,7 +57,8 @@ local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the i
 local kpos, apos, copies = 7, 7, 0
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
-  local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key')
+  local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key', 'max_messages',
+                      'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
@@ -55,7 +66,10 @@ for qi = 1, nqueue do
     return redis.error_reply('STALESUBS ' .. qi)
   end
   local ndest = tonumber(ARGV[apos + 1])
-  local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {}}
+  local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {},
+              max_n = tonumber(c[7] or '0'), max_b = tonumber(c[8] or '0'), max_mb = tonumber(c[9] or '0'),
+              overflow = c[10] or 'reject_new', to_dl = c[11] == '1', max_dead_letters = tonumber(c[12] or '0'),
+              add_n = 0, add_b = 0}
   if c[5] == '1' then qd.last_value_key = c[6] or '' end
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
@@ -82,6 +96,76 @@ local function expiry_in(qd, x)
   return x
 end
 
+local OVERFLOW_REASON = 'overflow'
+
+-- Up to k waiting (ready or scheduled) messages of destination d in send
+-- order, of priority p only when p is given (`sched`: the scheduled ones by
+-- priority, read once); and whether more than those wait.
+local function waiting(d, p, k, sched)
+  local ids, more = {}, false
+  if not p or p == DEFAULT_PRIORITY then
+    local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', k)
+    for _, e in ipairs(entries) do ids[#ids + 1] = e[2][2] end
+    more = #entries == k
+  end
+  local ranked
+  if p then
+    local band = tostring(9 - p)
+    ranked = redis.call('ZRANGEBYSCORE', d.rz, band .. string.rep('0', 13), band .. string.rep('9', 13), 'LIMIT', 0, k)
+  else
+    ranked = {}
+    local pairs_ = in_send_order(d, k)
+    for i = 1, #pairs_, 2 do ranked[#ranked + 1] = pairs_[i] end
+  end
+  for _, id in ipairs(ranked) do ids[#ids + 1] = id end
+  more = more or #ranked == k
+  for q = p or 0, p or 9 do
+    for _, id in ipairs(sched[q] or {}) do ids[#ids + 1] = id end
+  end
+  local seq = {}
+  for _, id in ipairs(ids) do seq[id] = send_order(id) end
+  table.sort(ids, function(a, b) return seq[a] < seq[b] end)
+  return ids, more
+end
+
+-- The waiting messages an overflowing send drops from destination d to make
+-- room for need_n more copies and need_b more bytes: the oldest, or with
+-- `lowest` the lowest priority first and the oldest of each. Returns nil when
+-- they cannot make that room, or (`lowest`) when every waiting message has a
+-- higher priority than the send's highest, top_new.
+local function make_room(d, lowest, need_n, need_b, top_new)
+  local sched = {}
+  for _, id in ipairs(redis.call('ZRANGE', d.sched, 0, -1)) do
+    local _, p = env_head(redis.call('HGET', d.msg, id))
+    sched[p] = sched[p] or {}
+    sched[p][#sched[p] + 1] = id
+  end
+  local levels = {false}
+  if lowest then levels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9} end
+  local victims, got_n, got_b = {}, 0, 0
+  for _, p in ipairs(levels) do
+    local k = math.max(need_n - got_n, 16)
+    local base_n, base_b, base_v = got_n, got_b, #victims
+    while true do
+      local ids, more = waiting(d, p or nil, k, sched)
+      if lowest and base_v == 0 and #ids > 0 and p > top_new then return nil end
+      got_n, got_b = base_n, base_b
+      for i = #victims, base_v + 1, -1 do victims[i] = nil end
+      for _, id in ipairs(ids) do
+        if got_n >= need_n and got_b >= need_b then return victims end
+        local dc, fails, where = parse_state(redis.call('HGET', d.state, id))
+        victims[#victims + 1] = {id = id, where = where, dc = dc, fails = fails}
+        got_n = got_n + 1
+        if need_b > 0 then got_b = got_b + message_bytes(d, id) end
+      end
+      if got_n >= need_n and got_b >= need_b then return victims end
+      if not more then break end
+      k = k * 4
+    end
+  end
+  return nil
+end
+
 -- Pass 1, reads only: which messages are new, and what they would store.
 local first = {}          -- dedupe key -> index of the batch's first message with it
 local original = {}       -- message index -> the id a repeated dedupe id answers with
@@ -92,7 +176,7 @@ local expiries = {}       -- message index -> its own expiry (ms) or nil
 local dds = {}            -- message index -> dedupe key index
 local heads = {}          -- queue index -> message index -> envelope head there
 for qi = 1, nqueue do heads[qi] = {} end
-local new_count, new_bytes = 0, 0
+local new_count, new_bytes, top_new = 0, 0, -1
 local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
@@ -122,16 +206,25 @@ for m = 1, nmsg do
   if not original[m] and not repeat_of[m] then
     new_count = new_count + 1
     if copies > 0 then
+      local content = 0     -- the documents' data and properties
+      for k = 0, ndocs - 1 do
+        local data, props = #ARGV[pos + 3 + 2 * k], #ARGV[pos + 4 + 2 * k]
+        new_bytes = new_bytes + DOC_BYTES + data
+        if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
+        content = content + data + props
+      end
       for qi, qd in ipairs(queues) do
         local head = make_head(ndocs, priority, expiry_in(qd, x))
         heads[qi][m] = head
-        new_bytes = new_bytes + (COPY_BYTES + #ARGV[pos + 1] + #head + 1) * #qd.dests
+        local envelope = #head + 1 + #ARGV[pos + 1]
+        new_bytes = new_bytes + (COPY_BYTES + envelope) * #qd.dests
+        local size = envelope + content
+        if qd.max_mb > 0 and size > qd.max_mb then
+          return redis.error_reply('TOOBIG ' .. qi .. ' ' .. m .. ' ' .. size .. ' ' .. qd.max_mb)
+        end
+        qd.add_n, qd.add_b = qd.add_n + 1, qd.add_b + size
       end
-      for k = 0, ndocs - 1 do
-        local props = #ARGV[pos + 4 + 2 * k]
-        new_bytes = new_bytes + DOC_BYTES + #ARGV[pos + 3 + 2 * k]
-        if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
-      end
+      if priority > top_new then top_new = priority end
     end
   end
   pos = pos + 3 + ndocs * 2
@@ -141,6 +234,32 @@ if quota > 0 and new_bytes > 0 then
   local used = tonumber(counted[1] or '0') + tonumber(counted[2] or '0')
   if used + new_bytes > quota then
     return redis.error_reply('QUOTA ' .. used .. ' ' .. quota .. ' ' .. new_bytes)
+  end
+end
+
+-- Pass 1b, reads only: the room each destination has under its limits.
+local drops = {}          -- {d, qd, victims} per destination that drops waiting messages
+for qi, qd in ipairs(queues) do
+  if (qd.max_n > 0 or qd.max_b > 0) and qd.add_n > 0 then
+    for _, d in ipairs(qd.dests) do
+      local n, b = held_count(d), tonumber(redis.call('GET', d.held) or '0')
+      local need_n = qd.max_n > 0 and n + qd.add_n - qd.max_n or 0
+      local need_b = qd.max_b > 0 and b + qd.add_b - qd.max_b or 0
+      if need_n > 0 or need_b > 0 then
+        local victims
+        local fits = (qd.max_n == 0 or qd.add_n <= qd.max_n) and (qd.max_b == 0 or qd.add_b <= qd.max_b)
+        if fits and (qd.overflow == 'drop_oldest' or qd.overflow == 'drop_lowest_priority') then
+          victims = make_room(d, qd.overflow == 'drop_lowest_priority', need_n, need_b, top_new)
+        end
+        if not victims then
+          local limit, max, held = 'max_messages', qd.max_n, n
+          if need_n <= 0 then limit, max, held = 'max_bytes', qd.max_b, b end
+          return redis.error_reply('QUEUEFULL ' .. qi .. ' ' .. limit .. ' ' .. max .. ' ' .. held .. ' '
+                                   .. qd.overflow)
+        end
+        drops[#drops + 1] = {d = d, qd = qd, victims = victims}
+      end
+    end
   end
 end
 
@@ -210,6 +329,7 @@ if #fresh > 0 then
       end
     end
     for i, d in ipairs(qd.dests) do
+      redis.call('INCRBY', d.held, qd.add_b)
       redis.call('ZADD', OLDEST, 'NX', now, qd.members[i])
       call_batched('HSET', d.msg, msg_args)
       call_batched('ZADD', d.all, all_args)
@@ -252,8 +372,28 @@ if marker_bytes > 0 then
   redis.call('HINCRBY', LEDGER, expiry, marker_bytes)
   redis.call('HINCRBY', USAGE, 'markers', marker_bytes)
 end
+local dropped = 0
+for _, plan in ipairs(drops) do
+  local d, qd, gone, n = plan.d, plan.qd, {}, 0
+  for _, v in ipairs(plan.victims) do
+    -- A last-value message the batch itself superseded is gone already.
+    if redis.call('HEXISTS', d.state, v.id) == 1 then
+      unlink(d, v.id, v.where)
+      n = n + 1
+      if qd.to_dl then
+        dead_letter(d, qd, v.id, v.dc, v.fails, OVERFLOW_REASON, USAGE, qd.cfg)
+      else
+        gone[#gone + 1] = v.id
+      end
+    end
+  end
+  forget(d, gone, USAGE, 0, false)
+  count('dropped', n, qd.cfg)
+  dropped = dropped + n
+end
 for _, qd in ipairs(queues) do
   count('sent', new_count, qd.cfg)
   count_rate('s', new_count, now, qd.cfg)
 end
+table.insert(ids, 1, dropped)
 return ids

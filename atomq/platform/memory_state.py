@@ -1,0 +1,146 @@
+"""The memory state: green, yellow, orange or red as the store fills towards its ``maxmemory``, and
+which sends each state refuses.
+
+A broker that waits for the store to refuse writes has nothing left for the work that frees
+memory: the states refuse the least urgent sends first (by priority), while gets, acks, nacks and
+deletes always run (their scripts are flagged to run at maxmemory: ``scripts.ALWAYS_RUN``). Every
+node reads the store's own figures (``INFO memory``) at most every ``READ_S``; the first node that
+sees a state change records it in the store, so it is logged, counted and kept in the history once
+however many nodes see it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from atomq.errors import InvalidInput
+from atomq.platform import keys as k
+from atomq.platform.memory_use import MemoryUse, memory_use
+from atomq.platform.storage import Storage
+
+log = logging.getLogger("atomq.memory")
+
+STATES = ("green", "yellow", "orange", "red")
+REFUSED_BELOW = {"green": 0, "yellow": 4, "orange": 7, "red": 10}
+"""Each state refuses a send holding a message of a priority below this (red: every send)."""
+READ_S = 0.5
+"""How old a node's reading of the store's memory may be when a send is judged by it: a send
+costs an ``INFO memory`` at most twice a second per process, and memory grows by at most what
+half a second of sends stores between two readings."""
+HISTORY = 100
+"""State changes the store keeps (the dashboard's history)."""
+
+
+@dataclass(frozen=True)
+class MemoryThresholds:
+    """The share of the store's memory limit at which each state begins (0 < yellow < orange <
+    red <= 1); below ``yellow`` the state is green."""
+
+    yellow: float = 0.70
+    orange: float = 0.85
+    red: float = 0.95
+
+    def __post_init__(self) -> None:
+        shares = (self.yellow, self.orange, self.red)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in shares) \
+                or not 0 < self.yellow < self.orange < self.red <= 1:
+            raise InvalidInput("memory_thresholds must hold yellow, orange and red with 0 < yellow < orange < "
+                               "red <= 1", field="memory_thresholds")
+
+    def state(self, use: MemoryUse) -> str:
+        """The state at ``use``; green where the store has no limit."""
+        if not use.max_bytes:
+            return "green"
+        share = use.used_bytes / use.max_bytes
+        if share < self.yellow:
+            return "green"
+        if share < self.orange:
+            return "yellow"
+        return "orange" if share < self.red else "red"
+
+
+def refuses(state: str, lowest_priority: int) -> bool:
+    """Whether ``state`` refuses a send whose lowest message priority is ``lowest_priority``."""
+    return lowest_priority < REFUSED_BELOW[state]
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A change of the memory state as the store recorded it."""
+
+    at: float
+    state: str
+    used_bytes: int
+    max_bytes: int
+
+
+class MemoryWatch:
+    """One node's view of the memory state: the store's figures read again when older than
+    ``READ_S``, judged by the thresholds as they are now."""
+
+    def __init__(self, storage: Storage, thresholds: Callable[[], MemoryThresholds]) -> None:
+        self._storage = storage
+        self._thresholds = thresholds
+        self._lock = threading.Lock()
+        self._read: tuple[float, MemoryUse] | None = None
+        self._last: str | None = None
+
+    def state(self) -> str:
+        return self.reading()[0]
+
+    def last_state(self) -> str | None:
+        """The state as this node last judged it, without reading the store (None before the first)."""
+        return self._last
+
+    def reading(self) -> tuple[str, MemoryUse]:
+        """The state and the figures it was judged on."""
+        read = self._read
+        if read is None or time.monotonic() - read[0] > READ_S:
+            read = (time.monotonic(), memory_use(self._storage))
+            self._read = read
+        state = self._thresholds().state(read[1])
+        with self._lock:
+            before, self._last = self._last, state
+        if state != before:
+            try:
+                self._record(state, read[1])
+            except Exception:
+                self._last = before  # recorded by the next reading instead
+                raise
+        return state, read[1]
+
+    def _record(self, state: str, use: MemoryUse) -> None:
+        """Records a state this node saw change in the store; the node whose record changed it logs it."""
+        changed = self._storage.run("memory_state", [k.MEMORY_STATE_KEY, k.MEMORY_HISTORY_KEY],
+                                    [state, use.used_bytes, use.max_bytes, HISTORY])
+        if changed:
+            level = logging.INFO if state == "green" else logging.WARNING
+            log.log(level, "memory state %s: the store uses %d of %d bytes; %s", state, use.used_bytes,
+                    use.max_bytes, _meaning(state))
+
+    def history(self) -> list[StateChange]:
+        """The last state changes, newest first."""
+        raw = self._storage.call(self._storage.client.lrange, k.MEMORY_HISTORY_KEY, 0, HISTORY - 1)
+        out = []
+        for entry in raw:
+            at, state, used, most = entry.decode().split("|")
+            out.append(StateChange(at=int(at) / 1000, state=state, used_bytes=int(used), max_bytes=int(most)))
+        return out
+
+    def changes(self) -> dict[str, int]:
+        """How often the state changed to each state, over the store's life."""
+        raw = self._storage.call(self._storage.client.hmget, k.MEMORY_STATE_KEY, [f"n:{s}" for s in STATES])
+        return {state: int(n or 0) for state, n in zip(STATES, raw)}
+
+
+def _meaning(state: str) -> str:
+    if state == "green":
+        return "every send is taken"
+    if state == "red":
+        return "every send is refused (503 memory_low) until consumers free memory"
+    return f"sends holding a message of priority below {REFUSED_BELOW[state]} are refused (503 memory_low)"
