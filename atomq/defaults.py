@@ -167,6 +167,15 @@ MAX_FLOW_CONTROL_WAIT_MS = 60_000
 MAX_HELD_SENDS = THREADS // 4
 """Sends one process holds at once for full ``flow_control`` queues; past it a send is answered
 429 at once, so held sends never take more than a quarter of a process's threads."""
+MIN_REPLICAS = 0
+"""A send to a ``sync`` queue waits for the local disk only, until the owner asks for replicas."""
+MAX_MIN_REPLICAS = 16
+"""More replicas than a Valkey primary keeps in practice."""
+SYNC_TIMEOUT_MS = 2000
+"""Valkey syncs its append-only file every second (appendfsync everysec): a send waits up to a
+second for it, so two seconds pass only when the disk or a replica is in trouble."""
+MAX_SYNC_TIMEOUT_MS = 60_000
+"""A waiting send holds a thread and its client's connection."""
 RATE_LIMIT_WINDOW_S = 60
 """Limits are set per minute, so a window is a minute."""
 MAX_EXACT_INT = 2**53

@@ -129,6 +129,14 @@ class MemoryLow(StorageError):
     code = "memory_low"
 
 
+class NotDurable(StorageError):
+    """A send to a ``sync`` queue was stored but not synced to disk (or to ``min_replicas`` replicas)
+    within ``sync_timeout_ms``: 503 with ``Retry-After``. The send may survive or not; a retry with
+    the same ``dedupe_id`` is safe (it answers with the original ids, once synced)."""
+
+    code = "not_durable"
+
+
 class UnsafeStorage(AtomqError):
     """The Redis server could lose data behind atomq's back (it may evict keys)."""
 

@@ -9,6 +9,10 @@ batches of 100, through QueueServer on one embedded Valkey:
   publish_1           publish to a topic while the tenant's queues attract 1 pattern in all
   publish_10          ... 10 patterns (10 queues, one of which matches the topic)
   publish_100         ... 100 patterns (100 queues, one of which matches)
+  limited_send        send to a queue with max_messages and max_bytes set far above what it holds:
+                      what checking the limits costs each send
+  overflow_send       send to a queue of max_messages 1,000 with overflow drop_oldest, full after
+                      its first 1,000: each batch drops as many waiting messages as it stores
   priority_send       send to a plain queue, priorities 0 to 9 in turn
   ttl_send            send with ttl_s 3600 to a plain queue
   plain_get_ack       get(max 100) + ack(ids) until drained, of the plain queue
@@ -30,9 +34,11 @@ throughput.py). Only the loops are timed.
 Output: a line per phase and per ratio on stdout, progress on stderr, and as
 the LAST stdout line one JSON object with the phases' medians (msg/s), the
 ratios publish_1_ratio, publish_10_ratio, publish_100_ratio,
-priority_send_ratio, ttl_send_ratio, plain_send_ratio (each / raw_send),
-publish_1_vs_plain_send, publish_10_vs_plain_send, publish_100_vs_plain_send,
-priority_send_vs_plain_send, ttl_send_vs_plain_send (each / plain_send),
+limited_send_ratio, overflow_send_ratio, priority_send_ratio, ttl_send_ratio,
+plain_send_ratio (each / raw_send), publish_1_vs_plain_send,
+publish_10_vs_plain_send, publish_100_vs_plain_send, limited_send_vs_plain_send,
+overflow_send_vs_plain_send, priority_send_vs_plain_send,
+ttl_send_vs_plain_send (each / plain_send),
 priority_get_ack_ratio, ttl_get_ack_ratio (each / plain_get_ack), and
 messages, batch, repeat, python, valkey. Exit status 1 when a check fails.
 """
@@ -64,9 +70,12 @@ from throughput import quiesce_aof, rate
 
 PATTERN_COUNTS = (1, 10, 100)
 TOPIC = "orders/eu/new"
-SEND_PHASES = ("raw_send", "plain_send", *(f"publish_{n}" for n in PATTERN_COUNTS), "priority_send", "ttl_send")
+SEND_PHASES = ("raw_send", "plain_send", *(f"publish_{n}" for n in PATTERN_COUNTS), "limited_send", "overflow_send",
+               "priority_send", "ttl_send")
 GET_PHASES = ("plain_get_ack", "priority_get_ack", "ttl_get_ack")
-SEND_RATIOS = ("plain_send", *(f"publish_{n}" for n in PATTERN_COUNTS), "priority_send", "ttl_send")
+SEND_RATIOS = ("plain_send", *(f"publish_{n}" for n in PATTERN_COUNTS), "limited_send", "overflow_send",
+               "priority_send", "ttl_send")
+OVERFLOW_LIMIT = 1000
 
 
 def publish(qs: QueueServer, tenant: str, n: int, batch: list[OutgoingMessage],
@@ -106,11 +115,11 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str) -> dict[str, list
         progress(f"  {phase} {r + 1}/{repeat}: {n} messages in {result[0]:.3f} s = {rates[phase][-1]:,.0f} msg/s")
         return result
 
-    def sent_into(phase: str, r: int, queue: str, fn: Callable[[], tuple[Any, ...]]) -> set[str]:
+    def sent_into(phase: str, r: int, queue: str, fn: Callable[[], tuple[Any, ...]], depth: int = n) -> set[str]:
         _, ids = timed(phase, r, fn)
         check(len(ids) == n == len(set(ids)), f"{phase} got {len(ids)} ids ({len(set(ids))} distinct) for {n}")
-        depth = qs.get_queue(tenant, queue).depth
-        check(depth == n, f"{phase}: queue depth {depth}, not {n}")
+        held = qs.get_queue(tenant, queue).depth
+        check(held == depth, f"{phase}: queue depth {held}, not {depth}")
         return set(ids)
 
     for r in range(repeat):
@@ -128,6 +137,16 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str) -> dict[str, list
             sent_into(f"publish_{patterns}", r, target, lambda: publish(qs, tenant, n, plain, target))
             for i in range(patterns):
                 qs.delete_queue(tenant, f"t{patterns}-{r}-{i}")
+        limited, overflowing = f"limited-{r}", f"overflow-{r}"
+        qs.put_queue(tenant, limited, "point_to_point", max_messages=10**12, max_bytes=10**15)
+        sent_into("limited_send", r, limited, lambda: platform_send(qs, tenant, limited, n, plain))
+        qs.put_queue(tenant, overflowing, "point_to_point", max_messages=OVERFLOW_LIMIT, overflow="drop_oldest")
+        sent_into("overflow_send", r, overflowing, lambda: platform_send(qs, tenant, overflowing, n, plain),
+                  depth=min(n, OVERFLOW_LIMIT))
+        dropped = qs.get_queue(tenant, overflowing).totals["dropped"]
+        check(dropped == max(0, n - OVERFLOW_LIMIT), f"overflow_send dropped {dropped}, not {n - OVERFLOW_LIMIT}")
+        qs.delete_queue(tenant, limited)
+        qs.delete_queue(tenant, overflowing)
         sent["priority"] = sent_into("priority_send", r, queues["priority"],
                                      lambda: platform_send(qs, tenant, queues["priority"], n, ranked))
         sent["ttl"] = sent_into("ttl_send", r, queues["ttl"],

@@ -193,7 +193,8 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                        "totals": dict.fromkeys(["sent", "delivered", "acked", "nacked", "dead_lettered", "expired",
                                                 "superseded", "dropped"], 0),
                        "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
-                       "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False}
+                       "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False,
+                       "durability": "async"}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -458,6 +459,24 @@ def test_the_server_disk_limit_refuses_sends_of_every_tenant(owner, acme) -> Non
     finally:
         owner("PATCH", "/v1/server", {"max_messages": 0}, 200)
     send(acme, "q", "fits again")
+
+
+def test_a_sync_queue_answers_once_synced_and_503_not_durable_is_safe_to_retry(owner, acme) -> None:
+    assert acme("PUT", "/v1/queues/ledger", {"model": "point_to_point", "durability": "sync"}, 201)[
+        "durability"] == "sync"
+    body = {"messages": [{"documents": [{"data": "entry"}], "dedupe_id": "entry-1"}]}
+    owner("PATCH", "/v1/server", {"min_replicas": 1, "sync_timeout_ms": 1500}, 200)
+    try:
+        error = acme("POST", "/v1/queues/ledger/messages", body, 503)["error"]
+        assert error["code"] == "not_durable" and acme.headers["Retry-After"]
+        assert error["details"]["synced_replicas"] == 0 and error["details"]["min_replicas"] == 1
+        stored = error["details"]["ids"]
+    finally:
+        owner("PATCH", "/v1/server", {"min_replicas": 0, "sync_timeout_ms": 2000}, 200)
+    assert acme("POST", "/v1/queues/ledger/messages", body, 201)["ids"] == stored, "the retry answers the original"
+    assert acme("GET", "/v1/queues/ledger", status=200)["depth"] == 1
+    assert owner("GET", "/v1/server", status=200)["sync_timeout_ms"] == 2000
+    assert acme("PUT", "/v1/queues/ledger", {"model": "point_to_point", "durability": "always"}, 400)
 
 
 # -- destination limits (v1.1) -------------------------------------------------------------

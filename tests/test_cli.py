@@ -265,3 +265,5 @@ def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> No
     assert too_big.returncode != 0 and "max_message_bytes" in too_big.stderr
     bad = run("queues", "create", "bounded", "--overflow", "drop_newest", env=tenant_env)
     assert bad.returncode == 2 and "drop_newest" in bad.stderr
+    assert json.loads(ok("queues", "create", "ledger", "--durability", "sync", "--json"))["durability"] == "sync"
+    assert json.loads(ok("send", "ledger", "synced", "--json"))["ids"]

@@ -109,5 +109,6 @@ def test_refused_sends_count_per_tenant(qs: QueueServer, tenant: str) -> None:
     with pytest.raises(QueueFull):
         send()
     assert qs.counters.refusals(tenant) == {"rate_limited": 1, "quota_rejected": 2, "queue_full": 1,
-                                            "server_full": 0, "memory_low": 0}
+                                            "server_full": 0, "memory_low": 0,
+                                            "not_durable": 0}
     assert totals(qs, tenant, "orders")["sent"] == 1

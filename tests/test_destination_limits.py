@@ -202,3 +202,21 @@ def test_concurrent_senders_never_pass_the_limit(valkey, tenant: str) -> None:
         t.join()
     assert len(accepted) == 5 and len(refused) == 64 - 5
     assert qs.get_queue(tenant, "q").depth == 50
+
+
+def test_drop_oldest_takes_the_oldest_across_the_stream_and_the_ranked_set(qs: QueueServer, tenant: str) -> None:
+    """Waiting messages sit in the stream (default priority) and in a sorted set (other
+    priorities, redeliveries): the oldest are found across both, also past the first reads."""
+    qs.put_queue(tenant, "q", "point_to_point", max_messages=60, overflow="drop_oldest")
+    qs.send(tenant, "q", [msg(f"old{i}") for i in range(30)])
+    qs.send(tenant, "q", [prio(f"new{i}", 7) for i in range(30)])
+    assert qs.send_batch(tenant, "q", [msg(f"next{i}") for i in range(25)]).dropped == 25
+    left = texts(qs, tenant, "q")
+    assert left == [f"old{i}" for i in range(25, 30)] + [f"new{i}" for i in range(30)] + [
+        f"next{i}" for i in range(25)]
+    qs.put_queue(tenant, "q", "point_to_point", overflow="drop_lowest_priority")
+    assert qs.send_batch(tenant, "q", [prio(f"top{i}", 9) for i in range(32)]).dropped == 32
+    left = texts(qs, tenant, "q")
+    assert not [t for t in left if t.startswith(("old", "next"))], "the 30 of priority 4 went first"
+    assert [t for t in left if t.startswith("new")] == [f"new{i}" for i in range(2, 30)], \
+        "then the two oldest of priority 7"

@@ -16,7 +16,7 @@ from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
 from werkzeug.routing import BaseConverter
 
-from atomq.api.schemas.common import NAME_PATTERN
+from atomq.api.schemas.common import NAME_PATTERN, ErrorSchema
 from atomq.api.services import Services
 
 
@@ -105,3 +105,22 @@ def with_memory_state(response: Response) -> Response:
         if state is not None:
             response.headers[MEMORY_STATE_HEADER] = state
     return response
+
+SEND_REFUSALS = {
+    413: "a message over its queue's max_message_bytes, or a send over the server's limits on documents",
+    429: "a rate-limit window is full, or a flow_control queue stayed full (queue_full) for flow_control_wait_ms "
+         "(Retry-After)",
+    503: "memory_low: the memory state refuses the send's lowest priority; not_durable: a sync queue's send was "
+         "stored but not synced in time (details.ids; retry with the same dedupe_id). Retry-After",
+    507: "quota_exceeded: the tenant's disk quota; queue_full: a queue's limit (details: limit, max, count); "
+         "server_full: the server's limits",
+}
+
+
+def send_refusals(blp: ApiBlueprint) -> Callable[[Decorated], Decorated]:
+    """Documents the answers that refuse a send or a publish (SEND_REFUSALS) on its view."""
+    def document(view: Decorated) -> Decorated:
+        for status, description in SEND_REFUSALS.items():
+            view = blp.alt_response(status, schema=ErrorSchema, description=description)(view)
+        return view
+    return document

@@ -9,8 +9,8 @@ from flask.views import MethodView
 
 from atomq.api import links, render, strict_json
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, services, with_memory_state
-from atomq.api.schemas.common import BulkSelector, ErrorSchema, PageArgs, Selector
+from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, send_refusals, services, with_memory_state
+from atomq.api.schemas.common import BulkSelector, PageArgs, Selector
 from atomq.api.schemas.messages import (
     AckedSchema,
     BrowsePageSchema,
@@ -50,16 +50,7 @@ def json_body() -> Any:
 class Messages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
     @blp.response(201, SendResultSchema, headers=SEND_HEADERS)
-    @blp.alt_response(413, schema=ErrorSchema, description="a message over its queue's max_message_bytes, or a "
-                                                           "send over the server's limits on documents")
-    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full, or a flow_control queue "
-                                                           "stayed full (queue_full) for flow_control_wait_ms "
-                                                           "(Retry-After)")
-    @blp.alt_response(503, schema=ErrorSchema, description="memory_low: the memory state refuses the send's "
-                                                           "lowest priority (Retry-After)")
-    @blp.alt_response(507, schema=ErrorSchema, description="quota_exceeded: the tenant's disk quota; queue_full: a "
-                                                           "queue's limit (details: limit, max, count); "
-                                                           "server_full: the server's limits")
+    @send_refusals(blp)
     @blp.doc(**links.AFTER_SEND)
     def post(self, name: str) -> Response:
         """Sends a batch of messages, stored all or nothing; the only request rate limits count.

@@ -78,6 +78,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "held_bytes": info.held_bytes,
         **dataclasses.asdict(info.limits),
         "overflow": info.limits.overflow.value,
+        "durability": info.durability.value,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [

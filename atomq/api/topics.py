@@ -10,9 +10,8 @@ from flask.views import MethodView
 from atomq import defaults
 from atomq.api import render
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, services, with_memory_state
+from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, send_refusals, services, with_memory_state
 from atomq.api.messages import json_body
-from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.messages import PublishResultSchema, SendSchema
 from atomq.api.send_body import parse_send
 from atomq.platform.topics import TOPIC_PATTERN, check_topic
@@ -29,16 +28,7 @@ class TopicMessages(MethodView):
                           "schema": {"type": "string", "pattern": TOPIC_PATTERN, "maxLength": defaults.MAX_TOPIC_CHARS},
                           "description": "levels [A-Za-z0-9._-]+ joined by '/', sent as they are (not escaped)"}])
     @blp.response(201, PublishResultSchema, headers=SEND_HEADERS)
-    @blp.alt_response(413, schema=ErrorSchema, description="a message over its queue's max_message_bytes, or a "
-                                                           "send over the server's limits on documents")
-    @blp.alt_response(429, schema=ErrorSchema, description="a rate-limit window is full, or a flow_control queue "
-                                                           "stayed full (queue_full) for flow_control_wait_ms "
-                                                           "(Retry-After)")
-    @blp.alt_response(503, schema=ErrorSchema, description="memory_low: the memory state refuses the send's "
-                                                           "lowest priority (Retry-After)")
-    @blp.alt_response(507, schema=ErrorSchema, description="quota_exceeded: the tenant's disk quota; queue_full: a "
-                                                           "queue's limit (details: limit, max, count); "
-                                                           "server_full: the server's limits")
+    @send_refusals(blp)
     def post(self, topic: str) -> Response:
         """Publishes a batch to every queue whose topic patterns match, stored in all of them or in none.
 

@@ -65,6 +65,10 @@ def queues_list(c: AtomqClient) -> None:
               help="What a send past --max-messages or --max-bytes gets: reject_new (refused, 507), drop_oldest "
                    "or drop_lowest_priority (waiting messages make room), flow_control (held until there is "
                    "room, then 429). Left out: kept (a new queue: reject_new).")
+@click.option("--durability", type=click.Choice(["async", "sync"]),
+              help="sync: a send is answered only once its data is synced to disk (and on the server's "
+                   "min_replicas), else 503 not_durable; async: once the store holds it (synced every second). "
+                   "Left out: kept (a new queue: async).")
 @click.option("--overflow-to-dead-letters/--no-overflow-to-dead-letters", default=None,
               help="Messages the overflow drops go to the dead letter queue (reason overflow). Left out: kept "
                    "(a new queue: no).")
@@ -93,7 +97,7 @@ def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int |
 
 
 LIMITS = ("max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-          "overflow_to_dead_letters")
+          "overflow_to_dead_letters", "durability")
 
 
 @queues.command("show")

@@ -23,6 +23,13 @@ from atomq.errors import AtomqError
               help="Use this Redis 7+, Valkey or Redis Cluster instead of starting the embedded Valkey.")
 @click.option("--allow-eviction", is_flag=True, **env("ALLOW_EVICTION"),
               help="Accept a --redis-url server whose maxmemory-policy may evict keys (it can lose messages).")
+@click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default="everysec", show_default=True,
+              **env("APPENDFSYNC"),
+              help="How the embedded Valkey syncs its append-only file. everysec: once a second (a power loss "
+                   "may lose the last second of async sends; a send to a sync queue waits for the next sync, "
+                   "about 100 ms). always: before it answers a write (sync queues answer in about a "
+                   "millisecond; every send waits for the disk). With --redis-url, that server's own setting "
+                   "holds.")
 @click.option("--http-workers", type=click.IntRange(*defaults.HTTP_WORKERS_RANGE), default=defaults.HTTP_WORKERS,
               show_default=True, **env("HTTP_WORKERS"), help="HTTP worker processes.")
 @click.option("--threads", type=click.IntRange(*defaults.THREADS_RANGE), default=defaults.THREADS,
@@ -70,7 +77,8 @@ from atomq.errors import AtomqError
               show_default=True, **env("METRICS_MAX_QUEUES"),
               help="Queues (and listeners) of a tenant with series of their own; the rest add up under "
                    "queue=\"other\".")
-def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, http_workers: int,
+def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, appendfsync: str,
+          http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
           max_send_documents: int, spark: bool | None, spark_master: str, metrics_public: bool,
@@ -88,7 +96,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
 
     try:
         run_node(NodeConfig(data_dir=data_dir, host=host, port=port, redis_url=redis_url,
-                            allow_eviction=allow_eviction, http_workers=http_workers, threads=threads,
+                            allow_eviction=allow_eviction, appendfsync=appendfsync, http_workers=http_workers,
+                            threads=threads,
                             max_longpolls_per_tenant=max_longpolls_per_tenant,
                             max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
                             workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,

@@ -17,6 +17,8 @@ class NodeConfig:
     port: int = defaults.PORT
     redis_url: str | None = None
     allow_eviction: bool = False
+    appendfsync: str = "everysec"
+    """The embedded Valkey's ``appendfsync``: ``everysec`` or ``always``."""
     http_workers: int = defaults.HTTP_WORKERS
     threads: int = defaults.THREADS
     max_longpolls_per_tenant: int = defaults.MAX_LONGPOLLS_PER_TENANT

@@ -61,7 +61,7 @@ def serve(config: NodeConfig) -> None:
         health_dir.mkdir(mode=0o700)
         redis_url = config.redis_url
         if redis_url is None:
-            server = EmbeddedValkey(config.data_dir / "valkey")
+            server = EmbeddedValkey(config.data_dir / "valkey", appendfsync=config.appendfsync)
             server.start()
             redis_url = server.url
             lock.note_valkey(server.socket_path, server.port)

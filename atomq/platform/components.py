@@ -22,6 +22,7 @@ from atomq.platform.counters import QUEUE_COUNTS
 from atomq.platform.models import (
     ConsumerInfo,
     DestinationCounts,
+    Durability,
     OnExpire,
     Overflow,
     QueueAccess,
@@ -67,6 +68,7 @@ class Components:
         max_dead_letters: int | None = None,
         overflow: Overflow | str | None = None,
         overflow_to_dead_letters: bool | None = None,
+        durability: Durability | str | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
@@ -76,6 +78,7 @@ class Components:
         ``last_value_key`` ("" for one message in all), a new one replacing the last.
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
+        ``durability``: sync, a send is answered once its data is synced to disk (``Durability``).
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -121,6 +124,11 @@ class Components:
         named += _limit_settings(max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                                  max_dead_letters=max_dead_letters, overflow=overflow,
                                  overflow_to_dead_letters=overflow_to_dead_letters)
+        if durability is not None:
+            try:
+                named += ["durability", Durability(durability).value]
+            except ValueError:
+                raise InvalidInput("durability must be 'async' or 'sync'", field="durability") from None
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
@@ -210,6 +218,7 @@ class Components:
             topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
             held_bytes=total[4],
             limits=_limits(cfg),
+            durability=Durability(cfg.get(b"durability", b"async").decode()),
         )
 
     def _ranked_by_priority(self, dests: list[k.DestinationKeys]) -> Counter[int]:

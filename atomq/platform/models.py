@@ -55,6 +55,15 @@ class Overflow(str, Enum):
     """The node holds the send until there is room, for a bounded time."""
 
 
+class Durability(str, Enum):
+    """When a send to the queue is answered."""
+
+    ASYNC = "async"
+    """Once the store holds it in memory and in its append-only file (synced every second)."""
+    SYNC = "sync"
+    """Once its data is synced to disk (and on ``min_replicas`` replicas)."""
+
+
 class MessageState(str, Enum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
@@ -274,6 +283,7 @@ class QueueInfo:
     held_bytes: int = 0
     """Summed over subscribers as the counts are (see ``DestinationCounts.held_bytes``)."""
     limits: QueueLimits = field(default_factory=QueueLimits)
+    durability: Durability = Durability.ASYNC
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ class QueueSettings:
             tenant stored. A single message bigger than this still comes alone.
         max_queues_per_tenant: most queue components of one tenant; every
             tenant's queues share one store and one maintenance loop.
+        sync_min_replicas: replicas that must hold a send to a ``sync`` queue before
+            it is answered, beside the local disk.
+        sync_timeout_ms: how long a send to a ``sync`` queue waits for the disk (and
+            the replicas) before NotDurable.
     """
 
     redelivery_delays_s: tuple[float, ...] = defaults.REDELIVERY_DELAYS_S
@@ -70,6 +74,8 @@ class QueueSettings:
     max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
     max_reply_bytes: int = defaults.MAX_REPLY_BYTES
     max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
+    sync_min_replicas: int = defaults.MIN_REPLICAS
+    sync_timeout_ms: int = defaults.SYNC_TIMEOUT_MS
     _delays_arg: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

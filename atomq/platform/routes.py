@@ -13,12 +13,12 @@ import threading
 
 from atomq.errors import AtomqError
 from atomq.platform import keys as k
-from atomq.platform.models import QueueModel
+from atomq.platform.models import Durability, QueueModel
 from atomq.platform.shared import Shared, queue_not_found
 
 CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire", "lv",
                  "lv_key", "access", "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-                 "overflow_dl")
+                 "overflow_dl", "durability")
 
 MAX_ROUTE_RETRIES = 5
 """How often a send or a queue's removal reads the route again when its subscribers change under it."""
@@ -27,7 +27,8 @@ MAX_CACHED_ROUTES = 10_000
 """Past this many cached routes the cache starts over, so it stays bounded however many queues pass."""
 
 Route = tuple[str, str, list[str]]
-"""A queue's model, the route the scripts check (model, generation, subscriber version), and its subscribers."""
+"""A queue's model, the route the scripts check (model, generation, subscriber version, and ``|sync``
+for a queue whose sends wait for the disk), and its subscribers."""
 
 
 class StaleRoute(AtomqError):
@@ -65,9 +66,11 @@ class Routes:
             self.forget(tenant, queue)
             raise queue_not_found(queue)
         # The route names the queue's generation too, so a sender that cached the
-        # route of a removed queue never writes into its successor's subscribers.
+        # route of a removed queue never writes into its successor's subscribers; and
+        # its durability, so a send never skips the wait of a queue made sync meanwhile.
         subv = cfg.get(b"subv", b"0").decode() if model == QueueModel.PUBLISH_SUBSCRIBE.value else ""
-        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}", subs)
+        sync = "|sync" if cfg.get(b"durability") == Durability.SYNC.value.encode() else ""
+        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}{sync}", subs)
         with self._lock:
             if len(self._routes) > MAX_CACHED_ROUTES:
                 self._routes.clear()

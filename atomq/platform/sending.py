@@ -18,6 +18,7 @@ from atomq.errors import (
     AtomqError,
     Conflict,
     InvalidInput,
+    NotDurable,
     NotFound,
     QueueFull,
     QuotaExceeded,
@@ -141,24 +142,36 @@ class Sending:
             route_args += [expected, len(dests), *(d.member for d in dests)]
         keys.extend(dedupe_keys)
         keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
-        window_ms = round(self._shared.settings.dedupe_window_s * 1000)
+        settings = self._shared.settings
+        args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
+                marker_gen, *route_args, *args_tail[1:]]
+        errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
+                  "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
+                  "QUEUEFULL": lambda words: _queue_full(targets, words),
+                  "TOOBIG": lambda words: _message_too_big(targets, words)}
+        storage = self._shared.storage
+        sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
         try:
-            reply = self._shared.storage.run(
-                "send", keys,
-                [topics_version, len(targets), window_ms, args_tail[0], quota_bytes, marker_gen, *route_args,
-                 *args_tail[1:]],
-                errors={"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
-                        "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
-                        "QUEUEFULL": lambda words: _queue_full(targets, words),
-                        "TOOBIG": lambda words: _message_too_big(targets, words)},
-            )
+            if sync:
+                reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
+                                                    settings.sync_timeout_ms)
+            else:
+                reply = storage.run("send", keys, args, errors)
         except _QuotaRefused:
             used = self._management.usage(tk.tenant)["stored_bytes"]
             raise QuotaExceeded(
                 f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
                 "this send would pass it; ack or delete messages first",
                 limit=quota_bytes, used=used) from None
-        return Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
+        sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
+        if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
+            raise NotDurable(
+                f"the send was stored but not synced to "
+                f"{f'{settings.sync_min_replicas} replicas' if synced[0] else 'disk'} within "
+                f"{settings.sync_timeout_ms} ms; send it again with the same dedupe_id, which is then safe",
+                ids=sent.ids, synced_local=synced[0], synced_replicas=synced[1],
+                min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
+        return sent
 
     def _encode_batch(self, messages: Sequence[OutgoingMessage],
                       topic: str | None = None) -> tuple[list[Any], list[str]]:

@@ -43,6 +43,9 @@ class ServerSettings:
             [0, 2^53].
         flow_control_wait_ms: how long a node holds a send to a full ``flow_control`` queue
             before answering 429 [0, 60000].
+        min_replicas: replicas that must hold a send to a ``sync`` queue before it is answered [0, 16].
+        sync_timeout_ms: how long a send to a ``sync`` queue waits for the disk and the replicas
+            before 503 not_durable [1, 60000].
         memory_thresholds: the shares of the store's memory limit where the memory states yellow,
             orange and red begin (``MemoryThresholds``; given as an object, parts left out keep
             their defaults).
@@ -60,6 +63,8 @@ class ServerSettings:
     max_messages: int = defaults.MAX_STORED_MESSAGES
     flow_control_wait_ms: int = defaults.FLOW_CONTROL_WAIT_MS
     memory_thresholds: MemoryThresholds = MemoryThresholds()
+    min_replicas: int = defaults.MIN_REPLICAS
+    sync_timeout_ms: int = defaults.SYNC_TIMEOUT_MS
     redelivery_delays_s: tuple[float, ...] = defaults.REDELIVERY_DELAYS_S
     rate_limit_window_s: float = defaults.RATE_LIMIT_WINDOW_S
     document_retention_s: float = defaults.DOCUMENT_RETENTION_S
@@ -74,6 +79,8 @@ class ServerSettings:
             check_integer_range(getattr(self, name), name, 0, defaults.MAX_EXACT_INT,
                                 rule="a whole number from 0 to 2^53")
         check_integer_range(self.flow_control_wait_ms, "flow_control_wait_ms", 0, defaults.MAX_FLOW_CONTROL_WAIT_MS)
+        check_integer_range(self.min_replicas, "min_replicas", 0, defaults.MAX_MIN_REPLICAS)
+        check_integer_range(self.sync_timeout_ms, "sync_timeout_ms", 1, defaults.MAX_SYNC_TIMEOUT_MS)
         if isinstance(self.memory_thresholds, dict):
             try:
                 object.__setattr__(self, "memory_thresholds", MemoryThresholds(**self.memory_thresholds))
@@ -97,6 +104,7 @@ class ServerSettings:
         return dataclasses.replace(base, redelivery_delays_s=tuple(self.redelivery_delays_s),
                                    dedupe_window_s=self.dedupe_window_s,
                                    document_retention_s=self.document_retention_s,
+                                   sync_min_replicas=self.min_replicas, sync_timeout_ms=self.sync_timeout_ms,
                                    **{name: getattr(self, name) for name in defaults.LIMIT_BOUNDS})
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import redis
 from redis.exceptions import RedisClusterException
 
-from atomq.errors import AtomqError, StorageError, StorageFull
+from atomq.errors import AtomqError, NotDurable, StorageError, StorageFull
 from atomq.platform.connection import RedisClient
 from atomq.platform.scripts import ScriptLibrary
 
@@ -51,6 +51,37 @@ class Storage:
             raise translate(exc) from None
         except STORE_ERRORS as exc:
             raise translate(exc) from None
+
+    def run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None,
+                    replicas: int, timeout_ms: int) -> tuple[Any, list[int]]:
+        """Runs script ``name`` (as :meth:`run`), then waits on the same connection until what it
+        wrote is synced to the append-only file, locally and on ``replicas`` replicas, for at most
+        ``timeout_ms``: Valkey's WAITAOF, which waits for the writes of its own connection only, so
+        both go in one pipeline. On a cluster the pipeline goes to the node of the keys' slot (the
+        cluster client would send WAITAOF to a default node). Returns the script's reply and
+        WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out)."""
+        client: Any = self.client
+        if isinstance(client, redis.cluster.RedisCluster):
+            client = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
+        try:
+            pipe = client.pipeline(transaction=False)
+            self.scripts.queue(pipe, name, keys, args)
+            pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
+            reply, synced = pipe.execute(raise_on_error=False)
+        except STORE_ERRORS as exc:
+            raise translate(exc) from None
+        if isinstance(reply, redis.ResponseError):
+            code = script_code(reply)
+            if errors and code in errors:
+                raise errors[code](str(reply).split()[1:])
+            raise translate(reply)
+        if isinstance(synced, redis.ResponseError) and "appendonly" in str(synced):
+            raise NotDurable("the store keeps no append-only file (appendonly no), so a send to a sync queue is "
+                             "never synced to disk: turn appendonly on, or make the queue async",
+                             redis_error=str(synced))
+        if isinstance(synced, Exception):
+            raise translate(synced)
+        return reply, [int(n) for n in synced]
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs a plain client call with the same error translation."""

@@ -6,7 +6,7 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.api.schemas.common import Bool, Int, Number, Strict
-from atomq.platform.models import Overflow
+from atomq.platform.models import Durability, Overflow
 from atomq.platform.topics import PATTERN_PATTERN
 
 
@@ -63,6 +63,12 @@ class QueuePutSchema(Strict):
     overflow_to_dead_letters = Bool(metadata={"description": "messages the overflow drops go to the dead letter "
                                                              "queue with reason overflow. Left out: kept (a new "
                                                              "queue: false)"})
+    durability = fields.String(validate=validate.OneOf([d.value for d in Durability]),
+                               metadata={"description": "async: a send is answered once the store holds it in "
+                                                        "memory and in its append-only file (synced every second); "
+                                                        "sync: once its data is synced to disk and on min_replicas "
+                                                        "replicas, else 503 not_durable after sync_timeout_ms. "
+                                                        "Left out: kept (a new queue: async)"})
 
 
 class ConsumerSchema(Strict):
@@ -118,6 +124,7 @@ class QueueSchema(CountsSchema):
     max_dead_letters = fields.Integer(required=True)
     overflow = fields.String(required=True, validate=validate.OneOf([o.value for o in Overflow]))
     overflow_to_dead_letters = fields.Boolean(required=True)
+    durability = fields.String(required=True, validate=validate.OneOf([d.value for d in Durability]))
     subscribers = fields.List(fields.Nested(SubscriberSchema))
 
 

@@ -48,6 +48,10 @@ class ServerSchema(Strict):
         "description": "most message copies all tenants may store (0: no limit); past it sends get 507 server_full"})
     flow_control_wait_ms = fields.Integer(required=True, metadata={
         "description": "how long a node holds a send to a full flow_control queue before 429 queue_full"})
+    min_replicas = fields.Integer(required=True, metadata={
+        "description": "replicas that must hold a send to a sync queue before it is answered"})
+    sync_timeout_ms = fields.Integer(required=True, metadata={
+        "description": "how long a send to a sync queue waits for the disk and the replicas (then 503 not_durable)"})
     incoming_rate_limit_per_minute = fields.Integer(required=True)
     redelivery_delays_s = fields.List(fields.Float(), required=True)
     rate_limit_window_s = fields.Float(required=True)
@@ -77,6 +81,8 @@ class ServerPatchSchema(Strict):
     max_disk_bytes = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
     max_messages = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))
     flow_control_wait_ms = Int(validate=validate.Range(0, defaults.MAX_FLOW_CONTROL_WAIT_MS))
+    min_replicas = Int(validate=validate.Range(0, defaults.MAX_MIN_REPLICAS))
+    sync_timeout_ms = Int(validate=validate.Range(1, defaults.MAX_SYNC_TIMEOUT_MS))
     memory_thresholds = fields.Nested(MemoryThresholdsSchema, metadata={
         "description": "0 < yellow < orange < red <= 1 (else 400); parts left out are kept"})
     redelivery_delays_s = fields.List(Number(validate=validate.Range(min=0, max=defaults.MAX_REDELIVERY_DELAY_S)),

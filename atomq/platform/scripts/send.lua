@@ -15,7 +15,8 @@
 -- ARGV[6]      the generation de-duplication markers belong to ('' for the
 --              queue's own: a marker of a removed queue's life does not answer)
 -- ARGV[7..]    per queue: the route the caller read ("<model>|<generation>|<subscriber
---              version>", no subscriber version for point-to-point), its number of
+--              version>", no subscriber version for point-to-point, then "|sync" for a
+--              queue whose sends wait for the disk), its number of
 --              destinations, and each destination's name in the indexes of due and
 --              oldest messages; then per message: the dedupe key index (0 = none),
 --              alone for a message of the defaults, else "<index>,<priority>,<expiry
@@ -55,13 +56,18 @@ local nmsg = tonumber(ARGV[4])
 local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
 local kpos, apos, copies = 7, 7, 0
+local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
   local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key', 'max_messages',
-                      'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters')
+                      'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters', 'durability')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
+  if c[13] == 'sync' then
+    route = route .. '|sync'
+    sync = true
+  end
   if route ~= ARGV[apos] then
     return redis.error_reply('STALESUBS ' .. qi)
   end
@@ -98,34 +104,44 @@ end
 
 local OVERFLOW_REASON = 'overflow'
 
--- Up to k waiting (ready or scheduled) messages of destination d in send
+-- The oldest waiting (ready or scheduled) messages of destination d in send
 -- order, of priority p only when p is given (`sched`: the scheduled ones by
--- priority, read once); and whether more than those wait.
+-- priority, read once): at least the k oldest, when that many wait, and
+-- whether more wait than those returned. The ready ones come from the stream
+-- and rz, k from each: past the last one read of a source that had more,
+-- another of it may be older, so the list ends there.
 local function waiting(d, p, k, sched)
-  local ids, more = {}, false
-  if not p or p == DEFAULT_PRIORITY then
-    local entries = redis.call('XRANGE', d.ready, '-', '+', 'COUNT', k)
-    for _, e in ipairs(entries) do ids[#ids + 1] = e[2][2] end
-    more = #entries == k
+  local ids, horizon = {}, nil
+  local function add(list)
+    for _, id in ipairs(list) do ids[#ids + 1] = id end
+    if #list == k then
+      local last = send_order(list[#list])
+      if not horizon or last < horizon then horizon = last end
+    end
   end
-  local ranked
+  if not p or p == DEFAULT_PRIORITY then
+    local stream = {}
+    for _, e in ipairs(redis.call('XRANGE', d.ready, '-', '+', 'COUNT', k)) do stream[#stream + 1] = e[2][2] end
+    add(stream)
+  end
   if p then
     local band = tostring(9 - p)
-    ranked = redis.call('ZRANGEBYSCORE', d.rz, band .. string.rep('0', 13), band .. string.rep('9', 13), 'LIMIT', 0, k)
+    add(redis.call('ZRANGEBYSCORE', d.rz, band .. string.rep('0', 13), band .. string.rep('9', 13), 'LIMIT', 0, k))
   else
-    ranked = {}
-    local pairs_ = in_send_order(d, k)
-    for i = 1, #pairs_, 2 do ranked[#ranked + 1] = pairs_[i] end
+    local ranked, scored = {}, in_send_order(d, k)
+    for i = 1, #scored, 2 do ranked[#ranked + 1] = scored[i] end
+    add(ranked)
   end
-  for _, id in ipairs(ranked) do ids[#ids + 1] = id end
-  more = more or #ranked == k
   for q = p or 0, p or 9 do
     for _, id in ipairs(sched[q] or {}) do ids[#ids + 1] = id end
   end
-  local seq = {}
-  for _, id in ipairs(ids) do seq[id] = send_order(id) end
-  table.sort(ids, function(a, b) return seq[a] < seq[b] end)
-  return ids, more
+  local seq, kept = {}, {}
+  for _, id in ipairs(ids) do
+    seq[id] = send_order(id)
+    if not horizon or seq[id] <= horizon then kept[#kept + 1] = id end
+  end
+  table.sort(kept, function(a, b) return seq[a] < seq[b] end)
+  return kept, horizon ~= nil
 end
 
 -- The waiting messages an overflowing send drops from destination d to make
@@ -395,5 +411,9 @@ for _, qd in ipairs(queues) do
   count('sent', new_count, qd.cfg)
   count_rate('s', new_count, now, qd.cfg)
 end
+-- A send whose messages were all stored before (repeated dedupe ids) writes nothing else, and a
+-- wait for the disk after a call that wrote nothing returns at once: this write makes the caller's
+-- wait cover everything stored before it, the originals included.
+if sync then redis.call('HINCRBY', queues[1].cfg, 'n:sync_sends', 1) end
 table.insert(ids, 1, dropped)
 return ids
