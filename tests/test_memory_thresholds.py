@@ -147,30 +147,36 @@ def test_each_state_refuses_sends_below_its_priority_and_red_refuses_creation(se
 
 
 def test_a_tenant_fills_the_store_to_red_and_consumers_drain_it_to_green(serve: ServeFactory) -> None:
-    """The fill test: the node never answers 500, every refusal is the contract's, and nothing
-    answered 201 is lost."""
+    """The fill test: batches of priority 2, 5 and 8 in turn fill the store state by state; the
+    node never answers 500, every refusal is the contract's, each state takes only the priorities
+    it should, and nothing answered 201 is lost."""
     node = serve("--workers", "0", http_workers=1)
     store = node.redis()
-    store.config_set("maxmemory", int(store.info("memory")["used_memory"]) + 4 * 1024 * 1024)
+    store.config_set("maxmemory", int(store.info("memory")["used_memory"]) + 24 * 1024 * 1024)
     owner = node.owner()
     statuses: Counter[tuple[int, str]] = Counter()
-    states: set[str] = set()
+    taken: dict[str, set[int]] = {}
     accepted: set[str] = set()
     with node.tenant_client("filler") as api:
         api.put_queue("q")
-        body = {"messages": [{"documents": [{"data": "y" * 2048}], "priority": p} for p in (2, 5, 8) * 7]}
-        refused_in_red = 0
+        refused_in_red = sends = 0
         while refused_in_red < 5:
+            sends += 1
+            assert sends < 20_000, "the store never reached red"
+            priority = (2, 5, 8)[sends % 3]
+            body = {"messages": [{"documents": [{"data": "y" * 2048}], "priority": priority}] * 20}
             answer = api.session.post(api.url + "/v1/queues/q/messages", json=body, timeout=10)
             code = answer.json()["error"]["code"] if answer.status_code >= 400 else ""
             statuses[(answer.status_code, code)] += 1
-            states.add(answer.headers["X-Atomq-Memory-State"])
+            state = answer.headers["X-Atomq-Memory-State"]
             if answer.status_code == 201:
                 accepted.update(answer.json()["ids"])
-            elif answer.headers["X-Atomq-Memory-State"] == "red":
+                taken.setdefault(state, set()).add(priority)
+            elif state == "red":
                 refused_in_red += 1
         assert set(statuses) <= {(201, ""), (503, "memory_low")}, statuses
-        assert {"green", "red"} <= states, "from green to red (yellow and orange may pass between two readings)"
+        assert taken["green"] == {2, 5, 8}
+        assert taken.get("yellow", {5}) <= {5, 8} and taken.get("orange", {8}) <= {8} and "red" not in taken, taken
         acked: set[str] = set()
         while True:
             got = api.get("q", max_messages=500)
