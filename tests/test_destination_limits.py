@@ -9,9 +9,12 @@ import threading
 
 import pytest
 
-from atomq.errors import InvalidInput, QueueFull, TooLarge
+from atomq.api.services import LongPollLimiter, Services
+from atomq.errors import InvalidInput, QueueFull, RateLimited, TooLarge
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.tenants import TenantStore
 from support.queues import browse_all, dead_all, msg
+from support.waiting import wait_until
 
 
 def prio(text: str, priority: int) -> OutgoingMessage:
@@ -220,3 +223,31 @@ def test_drop_oldest_takes_the_oldest_across_the_stream_and_the_ranked_set(qs: Q
     assert not [t for t in left if t.startswith(("old", "next"))], "the 30 of priority 4 went first"
     assert [t for t in left if t.startswith("new")] == [f"new{i}" for i in range(2, 30)], \
         "then the two oldest of priority 7"
+
+
+def test_a_node_holds_a_bounded_number_of_sends_for_full_flow_control_queues(valkey) -> None:
+    """A held send holds a thread: past the node's bound the next is answered 429 at once, while
+    the one held goes on waiting and is stored when room frees."""
+    client = valkey.client()
+    services = Services(queues=QueueServer(client), tenants=TenantStore(client, "o" * 40),
+                        longpolls=LongPollLimiter(2))
+    tenant = services.tenants.create("held")[0].id
+    services._held_sends = threading.BoundedSemaphore(1)
+    services.settings.update(flow_control_wait_ms=20_000)
+    try:
+        services.queues.put_queue(tenant, "q", "point_to_point", max_messages=1, overflow="flow_control")
+        services.queues.send(tenant, "q", [msg("first")])
+        held: list[object] = []
+        first = threading.Thread(target=lambda: held.append(services.send(tenant, "q", [msg("held")], 0)))
+        first.start()
+        wait_until(lambda: services.held_sends == 1, 5, "the first send to be held")
+        with pytest.raises(RateLimited) as refused:
+            services.send(tenant, "q", [msg("one too many")], 0)
+        assert refused.value.code == "queue_full" and first.is_alive(), "refused while the other is held"
+        services.queues.ack(tenant, "q", [d.id for d in services.queues.get(tenant, "q")])
+        first.join(10)
+        assert not first.is_alive() and len(held[0].ids) == 1  # type: ignore[attr-defined]
+        assert texts(services.queues, tenant, "q") == ["held"]
+    finally:
+        services.settings.update(flow_control_wait_ms=5000)
+        services.tenants.delete(tenant)

@@ -78,6 +78,9 @@ class Services:
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
     _total_usage: tuple[float, dict[str, int]] | None = field(default=None, init=False)
+    held_sends: int = field(default=0, init=False)
+    """Sends this process holds now for full flow_control queues (at most ``defaults.MAX_HELD_SENDS``)."""
+    _held_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _held_sends: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(defaults.MAX_HELD_SENDS), init=False)
 
@@ -199,6 +202,8 @@ class Services:
         """
         deadline = time.monotonic() + wait_ms / 1000
         if self._held_sends.acquire(blocking=False):
+            with self._held_lock:
+                self.held_sends += 1
             try:
                 pause = 0.01
                 while not self.stopping.is_set() and time.monotonic() + pause < deadline:
@@ -209,6 +214,8 @@ class Services:
                     except QueueFull as again:
                         full = again
             finally:
+                with self._held_lock:
+                    self.held_sends -= 1
                 self._held_sends.release()
         raise RateLimited(f"{full.message} (held {wait_ms} ms for room: flow_control)", code="queue_full",
                           retry_after=1, **full.details)
