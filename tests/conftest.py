@@ -1,12 +1,15 @@
-"""Shared fixtures: a real Valkey per test session, fakeredis for fast runs of the same tests.
+"""Shared fixtures: a real Valkey and a real Valkey Cluster per test session, fakeredis for fast
+runs of the same tests.
 
-Semantic tests take the ``backend`` fixture and run twice: against the real
-embedded Valkey and against fakeredis (with its Lua support). Tests of
-processes, crashes and durability use ``valkey`` alone.
+Semantic tests take the ``backend`` fixture and run three times: against the real embedded
+Valkey, against a 6-node Valkey Cluster (3 masters, 3 replicas; their tenants placed on every
+master in turn) and against fakeredis (with its Lua support). Tests of processes, crashes and
+durability use ``valkey`` alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +22,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from atomq import telemetry
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
 from support.ports import free_port
 from support.queues import FAST
 from support.served_node import ServeFactory
+from support.valkey_cluster import ValkeyCluster
 
 
 @pytest.fixture(scope="session")
@@ -35,16 +40,33 @@ def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedValkey]
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyCluster]:
+    """One 6-node Valkey Cluster for the session (3 masters, 3 replicas), on free loopback ports."""
+    cluster = ValkeyCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _backend_of(request: pytest.FixtureRequest) -> str | None:
+    callspec = getattr(request.node, "callspec", None)
+    return callspec.params.get("backend") if callspec is not None else None
+
+
 @pytest.fixture(autouse=True)
 def audit_clean(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test on the session's real Valkey: the tenants it made pass the audit."""
-    callspec = getattr(request.node, "callspec", None)
-    on_valkey = "valkey" in request.fixturenames or (callspec is not None and callspec.params.get("backend") == "valkey")
-    if not on_valkey:
+    """After each test on the session's real Valkey or cluster: the tenants it made pass the audit."""
+    backend = _backend_of(request)
+    if backend == "cluster":
+        client = open_redis(request.getfixturevalue("valkey_cluster").url)
+    elif "valkey" in request.fixturenames or backend == "valkey":
+        client = request.getfixturevalue("valkey").client()
+    else:
         yield
         return
-    server: EmbeddedValkey = request.getfixturevalue("valkey")
-    client = server.client()
     before = {t.decode() for t in client.smembers(k.TENANTS_KEY)}
     yield
     try:
@@ -53,21 +75,29 @@ def audit_clean(request: pytest.FixtureRequest) -> Iterator[None]:
         client.close()
 
 
-@pytest.fixture(params=["valkey", "fakeredis"])
+@pytest.fixture(params=["valkey", "cluster", "fakeredis"])
 def backend(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    """A Redis client: the real server, or fakeredis."""
+    """A Redis client: the real server, a real cluster, or fakeredis."""
     if request.param == "valkey":
         client = request.getfixturevalue("valkey").client()
+    elif request.param == "cluster":
+        client = open_redis(request.getfixturevalue("valkey_cluster").url)
     else:
         client = fakeredis.FakeRedis()
     yield client
     client.close()
 
 
+_next_master = itertools.count()
+
+
 @pytest.fixture
-def tenant() -> str:
-    """A fresh tenant per test: tests never see each other's data."""
-    return f"t_{uuid.uuid4().hex[:12]}"
+def tenant(request: pytest.FixtureRequest) -> str:
+    """A fresh tenant per test: tests never see each other's data. On the cluster, the tenants of
+    successive tests live on each master in turn (a tenant's keys share its hash slot)."""
+    if _backend_of(request) != "cluster":
+        return f"t_{uuid.uuid4().hex[:12]}"
+    return str(request.getfixturevalue("valkey_cluster").tenant_on(next(_next_master)))
 
 
 @pytest.fixture

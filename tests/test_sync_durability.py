@@ -11,10 +11,12 @@ import pytest
 
 from atomq.errors import NotDurable
 from atomq.platform import QueueServer
+from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 from support.ports import free_port
 from support.queues import FAST, browse_all, msg
 from support.served_node import ServeFactory
+from support.valkey_cluster import ValkeyCluster
 from support.waiting import wait_until
 
 
@@ -105,3 +107,19 @@ def test_the_embedded_store_syncs_every_write_with_appendfsync_always(serve: Ser
     with node.tenant_client("always") as api:
         api.put_queue("ledger", durability="sync")
         assert len(api.send_texts("ledger", ["on disk before the answer"])) == 1
+
+
+def test_on_a_cluster_a_sync_send_waits_on_its_tenants_node_for_its_replica(valkey_cluster: ValkeyCluster) -> None:
+    """The script and WAITAOF go to the node of the tenant's slot on one connection (else the
+    script would meet MOVED there); every master of the test cluster has a replica to wait for."""
+    client = open_redis(valkey_cluster.url)
+    qs = QueueServer(client, dataclasses.replace(FAST, sync_min_replicas=1, sync_timeout_ms=5000))
+    try:
+        for master in range(3):
+            tenant = valkey_cluster.tenant_on(master)
+            qs.put_queue(tenant, "ledger", "point_to_point", durability="sync")
+            ids = qs.send(tenant, "ledger", [msg(f"entry {i}", dedupe_id=f"e{i}") for i in range(10)])
+            assert len(ids) == 10 and qs.get_queue(tenant, "ledger").depth == 10, master
+            qs.delete_queue(tenant, "ledger")
+    finally:
+        client.close()

@@ -153,14 +153,11 @@ class Maintenance:
 
     def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
         """What each tenant's maintenance has to do now, read from its indexes for all of
-        ``tenants`` in one round trip; takes expired de-duplication markers off their usage."""
+        ``tenants`` in one round trip (one a node on a cluster); takes expired de-duplication markers off their usage."""
         args = [round(self._shared.settings.document_retention_s * 1000), limit]
         calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
         keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting] for t, tk in calls}
-        pipe = self._shared.client.pipeline(transaction=False)
-        for tenant, _ in calls:
-            self._shared.storage.scripts.queue(pipe, "due", keys[tenant], args)
-        replies = self._shared.storage.call(pipe.execute, raise_on_error=False)
+        replies = self._shared.storage.run_many("due", [(keys[tenant], args) for tenant, _ in calls])
         out = {}
         for (tenant, _), reply in zip(calls, replies):
             if isinstance(reply, Exception):  # NOSCRIPT on a node that lost its scripts, say: once more alone

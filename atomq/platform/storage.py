@@ -52,6 +52,32 @@ class Storage:
         except STORE_ERRORS as exc:
             raise translate(exc) from None
 
+    def _node_of(self, key: str) -> Any:
+        """On a cluster, the node that holds ``key``'s slot; None on a single server."""
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        return None
+
+    def _client_of(self, node: Any) -> Any:
+        """The client of one node (``_node_of``), or the only one."""
+        return self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]
+
+    def run_many(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Runs script ``name`` once per ``(keys, args)`` in one round trip, or on a cluster one
+        per node (a cluster pipeline refuses scripts: each call goes to the node of its keys).
+        Returns each call's reply in order; a call that failed gives its exception instead."""
+        by_node: dict[Any, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            by_node.setdefault(self._node_of(keys[0]), []).append(i)
+        replies: list[Any] = [None] * len(calls)
+        for node, indexes in by_node.items():
+            pipe = self._client_of(node).pipeline(transaction=False)
+            for i in indexes:
+                self.scripts.queue(pipe, name, calls[i][0], calls[i][1])
+            for i, reply in zip(indexes, self.call(pipe.execute, raise_on_error=False)):
+                replies[i] = reply
+        return replies
+
     def run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None,
                     replicas: int, timeout_ms: int) -> tuple[Any, list[int]]:
         """Runs script ``name`` (as :meth:`run`), then waits on the same connection until what it
@@ -60,11 +86,8 @@ class Storage:
         both go in one pipeline. On a cluster the pipeline goes to the node of the keys' slot (the
         cluster client would send WAITAOF to a default node). Returns the script's reply and
         WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out)."""
-        client: Any = self.client
-        if isinstance(client, redis.cluster.RedisCluster):
-            client = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
         try:
-            pipe = client.pipeline(transaction=False)
+            pipe = self._client_of(self._node_of(keys[0])).pipeline(transaction=False)
             self.scripts.queue(pipe, name, keys, args)
             pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
             reply, synced = pipe.execute(raise_on_error=False)
