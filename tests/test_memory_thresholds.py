@@ -4,11 +4,14 @@ maxmemory, so consumers can bring memory back down."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from redis.cluster import key_slot
 
 from atomq.errors import InvalidInput, StorageFull
 from atomq.platform import QueueServer
@@ -16,7 +19,8 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.memory_state import MemoryThresholds, refuses
 from atomq.platform.memory_use import MemoryUse
 from support.queues import FAST, browse_all, msg
-from support.served_node import AtomqServe, ServeFactory
+from support.served_node import AtomqServe, Http, ServeFactory
+from support.valkey_cluster import ValkeyCluster
 from support.waiting import wait_until
 
 
@@ -188,3 +192,44 @@ def test_a_tenant_fills_the_store_to_red_and_consumers_drain_it_to_green(serve: 
         wait_until(lambda: owner("GET", "/v1/server", status=200)["memory_state"] == "green", 10,
                    "the drained store back to green")
         assert api.send_texts("q", ["after"]) and len(api.get("q")) == 1
+
+
+def test_on_a_cluster_each_tenant_is_judged_by_its_own_primary(serve: ServeFactory, valkey_cluster: ValkeyCluster,
+                                                               valkey: EmbeddedValkey) -> None:
+    """A tenant's keys live on one primary: a full primary refuses its tenants' sends while the
+    others' go on; the server's state is its fullest primary's."""
+    node = serve("--redis-url", valkey_cluster.url, "--rq-redis-url", str(valkey.tcp_url), "--workers", "0",
+                 http_workers=1)
+    owner = node.owner()
+    masters = valkey_cluster.masters()
+
+    def master_of(tenant_id: str) -> int:
+        slot = key_slot(tenant_id.encode())
+        return next(port for port, first, last in masters if first <= slot <= last)
+
+    tenants: dict[int, tuple[str, str]] = {}
+    while len(tenants) < 2:
+        created = owner("POST", "/v1/tenants", {"name": f"shard-{len(tenants)}-{uuid.uuid4().hex[:6]}"}, 201)
+        tenants.setdefault(master_of(created["id"]), (created["id"], created["api_key"]))
+    (full_port, (full_id, full_key)), (_, (other_id, other_key)) = list(tenants.items())[:2]
+    body = {"messages": [{"documents": [{"data": "x"}]}]}
+    with redis.Redis(port=full_port) as full_node, Http(node.url, full_key) as full, \
+            Http(node.url, other_key) as other:
+        full("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        other("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        full_node.config_set("maxmemory", int(full_node.info("memory")["used_memory"]) + 64 * 1024)
+        try:
+            # Refused by the state of its primary once the node reads it (Valkey's own refusal, the
+            # same 503, may come first).
+            wait_until(lambda: "memory state is red" in full.request("POST", "/v1/queues/q/messages", body).text,
+                       5, "the full primary's tenant refused by its state")
+            assert other("POST", "/v1/queues/q/messages", body, 201)["ids"], "another primary's tenant sends on"
+            wait_until(lambda: owner("GET", "/v1/server", status=200)["memory_state"] == "red", 5,
+                       "the server's state: its fullest primary's")
+            assert len(full("POST", "/v1/queues/q/get", {"max": 5}, 200)["messages"]) >= 1, "its consumers go on"
+        finally:
+            full_node.config_set("maxmemory", 0)
+        wait_until(lambda: full.request("POST", "/v1/queues/q/messages", body).status_code == 201, 5,
+                   "the primary's tenant sending again")
+    for tenant_id in (full_id, other_id):
+        owner("DELETE", f"/v1/tenants/{tenant_id}", status=204)

@@ -73,7 +73,7 @@ class ListenerByName(MethodView):
         else:
             processes.FORK.check(body["process"], body["settings"])
         s = services()
-        s.check_creation(f"listener {name}", lambda: s.listeners.get(tenant, name))
+        s.check_creation(f"listener {name}", lambda: s.listeners.get(tenant, name), tenant)
         created = s.executions.deploy(tenant, name, body["queue"], body.get("subscriber"), process=body["process"],
                                       batch_size=body["batch_size"],
                                       max_concurrent_executions=body["max_concurrent_executions"],

@@ -44,7 +44,7 @@ class QueueByName(MethodView):
         Changing the model of a non-empty queue is 409."""
         settings = {field: body.get(field) for field in QUEUE_SETTINGS}
         s, tenant = services(), current_tenant()
-        s.check_creation(f"queue {name}", lambda: s.queues.get_queue(tenant, name))
+        s.check_creation(f"queue {name}", lambda: s.queues.get_queue(tenant, name), tenant)
         info, created = s.queues.put_queue(tenant, name, body["model"], **settings)
         return render.json_response(render.queue(info), 201 if created else 200)
 
@@ -68,7 +68,7 @@ class Subscriber(MethodView):
         """Creates a subscriber of a publish/subscribe queue ahead of its first get (a get also creates
         it, also while the memory state is red, when this PUT is refused)."""
         s, tenant = services(), current_tenant()
-        s.check_creation(f"subscriber {subscriber}", lambda: _subscriber(s, tenant, name, subscriber))
+        s.check_creation(f"subscriber {subscriber}", lambda: _subscriber(s, tenant, name, subscriber), tenant)
         created = s.queues.put_subscriber(tenant, name, subscriber)
         return render.json_response({"name": subscriber}, 201 if created else 200)
 

@@ -143,7 +143,7 @@ class Services:
                 tenant, rate_limit, settings.incoming_rate_limit_per_minute, settings.rate_limit_window_s):
             lowest = min(defaults.DEFAULT_PRIORITY if m.priority is None else m.priority for m in messages) \
                 if messages else defaults.DEFAULT_PRIORITY
-            self.check_memory("this send", lowest)
+            self.check_memory("this send", lowest, tenant)
             self._check_server_limits(settings, incoming_bytes)
             try:
                 return store(quota)
@@ -156,19 +156,21 @@ class Services:
                 raise MemoryLow("the store is at its memory limit: sends are refused until consumers free "
                                 "memory", memory_state="red", priority=REFUSED_BELOW["red"]) from None
 
-    def check_creation(self, what: str, exists: Callable[[], object]) -> None:
-        """Refuses the creation of ``what`` while the memory state is red (503 memory_low); an update
-        of what already exists goes on (``exists`` raises NotFound when it does not)."""
-        if self.memory.state() == "red":
+    def check_creation(self, what: str, exists: Callable[[], object], tenant: str) -> None:
+        """Refuses the creation of ``what`` while the tenant's memory state is red (503 memory_low);
+        an update of what already exists goes on (``exists`` raises NotFound when it does not)."""
+        if self.memory.state(tenant) == "red":
             try:
                 exists()
             except NotFound:
-                self.check_memory(f"creating {what}")
+                self.check_memory(f"creating {what}", tenant=tenant)
 
-    def check_memory(self, what: str, lowest_priority: int = REFUSED_BELOW["red"] - 1) -> None:
-        """Refuses ``what`` (503 memory_low) when the memory state refuses its lowest priority; by
-        default only red refuses (the creation of queues, subscribers and listeners)."""
-        state = self.memory.state()
+    def check_memory(self, what: str, lowest_priority: int = REFUSED_BELOW["red"] - 1,
+                     tenant: str | None = None) -> None:
+        """Refuses ``what`` (503 memory_low) when the memory state (of the tenant's primary, on a
+        cluster) refuses its lowest priority; by default only red refuses (the creation of queues,
+        subscribers and listeners)."""
+        state = self.memory.state(tenant)
         if refuses(state, lowest_priority):
             below = REFUSED_BELOW[state]
             rule = "everything but gets, acks and deletes is refused" if state == "red" else \

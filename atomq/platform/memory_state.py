@@ -81,38 +81,46 @@ class StateChange:
 
 class MemoryWatch:
     """One node's view of the memory state: the store's figures read again when older than
-    ``READ_S``, judged by the thresholds as they are now."""
+    ``READ_S``, judged by the thresholds as they are now. On a cluster a tenant's state is its
+    primary's; the server's is its fullest primary's, and that one is recorded."""
 
     def __init__(self, storage: Storage, thresholds: Callable[[], MemoryThresholds]) -> None:
         self._storage = storage
         self._thresholds = thresholds
         self._lock = threading.Lock()
-        self._read: tuple[float, MemoryUse] | None = None
+        self._read: dict[str, tuple[float, MemoryUse]] = {}
         self._last: str | None = None
 
-    def state(self) -> str:
-        return self.reading()[0]
+    def state(self, tenant: str | None = None) -> str:
+        return self.reading(tenant)[0]
 
     def last_state(self) -> str | None:
-        """The state as this node last judged it, without reading the store (None before the first)."""
+        """The server's state as this node last judged it, without reading the store (None before the first)."""
         return self._last
 
-    def reading(self) -> tuple[str, MemoryUse]:
-        """The state and the figures it was judged on."""
-        read = self._read
-        if read is None or time.monotonic() - read[0] > READ_S:
-            read = (time.monotonic(), memory_use(self._storage))
-            self._read = read
-        state = self._thresholds().state(read[1])
+    def reading(self, tenant: str | None = None) -> tuple[str, MemoryUse]:
+        """The state and the figures it was judged on: the server's, or the tenant's primary's."""
+        state, use = self._judged(None)
         with self._lock:
             before, self._last = self._last, state
         if state != before:
             try:
-                self._record(state, read[1])
+                self._record(state, use)
             except Exception:
                 self._last = before  # recorded by the next reading instead
                 raise
-        return state, read[1]
+        if tenant is None or not self._storage.is_cluster:
+            return state, use
+        return self._judged(k.TenantKeys(tenant).usage)
+
+    def _judged(self, key: str | None) -> tuple[str, MemoryUse]:
+        """The state of the fullest primary (``key`` None) or of the one holding ``key``."""
+        where = "" if key is None else self._storage.node_name(key)
+        read = self._read.get(where)
+        if read is None or time.monotonic() - read[0] > READ_S:
+            read = (time.monotonic(), memory_use(self._storage, key))
+            self._read[where] = read
+        return self._thresholds().state(read[1]), read[1]
 
     def _record(self, state: str, use: MemoryUse) -> None:
         """Records a state this node saw change in the store; the node whose record changed it logs it."""

@@ -52,6 +52,15 @@ class Storage:
         except STORE_ERRORS as exc:
             raise translate(exc) from None
 
+    @property
+    def is_cluster(self) -> bool:
+        return isinstance(self.client, redis.cluster.RedisCluster)
+
+    def node_name(self, key: str) -> str:
+        """The name of the node holding ``key`` on a cluster ("" on a single server)."""
+        node = self._node_of(key)
+        return "" if node is None else str(node.name)
+
     def _node_of(self, key: str) -> Any:
         """On a cluster, the node that holds ``key``'s slot; None on a single server."""
         if isinstance(self.client, redis.cluster.RedisCluster):
@@ -61,6 +70,15 @@ class Storage:
     def _client_of(self, node: Any) -> Any:
         """The client of one node (``_node_of``), or the only one."""
         return self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]
+
+    def node_infos(self, section: str, key: str | None = None) -> list[dict[str, Any]]:
+        """``INFO section`` of the server; on a cluster, of the primary holding ``key``, or of every
+        primary without one (a cluster client's own INFO asks one node only)."""
+        client: Any = self.client
+        if not isinstance(client, redis.cluster.RedisCluster):
+            return [self.call(client.info, section)]
+        nodes = [self._node_of(key)] if key is not None else self.call(client.get_primaries)
+        return [self.call(client.get_redis_connection(node).info, section) for node in nodes]
 
     def run_many(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Runs script ``name`` once per ``(keys, args)`` in one round trip, or on a cluster one

@@ -65,7 +65,8 @@ class Http:
 
 
 class AtomqServe:
-    """One ``atomq serve`` process tree: the master (our Popen), its HTTP workers and the embedded Valkey."""
+    """One ``atomq serve`` process tree: the master (our Popen), its HTTP workers and the embedded Valkey
+    (none with ``--redis-url``)."""
 
     def __init__(self, data_dir: Path, log_path: Path, owner_key: str, port: int,
                  http_workers: int = 2, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
@@ -76,6 +77,7 @@ class AtomqServe:
         self.workers: list[psutil.Process] = []
         self.execution_workers: list[psutil.Process] = []
         self.valkey: psutil.Process | None = None
+        self.embedded = "--redis-url" not in args
 
     @property
     def valkey_dir(self) -> Path:
@@ -112,14 +114,14 @@ class AtomqServe:
         """Records the embedded Valkey (its pid read from its pid file while it runs) and the workers
         forked so far, so that teardown can check each of them is gone; returns the workers."""
         assert self.proc is not None
-        if self.valkey is None:
+        if self.valkey is None and self.embedded:
             self.valkey = psutil.Process(int((self.valkey_dir / "valkey.pid").read_text()))
             assert self.valkey.ppid() == self.proc.pid, "the master owns the embedded Valkey"
         workers = []
         for child in psutil.Process(self.proc.pid).children():
             with contextlib.suppress(psutil.NoSuchProcess):  # the master also runs valkey-server --version
                 command = child.cmdline()
-                if child.pid != self.valkey.pid and "atomq" in " ".join(command):
+                if (self.valkey is None or child.pid != self.valkey.pid) and "atomq" in " ".join(command):
                     # HTTP workers are forks of the master (same command); execution workers are `atomq worker`.
                     (workers if "serve" in command else self.execution_workers).append(child)
         self.workers = list({p.pid: p for p in [*self.workers, *workers]}.values())
