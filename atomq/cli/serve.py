@@ -51,6 +51,9 @@ from atomq.errors import AtomqError
 @click.option("--rq-redis-url", **env("RQ_REDIS_URL"),
               help="A standalone Redis for rq's execution job queues (default: the node's own Redis, "
                    "which must then not be a cluster).")
+@click.option("--replace-owner-key", is_flag=True,
+              help="Take this node's owner key as the store's, replacing the one its other nodes recorded (a "
+                   "node whose owner key differs from theirs refuses to start); restart every other node with it.")
 @click.option("--advertise-url", **env("ADVERTISE_URL"),
               help="The URL executions reach this node at (default: http://HOST:PORT).")
 @click.option("--execution-timeout", type=click.IntRange(*defaults.EXECUTION_TIMEOUT_RANGE_S),
@@ -80,7 +83,8 @@ from atomq.errors import AtomqError
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, appendfsync: str,
           http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
-          workers: int, rq_redis_url: str | None, advertise_url: str | None, execution_timeout: int,
+          workers: int, rq_redis_url: str | None, replace_owner_key: bool, advertise_url: str | None,
+          execution_timeout: int,
           max_send_documents: int, spark: bool | None, spark_master: str, metrics_public: bool,
           metrics_max_tenants: int, metrics_max_queues: int) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
@@ -100,7 +104,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             threads=threads,
                             max_longpolls_per_tenant=max_longpolls_per_tenant,
                             max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
-                            workers=workers, rq_redis_url=rq_redis_url, advertise_url=advertise_url,
+                            workers=workers, rq_redis_url=rq_redis_url, replace_owner_key=replace_owner_key,
+                            advertise_url=advertise_url,
                             execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,
                             spark={None: "on_demand", True: "at_start", False: "never"}[spark],
                             spark_master=spark_master, metrics_public=metrics_public,

@@ -28,6 +28,8 @@ class NodeConfig:
     workers: int = defaults.EXECUTION_WORKERS
     rq_redis_url: str | None = None
     advertise_url: str | None = None
+    replace_owner_key: bool = False
+    """This node's owner key replaces the one the store's other nodes recorded."""
     execution_timeout_s: int = defaults.EXECUTION_TIMEOUT_S
     max_send_documents: int = defaults.MAX_SEND_DOCUMENTS
     spark: str = "on_demand"

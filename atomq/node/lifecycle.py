@@ -36,6 +36,7 @@ from atomq.node.config import NodeConfig
 from atomq.node.http_server import HEALTH_DIR, Node
 from atomq.node.owner_key import load_owner_key
 from atomq.node.rq_redis import rq_connection
+from atomq.node.shared_setup import check_shared_setup
 from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
 from atomq.platform.data_dir import DataDirLock
@@ -68,10 +69,19 @@ def serve(config: NodeConfig) -> None:
             print(f"atomq: embedded Valkey (pid {server.pid}) keeps its data in {server.data_dir}", flush=True)
         else:
             lock.note_redis_url()
-        # Fail here, once, on an unusable Redis or a newer data format; not in every worker.
-        QueueServer(open_redis(redis_url, allow_eviction=config.allow_eviction)).client.close()
+        # Fail here, once, on an unusable Redis, a newer data format, or an owner key or rq Redis
+        # that differs from the other nodes'; not in every worker.
+        queues = QueueServer(open_redis(redis_url, allow_eviction=config.allow_eviction))
         rq_redis_url = config.rq_redis_url or redis_url
-        rq_connection(rq_redis_url).close()
+        rq = rq_connection(rq_redis_url)
+        try:
+            check_shared_setup(queues.storage, rq, owner_key, config.replace_owner_key)
+            if queues.storage.is_cluster and not config.advertise_url:
+                print(f"atomq: WARNING: this node serves a cluster store without --advertise-url: its execution "
+                      f"workers, which may run on other machines, reach it at {config.api_url}", flush=True)
+        finally:
+            rq.close()
+            queues.client.close()
         print(f"atomq: serving http://{config.host}:{config.port}", flush=True)
         Node(config, redis_url, owner_key, rq_redis_url).run()
     finally:

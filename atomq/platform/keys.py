@@ -218,6 +218,11 @@ DEST_KEY_COUNT = 13
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
+NODES_SETUP_KEY = f"{PREFIX}:nodes:setup"
+"""What every node on the store must share (``atomq.node.shared_setup``): ``owner`` -> the owner key's
+SHA-256, ``rq`` -> the identity of the rq Redis."""
+RQ_IDENTITY_KEY = f"{PREFIX}:rq:identity"
+"""In the rq Redis (which may be another server): a random id naming it."""
 MEMORY_STATE_KEY = f"{PREFIX}:{{memory}}:state"
 """The memory state the nodes last recorded (``state``) and how often it changed to each (``n:<state>``);
 one hash tag with the history, which the same script writes."""

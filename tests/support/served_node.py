@@ -261,7 +261,9 @@ class ServeFactory:
 
     def __call__(self, *args: str, http_workers: int = 2, same_as: AtomqServe | None = None, healthy: bool = True,
                  env: dict[str, str] | None = None) -> AtomqServe:
-        node = AtomqServe(same_as.data_dir if same_as else self.directory / "data",
+        # Nodes on an outside store (--redis-url) are separate machines: a directory each.
+        own = self.directory / (f"data-{len(self.nodes)}" if "--redis-url" in args else "data")
+        node = AtomqServe(same_as.data_dir if same_as else own,
                           self.directory / f"serve-{len(self.nodes)}.log", self.owner_key,
                           same_as.port if same_as else free_port(), http_workers, args, env)
         self.nodes.append(node)
