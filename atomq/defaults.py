@@ -174,8 +174,9 @@ MAX_MIN_REPLICAS = 16
 SYNC_TIMEOUT_MS = 2000
 """Valkey syncs its append-only file every second (appendfsync everysec): a send waits up to a
 second for it, so two seconds pass only when the disk or a replica is in trouble."""
-MAX_SYNC_TIMEOUT_MS = 60_000
-"""A waiting send holds a thread and its client's connection."""
+MAX_SYNC_TIMEOUT_MS = 10_000
+"""A waiting send holds a thread and its client's connection, whose calls give up after
+``connection.SOCKET_TIMEOUT_S`` (15 s)."""
 RATE_LIMIT_WINDOW_S = 60
 """Limits are set per minute, so a window is a minute."""
 MAX_EXACT_INT = 2**53

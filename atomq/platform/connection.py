@@ -39,6 +39,12 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+SOCKET_TIMEOUT_S = 15.0
+"""Above the longest a call may rightly take: a blocking read waits at most a second at a time, a
+send to a sync queue at most ``defaults.MAX_SYNC_TIMEOUT_MS``, a script a bounded chunk."""
+CONNECT_TIMEOUT_S = 5.0
+
+
 def open_redis(
     url: str, *, allow_eviction: bool = False, **kwargs: Any
 ) -> RedisClient:
@@ -46,8 +52,13 @@ def open_redis(
 
     A Redis Cluster (``cluster_enabled:1``) gets a ``RedisCluster`` client.
     Raises StorageError when the server cannot be reached and UnsafeStorage
-    when it may evict keys (see :func:`check_server`).
+    when it may evict keys (see :func:`check_server`). Unless ``kwargs`` say
+    otherwise, a call gives up after ``SOCKET_TIMEOUT_S`` and a connection
+    after ``CONNECT_TIMEOUT_S``: redis-py would wait for ever on a store that
+    stopped answering, and hold a request thread with it.
     """
+    kwargs.setdefault("socket_timeout", SOCKET_TIMEOUT_S)
+    kwargs.setdefault("socket_connect_timeout", CONNECT_TIMEOUT_S)
     client: RedisClient | None = None
     try:
         client = redis.Redis.from_url(url, **kwargs)

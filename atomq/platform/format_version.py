@@ -6,7 +6,7 @@ refuses data written in a format it does not know, instead of misreading it.
 
 from __future__ import annotations
 
-import redis
+from atomq.platform.storage import STORE_ERRORS
 
 from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.connection import RedisClient
@@ -28,7 +28,7 @@ def check_format(client: RedisClient) -> int:
     try:
         client.set(FORMAT_VERSION_KEY, FORMAT_VERSION, nx=True)
         stored = int(client.get(FORMAT_VERSION_KEY) or FORMAT_VERSION)
-    except redis.RedisError as exc:
+    except STORE_ERRORS as exc:
         raise StorageError(f"Redis failed while reading the format version: {exc}") from None
     if stored > FORMAT_VERSION:
         raise FormatVersionError(
@@ -43,5 +43,5 @@ def record_format(client: RedisClient) -> None:
     """Marks the data as migrated to this atomq's format."""
     try:
         client.set(FORMAT_VERSION_KEY, FORMAT_VERSION)
-    except redis.RedisError as exc:
+    except STORE_ERRORS as exc:
         raise StorageError(f"Redis failed while writing the format version: {exc}") from None

@@ -45,7 +45,7 @@ class ServerSettings:
             before answering 429 [0, 60000].
         min_replicas: replicas that must hold a send to a ``sync`` queue before it is answered [0, 16].
         sync_timeout_ms: how long a send to a ``sync`` queue waits for the disk and the replicas
-            before 503 not_durable [1, 60000].
+            before 503 not_durable [1, 10000].
         memory_thresholds: the shares of the store's memory limit where the memory states yellow,
             orange and red begin (``MemoryThresholds``; given as an object, parts left out keep
             their defaults).
