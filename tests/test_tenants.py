@@ -79,7 +79,7 @@ def test_a_tenants_account_keys_share_its_slot_and_prefix() -> None:
     for key in (k.tenant_record(tenant), k.tenant_api_keys(tenant)):
         assert key_slot(key.encode()) == slot
         assert key.startswith(f"aq:{{{tenant}}}:")
-    assert not k.API_KEYS_KEY.startswith(k.tenant_prefix(tenant))
+    assert not k.api_key_table("0123456789abcdef").startswith(k.tenant_prefix(tenant))
 
 
 def test_keys_split_on_the_first_two_underscores_only() -> None:
@@ -322,10 +322,11 @@ def test_a_key_pasted_where_an_id_belongs_is_not_echoed(store: TenantStore) -> N
 def test_a_key_is_not_issued_to_a_tenant_whose_removal_began(store: TenantStore, backend: redis.Redis) -> None:
     tenant, _, _ = store.create("acme")
     backend.hset(k.tenant_record(tenant.id), "deleting", "1")  # as if a removal had just begun
-    entries = backend.hlen(k.API_KEYS_KEY)
+    tables = [k.api_key_table(f"{i:02x}") for i in range(256)]
+    entries = sum(backend.hlen(t) for t in tables)
     with pytest.raises(NotFound):
         store.create_key(tenant.id)
-    assert backend.hlen(k.API_KEYS_KEY) == entries
+    assert sum(backend.hlen(t) for t in tables) == entries
     assert not store.exists(tenant.id)
 
 
@@ -421,3 +422,26 @@ def test_an_interrupted_delete_finishes_when_called_again(backend: redis.Redis) 
     assert backend.keys(f"aq:{{{tenant.id}}}:*") == []
     with pytest.raises(Unauthorized):
         store.authenticate(api_key)
+
+
+def test_the_key_table_of_format_4_moves_into_its_shards_and_its_keys_keep_working(backend: redis.Redis) -> None:
+    store = TenantStore(backend, "o" * 40)
+    tenant, key_id, api_key = store.create("old-keys")
+    table = k.api_key_table(key_id)
+    entry = backend.hget(table, key_id)
+    backend.hdel(table, key_id)
+    backend.hset(k.LEGACY_API_KEYS_KEY, key_id, entry)  # where format 4 kept it
+    with pytest.raises(Unauthorized):
+        store.authenticate(api_key)
+    restarted = TenantStore(backend, "o" * 40)
+    assert restarted.authenticate(api_key).tenant_id == tenant.id
+    assert backend.exists(k.LEGACY_API_KEYS_KEY) == 0
+    restarted.delete(tenant.id)
+
+
+def test_key_entries_spread_over_the_clusters_masters(valkey_cluster) -> None:
+    """One shard's failover must not stop every tenant's keys: the entries live on every master."""
+    slots = {key_slot(k.api_key_table(f"{i:02x}").encode()) for i in range(256)}
+    masters = valkey_cluster.masters()
+    holding = {port for port, first, last in masters for slot in slots if first <= slot <= last}
+    assert holding == {port for port, _, _ in masters}

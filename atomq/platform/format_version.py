@@ -12,7 +12,7 @@ from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.connection import RedisClient
 from atomq.platform.keys import FORMAT_VERSION_KEY
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """1: the first. 2: usage counts the store's per-message bookkeeping (``atomq.platform.footprint``),
 and the maintenance works from per-tenant indexes of due destinations: data of format 1 has its
 usage recounted and its indexes built (``QueueServer``) before a node serves it. 3: an envelope's
@@ -20,7 +20,9 @@ head may carry a priority and an expiry (``<documents>,<priority>,<expiry ms>``)
 messages wait in a sorted set beside the stream; data of format 2 is read as it is (an older
 atomq would misread the new heads, so the number goes up). 4: each destination counts the bytes of
 its messages neither acked nor dead (``D:held``, what ``max_bytes`` holds): the migration's
-recount of usage counts them for data of format 3 (``audit.repair_usage``)."""
+recount of usage counts them for data of format 3 (``audit.repair_usage``). 5: the API keys'
+entries are spread over 256 hashes (``keys.api_key_table``) instead of one, which an older atomq
+would not find; ``TenantStore`` moves them on start."""
 
 
 def check_format(client: RedisClient) -> int:

@@ -249,7 +249,17 @@ def lease_key(name: str) -> str:
     return f"{PREFIX}:lease:{name}"
 
 
-API_KEYS_KEY = f"{PREFIX}:apikeys"
+LEGACY_API_KEYS_KEY = f"{PREFIX}:apikeys"
+"""Format 4 and before: every API key's entry in one hash, on one cluster slot (one shard's failover
+stopped every tenant's keys). Moved into the shards of ``api_key_table`` by ``TenantStore``."""
+
+
+def api_key_table(key_id: str) -> str:
+    """The hash that holds API key ``key_id``'s entry: one of 256, by the id's first two hex
+    characters (random), each its own hash tag, so the entries spread over a cluster's slots and
+    one shard's failover stops only the keys it holds."""
+    return f"{PREFIX}:apikeys:{{{key_id[:2]}}}"
+
 ISSUED_TENANT_IDS_KEY = f"{PREFIX}:tenants:issued"
 
 

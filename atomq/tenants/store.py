@@ -1,8 +1,9 @@
 """Tenant accounts and their API keys, kept in Redis beside the queues.
 
 A tenant's own keys (its record, its set of key ids) sit in its cluster slot;
-the table that finds a key's tenant (``aq:apikeys``) and the set of tenants
-(``aq:tenants``) are global, in other slots, so no one script can change both.
+the table that finds a key's tenant (``aq:apikeys:{XX}``, 256 hashes spread over
+the slots by the key id) and the set of tenants (``aq:tenants``) are global, in
+other slots, so no one script can change both.
 Every step that spans them is ordered so that a crash between two steps
 leaves nothing that works when it should not:
 
@@ -76,6 +77,15 @@ class TenantStore:
         self._update = client.register_script(scripts.UPDATE)
         self._mark_deleting = client.register_script(scripts.MARK_DELETING)
         self.execution_tokens = ExecutionTokens(self.storage)
+        self._move_legacy_keys()
+
+    def _move_legacy_keys(self) -> None:
+        """Moves the entries of the one key table of format 4 and before into their shards
+        (``keys.api_key_table``); one step a key, so a crash part way loses none."""
+        legacy = k.LEGACY_API_KEYS_KEY
+        for key_id, stored in self.storage.call(self.client.hgetall, legacy).items():
+            self.storage.call(self.client.hsetnx, k.api_key_table(key_id.decode()), key_id, stored)
+            self.storage.call(self.client.hdel, legacy, key_id)
 
     # -- tenants ----------------------------------------------------------------
 
@@ -172,13 +182,12 @@ class TenantStore:
         if not self.storage.call(self._mark_deleting, keys=[record], args=[]):
             raise tenant_not_found(tenant_id)
         key_ids = self.storage.call(self.client.smembers, k.tenant_api_keys(tenant_id))
-        for batch in _batches(sorted(key_ids)):
+        for key_id in sorted(i.decode() for i in key_ids):
             # Only entries that name this tenant: an id in its set may have lost the race
             # for the global entry to another tenant's key (see _issue_key).
-            entries = self.storage.call(self.client.hmget, k.API_KEYS_KEY, batch)
-            mine = [i for i, stored in zip(batch, entries) if api_keys.tenant_of(stored) == tenant_id]
-            if mine:
-                self.storage.call(self.client.hdel, k.API_KEYS_KEY, *mine)
+            table = k.api_key_table(key_id)
+            if api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id:
+                self.storage.call(self.client.hdel, table, key_id)
         self._unlink_keyspace(tenant_id, keep=record)
         self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
         self.storage.call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
@@ -216,12 +225,12 @@ class TenantStore:
                 continue  # the tenant already has this id (1 in 2**64)
             api_key = api_keys.new_api_key(key_id)
             stored = api_keys.entry(tenant_id, api_keys.digest(api_key))
-            if self.storage.call(self.client.hsetnx, k.API_KEYS_KEY, key_id, stored):
+            if self.storage.call(self.client.hsetnx, k.api_key_table(key_id), key_id, stored):
                 break
             self.storage.call(self.client.srem, key_set, key_id)  # another tenant's id (1 in 2**64)
         # A removal that began meanwhile may have read the set before this id was in it.
         if not self.exists(tenant_id):
-            self.storage.call(self.client.hdel, k.API_KEYS_KEY, key_id)
+            self.storage.call(self.client.hdel, k.api_key_table(key_id), key_id)
             raise tenant_not_found(tenant_id)
         return key_id, api_key
 
@@ -237,9 +246,10 @@ class TenantStore:
                            "characters", tenant=tenant_id)
         missing = NotFound(f"key {key_id!r} of tenant {tenant_id!r} does not exist",
                            tenant=tenant_id, key_id=key_id)
-        owned = api_keys.tenant_of(self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)) == tenant_id
+        table = k.api_key_table(key_id)
+        owned = api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id
         if owned:
-            self.storage.call(self.client.hdel, k.API_KEYS_KEY, key_id)
+            self.storage.call(self.client.hdel, table, key_id)
         # Also finishes a revocation (or a key's creation) that a crash cut short.
         if not self.storage.call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
             raise missing
@@ -264,7 +274,7 @@ class TenantStore:
                 raise Unauthorized(INVALID_TOKEN)
             return Principal(tenant_id=grant.tenant, key_id=None, execution=grant)
         key_id = api_keys.parse_key_id(api_key)
-        stored = self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)
+        stored = self.storage.call(self.client.hget, k.api_key_table(key_id), key_id)
         if stored is None:
             raise Unauthorized(api_keys.UNKNOWN_KEY)
         return Principal(tenant_id=api_keys.verify(api_key, stored.decode()), key_id=key_id)
@@ -283,7 +293,7 @@ class TenantStore:
             return OWNER
         if not api_keys.KEY_ID.fullmatch(key_id):
             raise Unauthorized(api_keys.UNKNOWN_KEY)
-        stored = self.storage.call(self.client.hget, k.API_KEYS_KEY, key_id)
+        stored = self.storage.call(self.client.hget, k.api_key_table(key_id), key_id)
         tenant_id, _, stored_digest = (stored or b"").decode().partition("|")
         if not hmac.compare_digest(key_digest, stored_digest) or not tenant_id:
             raise Unauthorized(api_keys.UNKNOWN_KEY)
