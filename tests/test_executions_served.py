@@ -134,6 +134,29 @@ def test_kill_9_of_a_work_horse_mid_execution_brings_its_batch_back(
     assert listener["state"] == "running"  # the successful retry ended the error state
 
 
+def test_kill_9_of_a_worker_with_its_work_horse_brings_the_batch_back_within_seconds(
+        node: AtomqServe, api: AtomqClient, tmp_path: Path) -> None:
+    """A worker killed with its work horse (as when its machine goes) marks nothing failed: its
+    silence does, within seconds, long before the ack time-out or the execution's deadline."""
+    pid_file = tmp_path / "horse.pid"
+    api.put_queue("in", ack_timeout_s=300)
+    api.put_queue("out")
+    api.request("PUT", "/v1/listeners/stall", {"queue": "in", "process": "stall", "batch_size": 10,
+                                               "settings": {"to": "out", "pid_file": str(pid_file)}})
+    api.send_texts("in", ["a", "b"])
+    wait_until(pid_file.exists, 30, "the work horse to start")
+    horse = psutil.Process(int(pid_file.read_text()))
+    worker = psutil.Process(horse.ppid())
+    for process in (worker, horse):
+        process.send_signal(signal.SIGKILL)
+    wait_until(lambda: not pid_running(horse.pid) and not pid_running(worker.pid), 10, "both to die")
+    wait_until(lambda: depth(api, "out") == 2, 30, "the batch back and forwarded by another worker")
+    listener = api.request("GET", "/v1/listeners/stall")
+    assert listener["failures"] == 1
+    settled(api, "in", "stall", 2)
+    node.track_processes()  # the worker the node started in its place, which teardown checks is stopped
+
+
 def test_echo_service_routes_valid_invalid_and_unparsable_messages(api: AtomqClient) -> None:
     for name in ("tests", "echo", "errors"):
         api.put_queue(name)

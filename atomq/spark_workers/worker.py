@@ -144,6 +144,7 @@ class SparkWorker:
             # Started and kept, as rq's own worker does: the supervisor reads a job that is
             # gone or failed as an execution that is lost.
             job.set_status(JobStatus.STARTED)
+            self.rq.hset(job.key, liveness.SPARK_WORKER_FIELD, self.name)  # its heartbeat vouches for the job
             self.rq.persist(job.key)
             tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
             self.pools.ensure(tenant, weight)

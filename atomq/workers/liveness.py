@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import redis
 from rq import Worker
 from rq.utils import now as rq_now
+from rq.utils import utcparse
 
 from atomq.errors import AtomqError
 from atomq.platform import keys as k
@@ -33,10 +34,14 @@ from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.liveness")
 
-JOB_MONITORING_INTERVAL_S = 10
-"""How often a busy fork worker heartbeats (rq's ``job_monitoring_interval``, 30 s by default)."""
+JOB_MONITORING_INTERVAL_S = 2
+"""How often a busy fork worker heartbeats (rq's ``job_monitoring_interval``, 30 s by default): a
+worker killed with its work horse (its machine gone, say) is seen dead within seconds, and its
+execution's batch and listener slot come back then, not at the execution's deadline."""
 FORK_HEARTBEAT_STALE_S = 3 * JOB_MONITORING_INTERVAL_S
 """A fork worker silent for longer is dead (killed without the chance to say so)."""
+SPARK_WORKER_FIELD = "atomq_spark_worker"
+"""In a Spark execution's rq job: the Spark worker running it (rq's ``worker_name`` names a fork worker)."""
 SPARK_HEARTBEAT_S = 5.0
 SPARK_HEARTBEAT_TTL_S = 20.0
 PROBLEM_STALE_S = 180.0
@@ -87,6 +92,29 @@ def live_fork_workers(rq: redis.Redis) -> int:
         if worker.last_heartbeat and (now - worker.last_heartbeat).total_seconds() <= FORK_HEARTBEAT_STALE_S:
             alive += 1
     return alive
+
+
+def silent_workers(rq: redis.Redis, fork: set[str], spark: set[str]) -> set[str]:
+    """Of the fork workers ``fork`` and Spark workers ``spark`` (by name), those whose heartbeat
+    is gone or stale: dead, with whatever they were running."""
+    names = sorted(fork) + sorted(spark)
+    if not names:
+        return set()
+    with rq.pipeline(transaction=False) as pipe:
+        for name in sorted(fork):
+            pipe.hget(Worker.redis_worker_namespace_prefix + name, "last_heartbeat")
+        for name in sorted(spark):
+            pipe.zscore(k.SPARK_WORKERS_KEY, name)
+        beats = pipe.execute()
+    now, now_ms = rq_now(), _now_ms(rq)
+    silent = set()
+    for name, beat in zip(sorted(fork), beats):
+        if beat is None or (now - utcparse(beat.decode())).total_seconds() > FORK_HEARTBEAT_STALE_S:
+            silent.add(name)
+    for name, good_until in zip(sorted(spark), beats[len(fork):]):
+        if good_until is None or good_until < now_ms:
+            silent.add(name)
+    return silent
 
 
 @dataclass(frozen=True)

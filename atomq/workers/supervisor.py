@@ -12,7 +12,9 @@ node's URL and a short-lived token, never a document or a tenant key.
 A slot is held from scheduling until the execution finishes; a job that
 waits in rq longer than ``start_within_s`` is dropped by rq and its slot
 freed (it had taken no messages, so it counts as nothing). A work horse that
-dies is seen through its rq job's status and counted as a failure.
+dies is seen through its rq job's status, or, when its worker died with it,
+through the worker's silence (``liveness.silent_workers``: seconds), and
+counted as a failure.
 
 A listener whose engine has no live worker anywhere (``atomq.workers.liveness``)
 is marked ``waiting``, with what is missing as its last error, in the same
@@ -40,7 +42,7 @@ from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
 from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.tenants.execution_tokens import ExecutionTokens
-from atomq.workers.liveness import WorkerLiveness, WorkerProblems
+from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerProblems, silent_workers
 
 log = logging.getLogger("atomq.supervisor")
 
@@ -190,19 +192,23 @@ class Supervisor:
                 self.rq.srem(k.RQ_TENANTS_KEY, tenant)
 
     def _notice_dead_work_horses(self, tenant: str, name: str) -> None:
-        """Executions whose rq job failed or vanished count as over now, not at their
-        deadline: a started one's work horse died (killed, out of memory, timed out) and
-        counts as lost; one that never started (its job failed before taking a batch, or
-        rq dropped it) just frees its slot."""
+        """Executions whose rq job failed or vanished, or whose worker went silent, count as
+        over now, not at their deadline: a started one's work horse died (killed, out of
+        memory, timed out, or gone with its worker and machine) and counts as lost; one that
+        never started (its job failed before taking a batch, or rq dropped it) just frees its
+        slot."""
         waiting = self.listeners.waiting_executions(tenant, name)
         if not waiting:
             return
         with self.rq.pipeline(transaction=False) as pipe:
             for execution in waiting:
-                pipe.hget(Job.key_for(execution), "status")
-            states = pipe.execute()
-        for execution, state in zip(waiting, states):
-            if state is None or state.decode() in DEAD_JOB_STATES:
+                pipe.hmget(Job.key_for(execution), ["status", "worker_name", SPARK_WORKER_FIELD])
+            jobs = [[v.decode() if v is not None else None for v in job] for job in pipe.execute()]
+        started = [(fork, spark) for status, fork, spark in jobs if status == JobStatus.STARTED.value]
+        silent = silent_workers(self.rq, {f for f, _ in started if f}, {s for _, s in started if s})
+        for execution, (status, fork, spark) in zip(waiting, jobs):
+            if status is None or status in DEAD_JOB_STATES or (
+                    status == JobStatus.STARTED.value and (fork in silent or spark in silent)):
                 self.listeners.expire_execution(tenant, name, execution)
                 self._fail_batch(tenant, execution)
 
