@@ -49,8 +49,9 @@ def cluster_ports(count: int) -> list[int]:
 class ValkeyCluster:
     """Starts, waits for and stops a cluster of ``NODES`` Valkey servers in ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, options: list[str] | None = None) -> None:
         self.directory = directory
+        self.options = options or []
         self.server = find_server_binary()
         self.cli = str(Path(self.server).with_name("valkey-cli"))
         self.ports = cluster_ports(NODES)
@@ -78,7 +79,7 @@ class ValkeyCluster:
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--repl-diskless-sync-delay", "0",
                 "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                 "--maxmemory-policy", "noeviction", "--zset-max-listpack-entries", "16",
-                "--logfile", str(node_dir / "valkey.log")]
+                "--logfile", str(node_dir / "valkey.log"), *self.options]
         self.processes[port] = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
 
@@ -120,6 +121,17 @@ class ValkeyCluster:
             candidate = f"t_{uuid.uuid4().hex[:12]}"
             if first <= key_slot(candidate.encode()) <= last:
                 return candidate
+
+    def kill(self, port: int) -> None:
+        """SIGKILL of the node on ``port``, as a crash of its machine."""
+        proc = self.processes[port]
+        proc.kill()
+        proc.wait()
+
+    def restart(self, port: int) -> None:
+        """Starts the node on ``port`` again on its own files: it rejoins, a replica of the master
+        that took its slots."""
+        self._start_node(port)
 
     def stop(self) -> None:
         for proc in self.processes.values():
