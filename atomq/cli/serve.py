@@ -20,7 +20,9 @@ from atomq.errors import AtomqError
 @click.option("--port", type=click.IntRange(1, 65535), default=defaults.PORT, show_default=True, **env("PORT"),
               help="Port to listen on.")
 @click.option("--redis-url", **env("REDIS_URL"),
-              help="Use this Redis 7+, Valkey or Redis Cluster instead of starting the embedded Valkey.")
+              help="Use this Redis 7+, Valkey or Redis Cluster instead of starting the embedded Valkey. For a "
+                   "cluster, name several of its nodes, comma-separated: a node process that connects while one "
+                   "is down finds the cluster through the others.")
 @click.option("--allow-eviction", is_flag=True, **env("ALLOW_EVICTION"),
               help="Accept a --redis-url server whose maxmemory-policy may evict keys (it can lose messages).")
 @click.option("--appendfsync", type=click.Choice(["everysec", "always"]), default="everysec", show_default=True,

@@ -19,6 +19,9 @@ def rq_client(url: str) -> redis.Redis:
 
 def rq_connection(url: str) -> redis.Redis:
     """rq's Redis, checked: a standalone server (rq does not speak Redis Cluster)."""
+    if "," in url:
+        raise InvalidInput("rq needs one standalone Redis for its job queues, not a cluster's nodes: give "
+                           "--rq-redis-url", field="rq_redis_url")
     client = rq_client(url)
     try:
         cluster = int(client.info("cluster").get("cluster_enabled", 0)) == 1

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlparse, urlsplit, urlunsplit
 
 import redis
 import redis.cluster
+from redis.cluster import ClusterNode
 from redis.exceptions import RedisClusterException
 
-from atomq.errors import StorageError, UnsafeStorage
+from atomq.errors import InvalidInput, StorageError, UnsafeStorage
 
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 """What atomq stores through: one server, or a Redis or Valkey Cluster (redis-py's cluster client)."""
@@ -50,8 +51,11 @@ def open_redis(
 ) -> RedisClient:
     """A checked client for ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-    A Redis Cluster (``cluster_enabled:1``) gets a ``RedisCluster`` client.
-    Raises StorageError when the server cannot be reached and UnsafeStorage
+    A Redis Cluster (``cluster_enabled:1``) gets a ``RedisCluster`` client. ``url``
+    may name several nodes of one cluster, comma-separated: the first that
+    answers is asked, and all are the client's seeds, so a process that
+    connects while one of them is down still finds the cluster.
+    Raises StorageError when no server can be reached and UnsafeStorage
     when it may evict keys (see :func:`check_server`). Unless ``kwargs`` say
     otherwise, a call gives up after ``SOCKET_TIMEOUT_S`` and a connection
     after ``CONNECT_TIMEOUT_S``: redis-py would wait for ever on a store that
@@ -59,18 +63,35 @@ def open_redis(
     """
     kwargs.setdefault("socket_timeout", SOCKET_TIMEOUT_S)
     kwargs.setdefault("socket_connect_timeout", CONNECT_TIMEOUT_S)
+    urls = [u.strip() for u in url.split(",") if u.strip()] or [url]
+    shown = ",".join(redact_url(u) for u in urls)
     client: RedisClient | None = None
     try:
-        client = redis.Redis.from_url(url, **kwargs)
-        if int(client.info("cluster").get("cluster_enabled", 0)) == 1:
+        failure: Exception | None = None
+        for candidate in urls:
+            client = redis.Redis.from_url(candidate, **kwargs)
+            try:
+                cluster = int(client.info("cluster").get("cluster_enabled", 0)) == 1
+                break
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                client.close()
+                client, failure = None, e
+        if client is None:
+            raise failure or redis.ConnectionError("no server")
+        if cluster:
             client.close()
-            client = redis.cluster.RedisCluster.from_url(url, **kwargs)
-        check_server(client, allow_eviction=allow_eviction, name=redact_url(url))
+            seeds = [ClusterNode(p.hostname or "127.0.0.1", p.port or 6379)  # type: ignore[no-untyped-call]
+                     for p in map(urlparse, urls)]
+            client = redis.cluster.RedisCluster.from_url(candidate, startup_nodes=seeds, **kwargs)
+        elif len(urls) > 1:
+            raise InvalidInput(f"{shown} names several servers, which only the nodes of a Redis Cluster may be",
+                               field="redis_url")
+        check_server(client, allow_eviction=allow_eviction, name=shown)
     except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as e:
         if client is not None:
             client.close()
         raise StorageError(
-            f"cannot use Redis at {redact_url(url)}: {type(e).__name__}: {e}", url=redact_url(url)
+            f"cannot use Redis at {shown}: {type(e).__name__}: {e}", url=shown
         ) from None
     except BaseException:
         if client is not None:
@@ -89,10 +110,21 @@ def check_server(
     A cluster is checked node by node.
     """
     if isinstance(client, redis.cluster.RedisCluster):
+        # A node down (failing over) is not checked now; the others are, and one must answer.
         warnings: list[str] = []
+        answered = 0
         for node in client.get_nodes():  # type: ignore[no-untyped-call]
             node_client = client.get_redis_connection(node)
-            warnings += check_server(node_client, allow_eviction=allow_eviction, name=f"{name} node {node.name}")
+            try:
+                warnings += check_server(node_client, allow_eviction=allow_eviction,
+                                         name=f"{name} node {node.name}")
+                answered += 1
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                message = f"WARNING: {name} node {node.name} does not answer ({e}): not checked"
+                log.warning(message)
+                warnings.append(message)
+        if not answered:
+            raise redis.ConnectionError(f"no node of {name} answers")
         return warnings
 
     warnings = []

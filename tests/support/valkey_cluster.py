@@ -61,6 +61,11 @@ class ValkeyCluster:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.ports[0]}"
 
+    @property
+    def urls(self) -> str:
+        """Every node's URL, comma-separated: what --redis-url takes for a cluster."""
+        return ",".join(f"redis://127.0.0.1:{port}" for port in self.ports)
+
     def start(self) -> None:
         for port in self.ports:
             self._start_node(port)
