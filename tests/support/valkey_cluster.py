@@ -18,6 +18,7 @@ from pathlib import Path
 import redis
 from redis.cluster import key_slot
 
+from atomq.platform.child_processes import parent_death_signal
 from atomq.platform.valkey_binary import find_server_binary
 from support.waiting import wait_until
 
@@ -85,8 +86,9 @@ class ValkeyCluster:
                 "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                 "--maxmemory-policy", "noeviction", "--zset-max-listpack-entries", "16",
                 "--logfile", str(node_dir / "valkey.log"), *self.options]
+        # A node gets SIGTERM when the test process dies, so a killed run leaves no cluster behind.
         self.processes[port] = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL)
+                                                stderr=subprocess.DEVNULL, preexec_fn=parent_death_signal())
 
     def _answers(self, port: int) -> bool:
         try:
