@@ -101,6 +101,8 @@ class QueueFull(QuotaExceeded):
         AtomqError.__init__(self, message, limit=limit, max=max, count=count, **details)
         self.limit = max
         self.used = count
+        self.can_fit = True
+        """False when the send alone is past the limit: no wait for room can help it."""
 
 
 class StorageError(AtomqError):

@@ -521,6 +521,9 @@ def test_a_flow_control_queue_holds_a_send_until_room_frees_then_429(owner, acme
     send(acme, "q", "a")
     owner("PATCH", "/v1/server", {"flow_control_wait_ms": 200}, 200)
     try:
+        two = {"messages": [{"documents": [{"data": "b"}]}, {"documents": [{"data": "c"}]}]}
+        error = acme("POST", "/v1/queues/q/messages", two, 507)["error"]  # never fits: not held
+        assert error["code"] == "queue_full" and "alone is past it" in error["message"]
         error = acme("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "b"}]}]}, 429)
         assert error["error"]["code"] == "queue_full" and acme.headers["Retry-After"] == "1"
         owner("PATCH", "/v1/server", {"flow_control_wait_ms": 20_000}, 200)

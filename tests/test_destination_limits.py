@@ -123,7 +123,10 @@ def test_drop_lowest_priority_drops_the_lowest_then_the_oldest(qs: QueueServer, 
     assert sorted(texts(qs, tenant, "q")) == ["p5b", "p6", "p9a", "p9b"], "p4, then the older p5"
     with pytest.raises(QueueFull):
         qs.send(tenant, "q", [prio("p4", 4)])  # lower than every waiting one
-    assert qs.send_batch(tenant, "q", [prio("p5c", 5), prio("p0", 0)]).dropped == 2
+    with pytest.raises(QueueFull):
+        qs.send(tenant, "q", [prio("p5c", 5), prio("p0", 0)])  # room only by dropping a p6: never
+    assert qs.send_batch(tenant, "q", [prio("p9c", 9), prio("p6b", 6)]).dropped == 2
+    assert sorted(texts(qs, tenant, "q")) == ["p6b", "p9a", "p9b", "p9c"], "the p5, then the p6"
 
 
 def test_max_dead_letters_keeps_the_newest(qs: QueueServer, tenant: str) -> None:

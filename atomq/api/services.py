@@ -146,11 +146,12 @@ class Services:
             self.check_memory("this send", lowest, tenant)
             self._check_server_limits(settings, incoming_bytes)
             try:
-                return store(quota)
-            except QueueFull as full:
-                if full.details.get("overflow") != Overflow.FLOW_CONTROL.value:
-                    raise
-                return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota))
+                try:
+                    return store(quota)
+                except QueueFull as full:
+                    if full.details.get("overflow") != Overflow.FLOW_CONTROL.value or not full.can_fit:
+                        raise
+                    return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota))
             except StorageFull:
                 # The store reached its maxmemory before this node's reading said red.
                 raise MemoryLow("the store is at its memory limit: sends are refused until consumers free "

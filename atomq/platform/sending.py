@@ -220,12 +220,17 @@ class Sending:
 
 
 def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
-    """The send script's QUEUEFULL <queue index> <setting> <max> <count> <overflow> as the error."""
-    queue, (setting, most, held, overflow) = targets[int(words[0]) - 1].name, words[1:5]
+    """The send script's QUEUEFULL <queue index> <setting> <max> <count> <overflow> <fits> as the error."""
+    queue, (setting, most, held, overflow, fits) = targets[int(words[0]) - 1].name, words[1:6]
     what = "messages" if setting == "max_messages" else "bytes of messages"
-    return QueueFull(f"queue {queue} holds at most {most} {what} not yet acked ({setting}) and holds {held}: "
-                     "this send would pass it; consume or delete messages first",
-                     queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
+    if fits == "1":
+        advice = "this send would pass it; consume or delete messages first"
+    else:
+        advice = "this send alone is past it; send fewer or smaller messages at a time"
+    full = QueueFull(f"queue {queue} holds at most {most} {what} not yet acked ({setting}) and holds {held}: "
+                     f"{advice}", queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
+    full.can_fit = fits == "1"
+    return full
 
 
 def _message_too_big(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:

@@ -39,7 +39,8 @@
 -- Destination limits (queue settings max_messages, max_bytes: copies neither
 -- acked nor dead, and their message_bytes) hold per destination. A batch that
 -- would pass one is refused whole with QUEUEFULL <queue index> <setting>
--- <max> <count> <overflow>, unless the queue's overflow drops waiting
+-- <max> <count> <overflow> <fits> (fits 0: the batch alone is past the limit,
+-- so no wait for room can help), unless the queue's overflow drops waiting
 -- messages to make room (drop_oldest, drop_lowest_priority: make_room): those
 -- are chosen before the first write and dropped with the batch, to the dead
 -- letter queue with reason overflow when overflow_dl is set. A message over
@@ -147,8 +148,8 @@ end
 -- The waiting messages an overflowing send drops from destination d to make
 -- room for need_n more copies and need_b more bytes: the oldest, or with
 -- `lowest` the lowest priority first and the oldest of each. Returns nil when
--- they cannot make that room, or (`lowest`) when every waiting message has a
--- higher priority than the send's highest, top_new.
+-- they cannot make that room, or (`lowest`) when making it would take a
+-- waiting message of a higher priority than the send's highest, top_new.
 local function make_room(d, lowest, need_n, need_b, top_new)
   local sched = {}
   for _, id in ipairs(redis.call('ZRANGE', d.sched, 0, -1)) do
@@ -160,11 +161,11 @@ local function make_room(d, lowest, need_n, need_b, top_new)
   if lowest then levels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9} end
   local victims, got_n, got_b = {}, 0, 0
   for _, p in ipairs(levels) do
+    if lowest and p > top_new then return nil end
     local k = math.max(need_n - got_n, 16)
     local base_n, base_b, base_v = got_n, got_b, #victims
     while true do
       local ids, more = waiting(d, p or nil, k, sched)
-      if lowest and base_v == 0 and #ids > 0 and p > top_new then return nil end
       got_n, got_b = base_n, base_b
       for i = #victims, base_v + 1, -1 do victims[i] = nil end
       for _, id in ipairs(ids) do
@@ -236,7 +237,7 @@ for m = 1, nmsg do
         new_bytes = new_bytes + (COPY_BYTES + envelope) * #qd.dests
         local size = envelope + content
         if qd.max_mb > 0 and size > qd.max_mb then
-          return redis.error_reply('TOOBIG ' .. qi .. ' ' .. m .. ' ' .. size .. ' ' .. qd.max_mb)
+          return redis.error_reply(string.format('TOOBIG %d %d %.0f %.0f', qi, m, size, qd.max_mb))
         end
         qd.add_n, qd.add_b = qd.add_n + 1, qd.add_b + size
       end
@@ -270,8 +271,8 @@ for qi, qd in ipairs(queues) do
         if not victims then
           local limit, max, held = 'max_messages', qd.max_n, n
           if need_n <= 0 then limit, max, held = 'max_bytes', qd.max_b, b end
-          return redis.error_reply('QUEUEFULL ' .. qi .. ' ' .. limit .. ' ' .. max .. ' ' .. held .. ' '
-                                   .. qd.overflow)
+          return redis.error_reply(string.format('QUEUEFULL %d %s %.0f %.0f %s %d', qi, limit, max, held,
+                                                 qd.overflow, fits and 1 or 0))
         end
         drops[#drops + 1] = {d = d, qd = qd, victims = victims}
       end
