@@ -20,6 +20,7 @@ import pytest
 import requests
 from redis.cluster import key_slot
 
+from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
@@ -211,3 +212,23 @@ def cluster_answers(client: Any) -> bool:
         return bool(client.set("aq:{t}:probe", "1"))
     except Exception:  # noqa: BLE001 - any error while the replica takes over: not yet
         return False
+
+
+def test_readiness_asks_every_primary_and_recovers_after_the_failover(tmp_path: Path) -> None:
+    """A node is not ready while one primary does not answer (its tenants' calls would fail), and is
+    ready again once a replica took its slots; scripts a primary lost are loaded there again."""
+    cluster = ValkeyCluster(tmp_path / "cluster", ["--cluster-require-full-coverage", "no"])
+    cluster.start()
+    client = open_redis(cluster.urls)
+    try:
+        qs = QueueServer(client)
+        assert qs.readiness_problems() == []
+        cluster.kill(cluster.masters()[1][0])
+        (problem,) = qs.readiness_problems()
+        assert problem.startswith("Redis does not answer or refuses the scripts")
+        wait_until(lambda: qs.readiness_problems() == [], 30, "ready again after the failover")
+        client.execute_command("SCRIPT FLUSH", target_nodes=client.get_primaries())
+        assert qs.readiness_problems() == [] and not qs.storage.scripts.missing(client)
+    finally:
+        client.close()
+        cluster.stop()
