@@ -45,10 +45,7 @@ class Storage:
         try:
             return self.scripts(name, keys, args)
         except redis.ResponseError as exc:
-            code = script_code(exc)
-            if errors and code in errors:
-                raise errors[code](str(exc).split()[1:]) from None
-            raise translate(exc) from None
+            raise script_error(exc, errors) from None
         except STORE_ERRORS as exc:
             raise translate(exc) from None
 
@@ -112,10 +109,7 @@ class Storage:
         except STORE_ERRORS as exc:
             raise translate(exc) from None
         if isinstance(reply, redis.ResponseError):
-            code = script_code(reply)
-            if errors and code in errors:
-                raise errors[code](str(reply).split()[1:])
-            raise translate(reply)
+            raise script_error(reply, errors)
         if isinstance(synced, redis.ResponseError) and "appendonly" in str(synced):
             raise NotDurable("the store keeps no append-only file (appendonly no), so a send to a sync queue is "
                              "never synced to disk: turn appendonly on, or make the queue async",
@@ -130,6 +124,14 @@ class Storage:
             return fn(*args, **kwargs)
         except STORE_ERRORS as exc:
             raise translate(exc) from None
+
+
+def script_error(exc: redis.ResponseError, errors: ErrorMap | None) -> AtomqError:
+    """A script's error reply as the error its code maps to in ``errors``, else as a StorageError."""
+    code = script_code(exc)
+    if errors and code in errors:
+        return errors[code](str(exc).split()[1:])
+    return translate(exc)
 
 
 def translate(exc: Exception) -> StorageError:
