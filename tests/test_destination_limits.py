@@ -235,7 +235,7 @@ def test_a_node_holds_a_bounded_number_of_sends_for_full_flow_control_queues(val
     services = Services(queues=QueueServer(client), tenants=TenantStore(client, "o" * 40),
                         longpolls=LongPollLimiter(2))
     tenant = services.tenants.create("held")[0].id
-    services._held_sends = threading.BoundedSemaphore(1)
+    services.max_held_sends = 1
     services.settings.update(flow_control_wait_ms=20_000)
     try:
         services.queues.put_queue(tenant, "q", "point_to_point", max_messages=1, overflow="flow_control")

@@ -16,7 +16,7 @@ from atomq.errors import MemoryLow, NotFound, QueueFull, QuotaExceeded, RateLimi
 from atomq.platform import OutgoingMessage, Overflow, Published, QueueServer, Sent
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
-from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refuses
+from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.platform.streams import StreamConsumers
@@ -79,10 +79,9 @@ class Services:
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
     _total_usage: tuple[float, dict[str, int]] | None = field(default=None, init=False)
     held_sends: int = field(default=0, init=False)
-    """Sends this process holds now for full flow_control queues (at most ``defaults.MAX_HELD_SENDS``)."""
+    """Sends this process holds now for full flow_control queues, at most ``max_held_sends``."""
+    max_held_sends: int = defaults.MAX_HELD_SENDS
     _held_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
-    _held_sends: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(defaults.MAX_HELD_SENDS), init=False)
 
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
@@ -173,11 +172,8 @@ class Services:
         subscribers and listeners)."""
         state = self.memory.state(tenant)
         if refuses(state, lowest_priority):
-            below = REFUSED_BELOW[state]
-            rule = "everything but gets, acks and deletes is refused" if state == "red" else \
-                f"sends holding a message of priority below {below} are refused"
-            raise MemoryLow(f"the store's memory state is {state}: {rule}, so {what} is refused until consumers "
-                            "free memory", memory_state=state, priority=below)
+            raise MemoryLow(f"the store's memory state is {state} ({refusal_rule(state)}), so {what} is refused "
+                            "until consumers free memory", memory_state=state, priority=REFUSED_BELOW[state])
 
     def _check_server_limits(self, settings: ServerSettings, incoming_bytes: int) -> None:
         if not settings.max_disk_bytes and not settings.max_messages:
@@ -204,9 +200,11 @@ class Services:
         send polls, first soon, then every 200 ms.
         """
         deadline = time.monotonic() + wait_ms / 1000
-        if self._held_sends.acquire(blocking=False):
-            with self._held_lock:
+        with self._held_lock:
+            room = self.held_sends < self.max_held_sends
+            if room:
                 self.held_sends += 1
+        if room:
             try:
                 pause = 0.01
                 while not self.stopping.is_set() and time.monotonic() + pause < deadline:
@@ -219,7 +217,6 @@ class Services:
             finally:
                 with self._held_lock:
                     self.held_sends -= 1
-                self._held_sends.release()
         raise RateLimited(f"{full.message} (held {wait_ms} ms for room: flow_control)", code="queue_full",
                           retry_after=1, **full.details)
 

@@ -129,7 +129,7 @@ class MemoryWatch:
         if changed:
             level = logging.INFO if state == "green" else logging.WARNING
             log.log(level, "memory state %s: the store uses %d of %d bytes; %s", state, use.used_bytes,
-                    use.max_bytes, _meaning(state))
+                    use.max_bytes, refusal_rule(state))
 
     def history(self) -> list[StateChange]:
         """The last state changes, newest first."""
@@ -146,9 +146,11 @@ class MemoryWatch:
         return {state: int(n or 0) for state, n in zip(STATES, raw)}
 
 
-def _meaning(state: str) -> str:
-    if state == "green":
+def refusal_rule(state: str) -> str:
+    """What ``state`` refuses, in words: for the log, the dashboard and the refusal itself."""
+    below = REFUSED_BELOW[state]
+    if not below:
         return "every send is taken"
     if state == "red":
-        return "every send is refused (503 memory_low) until consumers free memory"
-    return f"sends holding a message of priority below {REFUSED_BELOW[state]} are refused (503 memory_low)"
+        return "every send, and the creation of queues, subscribers and listeners, is refused"
+    return f"sends holding a message of priority below {below} are refused"

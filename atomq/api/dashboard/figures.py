@@ -18,7 +18,7 @@ from atomq.api.dashboard.formatting import count, of_limit, per_minute, size, wh
 from atomq.platform import QueueInfo, QueueModel
 from atomq.platform.models import DestinationCounts
 from atomq.platform.counters import RateBucket
-from atomq.platform.memory_state import REFUSED_BELOW
+from atomq.platform.memory_state import refusal_rule
 from atomq.platform.listeners import Listener
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblem
@@ -52,7 +52,7 @@ def server(state: dict[str, Any]) -> Figures:
     f = Figures(text={
         "server.status": state["status"],
         "server.memory_state": state["memory_state"],
-        "server.memory_rule": memory_rule(state["memory_state"]),
+        "server.memory_rule": refusal_rule(state["memory_state"]),
         "server.memory_thresholds": ", ".join(f"{name} at {share * 100:.3g}%" for name, share
                                               in state["memory_thresholds"].items()) + " of the memory limit",
         "server.memory_history": " · ".join(f"{when(c['at'])} {c['state']}" for c in state["memory_history"][:5])
@@ -75,16 +75,6 @@ def server(state: dict[str, Any]) -> Figures:
     if state["max_messages"]:
         f.meters["server.stored_messages"] = [state["stored_messages"], state["max_messages"]]
     return f
-
-
-def memory_rule(state: str) -> str:
-    """What the memory state refuses, in words."""
-    below = REFUSED_BELOW[state]
-    if not below:
-        return "every send is taken"
-    if state == "red":
-        return "every send, and the creation of queues, subscribers and listeners, is refused"
-    return f"sends holding a message of priority below {below} are refused"
 
 
 def workers(problems: Sequence[WorkerProblem]) -> Figures:
