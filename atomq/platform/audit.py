@@ -50,17 +50,29 @@ def _last_value_problems(r: Any, d: k.DestinationKeys, states: dict[str, str]) -
     return problems
 
 
-def held_bytes(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> int:
-    """The bytes of the destination's copies neither acked nor dead, recounted from its data
-    (what its ``held`` counter must say)."""
+def _envelopes_and_states(r: Any, d: k.DestinationKeys) -> tuple[dict[str, str], dict[str, str]]:
+    """A destination's stored envelopes and states by message id."""
+    envs = {i.decode(): v.decode() for i, v in r.hgetall(d.msg).items()}
+    states = {i.decode(): v.decode() for i, v in r.hgetall(d.state).items()}
+    return envs, states
+
+
+def _doc_count(env: str) -> int:
+    """A stored envelope's document count: its head up to the first "," or "|"."""
+    return int(env.split("|", 1)[0].split(",", 1)[0])
+
+
+def _held_bytes(r: Any, tk: k.TenantKeys, envs: dict[str, str], states: dict[str, str]) -> int:
+    """The bytes of a destination's copies neither acked nor dead, recounted from its data (what
+    its ``held`` counter must say): each stored envelope and its documents' data and properties."""
     total = 0
-    for msg_id, state in r.hgetall(d.state).items():
-        if state.split(b"|", 2)[2][:1] == b"d":
+    for msg_id, state in states.items():
+        env = envs.get(msg_id)
+        if env is None or state.split("|", 2)[2][:1] == "d":
             continue
-        env = r.hget(d.msg, msg_id) or b""
-        total += len(env)
-        for n in range(1, int(env.split(b"|", 1)[0].split(b",", 1)[0] or 0) + 1):
-            doc = msg_id + b"." + str(n).encode()
+        total += len(env.encode())
+        for n in range(1, _doc_count(env) + 1):
+            doc = f"{msg_id}.{n}"
             total += r.hstrlen(tk.doc, doc) + r.hstrlen(tk.doc_props, doc)
     return total
 
@@ -116,7 +128,7 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     stored, markers, copies = _recount(client, tk)
     client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
     for d in _destinations(client, tk):
-        client.set(d.held, held_bytes(client, tk, d))
+        client.set(d.held, _held_bytes(client, tk, *_envelopes_and_states(client, d)))
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -127,8 +139,7 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
     problems: list[str] = []
     refs: Counter[str] = Counter()
     for d in _destinations(r, tk):
-        envs = {i.decode(): v.decode() for i, v in r.hgetall(d.msg).items()}
-        states = {i.decode(): v.decode() for i, v in r.hgetall(d.state).items()}
+        envs, states = _envelopes_and_states(r, d)
         members = {m.decode() for m in r.zrange(d.all, 0, -1)}
         if not (set(envs) == set(states) == members):
             problems.append(f"{d.base}: msg, state and all disagree")
@@ -161,12 +172,11 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: the expiry index names messages that are not waiting or in flight")
         problems += _index_problems(r, tk, d)
         problems += _last_value_problems(r, d, states)
-        held = int(r.get(d.held) or 0)
-        if held != held_bytes(r, tk, d):
-            problems.append(f"{d.base}: held bytes say {held}, the messages hold {held_bytes(r, tk, d)}")
+        held, holding = int(r.get(d.held) or 0), _held_bytes(r, tk, envs, states)
+        if held != holding:
+            problems.append(f"{d.base}: held bytes say {held}, the messages hold {holding}")
         for msg_id, env in envs.items():
-            ndocs = int(env.split("|", 1)[0].split(",", 1)[0])
-            for n in range(1, ndocs + 1):
+            for n in range(1, _doc_count(env) + 1):
                 refs[f"{msg_id}.{n}"] += 1
     stored_refs = {i.decode(): int(v) for i, v in r.hgetall(tk.doc_refs).items()}
     if stored_refs != {doc: n for doc, n in refs.items() if n > 1}:
