@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
-from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS
 from atomq.platform.models import (
@@ -27,9 +26,9 @@ from atomq.platform.models import (
     Overflow,
     QueueAccess,
     QueueInfo,
-    QueueLimits,
     QueueModel,
 )
+from atomq.platform.queue_config import config_fields, read_limits
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.topics import check_patterns
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
@@ -87,48 +86,13 @@ class Components:
             raise InvalidInput(
                 "model must be 'point_to_point' or 'publish_subscribe'", field="model"
             ) from None
-        named: list[str | int] = []
-        if max_redeliveries is not None:
-            named += ["max_redeliveries",
-                      check_integer_range(max_redeliveries, "max_redeliveries", *defaults.MAX_REDELIVERIES_RANGE)]
-        if ack_timeout_s is not None:
-            least_s, most_s = defaults.ACK_TIMEOUT_RANGE_S
-            if (not isinstance(ack_timeout_s, (int, float)) or isinstance(ack_timeout_s, bool)
-                    or not least_s <= ack_timeout_s <= most_s):
-                raise InvalidInput(f"ack_timeout_s must be a number from {least_s:g} to {most_s:g}",
-                                   field="ack_timeout_s")
-            named += ["ack_timeout_ms", round(ack_timeout_s * 1000)]
+        named = config_fields(model, max_redeliveries=max_redeliveries, ack_timeout_s=ack_timeout_s,
+                              message_ttl_s=message_ttl_s, on_expire=on_expire, last_value=last_value,
+                              last_value_key=last_value_key, access=access, durability=durability,
+                              max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
+                              max_dead_letters=max_dead_letters, overflow=overflow,
+                              overflow_to_dead_letters=overflow_to_dead_letters)
         patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
-        if message_ttl_s is not None:
-            most_ttl = defaults.MAX_MESSAGE_TTL_S
-            if (not isinstance(message_ttl_s, (int, float)) or isinstance(message_ttl_s, bool)
-                    or not 0 <= message_ttl_s <= most_ttl):
-                raise InvalidInput(f"message_ttl_s must be a number of seconds from 0 (none) to {most_ttl:g}",
-                                   field="message_ttl_s")
-            named += ["message_ttl_ms", round(message_ttl_s * 1000)]
-        if on_expire is not None:
-            try:
-                named += ["on_expire", OnExpire(on_expire).value]
-            except ValueError:
-                raise InvalidInput("on_expire must be 'dead_letter' or 'discard'", field="on_expire") from None
-        named += _last_value_settings(model, last_value, last_value_key)
-        if access is not None:
-            try:
-                access = QueueAccess(access)
-            except ValueError:
-                raise InvalidInput("access must be 'exclusive' or 'non_exclusive'", field="access") from None
-            if access is QueueAccess.EXCLUSIVE and model is QueueModel.PUBLISH_SUBSCRIBE:
-                raise InvalidInput("an exclusive queue is point-to-point (a publish/subscribe queue's subscribers "
-                                   "each have their own copy)", field="access")
-            named += ["access", access.value]
-        named += _limit_settings(max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
-                                 max_dead_letters=max_dead_letters, overflow=overflow,
-                                 overflow_to_dead_letters=overflow_to_dead_letters)
-        if durability is not None:
-            try:
-                named += ["durability", Durability(durability).value]
-            except ValueError:
-                raise InvalidInput("durability must be 'async' or 'sync'", field="durability") from None
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
@@ -217,7 +181,7 @@ class Components:
             totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
             topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
             held_bytes=total[4],
-            limits=_limits(cfg),
+            limits=read_limits(cfg),
             durability=Durability(cfg.get(b"durability", b"async").decode()),
         )
 
@@ -350,67 +314,6 @@ class Components:
             for s in self._shared.storage.call(self._shared.client.smembers, qk.subscribers):
                 out.append((qk, qk.destination(s.decode())))
         return out
-
-
-def _last_value_settings(model: QueueModel, last_value: bool | None, key: str | None) -> list[str | int]:
-    """The config fields of the last-value settings given (those None are kept)."""
-    named: list[str | int] = []
-    pubsub = model is QueueModel.PUBLISH_SUBSCRIBE
-    if last_value is not None:
-        if not isinstance(last_value, bool):
-            raise InvalidInput("last_value must be true or false", field="last_value")
-        if last_value and pubsub:
-            raise InvalidInput("a last-value queue is point-to-point", field="last_value")
-        named += ["lv", int(last_value)]
-    if key is not None:
-        if pubsub:
-            raise InvalidInput("last_value_key applies to a last-value queue, which is point-to-point",
-                               field="last_value_key")
-        if not isinstance(key, str) or len(key) > defaults.MAX_PROPERTY_NAME_CHARS:
-            raise InvalidInput(f"last_value_key must be a property name of at most "
-                               f"{defaults.MAX_PROPERTY_NAME_CHARS} characters (\"\" for none)",
-                               field="last_value_key")
-        named += ["lv_key", key]
-    return named
-
-
-LIMIT_FIELDS = {"max_messages": "max_messages", "max_bytes": "max_bytes", "max_message_bytes": "max_message_bytes",
-                "max_dead_letters": "max_dead_letters", "overflow": "overflow",
-                "overflow_to_dead_letters": "overflow_dl"}
-"""Each limit setting's field in the queue's config hash (the send script reads them there)."""
-
-
-def _limit_settings(**given: object) -> list[str | int]:
-    """The config fields of the limit settings given (those None are kept)."""
-    named: list[str | int] = []
-    for name, value in given.items():
-        if value is None:
-            continue
-        if name == "overflow":
-            try:
-                stored: str | int = Overflow(value).value
-            except ValueError:
-                raise InvalidInput("overflow must be one of " + ", ".join(o.value for o in Overflow),
-                                   field=name) from None
-        elif name == "overflow_to_dead_letters":
-            if not isinstance(value, bool):
-                raise InvalidInput(f"{name} must be true or false", field=name)
-            stored = int(value)
-        else:
-            stored = check_integer_range(value, name, 0, defaults.MAX_EXACT_INT,
-                                         rule="a whole number from 0 (no limit) to 2^53")
-        named += [LIMIT_FIELDS[name], stored]
-    return named
-
-
-def _limits(cfg: dict[bytes, bytes]) -> QueueLimits:
-    """A queue's limits as its config hash holds them."""
-    def number(name: str) -> int:
-        return int(cfg.get(LIMIT_FIELDS[name].encode(), 0))
-    return QueueLimits(max_messages=number("max_messages"), max_bytes=number("max_bytes"),
-                       max_message_bytes=number("max_message_bytes"), max_dead_letters=number("max_dead_letters"),
-                       overflow=Overflow(cfg.get(b"overflow", b"reject_new").decode()),
-                       overflow_to_dead_letters=cfg.get(b"overflow_dl") == b"1")
 
 
 def _consumers(raw: dict[bytes, bytes], ack_timeout_s: float) -> tuple[ConsumerInfo, ...]:
