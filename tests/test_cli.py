@@ -7,7 +7,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,15 @@ ATOMQ = [sys.executable, "-m", "atomq"]
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ATOMQ, *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {})})
+
+
+def succeeding(env: dict[str, str]) -> Callable[..., str]:
+    """``run`` with ``env`` that asserts the command succeeded and gives its output."""
+    def ok(*args: str) -> str:
+        result = run(*args, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+    return ok
 
 
 def test_selftest_sends_gets_acks_and_dead_letters_on_the_embedded_server(tmp_path: Path) -> None:
@@ -101,10 +110,7 @@ def tenant_env(node: AtomqServe) -> Iterator[dict[str, str]]:
 
 
 def test_listeners_are_deployed_listed_paused_resumed_and_deleted(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     ok("queues", "create", "incoming")
     ok("queues", "create", "results")
@@ -159,10 +165,7 @@ def test_listeners_help_explains_the_commands() -> None:
 
 
 def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     created = json.loads(ok("queues", "create", "input", "--topic", "boomi/test/>", "--message-ttl", "60",
                             "--on-expire", "discard", "--json"))
@@ -181,10 +184,7 @@ def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities
 
 
 def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     ok("queues", "create", "jobs", "--max-redeliveries", "0")
     ok("send", "jobs", "late", "--ttl", "0.001")
@@ -202,10 +202,7 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
 
 
 def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     created = json.loads(ok("queues", "create", "prices", "--last-value", "--last-value-key", "sku", "--json"))
     assert (created["last_value"], created["last_value_key"]) == (True, "sku")
@@ -222,10 +219,7 @@ def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dic
 
 
 def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     created = json.loads(ok("queues", "create", "input", "--access", "exclusive", "--json"))
     assert created["access"] == "exclusive"
@@ -242,10 +236,7 @@ def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, 
 
 
 def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> None:
-    def ok(*args: str) -> str:
-        result = run(*args, env=tenant_env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+    ok = succeeding(tenant_env)
 
     created = json.loads(ok("queues", "create", "bounded", "--max-messages", "2", "--overflow", "drop_oldest",
                             "--overflow-to-dead-letters", "--max-message-bytes", "100", "--json"))
