@@ -1,11 +1,12 @@
-"""Failover under load: two nodes on a 6-node Valkey Cluster of their own, producers through both,
-a master killed with SIGKILL (and started again later, as a restarted machine), then one node's
-whole process tree.
+"""Failover under load: two nodes on a 6-node Valkey Cluster of their own, producers and a
+consumer through both, a master killed with SIGKILL (and started again later, as a restarted
+machine), then the whole process tree of the node whose worker runs a fork listener's execution.
 
 Never a 500; the killed master's tenants send again within seconds while the others barely
-notice; the surviving node is ready and takes the maintenance lease; every send answered 201 to
-a sync queue (min_replicas 1) is consumed afterwards; the audit is clean. What async queues lost,
-if anything, is reported.
+notice; the listener's batch comes back and is forwarded once by the other node's worker; the
+surviving node is ready and takes the maintenance and listener leases; every send answered 201
+to a sync queue (min_replicas 1) is consumed; the audit is clean. What async queues lost, if
+anything, is reported.
 """
 
 from __future__ import annotations
@@ -16,14 +17,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 from redis.cluster import key_slot
 
+from atomq.client import AtomqClient
 from atomq.platform import QueueServer
+from atomq.platform import keys as k
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
+from support.listener_processes import served_env, stall_first_delivery
 from support.ports import free_port
 from support.served_node import AtomqServe, ServeFactory
 from support.valkey_cluster import ValkeyCluster
@@ -33,6 +38,7 @@ pytestmark = pytest.mark.slow
 
 STEADY_S = 4.0
 """Traffic before each kill, and after it."""
+WORK_HORSE_ENV = served_env(stall=stall_first_delivery)
 
 
 class Producer(threading.Thread):
@@ -55,7 +61,8 @@ class Producer(threading.Thread):
             seq += 1
             body = {"messages": [{"documents": [{"data": f"{self.tenant} {seq}"}], "dedupe_id": f"m{seq}"}]}
             while not self.stop.is_set():
-                node = self.nodes[turn % len(self.nodes)]
+                nodes = list(self.nodes)  # the test removes a killed node meanwhile
+                node = nodes[turn % len(nodes)]
                 turn += 1
                 try:
                     answer = self.session.post(node.url + "/v1/queues/q/messages", json=body, timeout=15)
@@ -77,19 +84,57 @@ def outage(accepted_at: list[float], since: float) -> float:
     return max(b - a for a, b in zip(times, times[1:]))
 
 
+class Consumer(threading.Thread):
+    """Gets (up to 100, waiting up to 200 ms) and acks, tenant after tenant, through the nodes in
+    turn. What a get returned counts as consumed whether or not its ack was answered: an
+    unanswered ack's messages come back after the ack time-out, and the final drain gets them."""
+
+    def __init__(self, keys: list[str], nodes: list[AtomqServe], stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.nodes, self.stop = nodes, stop
+        self.sessions = [requests.Session() for _ in keys]
+        for session, key in zip(self.sessions, keys):
+            session.headers["Authorization"] = f"Bearer {key}"
+        self.consumed: set[str] = set()
+        self.statuses: Counter[int] = Counter()
+
+    def run(self) -> None:
+        turn = 0
+        while not self.stop.is_set():
+            nodes = list(self.nodes)
+            node, session = nodes[turn % len(nodes)], self.sessions[turn % len(self.sessions)]
+            turn += 1
+            try:
+                got = session.post(node.url + "/v1/queues/q/get", json={"max": 100, "wait_ms": 200}, timeout=15)
+                self.statuses[got.status_code] += 1
+                if got.status_code != 200 or not (messages := got.json()["messages"]):
+                    continue
+                self.consumed.update(m["id"] for m in messages)
+                acked = session.post(node.url + "/v1/queues/q/ack",
+                                     json={"receipts": [m["receipt"] for m in messages]}, timeout=15)
+                self.statuses[acked.status_code] += 1
+            except requests.RequestException:
+                self.statuses[0] += 1
+
+
 def drain(node: AtomqServe, key: str) -> set[str]:
-    """Every message of the tenant's queue, got and acked."""
+    """Every message of the tenant's queue, got and acked, until nothing waits and nothing is in
+    flight (what the consumer got without its ack answered comes back after the ack time-out)."""
     got: set[str] = set()
     with requests.Session() as s:
         s.headers["Authorization"] = f"Bearer {key}"
-        while True:
-            answer = s.post(node.url + "/v1/queues/q/get", json={"max": 500}, timeout=15)
-            assert answer.status_code == 200, answer.text
-            messages = answer.json()["messages"]
-            if not messages:
-                return got
-            got.update(m["id"] for m in messages)
-            s.post(node.url + "/v1/queues/q/ack", json={"receipts": [m["receipt"] for m in messages]}, timeout=15)
+
+        def emptied() -> bool:
+            while messages := s.post(node.url + "/v1/queues/q/get", json={"max": 500}, timeout=15).json()["messages"]:
+                got.update(m["id"] for m in messages)
+                acked = s.post(node.url + "/v1/queues/q/ack", json={"receipts": [m["receipt"] for m in messages]},
+                               timeout=15)
+                assert acked.status_code == 200, acked.text
+            queue = s.get(node.url + "/v1/queues/q", timeout=15).json()
+            return queue["depth"] == 0 and queue["in_flight"] == 0
+
+        wait_until(emptied, 30, "the queue drained with nothing in flight")
+    return got
 
 
 def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_path: Path) -> None:
@@ -98,10 +143,9 @@ def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_pat
     cluster.start()
     rq.start()
     try:
-        store = ("--redis-url", cluster.urls, "--rq-redis-url", str(rq.tcp_url), "--workers", "0",
-                 "--advertise-url", "http://127.0.0.1")
-        first = serve(*store, http_workers=2)
-        second = serve(*store, http_workers=2)
+        store = ("--redis-url", cluster.urls, "--rq-redis-url", str(rq.tcp_url), "--workers", "1")
+        first, second = (serve(*store, "--advertise-url", f"http://127.0.0.1:{port}", port=port, env=WORK_HORSE_ENV)
+                         for port in (free_port(), free_port()))
         nodes = [first, second]
         owner = first.owner()
         owner("PATCH", "/v1/server", {"min_replicas": 1, "sync_timeout_ms": 5000}, 200)
@@ -122,7 +166,7 @@ def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_pat
             durability = "sync" if len(tenants) % 2 == 0 else "async"
             with requests.Session() as s:
                 s.headers["Authorization"] = f"Bearer {created['api_key']}"
-                answer = s.put(first.url + "/v1/queues/q", json={"model": "point_to_point",
+                answer = s.put(first.url + "/v1/queues/q", json={"model": "point_to_point", "ack_timeout_s": 2,
                                                                 "durability": durability}, timeout=15)
                 assert answer.status_code == 201, answer.text
             tenants.append((created["id"], created["api_key"], durability))
@@ -131,8 +175,9 @@ def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_pat
                                None)
         stop = threading.Event()
         producers = [Producer(t, key, nodes, stop) for t, key, _ in tenants]
-        for p in producers:
-            p.start()
+        consumer = Consumer([key for _, key, _ in tenants], nodes, stop)
+        for thread in [*producers, consumer]:
+            thread.start()
         time.sleep(STEADY_S)  # traffic before the kill: what the figures compare with
 
         killed_at = time.monotonic()
@@ -153,37 +198,68 @@ def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_pat
                    "every tenant sending again once the dead node is back as a replica")
         time.sleep(STEADY_S)
 
-        second.kill_everything()
-        nodes.remove(second)
+        # A fork listener's execution in flight when the node whose worker runs it dies with its
+        # whole process tree: the batch comes back and the surviving node's worker forwards it, once.
+        listening = owner("POST", "/v1/tenants", {"name": "listening"}, 201)
+        inputs = [f"job {i}" for i in range(5)]
+        pid_file = tmp_path / "horse.pid"
+        with AtomqClient(first.url, listening["api_key"]) as api:
+            api.put_queue("jobs", ack_timeout_s=300)  # its batch can only come back through the worker's silence
+            api.put_queue("done")
+            api.request("PUT", "/v1/listeners/stall", {"queue": "jobs", "process": "stall", "batch_size": 10,
+                                                       "settings": {"to": "done", "pid_file": str(pid_file)}})
+            api.send_texts("jobs", inputs)
+            wait_until(pid_file.exists, 30, "the work horse to start")
+            horse = psutil.Process(int(pid_file.read_text()))
+            for node in nodes:
+                node.track_processes()
+            (dying,) = [n for n in nodes if horse.ppid() in {w.pid for w in n.execution_workers}]
+            survivor = first if dying is second else second
+            dying.kill_everything()
+            horse.kill()  # rq gives a work horse a session of its own: it outlives its worker's group
+            nodes.remove(dying)
+            with AtomqClient(survivor.url, listening["api_key"]) as surviving:
+                wait_until(lambda: surviving.queue("done")["depth"] == len(inputs), 60,
+                           "the batch back and forwarded by the surviving node's worker")
+                wait_until(lambda: surviving.queue("jobs")["in_flight"] == 0, 30, "the execution settled")
+                assert sorted(m["documents"][0]["data"] for m in surviving.browse("done")) == inputs
+                listener = surviving.request("GET", "/v1/listeners/stall")
+                assert (listener["executions"], listener["failures"]) == (2, 1), listener
         time.sleep(STEADY_S)
         stop.set()
-        for p in producers:
-            p.join(30)
-        statuses = sum((p.statuses for p in producers), Counter())
-        assert 500 not in statuses, statuses
-        assert set(statuses) <= {0, 201, 503}, statuses
-        wait_until(lambda: first.ready().status_code == 200, 30, "the surviving node ready")
-        wait_until(lambda: 'atomq_metrics_exporter{node=' in (text := owner.request("GET", "/metrics").text)
-                   and text.split("atomq_metrics_exporter{", 1)[1].split("\n", 1)[0].endswith(" 1.0"), 30,
-                   "the surviving node holding the maintenance lease (it exports the store's metrics)")
+        for thread in [*producers, consumer]:
+            thread.join(30)
+        sends = sum((p.statuses for p in producers), Counter())
+        assert 500 not in sends and set(sends) <= {0, 201, 503}, sends
+        assert 500 not in consumer.statuses and set(consumer.statuses) <= {0, 200, 503}, consumer.statuses
+        with survivor.owner() as surviving_owner:
+            wait_until(lambda: survivor.ready().status_code == 200, 30, "the surviving node ready")
+            survivor_id = surviving_owner("GET", "/v1/server", status=200)["node_id"]
+            wait_until(lambda: 'atomq_metrics_exporter{node=' in (text := surviving_owner.request("GET", "/metrics").text)
+                       and text.split("atomq_metrics_exporter{", 1)[1].split("\n", 1)[0].endswith(" 1.0"), 30,
+                       "the surviving node holding the maintenance lease (it exports the store's metrics)")
 
-        lost: dict[str, int] = {}
-        for (tenant, key, durability), p in zip(tenants, producers):
-            consumed = drain(first, key)
-            missing = p.accepted - consumed
-            if durability == "sync":
-                assert not missing, f"{len(missing)} messages answered 201 to a sync queue are gone"
-            lost[tenant] = len(missing)
-        print(f"failover: statuses {dict(statuses)}, the killed master's async tenants waited at most "
-              f"{max(recovered[t] for t in victims):.1f} s, the others' "
-              f"{max((v for t, v in recovered.items() if t not in victims), default=0.0):.1f} s, "
-              f"sent {sum(len(p.accepted) for p in producers)}, lost of async queues {sum(lost.values())}")
         client = open_redis(cluster.url)
         try:
-            assert_audit_clean(client, {t for t, _, _ in tenants})
+            listener_holder = client.get(k.lease_key(k.listener_lease_name(listening["id"], "stall")))
+            assert listener_holder is not None and listener_holder.decode().startswith(f"{survivor_id}:")
+            lost: dict[str, int] = {}
+            for (tenant, key, durability), p in zip(tenants, producers):
+                missing = p.accepted - consumer.consumed - drain(survivor, key)
+                if durability == "sync":
+                    assert not missing, f"{len(missing)} messages answered 201 to a sync queue are gone"
+                lost[tenant] = len(missing)
+            print(f"failover: sends {dict(sends)}, gets and acks {dict(consumer.statuses)}, the killed master's "
+                  f"async tenants waited at most {max(recovered[t] for t in victims):.1f} s, the others' "
+                  f"{max((v for t, v in recovered.items() if t not in victims), default=0.0):.1f} s, "
+                  f"sent {sum(len(p.accepted) for p in producers)}, consumed by then {len(consumer.consumed)}, "
+                  f"lost of async queues {sum(lost.values())}")
+            assert_audit_clean(client, {t for t, _, _ in tenants} | {listening["id"]})
         finally:
             client.close()
     finally:
+        for node in serve.nodes:  # before their store, so that they stop as they would in service
+            node.ensure_stopped()
         cluster.stop()
         rq.stop()
 

@@ -250,8 +250,8 @@ def tenant_with_messages(node: AtomqServe, *texts: str) -> tuple[str, str]:
 
 class ServeFactory:
     """The ``serve`` fixtures (conftest.py): each call starts a node with the given flags, on
-    ``directory/data`` and a port of its own (again on a node's directory and port with
-    ``same_as=node``); every node has the factory's owner key. ``stop_all`` stops them all, which
+    ``directory/data`` and a port of its own (``port`` when given; again on a node's directory and
+    port with ``same_as=node``); every node has the factory's owner key. ``stop_all`` stops them all, which
     audits their data (``AtomqServe.ensure_stopped``), and shows their logs."""
 
     def __init__(self, directory: Path) -> None:
@@ -260,12 +260,12 @@ class ServeFactory:
         self.nodes: list[AtomqServe] = []
 
     def __call__(self, *args: str, http_workers: int = 2, same_as: AtomqServe | None = None, healthy: bool = True,
-                 env: dict[str, str] | None = None) -> AtomqServe:
+                 env: dict[str, str] | None = None, port: int | None = None) -> AtomqServe:
         # Nodes on an outside store (--redis-url) are separate machines: a directory each.
         own = self.directory / (f"data-{len(self.nodes)}" if "--redis-url" in args else "data")
         node = AtomqServe(same_as.data_dir if same_as else own,
                           self.directory / f"serve-{len(self.nodes)}.log", self.owner_key,
-                          same_as.port if same_as else free_port(), http_workers, args, env)
+                          same_as.port if same_as else port or free_port(), http_workers, args, env)
         self.nodes.append(node)
         node.start(healthy=healthy)
         return node
