@@ -60,13 +60,13 @@ import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from drivers.cli import add_rounds, check_rounds, parser_from_doc
-from drivers.embedded import start_valkey
+from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.redis_streams import raw_send
 from drivers.run_exit import BenchRun
 from drivers.serve_node import check, progress
 from drivers.workload import BATCH, PAYLOAD_BYTES
-from throughput import quiesce_aof, rate
+from throughput import rate
 
 PATTERN_COUNTS = (1, 10, 100)
 TOPIC = "orders/eu/new"

@@ -58,7 +58,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 import uuid
 from typing import Any, Callable
 
@@ -68,7 +67,7 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
 from drivers.atomq_http import HttpNode, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
-from drivers.embedded import start_valkey
+from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
@@ -93,30 +92,6 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
-
-
-def quiesce_aof(client: redis.Redis, timeout: float = 60.0) -> int:
-    """Rewrites the AOF now and waits for it; returns the count of rewrites so far.
-
-    Run before each timed phase, so an automatic rewrite (a fork and a child
-    competing for the CPUs) never lands inside one phase and not another.
-    """
-    deadline = time.monotonic() + timeout
-
-    def busy() -> bool:
-        p = client.info("persistence")
-        return bool(int(p.get("aof_rewrite_in_progress", 0)) or int(p.get("aof_rewrite_scheduled", 0)))
-
-    while busy():
-        check(time.monotonic() < deadline, "an AOF rewrite did not finish in time")
-        time.sleep(0.01)
-    client.bgrewriteaof()
-    while busy():
-        check(time.monotonic() < deadline, "an AOF rewrite did not finish in time")
-        time.sleep(0.01)
-    p = client.info("persistence")
-    check(p.get("aof_last_bgrewrite_status") == "ok", "the AOF rewrite failed")
-    return int(p.get("aof_rewrites", 0))
 
 
 def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | None, amqp: Amqp | None,

@@ -12,12 +12,13 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 import requests
 
-from .serve_node import BenchError, ServeNode, check, expect, progress
+from .serve_node import BenchError, ServeNode, check, expect, keep_alive_session, progress
 from .workload import BATCH, PAYLOAD_BYTES, batch_dispenser, threaded_phase
 
 
@@ -78,9 +79,6 @@ class HttpNode(ServeNode):
 
     def delete_queue(self, name: str) -> None:
         expect(self._api().delete(f"{self.base}/v1/queues/{name}", timeout=30), 204, f"deleting queue {name}")
-
-    def client_session(self) -> requests.Session:
-        return self.session(self.tenant_key)
 
     def _api(self) -> requests.Session:
         if self.api is None:
@@ -177,15 +175,27 @@ class HttpNode(ServeNode):
         return on_start, report
 
 
-def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tuple[float, list[str]]:
-    """``clients`` threads, each with its own keep-alive session, POST 100 messages a request until n are sent."""
-    url = f"{node.base}/v1/queues/{queue}/messages"
+@dataclass(frozen=True)
+class Target:
+    """Where a client thread sends and gets: a node's base URL, a tenant's key and its queue."""
+
+    base: str
+    key: str
+    queue: str
+
+
+def send_phase(targets: list[Target], n: int, text: str, clients: int,
+               on_start: Callable[[], None] | None = None) -> tuple[float, list[str]]:
+    """``clients`` threads, each with its own keep-alive session to ``targets[i % len(targets)]``,
+    POST 100 messages a request until n are sent between them."""
     messages = [{"documents": [{"data": text}]} for _ in range(BATCH)]
     full = {"messages": messages}
     take = batch_dispenser(n)
 
     def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, list[str]]:
-        with node.client_session() as s:
+        target = targets[i % len(targets)]
+        url = f"{target.base}/v1/queues/{target.queue}/messages"
+        with keep_alive_session(target.base, target.key) as s:
             ready()
             ids: list[str] = []
             while not stop.is_set():
@@ -199,23 +209,24 @@ def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tu
                 ids.extend(got)
             return time.perf_counter(), ids
 
-    on_start, report = node.cpu_report()
     seconds, parts = threaded_phase("http_send", clients, work, on_start=on_start)
-    report(seconds, -(-n // BATCH), clients)
     return seconds, [i for part in parts for i in part]
 
 
-def http_get_ack(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
-    """``clients`` threads each get (max 100) and ack (ids) on the same queue until a get finds nothing.
+def get_ack_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None
+                  ) -> tuple[float, list[str], int, int]:
+    """``clients`` threads each get (max 100) and ack (ids) on their target's queue until a get finds
+    nothing.
 
-    Returns seconds, every id delivered (duplicates kept, for the check) and
-    the count the acks acknowledged.
+    Returns seconds, every id delivered (duplicates kept, for the check), the
+    count the acks acknowledged and the requests made.
     """
-    get_url = f"{node.base}/v1/queues/{queue}/get"
-    ack_url = f"{node.base}/v1/queues/{queue}/ack"
 
     def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
-        with node.client_session() as s:
+        target = targets[i % len(targets)]
+        get_url = f"{target.base}/v1/queues/{target.queue}/get"
+        ack_url = f"{target.base}/v1/queues/{target.queue}/ack"
+        with keep_alive_session(target.base, target.key) as s:
             ready()
             delivered: list[str] = []
             acked = calls = 0
@@ -236,7 +247,26 @@ def http_get_ack(node: HttpNode, queue: str, clients: int) -> tuple[float, list[
                 acked += done
             return time.perf_counter(), (delivered, acked, calls)
 
-    on_start, report = node.cpu_report()
     seconds, parts = threaded_phase("http_get_ack", clients, work, on_start=on_start)
-    report(seconds, sum(c for _, _, c in parts), clients)
-    return seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts)
+    return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
+            sum(c for _, _, c in parts))
+
+
+def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tuple[float, list[str]]:
+    """``clients`` threads POST 100 messages a request to one queue of the node until n are sent."""
+    on_start, report = node.cpu_report()
+    seconds, ids = send_phase([Target(node.base, node.tenant_key, queue)], n, text, clients, on_start)
+    report(seconds, -(-n // BATCH), clients)
+    return seconds, ids
+
+
+def http_get_ack(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
+    """``clients`` threads each get (max 100) and ack (ids) on the same queue until a get finds nothing.
+
+    Returns seconds, every id delivered (duplicates kept, for the check) and
+    the count the acks acknowledged.
+    """
+    on_start, report = node.cpu_report()
+    seconds, delivered, acked, calls = get_ack_phase([Target(node.base, node.tenant_key, queue)], clients, on_start)
+    report(seconds, calls, clients)
+    return seconds, delivered, acked

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 
 import redis
 
@@ -30,3 +31,27 @@ def start_valkey(bench: BenchRun, tenant: str) -> tuple[redis.Redis, str]:
     check(client.config_get("appendfsync").get("appendfsync") == "everysec",
           "the embedded server does not use appendfsync everysec")
     return client, str(info.get("valkey_version") or info.get("redis_version"))
+
+
+def quiesce_aof(client: redis.Redis, timeout: float = 60.0) -> int:
+    """Rewrites the AOF now and waits for it; returns the count of rewrites so far.
+
+    Run before each timed phase, so an automatic rewrite (a fork and a child
+    competing for the CPUs) never lands inside one phase and not another.
+    """
+    deadline = time.monotonic() + timeout
+
+    def busy() -> bool:
+        p = client.info("persistence")
+        return bool(int(p.get("aof_rewrite_in_progress", 0)) or int(p.get("aof_rewrite_scheduled", 0)))
+
+    while busy():
+        check(time.monotonic() < deadline, "an AOF rewrite did not finish in time")
+        time.sleep(0.01)
+    client.bgrewriteaof()
+    while busy():
+        check(time.monotonic() < deadline, "an AOF rewrite did not finish in time")
+        time.sleep(0.01)
+    p = client.info("persistence")
+    check(p.get("aof_last_bgrewrite_status") == "ok", "the AOF rewrite failed")
+    return int(p.get("aof_rewrites", 0))

@@ -73,12 +73,14 @@ def stop_child(proc: subprocess.Popen[bytes], timeout: float, hung: str) -> None
 class ServeNode:
     """One ``atomq serve`` process with its own embedded Valkey, for one bench run."""
 
-    def __init__(self, prefix: str, http_workers: int | None, workers: int | None = None) -> None:
+    def __init__(self, prefix: str, http_workers: int | None, workers: int | None = None,
+                 args: tuple[str, ...] = (), owner_key: str | None = None) -> None:
         self.http_workers = http_workers
         self.workers = workers  # ``--workers N`` execution workers; None: the command's default
+        self.args = args  # more flags: ``--redis-url`` and the like, for a node on an outside store
         self.root = Path(tempfile.mkdtemp(prefix=prefix))
         self.data_dir = self.root / "node"
-        self.owner_key = f"bench-owner-{uuid.uuid4().hex}"
+        self.owner_key = owner_key or f"bench-owner-{uuid.uuid4().hex}"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -91,6 +93,7 @@ class ServeNode:
             cmd += ["--http-workers", str(self.http_workers)]
         if self.workers is not None:
             cmd += ["--workers", str(self.workers)]
+        cmd += self.args
         self._log = open(self.root / "serve.log", "wb")
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
@@ -132,8 +135,12 @@ class ServeNode:
         return "\n".join(text.splitlines()[-lines:])
 
     def session(self, key: str) -> requests.Session:
-        """A keep-alive session for one client thread, its connection opened (untimed) by a health check."""
-        s = requests.Session()
-        s.headers["Authorization"] = f"Bearer {key}"
-        expect(s.get(f"{self.base}/v1/health", timeout=30), 200, "health check")
-        return s
+        return keep_alive_session(self.base, key)
+
+
+def keep_alive_session(base: str, key: str) -> requests.Session:
+    """A keep-alive session for one client thread, its connection opened (untimed) by a health check."""
+    s = requests.Session()
+    s.headers["Authorization"] = f"Bearer {key}"
+    expect(s.get(f"{base}/v1/health", timeout=30), 200, "health check")
+    return s

@@ -48,16 +48,23 @@ def stall_first_delivery(ctx: ExecutionContext) -> None:
 
 def spark_stall_first_delivery(df: Any, settings: dict[str, Any]) -> Any:
     """Forwards each document to ``settings["to"]`` on Spark; a first delivery's task first
-    sleeps ``settings["sleep_s"]``, holding its Spark job until a time limit cancels it."""
+    sleeps ``settings["sleep_s"]``, holding its Spark job until a time limit cancels it. With
+    ``settings["pid_file"]``, the task first writes there the pid of the Spark Python worker
+    that runs it, so a test can tell which Spark worker's process tree holds the execution."""
     from pyspark.sql import functions as f
 
     sleep_s = float(settings.get("sleep_s", 60))
+    pid_file = settings.get("pid_file")
 
     # Defined in here, so Spark's Python workers get it by value: they cannot import this module.
     def stall(delivery_count: int, text: str) -> str:
+        import os as system
         import time as clock
 
         if delivery_count == 1:
+            if pid_file:
+                with open(pid_file, "w") as out:
+                    out.write(str(system.getpid()))
             clock.sleep(sleep_s)
         return text
 

@@ -65,8 +65,9 @@ class Http:
 
 
 class AtomqServe:
-    """One ``atomq serve`` process tree: the master (our Popen), its HTTP workers and the embedded Valkey
-    (none with ``--redis-url``)."""
+    """One ``atomq serve`` process tree: the master (our Popen), its HTTP workers, its execution workers
+    (``atomq worker`` and ``atomq spark-worker``, with the Spark workers' JVMs and Python workers)
+    and the embedded Valkey (none with ``--redis-url``)."""
 
     def __init__(self, data_dir: Path, log_path: Path, owner_key: str, port: int,
                  http_workers: int = 2, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
@@ -76,6 +77,8 @@ class AtomqServe:
         self.proc: subprocess.Popen[bytes] | None = None
         self.workers: list[psutil.Process] = []
         self.execution_workers: list[psutil.Process] = []
+        self.spark_processes: list[psutil.Process] = []
+        """What the Spark workers started: their JVMs and Spark's Python daemons and workers."""
         self.valkey: psutil.Process | None = None
         self.embedded = "--redis-url" not in args
 
@@ -111,8 +114,9 @@ class AtomqServe:
                    f"{self.http_workers} HTTP workers")
 
     def track_processes(self) -> list[psutil.Process]:
-        """Records the embedded Valkey (its pid read from its pid file while it runs) and the workers
-        forked so far, so that teardown can check each of them is gone; returns the workers."""
+        """Records the embedded Valkey (its pid read from its pid file while it runs), the workers
+        forked so far and the processes their Spark workers run now, so that teardown can check
+        each of them is gone; returns the HTTP workers."""
         assert self.proc is not None
         if self.valkey is None and self.embedded:
             self.valkey = psutil.Process(int((self.valkey_dir / "valkey.pid").read_text()))
@@ -126,6 +130,11 @@ class AtomqServe:
                     (workers if "serve" in command else self.execution_workers).append(child)
         self.workers = list({p.pid: p for p in [*self.workers, *workers]}.values())
         self.execution_workers = list({p.pid: p for p in self.execution_workers}.values())
+        for worker in self.execution_workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if "spark-worker" in worker.cmdline():
+                    self.spark_processes += worker.children(recursive=True)
+        self.spark_processes = list({p.pid: p for p in self.spark_processes}.values())
         return workers
 
     def _healthy(self) -> bool:
@@ -141,7 +150,8 @@ class AtomqServe:
 
     def pids(self) -> list[int]:
         """Every process of the tree that was seen running."""
-        procs = [*self.workers, *self.execution_workers, *([self.valkey] if self.valkey else [])]
+        procs = [*self.workers, *self.execution_workers, *self.spark_processes,
+                 *([self.valkey] if self.valkey else [])]
         return ([self.proc.pid] if self.proc else []) + [p.pid for p in procs]
 
     def running(self) -> list[int]:
@@ -190,7 +200,8 @@ class AtomqServe:
         the master and its workers. The master is stopped first so that it cannot fork new workers."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGSTOP)
-        for p in [*([self.valkey] if self.valkey else []), *self.workers, *self.execution_workers]:
+        for p in [*([self.valkey] if self.valkey else []), *self.workers, *self.execution_workers,
+                  *self.spark_processes]:
             with contextlib.suppress(psutil.NoSuchProcess):  # psutil refuses a reused pid
                 p.send_signal(signal.SIGKILL)
         if self.proc is not None and self.proc.poll() is None:
