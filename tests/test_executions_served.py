@@ -7,6 +7,7 @@ tenant of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import RateLimited
+from atomq.workers.liveness import live_fork_workers
 from support.listener_processes import always_fail, served_env, stall_first_delivery
 from support.processes import pid_running
 from support.served_node import AtomqServe, ServeFactory
@@ -33,6 +35,8 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
     server = serve_for_module("--workers", "2", http_workers=2, env=WORK_HORSE_ENV)
     wait_until(lambda: (server.track_processes(), len(server.execution_workers) == 2)[1], 30,
                "two execution workers")
+    with contextlib.closing(server.redis()) as rq:  # the node's rq Redis is its own Valkey
+        wait_until(lambda: live_fork_workers(rq) == 2, 30, "both workers heartbeating, so no listener waits")
     with AtomqClient(server.url, server.owner_key) as owner:
         owner.update_server(redelivery_delays_s=[0.1, 0.1])
     return server
@@ -154,6 +158,9 @@ def test_kill_9_of_a_worker_with_its_work_horse_brings_the_batch_back_within_sec
     listener = api.request("GET", "/v1/listeners/stall")
     assert listener["failures"] == 1
     settled(api, "in", "stall", 2)
+    # The node says how its worker ended (gunicorn's own reaping must not take the status first).
+    wait_until(lambda: "an execution worker was killed by signal 9" in node.log_path.read_text(), 10,
+               "the node to report the worker's death")
     node.track_processes()  # the worker the node started in its place, which teardown checks is stopped
 
 

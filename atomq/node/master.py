@@ -41,6 +41,10 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
                                              socket_connect_timeout=MASTER_STORE_TIMEOUT_S))
         return self._store
 
+    def reap_workers(self) -> None:
+        self.execution_workers.collect_exits()
+        super().reap_workers()
+
     def manage_workers(self) -> None:
         super().manage_workers()
         self.execution_workers.manage()

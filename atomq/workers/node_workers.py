@@ -142,6 +142,14 @@ class NodeWorkers:
             self._keep(self.spark, now)
         self._refresh_problems(now)
 
+    def collect_exits(self) -> None:
+        """Takes the exit status of every worker that ended, for ``_keep`` to report. The master
+        calls it before gunicorn's own reaping, which waits for any child and would otherwise take
+        the status (a worker killed by a signal would then seem to have exited with status 0)."""
+        for worker in [*self.fork, *([self.spark] if self.spark else [])]:
+            if worker.proc is not None:
+                worker.proc.poll()
+
     def _keep(self, worker: KeptWorker, now: float) -> None:
         if worker.proc is not None:
             code = worker.proc.poll()
