@@ -207,8 +207,12 @@ class Supervisor:
         started = [(fork, spark) for status, fork, spark in jobs if status == JobStatus.STARTED.value]
         silent = silent_workers(self.rq, {f for f, _ in started if f}, {s for _, s in started if s})
         for execution, (status, fork, spark) in zip(waiting, jobs):
-            if status is None or status in DEAD_JOB_STATES or (
-                    status == JobStatus.STARTED.value and (fork in silent or spark in silent)):
+            orphaned = status == JobStatus.STARTED.value and (fork in silent or spark in silent)
+            if orphaned:
+                # Nobody is left to finish or delete the job (a Spark worker keeps its job without an
+                # expiry while it runs it): it stays to be looked at as long as a failed one, then goes.
+                self.rq.expire(Job.key_for(execution), self.config.failed_job_ttl_s)
+            if status is None or status in DEAD_JOB_STATES or orphaned:
                 self.listeners.expire_execution(tenant, name, execution)
                 self._fail_batch(tenant, execution)
 

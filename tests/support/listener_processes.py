@@ -39,7 +39,9 @@ def stall_first_delivery(ctx: ExecutionContext) -> None:
     """Forwards to ``settings["to"]``; on a first delivery it first writes its pid to
     ``settings["pid_file"]`` and sleeps, so a test can kill its work horse mid-execution."""
     if any(not m.redelivered for m in ctx.messages):
-        Path(ctx.settings["pid_file"]).write_text(str(os.getpid()))
+        pid_file = Path(ctx.settings["pid_file"])
+        pid_file.with_suffix(".part").write_text(str(os.getpid()))
+        pid_file.with_suffix(".part").rename(pid_file)  # whole, when a test sees it: a rename is atomic
         time.sleep(float(ctx.settings.get("sleep_s", 60)))
     for message in ctx.messages:
         for document in message.documents:
@@ -63,8 +65,9 @@ def spark_stall_first_delivery(df: Any, settings: dict[str, Any]) -> Any:
 
         if delivery_count == 1:
             if pid_file:
-                with open(pid_file, "w") as out:
+                with open(f"{pid_file}.part", "w") as out:
                     out.write(str(system.getpid()))
+                system.rename(f"{pid_file}.part", pid_file)  # whole, when a test sees it
             clock.sleep(sleep_s)
         return text
 
