@@ -11,6 +11,9 @@ batches of 100:
   platform_get_ack  QueueServer.get(max_messages=100) + ack(ids=...) until drained
   http_get_ack      POST .../get {"max": 100} + POST .../ack {"ids": [...]},
                     4 client threads on the same queue, until drained
+  http_consume      POST .../get {"max": 100, "ack": {"receipts": [previous batch]}},
+                    4 client threads on a queue filled again (untimed), until
+                    drained: one request a batch
   rabbitmq_send     pika, 4 threads each with its own connection: persistent
                     messages to a durable queue, publisher confirms awaited per 100
   rabbitmq_get_ack  pika, 4 consumers each with its own connection: prefetch 100,
@@ -42,9 +45,11 @@ end, also on an error or Ctrl-C.
 Output: a line per phase (median msg/s and each round), per ratio and per
 aim on stdout, progress on stderr, and as the LAST stdout line one JSON
 object with raw_send, platform_send, raw_get_ack, platform_get_ack, http_send,
-http_get_ack, rabbitmq_send, rabbitmq_get_ack (medians, msg/s; null when a
-phase did not run), platform_send_ratio, platform_get_ack_ratio,
-http_send_ratio, http_get_ack_ratio, http_send_vs_rabbitmq_send, plus
+http_get_ack, http_consume, rabbitmq_send, rabbitmq_get_ack (medians,
+msg/s; null when a phase did not run), platform_send_ratio,
+platform_get_ack_ratio, http_send_ratio, http_get_ack_ratio,
+http_send_vs_rabbitmq_send, http_consume_ratio,
+http_consume_vs_rabbitmq_get_ack, plus
 messages, batch, repeat, clients, python, valkey, rabbitmq. Exit status 1
 when a correctness check fails (each get+ack phase must consume exactly the
 N messages sent, each once), 130 on Ctrl-C.
@@ -65,7 +70,7 @@ import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.connection import redact_url
-from drivers.atomq_http import HttpNode, http_get_ack, http_send
+from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
@@ -77,16 +82,18 @@ from drivers.workload import BATCH, PAYLOAD_BYTES
 
 CLIENTS = 4
 CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack")
-HTTP_PHASES = ("http_send", "http_get_ack")
+HTTP_PHASES = ("http_send", "http_get_ack", "http_consume")
 AMQP_PHASES = ("rabbitmq_send", "rabbitmq_get_ack")
 ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "http_get_ack",
-         "rabbitmq_send", "rabbitmq_get_ack")
+         "http_consume", "rabbitmq_send", "rabbitmq_get_ack")
 RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_get_ack_ratio", "platform_get_ack", "raw_get_ack"),
           ("http_send_ratio", "http_send", "raw_send"),
           ("http_get_ack_ratio", "http_get_ack", "raw_get_ack"),
-          ("http_send_vs_rabbitmq_send", "http_send", "rabbitmq_send"))
-AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.0))
+          ("http_send_vs_rabbitmq_send", "http_send", "rabbitmq_send"),
+          ("http_consume_ratio", "http_consume", "raw_get_ack"),
+          ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"))
+AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.5), ("http_consume_vs_rabbitmq_get_ack", 1.5))
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
@@ -177,9 +184,20 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
             info_http = node.queue_info(queue)
             check(info_http["depth"] == 0 and info_http["in_flight"] == 0,
                   f"http_get_ack left depth {info_http['depth']}, in flight {info_http['in_flight']}")
+
+            # 7. http_consume: the queue filled again (untimed), drained by gets that ack the batch before
+            _, http_ids = http_send(node, queue, n, text, clients)
+            _, delivered, acked = timed("http_consume", r, lambda: http_consume(node, queue, clients), node.valkey)
+            check(len(delivered) == n and set(delivered) == set(http_ids),
+                  f"http_consume got {len(delivered)} deliveries of {len(set(delivered))} distinct ids, "
+                  f"not the {n} sent, once each")
+            check(acked == n, f"http_consume: the gets acked {acked} of {n}")
+            info_http = node.queue_info(queue)
+            check(info_http["depth"] == 0 and info_http["in_flight"] == 0,
+                  f"http_consume left depth {info_http['depth']}, in flight {info_http['in_flight']}")
             node.delete_queue(queue)
 
-        # 7. rabbitmq_send and 8. rabbitmq_get_ack, through a fresh durable queue
+        # 8. rabbitmq_send and 9. rabbitmq_get_ack, through a fresh durable queue
         if amqp is not None:
             rq = f"atomq-bench-{tenant}-{r}"
             check(amqp.declare(rq) == 0, f"RabbitMQ queue {rq} is not empty")

@@ -239,6 +239,27 @@ def test_send_get_ack_nack_extend(acme) -> None:
     assert acme("GET", "/v1/queues/jobs", status=200)["depth"] == 0
 
 
+def test_a_get_acks_the_previous_batch_in_the_same_request(acme) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
+    acme("POST", "/v1/queues/jobs/messages", {"messages": [{"documents": [{"data": f"m{i}"}]} for i in range(5)]}, 201)
+    first = acme("POST", "/v1/queues/jobs/get", {"max": 3}, 200)
+    assert "acked" not in first, "a get given nothing to ack does not say it acked"
+    receipts = [m["receipt"] for m in first["messages"]]
+    second = acme("POST", "/v1/queues/jobs/get", {"max": 3, "ack": {"receipts": receipts}}, 200)
+    assert second["acked"] == 3
+    assert [m["documents"][0]["data"] for m in second["messages"]] == ["m3", "m4"]
+    last = acme("POST", "/v1/queues/jobs/get", {"ack": {"ids": [m["id"] for m in second["messages"]]}}, 200)
+    assert last == {"messages": [], "acked": 2}
+    assert acme("POST", "/v1/queues/jobs/get", {"ack": {"receipts": receipts}}, 200)["acked"] == 0, "stale receipts"
+    queue = acme("GET", "/v1/queues/jobs", status=200)
+    assert (queue["depth"], queue["in_flight"], queue["totals"]["acked"]) == (0, 0, 5)
+    for bad, field in (({"ack": {}}, "ids"), ({"ack": {"ids": ["a"], "receipts": receipts[:1]}}, "ids"),
+                       ({"ack": {"receipts": ["a~01"]}}, "receipts"), ({"ack": {"subscriber": "s"}}, "subscriber"),
+                       ({"ack": ["a~1"]}, "_schema")):
+        error = acme("POST", "/v1/queues/jobs/get", bad, 400)["error"]
+        assert list(error["details"]["fields"]["json"]["ack"]) == [field], error
+
+
 def test_send_and_get_errors(acme) -> None:
     acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
     missing = acme("POST", "/v1/queues/missing/messages", {"messages": [{"documents": [{"data": "x"}]}]}, 404)

@@ -42,6 +42,11 @@ def test_a_tenant_works_its_queue_through_the_client(node, owner) -> None:
         assert c.delete_messages("jobs", ids=[ids[2]]) == 1
         assert c.queue("jobs")["depth"] == 1
         assert c.delete_messages("jobs") == 1 and c.delete_dead_letters("jobs") == 0
+        c.send_texts("jobs", ["d", "e"])
+        (d,) = c.get("jobs", max_messages=1)
+        (e,) = c.get("jobs", ack_receipts=[d["receipt"]])  # the previous batch acked by the next get
+        assert c.take("jobs", ack_ids=[e["id"]]) == {"messages": [], "acked": 1}
+        assert c.queue("jobs")["totals"]["acked"] == 3
         c.put_queue("news", "publish_subscribe")
         c.put_subscriber("news", "s")
         c.send_texts("news", ["n"])

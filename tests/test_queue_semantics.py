@@ -52,6 +52,40 @@ def test_send_get_ack_round_trip_keeps_documents_and_properties(qs, tenant, queu
     assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0, "acked documents are freed"
 
 
+def test_a_get_acks_the_previous_batch_first_and_says_how_many(qs, tenant, queue, backend) -> None:
+    """A consumer loop: each get acks the batch before it, in the same round trip to the store."""
+    qs.send(tenant, queue, [msg(f"m{i}") for i in range(25)])
+    first = qs.take(tenant, queue, max_messages=10)
+    assert first.acked is None, "a get given nothing to ack does not say it acked"
+    second = qs.take(tenant, queue, max_messages=10, ack_receipts=[d.receipt for d in first.deliveries])
+    assert (second.acked, texts(second.deliveries)) == (10, [f"m{i}" for i in range(10, 20)])
+    info = qs.get_queue(tenant, queue)
+    assert (info.depth, info.in_flight, info.totals["acked"]) == (5, 10, 10)
+    third = qs.take(tenant, queue, max_messages=10, ack_ids=[d.id for d in second.deliveries])
+    assert (third.acked, texts(third.deliveries)) == (10, [f"m{i}" for i in range(20, 25)])
+    # Receipts of deliveries already acked ack nothing; the get still delivers (here: nothing is left).
+    again = qs.take(tenant, queue, max_messages=10, ack_receipts=[d.receipt for d in first.deliveries])
+    assert (again.acked, again.deliveries) == (0, [])
+    last = qs.take(tenant, queue, ack_receipts=[d.receipt for d in third.deliveries])
+    assert (last.acked, last.deliveries) == (5, [])
+    info = qs.get_queue(tenant, queue)
+    assert (info.depth, info.in_flight, info.totals["acked"]) == (0, 0, 25)
+    assert audit_tenant(backend, tenant) == []
+
+
+def test_a_get_whose_ack_is_refused_takes_nothing(qs, tenant, queue) -> None:
+    qs.send(tenant, queue, [msg("a")])
+    with pytest.raises(InvalidInput) as bad:
+        qs.take(tenant, queue, ack_receipts=["not a receipt"])
+    assert bad.value.details["field"] == "ack.receipts"
+    with pytest.raises(InvalidInput) as both:
+        qs.take(tenant, queue, ack_ids=["x"], ack_receipts=["x~1"])
+    assert both.value.details["field"] == "ack.ids"
+    with pytest.raises(NotFound):
+        qs.take(tenant, "no-such-queue", ack_ids=["x"])
+    assert qs.get_queue(tenant, queue).in_flight == 0
+
+
 def test_get_returns_messages_in_send_order_and_at_most_max(qs, tenant, queue) -> None:
     qs.send(tenant, queue, [msg(f"m{i}") for i in range(25)])
     first = qs.get(tenant, queue, max_messages=10)

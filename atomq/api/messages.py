@@ -91,15 +91,19 @@ class Get(MethodView):
     @blp.response(200, DeliveriesSchema)
     @blp.doc(**links.AFTER_GET)
     def post(self, body: dict[str, Any], name: str) -> Response:
-        """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first; acks ``ack`` first."""
         s = services()
         tenant = current_tenant()
+        ack = body.get("ack", {})
         with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
             taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
-                                  consumer=body.get("consumer"))
+                                  consumer=body.get("consumer"), ack_ids=ack.get("ids"),
+                                  ack_receipts=ack.get("receipts"))
         out: dict[str, Any] = {"messages": [render.message(m) for m in taken.deliveries]}
         if taken.active is not None:
             out["active"] = taken.active
+        if taken.acked is not None:
+            out["acked"] = taken.acked
         return render.json_response(out)
 
 

@@ -193,20 +193,30 @@ class AtomqClient:
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])
 
     def get(self, queue: str, max_messages: int = defaults.GET_MAX_MESSAGES, wait_ms: int = defaults.GET_WAIT_MS,
-            subscriber: str | None = None, consumer: str | None = None) -> list[Any]:
+            subscriber: str | None = None, consumer: str | None = None,
+            ack_receipts: Sequence[str] | None = None) -> list[Any]:
         """Up to ``max_messages`` deliveries. ``consumer`` names the caller: required on an exclusive
-        queue, where only the active consumer gets messages (see :meth:`take`)."""
-        return self.take(queue, max_messages, wait_ms, subscriber, consumer)["messages"]  # type: ignore[no-any-return]
+        queue, where only the active consumer gets messages (see :meth:`take`). ``ack_receipts``
+        (the previous batch's) are acked first, in the same request."""
+        taken = self.take(queue, max_messages, wait_ms, subscriber, consumer, ack_receipts=ack_receipts)
+        return taken["messages"]  # type: ignore[no-any-return]
 
     def take(self, queue: str, max_messages: int = defaults.GET_MAX_MESSAGES, wait_ms: int = defaults.GET_WAIT_MS,
-             subscriber: str | None = None, consumer: str | None = None) -> Any:
+             subscriber: str | None = None, consumer: str | None = None,
+             ack_ids: Sequence[str] | None = None, ack_receipts: Sequence[str] | None = None) -> Any:
         """A get's whole answer: ``{"messages": [...]}``, with ``"active"`` on an exclusive queue
-        (false: a standby, which gets nothing until the active consumer goes silent)."""
+        (false: a standby, which gets nothing until the active consumer goes silent), and
+        ``"acked"`` when given ``ack_ids`` or ``ack_receipts`` to ack first, in the same request:
+        a consumer loop that acks each batch with its next get makes one request a batch."""
         body: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms}
         if subscriber:
             body["subscriber"] = subscriber
         if consumer:
             body["consumer"] = consumer
+        if ack_ids is not None:
+            body["ack"] = {"ids": list(ack_ids)}
+        elif ack_receipts is not None:
+            body["ack"] = {"receipts": list(ack_receipts)}
         return self.request("POST", f"/v1/queues/{queue}/get", body, timeout=self.timeout + wait_ms / 1000)
 
     def _selected(self, queue: str, action: str, ids: Sequence[str] | None, receipts: Sequence[str] | None,

@@ -293,6 +293,8 @@ class Taken:
 
     deliveries: list[Delivery]
     active: bool | None = None
+    acked: int | None = None
+    """How many messages the get acked first, when it was given some to ack; None otherwise."""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def check_tenant_id(tenant: str) -> str:
     return tenant
 
 
-def check_receipts(receipts: object) -> list[str]:
+def check_receipts(receipts: object, field: str = "receipts") -> list[str]:
     """The receipts of a settle call, each in the one spelling a get gives it.
 
     Settling compares the count as a number: ``<id>~01`` would name the same
@@ -62,11 +62,11 @@ def check_receipts(receipts: object) -> list[str]:
     canonical form is refused here, before a script counts it twice.
     """
     if isinstance(receipts, (str, bytes)) or not isinstance(receipts, (list, tuple)):
-        raise InvalidInput("receipts must be a list of receipts", field="receipts")
+        raise InvalidInput(f"{field} must be a list of receipts", field=field)
     for r in receipts:
         if not isinstance(r, str) or not RECEIPT.fullmatch(r):
             raise InvalidInput(
-                "receipts must be given as a get wrote them: '<message id>~<delivery count>', "
+                f"{field} must be given as a get wrote them: '<message id>~<delivery count>', "
                 f"the count a whole number without leading zeros; {str(r)[:80]!r} is not one",
-                field="receipts")
+                field=field)
     return list(receipts)

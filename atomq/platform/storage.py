@@ -93,6 +93,22 @@ class Storage:
                 replies[i] = reply
         return replies
 
+    def run_together(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any], ErrorMap | None]]) -> list[Any]:
+        """Runs scripts ``(name, keys, args, errors)`` in order in one round trip (a pipeline, not a
+        transaction: each script is atomic, the sequence is not). Their keys share one slot, so on a
+        cluster the pipeline goes to the node of that slot. Returns each reply, where a script failed
+        the error :meth:`run` would raise (not raised: the caller sees what the others did first)."""
+        try:
+            pipe = self._client_of(self._node_of(calls[0][1][0])).pipeline(transaction=False)
+            for name, keys, args, _ in calls:
+                self.scripts.queue(pipe, name, keys, args)
+            replies = pipe.execute(raise_on_error=False)
+        except STORE_ERRORS as exc:
+            raise translate(exc) from None
+        return [script_error(reply, errors) if isinstance(reply, redis.ResponseError)
+                else translate(reply) if isinstance(reply, Exception) else reply
+                for (_, _, _, errors), reply in zip(calls, replies)]
+
     def run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None,
                     replicas: int, timeout_ms: int) -> tuple[Any, list[int]]:
         """Runs script ``name`` (as :meth:`run`), then waits on the same connection until what it

@@ -252,6 +252,56 @@ def get_ack_phase(targets: list[Target], clients: int, on_start: Callable[[], No
             sum(c for _, _, c in parts))
 
 
+def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None
+                  ) -> tuple[float, list[str], int, int]:
+    """``clients`` threads each get (max 100) on their target's queue, each get acking the batch
+    before it (``"ack": {"receipts": [...]}``), until a get finds nothing: one request a batch.
+
+    Returns what ``get_ack_phase`` does.
+    """
+
+    def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
+        target = targets[i % len(targets)]
+        get_url = f"{target.base}/v1/queues/{target.queue}/get"
+        with keep_alive_session(target.base, target.key) as s:
+            ready()
+            delivered: list[str] = []
+            acked = calls = 0
+            previous: list[str] = []
+            while not stop.is_set():
+                calls += 1
+                body: dict[str, Any] = {"max": BATCH}
+                if previous:
+                    body["ack"] = {"receipts": previous}
+                answer = expect(s.post(get_url, json=body, timeout=60), 200, "http_consume: get")
+                if previous:
+                    check(answer["acked"] == len(previous),
+                          f"http_consume: a get acking {len(previous)} receipts acked {answer['acked']}")
+                    acked += answer["acked"]
+                got = answer["messages"]
+                if not got:
+                    break
+                docs = got[0]["documents"]
+                check(len(docs) == 1 and len(docs[0].get("data", "")) == PAYLOAD_BYTES,
+                      f"delivery {got[0]['id']} does not carry one {PAYLOAD_BYTES}-character document")
+                check(all(m["delivery_count"] == 1 for m in got), "http_consume: a message was delivered twice")
+                delivered.extend(m["id"] for m in got)
+                previous = [m["receipt"] for m in got]
+            return time.perf_counter(), (delivered, acked, calls)
+
+    seconds, parts = threaded_phase("http_consume", clients, work, on_start=on_start)
+    return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
+            sum(c for _, _, c in parts))
+
+
+def http_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
+    """``consume_phase`` on one queue of the node: seconds, every id delivered and the count acked."""
+    on_start, report = node.cpu_report()
+    seconds, delivered, acked, calls = consume_phase([Target(node.base, node.tenant_key, queue)], clients, on_start)
+    report(seconds, calls, clients)
+    return seconds, delivered, acked
+
+
 def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tuple[float, list[str]]:
     """``clients`` threads POST 100 messages a request to one queue of the node until n are sent."""
     on_start, report = node.cpu_report()

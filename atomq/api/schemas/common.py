@@ -70,8 +70,8 @@ class ErrorSchema(ma.Schema):
     error = fields.Nested(ErrorBody, required=True)
 
 
-class Selector(Strict):
-    """Selects messages by id or by receipt, for the subscriber where that applies."""
+class Selection(Strict):
+    """Messages by id or by receipt."""
 
     # What ``validates_schema`` checks, as the OpenAPI document states it (see atomq.api).
     ONE_OF = [{"required": ["ids"]}, {"required": ["receipts"]}]
@@ -82,13 +82,18 @@ class Selector(Strict):
                                          metadata={"description": "as a get wrote it: <message id>~<delivery "
                                                                   "count>"}),
                            validate=validate.Length(max=defaults.MAX_SELECTORS))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
         if ("ids" in data) == ("receipts" in data):
             raise ma.ValidationError("give either ids or receipts", "ids")
+
+
+class Selector(Selection):
+    """Selects messages by id or by receipt, for the subscriber where that applies."""
+
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
 
 
 class BulkSelector(Strict):

@@ -17,6 +17,7 @@ from atomq.api.schemas.common import (
     SUBSCRIBER_DOC,
     Int,
     Number,
+    Selection,
     Selector,
     Strict,
     above_zero,
@@ -125,12 +126,18 @@ class GetSchema(Strict):
     wait_ms = Int(load_default=defaults.GET_WAIT_MS, validate=validate.Range(0, defaults.MAX_WAIT_MS))
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
     consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
+    ack = fields.Nested(Selection, metadata={
+        "description": "messages to ack first (the previous batch), in the same round trip to the store as the "
+                       "get: a consumer loop makes one request a batch. The answer says how many it acked; "
+                       "when the ack fails, the request fails and the get takes nothing"})
 
 
 class DeliveriesSchema(Strict):
     messages = fields.List(fields.Nested(DeliverySchema), required=True)
     active = fields.Boolean(metadata={"description": "exclusive queues only: whether the consumer is the active "
                                                      "one (a standby gets no messages)"})
+    acked = fields.Integer(metadata={"description": "only when the get was given messages to ack: how many it acked "
+                                                    "(only in-flight ones count)"})
 
 
 class BrowsePageSchema(Strict):
