@@ -13,6 +13,7 @@ from atomq.errors import NotDurable
 from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.maintenance import maintain_all
 from support.ports import free_port
 from support.queues import FAST, browse_all, msg
 from support.served_node import ServeFactory
@@ -40,6 +41,25 @@ def test_a_sync_send_waits_for_the_disk_and_a_time_out_is_safe_to_retry(valkey, 
     assert qs.send(tenant, "ledger", [msg("entry 2", dedupe_id="e2")]) == [stored], "the retry is the original"
     assert [m.documents[0].data for m in browse_all(qs, tenant, "ledger")] == ["entry 1", "entry 2"]
     assert first != stored
+
+
+def test_pipelined_scripts_run_again_once_the_store_has_lost_them(valkey, tenant: str) -> None:
+    """A pipeline sends EVALSHA without asking SCRIPT EXISTS first; after a restart or a failover
+    the store may not hold a script, answers NOSCRIPT (it did not run) and the call runs again,
+    loaded: a sync send (with WAITAOF), a get that acks first, and the maintenance's reads."""
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "ledger", "point_to_point", durability="sync")
+    client.script_flush()
+    ids = qs.send(tenant, "ledger", [msg("entry 1"), msg("entry 2")])
+    first = qs.take(tenant, "ledger", max_messages=1)
+    client.script_flush()
+    second = qs.take(tenant, "ledger", ack_receipts=[d.receipt for d in first.deliveries])
+    assert (second.acked, [d.id for d in first.deliveries + second.deliveries]) == (1, ids)
+    client.script_flush()
+    assert maintain_all(qs) == {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0}
+    assert qs.ack(tenant, "ledger", ids=[ids[1]]) == 1
+    assert qs.get_queue(tenant, "ledger").totals["acked"] == 2
 
 
 def test_a_queue_made_sync_is_waited_for_by_a_sender_that_cached_it_async(valkey, tenant: str) -> None:

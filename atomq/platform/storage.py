@@ -90,8 +90,18 @@ class Storage:
             for i in indexes:
                 self.scripts.queue(pipe, name, calls[i][0], calls[i][1])
             for i, reply in zip(indexes, self.call(pipe.execute, raise_on_error=False)):
-                replies[i] = reply
+                replies[i] = self._unless_missing(reply, name, *calls[i])
         return replies
+
+    def _unless_missing(self, reply: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """A pipelined script's reply; where the store did not hold the script (after a restart or a
+        failover: NOSCRIPT, so it did not run), the reply of running it now, which loads it."""
+        if not isinstance(reply, redis.exceptions.NoScriptError):
+            return reply
+        try:
+            return self.scripts(name, keys, args)
+        except STORE_ERRORS as exc:
+            return exc
 
     def run_together(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any], ErrorMap | None]]) -> list[Any]:
         """Runs scripts ``(name, keys, args, errors)`` in order in one round trip (a pipeline, not a
@@ -102,7 +112,8 @@ class Storage:
             pipe = self._client_of(self._node_of(calls[0][1][0])).pipeline(transaction=False)
             for name, keys, args, _ in calls:
                 self.scripts.queue(pipe, name, keys, args)
-            replies = pipe.execute(raise_on_error=False)
+            replies = [self._unless_missing(reply, name, keys, args)
+                       for (name, keys, args, _), reply in zip(calls, pipe.execute(raise_on_error=False))]
         except STORE_ERRORS as exc:
             raise translate(exc) from None
         return [script_error(reply, errors) if isinstance(reply, redis.ResponseError)
@@ -118,10 +129,15 @@ class Storage:
         cluster client would send WAITAOF to a default node). Returns the script's reply and
         WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out)."""
         try:
-            pipe = self._client_of(self._node_of(keys[0])).pipeline(transaction=False)
-            self.scripts.queue(pipe, name, keys, args)
-            pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
-            reply, synced = pipe.execute(raise_on_error=False)
+            client = self._client_of(self._node_of(keys[0]))
+            for attempt in range(2):
+                pipe = client.pipeline(transaction=False)
+                self.scripts.queue(pipe, name, keys, args)
+                pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
+                reply, synced = pipe.execute(raise_on_error=False)
+                if not isinstance(reply, redis.exceptions.NoScriptError) or attempt:
+                    break
+                self.scripts.load_all(client)  # the script did not run: loaded, it runs again
         except STORE_ERRORS as exc:
             raise translate(exc) from None
         if isinstance(reply, redis.ResponseError):

@@ -89,8 +89,12 @@ class ScriptLibrary:
         return self._scripts[name](keys=list(keys), args=list(args))
 
     def queue(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
-        """Adds a call of script ``name`` to a pipeline (its reply comes with the pipeline's)."""
-        self._scripts[name](keys=list(keys), args=list(args), client=pipe)
+        """Adds an EVALSHA of script ``name`` to a pipeline (its reply comes with the pipeline's).
+
+        Not through redis-py's ``Script``, which makes a pipeline ask ``SCRIPT EXISTS`` first: a
+        round trip more on every call. A reply that is ``NOSCRIPT`` (the script did not run) is
+        the caller's to retry, with :meth:`__call__`, which loads it."""
+        pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
 
     def missing(self, client: RedisClient) -> list[str]:
         """Names of scripts Redis does not hold (after a restart or SCRIPT FLUSH)."""
