@@ -1,7 +1,7 @@
 """Queue server objects as the JSON of the HTTP contract.
 
 Responses on the hot paths (get, browse) are built here as plain dicts and
-serialised once with strict ``json.dumps`` (``atomq.api.strict_json``); the marshmallow response schemas
+serialised once by ``atomq.api.strict_json.dump_bytes`` (orjson); the marshmallow response schemas
 document the same shape in the OpenAPI document. Dumping 100 messages
 through marshmallow would cost more than the rest of the request.
 """
@@ -23,8 +23,7 @@ TOTALS = ("sent", "delivered", "acked", "nacked", "dead_lettered", "expired", "s
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(strict_json.dumps(body, separators=(",", ":"), ensure_ascii=False), status=status,
-                    mimetype="application/json")
+    return Response(strict_json.dump_bytes(body), status=status, mimetype="application/json")
 
 
 def _document(doc: Any) -> dict[str, Any]:

@@ -28,6 +28,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from flask import Flask, Request
 from flask.json.provider import DefaultJSONProvider
 
@@ -155,6 +157,17 @@ def dumps(value: Any, **kwargs: Any) -> str:
     except ValueError:
         log.warning("a response held NaN or an infinity (stored before they were refused); sent as null")
         return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def dump_bytes(value: Any) -> bytes:
+    """:func:`dumps` (compact, UTF-8) through orjson, which writes a get of 100 messages several
+    times faster than the json module; what orjson does not take (keys that are not strings, an
+    integer past 64 bits) goes through :func:`dumps`. orjson writes NaN and the infinities as null,
+    as :func:`dumps` does, without the log line."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class StrictJSONProvider(DefaultJSONProvider):
