@@ -18,6 +18,11 @@ batches of 100:
                     messages to a durable queue, publisher confirms awaited per 100
   rabbitmq_get_ack  pika, 4 consumers each with its own connection: prefetch 100,
                     basic_ack(multiple=True) every 100, until drained
+  jetstream_send    nats-py, 4 threads each with its own connection: 100
+                    publishes at once to a stream kept on disk, all 100 acks
+                    awaited, then the next 100
+  jetstream_get_ack nats-py, 4 threads on one durable pull consumer: fetch 100,
+                    ack each (explicit acks), until drained
 
 The phases run as one round, in that order, --repeat rounds in a row (so a
 machine whose speed drifts mid-run affects both sides of a ratio alike); the
@@ -38,19 +43,21 @@ free loopback port in another temporary data directory, with a fresh owner
 key and a tenant made through the API; the clients are threads of this
 process, each with its own keep-alive requests.Session (JSON bodies). The
 RabbitMQ phases run where --amqp-url answers (and pika is installed: pip
-install 'atomq[bench]'); otherwise a line says they were skipped and their
-figures are null. Everything started or made is stopped or removed at the
+install 'atomq[bench]'), the NATS phases where --nats-url answers with
+JetStream on (and nats-py is installed); otherwise a line says they were
+skipped and their figures are null. Everything started or made is stopped or removed at the
 end, also on an error or Ctrl-C.
 
 Output: a line per phase (median msg/s and each round), per ratio and per
 aim on stdout, progress on stderr, and as the LAST stdout line one JSON
 object with raw_send, platform_send, raw_get_ack, platform_get_ack, http_send,
-http_get_ack, http_consume, rabbitmq_send, rabbitmq_get_ack (medians,
-msg/s; null when a phase did not run), platform_send_ratio,
-platform_get_ack_ratio, http_send_ratio, http_get_ack_ratio,
-http_send_vs_rabbitmq_send, http_consume_ratio,
-http_consume_vs_rabbitmq_get_ack, plus
-messages, batch, repeat, clients, python, valkey, rabbitmq. Exit status 1
+http_get_ack, http_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
+jetstream_get_ack (medians, msg/s; null when a phase did not run),
+platform_send_ratio, platform_get_ack_ratio, http_send_ratio,
+http_get_ack_ratio, http_send_vs_rabbitmq_send, http_consume_ratio,
+http_consume_vs_rabbitmq_get_ack, http_send_vs_jetstream_send,
+http_consume_vs_jetstream_get_ack, plus
+messages, batch, repeat, clients, python, valkey, rabbitmq, nats. Exit status 1
 when a correctness check fails (each get+ack phase must consume exactly the
 N messages sent, each once), 130 on Ctrl-C.
 """
@@ -74,6 +81,7 @@ from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_get_ack, platform_send
+from drivers.nats_jetstream import Jetstream, jetstream_get_ack, jetstream_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
 from drivers.run_exit import BenchRun
@@ -84,17 +92,21 @@ CLIENTS = 4
 CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack")
 HTTP_PHASES = ("http_send", "http_get_ack", "http_consume")
 AMQP_PHASES = ("rabbitmq_send", "rabbitmq_get_ack")
+NATS_PHASES = ("jetstream_send", "jetstream_get_ack")
 ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "http_get_ack",
-         "http_consume", "rabbitmq_send", "rabbitmq_get_ack")
+         "http_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send", "jetstream_get_ack")
 RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_get_ack_ratio", "platform_get_ack", "raw_get_ack"),
           ("http_send_ratio", "http_send", "raw_send"),
           ("http_get_ack_ratio", "http_get_ack", "raw_get_ack"),
           ("http_send_vs_rabbitmq_send", "http_send", "rabbitmq_send"),
           ("http_consume_ratio", "http_consume", "raw_get_ack"),
-          ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"))
+          ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"),
+          ("http_send_vs_jetstream_send", "http_send", "jetstream_send"),
+          ("http_consume_vs_jetstream_get_ack", "http_consume", "jetstream_get_ack"))
 AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.5), ("http_consume_vs_rabbitmq_get_ack", 1.5))
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
 def rate(n: int, seconds: float) -> float:
@@ -102,7 +114,7 @@ def rate(n: int, seconds: float) -> float:
 
 
 def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | None, amqp: Amqp | None,
-        clients: int) -> dict[str, list[float]]:
+        js: Jetstream | None, clients: int) -> dict[str, list[float]]:
     """Runs ``repeat`` rounds of the phases; returns msg/s per phase and round.
 
     Rounds, not one phase after another, and each platform or HTTP phase soon
@@ -110,7 +122,7 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
     shared VM does, by tens of percent) affects both sides of a ratio alike.
     """
     phases = [p for p in ORDER if p in CORE_PHASES or (node is not None and p in HTTP_PHASES)
-              or (amqp is not None and p in AMQP_PHASES)]
+              or (amqp is not None and p in AMQP_PHASES) or (js is not None and p in NATS_PHASES)]
     rates: dict[str, list[float]] = {p: [] for p in phases}
     payload = os.urandom(PAYLOAD_BYTES)
     text = os.urandom(PAYLOAD_BYTES // 2).hex()  # a JSON document's data is text: 1,024 characters
@@ -212,6 +224,19 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
             left = amqp.declare(rq)  # the consumers' connections are closed: an unacked message is back
             check(left == 0, f"rabbitmq_get_ack left {left} messages in the queue")
             amqp.delete(rq)
+
+        # 10. jetstream_send and 11. jetstream_get_ack, through a fresh stream kept on disk
+        if js is not None:
+            stream = f"atomq-bench-{tenant}-{r}"
+            js.create(stream)
+            _, stored = timed("jetstream_send", r, lambda: jetstream_send(js, stream, n, payload, clients), None)
+            check(stored == n and js.counts(stream)[0] == n, f"jetstream_send: {stored} of {n} publishes acked")
+            _, seqs = timed("jetstream_get_ack", r, lambda: jetstream_get_ack(js, stream, n, clients), None)
+            check(sorted(seqs) == list(range(n)), f"jetstream_get_ack got {len(seqs)} deliveries of "
+                                                  f"{len(set(seqs))} distinct messages, not the {n} sent, once each")
+            _, pending, unacked = js.counts(stream)
+            check(pending == unacked == 0, f"jetstream_get_ack left {pending} undelivered, {unacked} unacked")
+            js.delete(stream)
     return rates
 
 
@@ -226,6 +251,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--amqp-url", default=DEFAULT_AMQP_URL, metavar="URL",
                         help="the RabbitMQ broker of the rabbitmq_* phases; they are skipped when it does not "
                              "answer (default: %(default)s)")
+    parser.add_argument("--skip-nats", action="store_true", help="leave out the NATS JetStream phases")
+    parser.add_argument("--nats-url", default=DEFAULT_NATS_URL, metavar="URL",
+                        help="the NATS server (with JetStream) of the jetstream_* phases; they are skipped when it "
+                             "does not answer (default: %(default)s)")
     args = parser.parse_args(argv)
     check_rounds(parser, args)
     if args.clients < 1:
@@ -261,17 +290,27 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 bench.at_exit(amqp.delete_leftovers)
                 progress(f"{amqp.version} answers at {redact_url(args.amqp_url)}")
+        js = None
+        if args.skip_nats:
+            skipped.append("jetstream_send, jetstream_get_ack: skipped (--skip-nats)")
+        else:
+            js, why = Jetstream.probe(args.nats_url)
+            if js is None:
+                skipped.append(f"jetstream_send, jetstream_get_ack: skipped: {why}")
+            else:
+                bench.at_exit(js.delete_leftovers)
+                progress(f"{js.version} answers at {redact_url(args.nats_url)}")
         for line in skipped:
             progress(line)
         progress(f"Valkey {valkey}, Python {platform.python_version()}: "
                  f"{args.messages} messages x {args.repeat} per phase, batches of {BATCH}, {PAYLOAD_BYTES} B, "
-                 f"{args.clients} clients for HTTP and RabbitMQ")
-        rates = run(client, args.messages, args.repeat, tenant, node, amqp, args.clients)
+                 f"{args.clients} clients for HTTP, RabbitMQ and NATS")
+        rates = run(client, args.messages, args.repeat, tenant, node, amqp, js, args.clients)
     if bench.status is not None:
         return bench.status
     medians = {p: statistics.median(v) for p, v in rates.items()}
     result: dict[str, object] = {p: round(medians[p]) if p in medians else None
-                                 for p in (*CORE_PHASES, *HTTP_PHASES, *AMQP_PHASES)}
+                                 for p in (*CORE_PHASES, *HTTP_PHASES, *AMQP_PHASES, *NATS_PHASES)}
     # A ratio is the median of the rounds' ratios: each compares two phases of the same round.
     for name, top, base in RATIOS:
         result[name] = (round(statistics.median(t / b for t, b in zip(rates[top], rates[base])), 3)
@@ -292,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aim {name} >= {aim}: {verdict}" + ("" if value is None else f" ({value:.3f})"))
     result.update(messages=args.messages, batch=BATCH, repeat=args.repeat, clients=args.clients,
                   python=platform.python_version(), valkey=valkey,
-                  rabbitmq=None if amqp is None else amqp.version)
+                  rabbitmq=None if amqp is None else amqp.version, nats=None if js is None else js.version)
     print(json.dumps(result), flush=True)
     return 0
 
