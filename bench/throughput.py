@@ -9,6 +9,8 @@ batches of 100:
   http_send         POST /v1/queues/Q/messages of 100 messages, 4 client threads
   raw_get_ack       XREADGROUP COUNT 100 + XACK of the previous batch in one pipeline
   platform_get_ack  QueueServer.get(max_messages=100) + ack(ids=...) until drained
+  platform_consume  QueueServer.take(max_messages=100, ack_ids=<previous batch>)
+                    on the queue filled again (untimed), until drained
   http_get_ack      POST .../get {"max": 100} + POST .../ack {"ids": [...]},
                     4 client threads on the same queue, until drained
   http_consume      POST .../get {"max": 100, "ack": {"receipts": [previous batch]}},
@@ -50,13 +52,14 @@ end, also on an error or Ctrl-C.
 
 Output: a line per phase (median msg/s and each round), per ratio and per
 aim on stdout, progress on stderr, and as the LAST stdout line one JSON
-object with raw_send, platform_send, raw_get_ack, platform_get_ack, http_send,
+object with raw_send, platform_send, raw_get_ack, platform_get_ack,
+platform_consume, http_send,
 http_get_ack, http_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
 jetstream_get_ack (medians, msg/s; null when a phase did not run),
 platform_send_ratio, platform_get_ack_ratio, http_send_ratio,
 http_get_ack_ratio, http_send_vs_rabbitmq_send, http_consume_ratio,
 http_consume_vs_rabbitmq_get_ack, http_send_vs_jetstream_send,
-http_consume_vs_jetstream_get_ack, plus
+http_consume_vs_jetstream_get_ack, platform_consume_ratio, plus
 messages, batch, repeat, clients, python, valkey, rabbitmq, nats. Exit status 1
 when a correctness check fails (each get+ack phase must consume exactly the
 N messages sent, each once), 130 on Ctrl-C.
@@ -80,7 +83,7 @@ from atomq.platform.connection import redact_url
 from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
-from drivers.queue_server import platform_get_ack, platform_send
+from drivers.queue_server import platform_consume, platform_get_ack, platform_send
 from drivers.nats_jetstream import Jetstream, jetstream_get_ack, jetstream_send
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
@@ -89,11 +92,11 @@ from drivers.serve_node import check, progress
 from drivers.workload import BATCH, PAYLOAD_BYTES
 
 CLIENTS = 4
-CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack")
+CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack", "platform_consume")
 HTTP_PHASES = ("http_send", "http_get_ack", "http_consume")
 AMQP_PHASES = ("rabbitmq_send", "rabbitmq_get_ack")
 NATS_PHASES = ("jetstream_send", "jetstream_get_ack")
-ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "http_get_ack",
+ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "platform_consume", "http_get_ack",
          "http_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send", "jetstream_get_ack")
 RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_get_ack_ratio", "platform_get_ack", "raw_get_ack"),
@@ -101,6 +104,7 @@ RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("http_get_ack_ratio", "http_get_ack", "raw_get_ack"),
           ("http_send_vs_rabbitmq_send", "http_send", "rabbitmq_send"),
           ("http_consume_ratio", "http_consume", "raw_get_ack"),
+          ("platform_consume_ratio", "platform_consume", "raw_get_ack"),
           ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"),
           ("http_send_vs_jetstream_send", "http_send", "jetstream_send"),
           ("http_consume_vs_jetstream_get_ack", "http_consume", "jetstream_get_ack"))
@@ -184,6 +188,15 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
         info = qs.get_queue(tenant, queue)
         check(info.depth == 0 and info.in_flight == 0,
               f"platform_get_ack left depth {info.depth}, in flight {info.in_flight}")
+
+        # 5b. platform_consume: the queue filled again (untimed), drained by takes that ack the batch before
+        _, sent_ids = platform_send(qs, tenant, queue, n, batch)
+        _, seen, acked = timed("platform_consume", r, lambda: platform_consume(qs, tenant, queue))
+        check(seen == set(sent_ids), f"platform_consume got {len(seen)} distinct ids, not the {n} sent")
+        check(acked == n, f"platform_consume: the takes acked {acked} of {n}")
+        info = qs.get_queue(tenant, queue)
+        check(info.depth == 0 and info.in_flight == 0,
+              f"platform_consume left depth {info.depth}, in flight {info.in_flight}")
         qs.delete_queue(tenant, queue)
 
         # 6. http_get_ack, draining the node's queue with several clients at once
@@ -274,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         client, valkey = start_valkey(bench, tenant)
 
         if args.skip_http:
-            skipped.append("http_send, http_get_ack: skipped (--skip-http)")
+            skipped.append("http_send, http_get_ack, http_consume: skipped (--skip-http)")
         else:
             node = HttpNode(args.http_workers)
             bench.at_exit(node.stop)

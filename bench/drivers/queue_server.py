@@ -46,3 +46,26 @@ def platform_get_ack(qs: QueueServer, tenant: str, queue: str) -> tuple[float, s
     elapsed = time.perf_counter() - t0
     check(read == len(seen), f"platform_get_ack delivered {read} messages but only {len(seen)} distinct ids")
     return elapsed, seen, acked
+
+
+def platform_consume(qs: QueueServer, tenant: str, queue: str) -> tuple[float, set[str], int]:
+    """take(max_messages=BATCH, ack_ids=<the previous batch>) until a take returns nothing: one call
+    and one round trip a batch, as the raw baseline's pipelined XREADGROUP + XACK."""
+    seen: set[str] = set()
+    read = acked = 0
+    previous: list[str] | None = None
+    t0 = time.perf_counter()
+    while True:
+        taken = qs.take(tenant, queue, max_messages=BATCH, ack_ids=previous)
+        acked += taken.acked or 0
+        if not taken.deliveries:
+            break
+        previous = [d.id for d in taken.deliveries]
+        first = taken.deliveries[0].documents
+        check(len(first) == 1 and len(first[0].data) == PAYLOAD_BYTES,
+              f"delivery {previous[0]} does not carry one {PAYLOAD_BYTES}-byte document")
+        seen.update(previous)
+        read += len(previous)
+    elapsed = time.perf_counter() - t0
+    check(read == len(seen), f"platform_consume delivered {read} messages but only {len(seen)} distinct ids")
+    return elapsed, seen, acked
