@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,6 +150,7 @@ def start_single(bench: BenchRun, http_workers: int | None, tenants: int) -> Set
 def start_cluster(bench: BenchRun, http_workers: int | None, tenants: int) -> tuple[Setup, Setup, str]:
     """The cluster, its rq Valkey and two nodes on them: the setups cluster and cluster2, and Valkey's version."""
     root = Path(tempfile.mkdtemp(prefix="atomq-bench-cluster-"))
+    bench.at_exit(shutil.rmtree, root, ignore_errors=True)  # after the cluster and the rq Valkey stopped
     cluster = ValkeyCluster(root / "cluster")
     bench.at_exit(cluster.stop)
     progress("starting a 6-node Valkey Cluster (3 masters, 3 replicas)")

@@ -10,7 +10,7 @@ once, up to 100 messages a request, and the rate reached is reported); with
 that is due by then in one request. Each message carries the time it was
 due, so time spent behind schedule counts. --consumers C threads (default 2) long-poll (get up to 100,
 waiting up to a second), each get acking the batch before it; a message's
-latency is the time from its send's start to the get that returned it.
+latency is the time from when it was due to the get that returned it.
 
 RabbitMQ, where --amqp-url answers (pika installed): the same producers
 publish persistent messages to a durable queue, one publish a message (no

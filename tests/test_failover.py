@@ -11,6 +11,7 @@ anything, is reported.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -85,9 +86,11 @@ def outage(accepted_at: list[float], since: float) -> float:
 
 
 class Consumer(threading.Thread):
-    """Gets (up to 100, waiting up to 200 ms) and acks, tenant after tenant, through the nodes in
-    turn. What a get returned counts as consumed whether or not its ack was answered: an
-    unanswered ack's messages come back after the ack time-out, and the final drain gets them."""
+    """Gets (up to 100, waiting up to 200 ms), tenant after tenant, through the nodes in turn, each
+    get acking the tenant's batch before. A message counts as consumed once an answer says its ack
+    acked the whole batch; a batch whose ack was not answered is acked again with the next get (a
+    receipt acks once), and one whose ack acked fewer (a delivery past its ack time-out) is left
+    unconfirmed: the final drain gets what came back."""
 
     def __init__(self, keys: list[str], nodes: list[AtomqServe], stop: threading.Event) -> None:
         super().__init__(daemon=True)
@@ -95,173 +98,201 @@ class Consumer(threading.Thread):
         self.sessions = [requests.Session() for _ in keys]
         for session, key in zip(self.sessions, keys):
             session.headers["Authorization"] = f"Bearer {key}"
+        self.previous: list[list[dict[str, Any]]] = [[] for _ in keys]
         self.consumed: set[str] = set()
+        self.unconfirmed: set[str] = set()
         self.statuses: Counter[int] = Counter()
 
     def run(self) -> None:
         turn = 0
         while not self.stop.is_set():
-            nodes = list(self.nodes)
-            node, session = nodes[turn % len(nodes)], self.sessions[turn % len(self.sessions)]
+            nodes, t = list(self.nodes), turn % len(self.sessions)
+            node = nodes[turn // len(self.sessions) % len(nodes)]  # each tenant through every node in turn
             turn += 1
-            try:
-                got = session.post(node.url + "/v1/queues/q/get", json={"max": 100, "wait_ms": 200}, timeout=15)
-                self.statuses[got.status_code] += 1
-                if got.status_code != 200 or not (messages := got.json()["messages"]):
-                    continue
-                self.consumed.update(m["id"] for m in messages)
-                acked = session.post(node.url + "/v1/queues/q/ack",
-                                     json={"receipts": [m["receipt"] for m in messages]}, timeout=15)
-                self.statuses[acked.status_code] += 1
-            except requests.RequestException:
-                self.statuses[0] += 1
+            self.take(node, t)
+
+    def take(self, node: AtomqServe, t: int, body: dict[str, Any] | None = None) -> None:
+        body = body or {"max": 100, "wait_ms": 200}
+        previous = self.previous[t]
+        if previous:
+            body["ack"] = {"receipts": [m["receipt"] for m in previous]}
+        try:
+            answer = self.sessions[t].post(node.url + "/v1/queues/q/get", json=body, timeout=15)
+        except requests.RequestException:
+            self.statuses[0] += 1
+            return
+        self.statuses[answer.status_code] += 1
+        if answer.status_code != 200:
+            return
+        ids = {m["id"] for m in previous}
+        (self.consumed if answer.json().get("acked") == len(previous) else self.unconfirmed).update(ids)
+        self.previous[t] = answer.json()["messages"]
+
+    def finish(self, node: AtomqServe) -> None:
+        """Acks each tenant's last batch (through a get of nothing more)."""
+        for t in range(len(self.sessions)):
+            if self.previous[t]:
+                self.take(node, t, {"max": 1, "wait_ms": 0})
 
 
 def drain(node: AtomqServe, key: str) -> set[str]:
     """Every message of the tenant's queue, got and acked, until nothing waits and nothing is in
-    flight (what the consumer got without its ack answered comes back after the ack time-out)."""
+    flight (what the consumer got without its ack confirmed comes back after the ack time-out)."""
     got: set[str] = set()
     with requests.Session() as s:
         s.headers["Authorization"] = f"Bearer {key}"
 
         def emptied() -> bool:
-            while messages := s.post(node.url + "/v1/queues/q/get", json={"max": 500}, timeout=15).json()["messages"]:
+            while True:
+                answer = s.post(node.url + "/v1/queues/q/get", json={"max": 500}, timeout=15)
+                assert answer.status_code == 200, answer.text
+                if not (messages := answer.json()["messages"]):
+                    break
                 got.update(m["id"] for m in messages)
                 acked = s.post(node.url + "/v1/queues/q/ack", json={"receipts": [m["receipt"] for m in messages]},
                                timeout=15)
                 assert acked.status_code == 200, acked.text
-            queue = s.get(node.url + "/v1/queues/q", timeout=15).json()
-            return queue["depth"] == 0 and queue["in_flight"] == 0
+            queue = s.get(node.url + "/v1/queues/q", timeout=15)
+            assert queue.status_code == 200, queue.text
+            return bool(queue.json()["depth"] == 0 and queue.json()["in_flight"] == 0)
 
-        wait_until(emptied, 30, "the queue drained with nothing in flight")
+        wait_until(emptied, 40, "the queue drained with nothing in flight")
     return got
 
 
 def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_path: Path) -> None:
     cluster = ValkeyCluster(tmp_path / "cluster", ["--cluster-require-full-coverage", "no"])
     rq = EmbeddedValkey(tmp_path / "rq", port=free_port())
-    cluster.start()
-    rq.start()
-    try:
-        store = ("--redis-url", cluster.urls, "--rq-redis-url", str(rq.tcp_url), "--workers", "1")
-        first, second = (serve(*store, "--advertise-url", f"http://127.0.0.1:{port}", port=port, env=WORK_HORSE_ENV)
-                         for port in (free_port(), free_port()))
-        nodes = [first, second]
-        owner = first.owner()
-        owner("PATCH", "/v1/server", {"min_replicas": 1, "sync_timeout_ms": 5000}, 200)
-        masters = cluster.masters()
+    with contextlib.ExitStack() as cleanup:  # last first: the nodes (as they would stop in service), then the stores
+        cleanup.callback(cluster.stop)
+        cluster.start()
+        cleanup.callback(rq.stop)
+        rq.start()
+        cleanup.callback(lambda: [node.ensure_stopped() for node in serve.nodes])
+        run_under_load(serve, cluster, rq, tmp_path)
 
-        def master_of(tenant: str) -> int:
-            slot = key_slot(tenant.encode())
-            return next(port for port, first_slot, last in masters if first_slot <= slot <= last)
 
-        # Tenants (sync and async queues in turn) until a master holds one of each: the victim.
-        # --redis-url names every node, so a node process that connects while the victim is down
-        # (a worker that starts again, say) finds the cluster through the others.
-        tenants: list[tuple[str, str, str]] = []
-        victim_port = None
-        while victim_port is None:
-            assert len(tenants) < 40, "no master holds a tenant of each durability"
-            created = owner("POST", "/v1/tenants", {"name": f"load-{len(tenants)}"}, 201)
-            durability = "sync" if len(tenants) % 2 == 0 else "async"
-            with requests.Session() as s:
-                s.headers["Authorization"] = f"Bearer {created['api_key']}"
-                answer = s.put(first.url + "/v1/queues/q", json={"model": "point_to_point", "ack_timeout_s": 2,
-                                                                "durability": durability}, timeout=15)
-                assert answer.status_code == 201, answer.text
-            tenants.append((created["id"], created["api_key"], durability))
-            held = {(master_of(t), d) for t, _, d in tenants}
-            victim_port = next((port for port, _, _ in masters if {(port, "sync"), (port, "async")} <= held),
-                               None)
-        stop = threading.Event()
-        producers = [Producer(t, key, nodes, stop) for t, key, _ in tenants]
-        consumer = Consumer([key for _, key, _ in tenants], nodes, stop)
-        for thread in [*producers, consumer]:
-            thread.start()
-        time.sleep(STEADY_S)  # traffic before the kill: what the figures compare with
+def run_under_load(serve: ServeFactory, cluster: ValkeyCluster, rq: EmbeddedValkey, tmp_path: Path) -> None:
+    """The load, the kills and the checks, on a cluster and an rq Valkey that the test stops."""
+    store = ("--redis-url", cluster.urls, "--rq-redis-url", str(rq.tcp_url), "--workers", "1")
+    first, second = (serve(*store, "--advertise-url", f"http://127.0.0.1:{port}", port=port, env=WORK_HORSE_ENV)
+                     for port in (free_port(), free_port()))
+    nodes = [first, second]
+    owner = first.owner()
+    owner("PATCH", "/v1/server", {"min_replicas": 1, "sync_timeout_ms": 5000}, 200)
+    masters = cluster.masters()
 
-        killed_at = time.monotonic()
-        cluster.kill(victim_port)
-        asynchronous = [p for (_, _, d), p in zip(tenants, producers) if d == "async"]
-        wait_until(lambda: all(p.accepted_at and p.accepted_at[-1] > killed_at for p in asynchronous), 30,
-                   "every async queue's tenant sending again after the master's death")
-        # A tenant's outage: the longest wait between two of its accepted sends around the kill
-        # (redis-py's cluster client retries while the replica takes over: sends wait, or get 503).
-        recovered = {t: outage(p.accepted_at, killed_at) for (t, _, d), p in zip(tenants, producers) if d == "async"}
-        victims = [t for t in recovered if master_of(t) == victim_port]
-        assert victims and max(recovered[t] for t in victims) < 10, recovered
-        # The promoted replica has no replica of its own: a sync queue (min_replicas 1) there
-        # refuses sends (503 not_durable) until the dead node comes back as its replica.
-        cluster.restart(victim_port)
-        restarted_at = time.monotonic()
-        wait_until(lambda: all(p.accepted_at and p.accepted_at[-1] > restarted_at for p in producers), 60,
-                   "every tenant sending again once the dead node is back as a replica")
-        time.sleep(STEADY_S)
+    def master_of(tenant: str) -> int:
+        slot = key_slot(tenant.encode())
+        return next(port for port, first_slot, last in masters if first_slot <= slot <= last)
 
-        # A fork listener's execution in flight when the node whose worker runs it dies with its
-        # whole process tree: the batch comes back and the surviving node's worker forwards it, once.
-        listening = owner("POST", "/v1/tenants", {"name": "listening"}, 201)
-        inputs = [f"job {i}" for i in range(5)]
-        pid_file = tmp_path / "horse.pid"
-        with AtomqClient(first.url, listening["api_key"]) as api:
-            api.put_queue("jobs", ack_timeout_s=300)  # its batch can only come back through the worker's silence
-            api.put_queue("done")
-            api.request("PUT", "/v1/listeners/stall", {"queue": "jobs", "process": "stall", "batch_size": 10,
-                                                       "settings": {"to": "done", "pid_file": str(pid_file)}})
-            api.send_texts("jobs", inputs)
-            wait_until(pid_file.exists, 30, "the work horse to start")
-            horse = psutil.Process(int(pid_file.read_text()))
-            for node in nodes:
-                node.track_processes()
+    # Tenants (sync and async queues in turn) until a master holds one of each: the victim.
+    # --redis-url names every node, so a node process that connects while the victim is down
+    # (a worker that starts again, say) finds the cluster through the others.
+    tenants: list[tuple[str, str, str]] = []
+    victim_port = None
+    while victim_port is None:
+        assert len(tenants) < 40, "no master holds a tenant of each durability"
+        created = owner("POST", "/v1/tenants", {"name": f"load-{len(tenants)}"}, 201)
+        durability = "sync" if len(tenants) % 2 == 0 else "async"
+        with requests.Session() as s:
+            s.headers["Authorization"] = f"Bearer {created['api_key']}"
+            answer = s.put(first.url + "/v1/queues/q", json={"model": "point_to_point", "ack_timeout_s": 10,
+                                                            "durability": durability}, timeout=15)
+            assert answer.status_code == 201, answer.text
+        tenants.append((created["id"], created["api_key"], durability))
+        held = {(master_of(t), d) for t, _, d in tenants}
+        victim_port = next((port for port, _, _ in masters if {(port, "sync"), (port, "async")} <= held),
+                           None)
+    stop = threading.Event()
+    producers = [Producer(t, key, nodes, stop) for t, key, _ in tenants]
+    consumer = Consumer([key for _, key, _ in tenants], nodes, stop)
+    for thread in [*producers, consumer]:
+        thread.start()
+    time.sleep(STEADY_S)  # traffic before the kill: what the figures compare with
+
+    killed_at = time.monotonic()
+    cluster.kill(victim_port)
+    asynchronous = [p for (_, _, d), p in zip(tenants, producers) if d == "async"]
+    wait_until(lambda: all(p.accepted_at and p.accepted_at[-1] > killed_at for p in asynchronous), 30,
+               "every async queue's tenant sending again after the master's death")
+    # A tenant's outage: the longest wait between two of its accepted sends around the kill
+    # (redis-py's cluster client retries while the replica takes over: sends wait, or get 503).
+    recovered = {t: outage(p.accepted_at, killed_at) for (t, _, d), p in zip(tenants, producers) if d == "async"}
+    victims = [t for t in recovered if master_of(t) == victim_port]
+    assert victims and max(recovered[t] for t in victims) < 10, recovered
+    # The promoted replica has no replica of its own: a sync queue (min_replicas 1) there
+    # refuses sends (503 not_durable) until the dead node comes back as its replica.
+    cluster.restart(victim_port)
+    restarted_at = time.monotonic()
+    wait_until(lambda: all(p.accepted_at and p.accepted_at[-1] > restarted_at for p in producers), 60,
+               "every tenant sending again once the dead node is back as a replica")
+    time.sleep(STEADY_S)
+
+    # A fork listener's execution in flight when the node whose worker runs it dies with its
+    # whole process tree: the batch comes back and the surviving node's worker forwards it, once.
+    listening = owner("POST", "/v1/tenants", {"name": "listening"}, 201)
+    inputs = [f"job {i}" for i in range(5)]
+    pid_file = tmp_path / "horse.pid"
+    with AtomqClient(first.url, listening["api_key"]) as api:
+        api.put_queue("jobs", ack_timeout_s=300)  # its batch can only come back through the worker's silence
+        api.put_queue("done")
+        api.request("PUT", "/v1/listeners/stall", {"queue": "jobs", "process": "stall", "batch_size": 10,
+                                                   "settings": {"to": "done", "pid_file": str(pid_file)}})
+        api.send_texts("jobs", inputs)
+        wait_until(pid_file.exists, 30, "the work horse to start")
+        horse = psutil.Process(int(pid_file.read_text()))
+        for node in nodes:
+            node.track_processes()
+        try:
             (dying,) = [n for n in nodes if horse.ppid() in {w.pid for w in n.execution_workers}]
             survivor = first if dying is second else second
             dying.kill_everything()
-            horse.kill()  # rq gives a work horse a session of its own: it outlives its worker's group
-            nodes.remove(dying)
-            with AtomqClient(survivor.url, listening["api_key"]) as surviving:
-                wait_until(lambda: surviving.queue("done")["depth"] == len(inputs), 60,
-                           "the batch back and forwarded by the surviving node's worker")
-                wait_until(lambda: surviving.queue("jobs")["in_flight"] == 0, 30, "the execution settled")
-                assert sorted(m["documents"][0]["data"] for m in surviving.browse("done")) == inputs
-                listener = surviving.request("GET", "/v1/listeners/stall")
-                assert (listener["executions"], listener["failures"]) == (2, 1), listener
-        time.sleep(STEADY_S)
-        stop.set()
-        for thread in [*producers, consumer]:
-            thread.join(30)
-        sends = sum((p.statuses for p in producers), Counter())
-        assert 500 not in sends and set(sends) <= {0, 201, 503}, sends
-        assert 500 not in consumer.statuses and set(consumer.statuses) <= {0, 200, 503}, consumer.statuses
-        with survivor.owner() as surviving_owner:
-            wait_until(lambda: survivor.ready().status_code == 200, 30, "the surviving node ready")
-            survivor_id = surviving_owner("GET", "/v1/server", status=200)["node_id"]
-            wait_until(lambda: 'atomq_metrics_exporter{node=' in (text := surviving_owner.request("GET", "/metrics").text)
-                       and text.split("atomq_metrics_exporter{", 1)[1].split("\n", 1)[0].endswith(" 1.0"), 30,
-                       "the surviving node holding the maintenance lease (it exports the store's metrics)")
-
-        client = open_redis(cluster.url)
-        try:
-            listener_holder = client.get(k.lease_key(k.listener_lease_name(listening["id"], "stall")))
-            assert listener_holder is not None and listener_holder.decode().startswith(f"{survivor_id}:")
-            lost: dict[str, int] = {}
-            for (tenant, key, durability), p in zip(tenants, producers):
-                missing = p.accepted - consumer.consumed - drain(survivor, key)
-                if durability == "sync":
-                    assert not missing, f"{len(missing)} messages answered 201 to a sync queue are gone"
-                lost[tenant] = len(missing)
-            print(f"failover: sends {dict(sends)}, gets and acks {dict(consumer.statuses)}, the killed master's "
-                  f"async tenants waited at most {max(recovered[t] for t in victims):.1f} s, the others' "
-                  f"{max((v for t, v in recovered.items() if t not in victims), default=0.0):.1f} s, "
-                  f"sent {sum(len(p.accepted) for p in producers)}, consumed by then {len(consumer.consumed)}, "
-                  f"lost of async queues {sum(lost.values())}")
-            assert_audit_clean(client, {t for t, _, _ in tenants} | {listening["id"]})
         finally:
-            client.close()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                horse.kill()  # rq gives a work horse a session of its own: it outlives its worker's group
+        nodes.remove(dying)
+        with AtomqClient(survivor.url, listening["api_key"]) as surviving:
+            wait_until(lambda: surviving.queue("done")["depth"] == len(inputs), 60,
+                       "the batch back and forwarded by the surviving node's worker")
+            wait_until(lambda: surviving.queue("jobs")["in_flight"] == 0, 30, "the execution settled")
+            assert sorted(m["documents"][0]["data"] for m in surviving.browse("done")) == inputs
+            listener = surviving.request("GET", "/v1/listeners/stall")
+            assert (listener["executions"], listener["failures"]) == (2, 1), listener
+    time.sleep(STEADY_S)
+    stop.set()
+    for thread in [*producers, consumer]:
+        thread.join(30)
+    consumer.finish(survivor)
+    sends = sum((p.statuses for p in producers), Counter())
+    assert 500 not in sends and set(sends) <= {0, 201, 503}, sends
+    assert 500 not in consumer.statuses and set(consumer.statuses) <= {0, 200, 503}, consumer.statuses
+    with survivor.owner() as surviving_owner:
+        wait_until(lambda: survivor.ready().status_code == 200, 30, "the surviving node ready")
+        survivor_id = surviving_owner("GET", "/v1/server", status=200)["node_id"]
+        wait_until(lambda: 'atomq_metrics_exporter{node=' in (text := surviving_owner.request("GET", "/metrics").text)
+                   and text.split("atomq_metrics_exporter{", 1)[1].split("\n", 1)[0].endswith(" 1.0"), 30,
+                   "the surviving node holding the maintenance lease (it exports the store's metrics)")
+
+    client = open_redis(cluster.url)
+    try:
+        listener_holder = client.get(k.lease_key(k.listener_lease_name(listening["id"], "stall")))
+        assert listener_holder is not None and listener_holder.decode().startswith(f"{survivor_id}:")
+        lost: dict[str, int] = {}
+        for (tenant, key, durability), p in zip(tenants, producers):
+            # An id whose ack acked fewer than its batch may have been acked: not counted as lost.
+            missing = p.accepted - consumer.consumed - drain(survivor, key) - consumer.unconfirmed
+            if durability == "sync":
+                assert not missing, f"{len(missing)} messages answered 201 to a sync queue are gone"
+            lost[tenant] = len(missing)
+        print(f"failover: sends {dict(sends)}, gets and acks {dict(consumer.statuses)}, the killed master's "
+              f"async tenants waited at most {max(recovered[t] for t in victims):.1f} s, the others' "
+              f"{max((v for t, v in recovered.items() if t not in victims), default=0.0):.1f} s, "
+              f"sent {sum(len(p.accepted) for p in producers)}, consumed by then {len(consumer.consumed)} "
+              f"({len(consumer.unconfirmed)} unconfirmed), lost of async queues {sum(lost.values())}")
+        assert_audit_clean(client, {t for t, _, _ in tenants} | {listening["id"]})
     finally:
-        for node in serve.nodes:  # before their store, so that they stop as they would in service
-            node.ensure_stopped()
-        cluster.stop()
-        rq.stop()
+        client.close()
 
 
 def test_a_client_finds_the_cluster_while_the_first_node_it_names_is_down(tmp_path: Path) -> None:

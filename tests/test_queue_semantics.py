@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from atomq.errors import Conflict, InvalidInput, NotFound, TooLarge
+from atomq.errors import Conflict, InvalidInput, NotFound, StorageError, TooLarge
 from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.audit import audit_tenant
 from support.queues import msg
@@ -71,6 +71,34 @@ def test_a_get_acks_the_previous_batch_first_and_says_how_many(qs, tenant, queue
     info = qs.get_queue(tenant, queue)
     assert (info.depth, info.in_flight, info.totals["acked"]) == (0, 0, 25)
     assert audit_tenant(backend, tenant) == []
+
+
+def test_a_new_subscribers_first_get_may_carry_an_ack_of_nothing(qs, tenant) -> None:
+    qs.put_queue(tenant, "news", PUBSUB)
+    taken = qs.take(tenant, "news", subscriber="fresh", ack_ids=["1-1"])
+    assert (taken.acked, taken.deliveries) == (0, [])
+    qs.send(tenant, "news", [msg("n")])
+    (d,) = qs.take(tenant, "news", subscriber="fresh").deliveries
+    assert qs.take(tenant, "news", subscriber="fresh", ack_receipts=[d.receipt]).acked == 1
+
+
+def test_what_a_get_took_goes_back_when_its_ack_failed(qs, tenant, queue, monkeypatch) -> None:
+    """The store failed the ack but not the get (between the two scripts of its round trip): the
+    caller gets the error, and what the get took is ready again at once, as a redelivery."""
+    qs.send(tenant, queue, [msg("a"), msg("b")])
+    real = qs.storage.run_together
+
+    def ack_fails(calls):
+        return [StorageError("Redis failed: the ack's connection dropped"), real(calls)[1]]
+
+    monkeypatch.setattr(qs.storage, "run_together", ack_fails)
+    with pytest.raises(StorageError):
+        qs.take(tenant, queue, ack_ids=["1-1"])
+    monkeypatch.undo()
+    info = qs.get_queue(tenant, queue)
+    assert (info.depth, info.in_flight) == (2, 0)
+    again = qs.take(tenant, queue).deliveries
+    assert texts(again) == ["a", "b"] and [d.delivery_count for d in again] == [2, 2]
 
 
 def test_a_get_whose_ack_is_refused_takes_nothing(qs, tenant, queue) -> None:

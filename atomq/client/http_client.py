@@ -213,10 +213,9 @@ class AtomqClient:
             body["subscriber"] = subscriber
         if consumer:
             body["consumer"] = consumer
-        if ack_ids is not None:
-            body["ack"] = {"ids": list(ack_ids)}
-        elif ack_receipts is not None:
-            body["ack"] = {"receipts": list(ack_receipts)}
+        ack = {k: list(v) for k, v in (("ids", ack_ids), ("receipts", ack_receipts)) if v is not None}
+        if ack:
+            body["ack"] = ack  # both given: the server's 400 says to give one
         return self.request("POST", f"/v1/queues/{queue}/get", body, timeout=self.timeout + wait_ms / 1000)
 
     def _selected(self, queue: str, action: str, ids: Sequence[str] | None, receipts: Sequence[str] | None,

@@ -42,6 +42,8 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         return self._store
 
     def reap_workers(self) -> None:
+        # A worker that dies in the moment between these two calls is still reaped by gunicorn, and
+        # its status reads as 0; gunicorn runs this on SIGCHLD, after the death that raised it.
         self.execution_workers.collect_exits()
         super().reap_workers()
 

@@ -98,12 +98,13 @@ class Deliveries:
             if settle is not None:
                 settled, reply = self._shared.storage.run_together([settle, get])
                 settle = None
-                # An error of the ack is one the get meets too (no queue, no consumer given on an
-                # exclusive queue, ...), but for an unknown subscriber, which the get creates with
-                # nothing to take: a get whose ack failed never took anything.
-                for outcome in (settled, reply):
-                    if isinstance(outcome, AtomqError):
-                        raise outcome
+                if isinstance(reply, AtomqError):
+                    raise reply
+                if isinstance(settled, NotFound) and "subscriber" in settled.details:
+                    settled = [0, 0]  # a subscriber the get has just made: nothing of it was in flight
+                if isinstance(settled, AtomqError):
+                    self._give_back(tenant, queue, reply, subscriber, consumer)
+                    raise settled
                 acked = int(settled[0])
             else:
                 reply = self._shared.storage.run(*get[:3], errors=get[3])
@@ -123,6 +124,15 @@ class Deliveries:
             # either stream, so a send between the script and this call is never missed.
             self._shared.storage.call(self._shared.client.xread, {d.ready: last_id, d.wake: last_wake_id},
                                       count=1, block=max(1, block_ms))
+
+    def _give_back(self, tenant: str, queue: str, reply: Any, subscriber: str | None, consumer: str | None) -> None:
+        """What a get took in the round trip of an ack that failed (the store failed between the
+        two, say) goes back at once, without counting as a failed delivery: the caller gets the
+        ack's error, not these messages."""
+        if reply[0]:
+            taken = decode_messages(reply, 5, reply[0], Delivery)
+            self.release(tenant, queue, receipts=[m.receipt for m in taken], subscriber=subscriber, delay_s=0,
+                         consumer=consumer)
 
     def ack(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
             receipts: Sequence[str] | None = None, subscriber: str | None = None,

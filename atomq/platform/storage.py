@@ -89,9 +89,32 @@ class Storage:
             pipe = self._client_of(node).pipeline(transaction=False)
             for i in indexes:
                 self.scripts.queue(pipe, name, calls[i][0], calls[i][1])
-            for i, reply in zip(indexes, self.call(pipe.execute, raise_on_error=False)):
+            for i, reply in zip(indexes, self._execute(pipe)):
                 replies[i] = self._unless_missing(reply, name, *calls[i])
         return replies
+
+    def _execute(self, pipe: Any) -> list[Any]:
+        """The replies of a pipeline sent to one node (errors in place). On a cluster, a node that
+        fails, or no longer holds the slot (MOVED or ASK: nothing ran there), makes the client read
+        the slot map again, so that the next call goes where the slot is now; this one fails with
+        the store's error (503), as the cluster client's own calls do once their retries are spent."""
+        try:
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        except STORE_ERRORS as exc:
+            self._reread_slots()
+            raise translate(exc) from None
+        moved = next((r for r in replies if isinstance(r, redis.exceptions.AskError)), None)
+        if moved is not None:
+            self._reread_slots()
+            raise translate(moved)
+        return replies
+
+    def _reread_slots(self) -> None:
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            try:
+                self.client.nodes_manager.initialize()
+            except STORE_ERRORS:
+                pass  # the next call's own client reads it again
 
     def _unless_missing(self, reply: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """A pipelined script's reply; where the store did not hold the script (after a restart or a
@@ -110,12 +133,12 @@ class Storage:
         the error :meth:`run` would raise (not raised: the caller sees what the others did first)."""
         try:
             pipe = self._client_of(self._node_of(calls[0][1][0])).pipeline(transaction=False)
-            for name, keys, args, _ in calls:
-                self.scripts.queue(pipe, name, keys, args)
-            replies = [self._unless_missing(reply, name, keys, args)
-                       for (name, keys, args, _), reply in zip(calls, pipe.execute(raise_on_error=False))]
         except STORE_ERRORS as exc:
             raise translate(exc) from None
+        for name, keys, args, _ in calls:
+            self.scripts.queue(pipe, name, keys, args)
+        replies = [self._unless_missing(reply, name, keys, args)
+                   for (name, keys, args, _), reply in zip(calls, self._execute(pipe))]
         return [script_error(reply, errors) if isinstance(reply, redis.ResponseError)
                 else translate(reply) if isinstance(reply, Exception) else reply
                 for (_, _, _, errors), reply in zip(calls, replies)]
@@ -134,7 +157,7 @@ class Storage:
                 pipe = client.pipeline(transaction=False)
                 self.scripts.queue(pipe, name, keys, args)
                 pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
-                reply, synced = pipe.execute(raise_on_error=False)
+                reply, synced = self._execute(pipe)
                 if not isinstance(reply, redis.exceptions.NoScriptError) or attempt:
                     break
                 self.scripts.load_all(client)  # the script did not run: loaded, it runs again

@@ -71,13 +71,17 @@ def _source(name: str) -> str:
 
 
 class ScriptLibrary:
-    """The registered scripts of one Redis client.
+    """The registered scripts of one Redis client, run by EVALSHA (routed by the first key on a
+    cluster).
 
-    redis-py's ``Script`` calls EVALSHA and reloads the script on ``NOSCRIPT``
-    (also after a Redis restart), and routes it by its first key on a cluster.
+    Where the store answers ``NOSCRIPT`` (after a restart, a failover or SCRIPT FLUSH) every
+    script is loaded again, not only the one that was missing (as redis-py's ``Script`` would):
+    the store then holds all of them or none, so a pipeline of two scripts (an ack, then a get)
+    never finds the second loaded and the first missing, and runs them out of order.
     """
 
     def __init__(self, client: RedisClient) -> None:
+        self.client = client
         lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + _source("_lib")
         flagged = ALLOW_OOM if knows_script_flags(client) else ""
         self._scripts: dict[str, Script] = {
@@ -86,14 +90,19 @@ class ScriptLibrary:
         }
 
     def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return self._scripts[name](keys=list(keys), args=list(args))
+        sha = self._scripts[name].sha
+        try:
+            return self.client.evalsha(sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self.load_all(self.client)
+            return self.client.evalsha(sha, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Adds an EVALSHA of script ``name`` to a pipeline (its reply comes with the pipeline's).
 
         Not through redis-py's ``Script``, which makes a pipeline ask ``SCRIPT EXISTS`` first: a
         round trip more on every call. A reply that is ``NOSCRIPT`` (the script did not run) is
-        the caller's to retry, with :meth:`__call__`, which loads it."""
+        the caller's to retry, with :meth:`__call__`, which loads them all."""
         pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
 
     def missing(self, client: RedisClient) -> list[str]:
@@ -103,6 +112,7 @@ class ScriptLibrary:
         return [n for n, ok in zip(names, present) if not ok]
 
     def load_all(self, client: RedisClient) -> None:
-        """Loads every script now, so a syntax error shows at start and not on first use."""
+        """Loads every script (on every primary of a cluster, or on the one node ``client`` is of):
+        at start, so a syntax error shows then and not on first use, and whenever one is missing."""
         for script in self._scripts.values():
             script.sha = client.script_load(script.script)
