@@ -160,7 +160,7 @@ class Maintenance:
         replies = self._shared.storage.run_many("due", [(keys[tenant], args) for tenant, _ in calls])
         out = {}
         for (tenant, _), reply in zip(calls, replies):
-            if isinstance(reply, Exception):  # NOSCRIPT on a node that lost its scripts, say: once more alone
+            if isinstance(reply, Exception):  # that call failed (run_many already ran a missing script again): once more alone, to raise its error
                 reply = self._shared.storage.run("due", keys[tenant], args)
             due, old, removals, freed = reply
             out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
