@@ -149,21 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     with BenchRun() as bench:
         directory = Path(tempfile.mkdtemp(prefix="atomq-bench-costs-"))
         bench.at_exit(shutil.rmtree, directory, ignore_errors=True)
-        server = EmbeddedValkey(directory / "valkey")
-        bench.at_exit(server.stop)
-        server.start()
-        client = server.client()
-        bench.at_exit(client.close)
-        qs = QueueServer(client, SETTINGS)
-        tenants = TenantStore(client, OWNER_KEY)
+
+        def store(name: str) -> tuple[redis.Redis, QueueServer, TenantStore]:
+            """A Valkey of its own for each part, so that neither part's data is in the other's figures."""
+            server = EmbeddedValkey(directory / name)
+            bench.at_exit(server.stop)
+            server.start()
+            client = server.client()
+            bench.at_exit(client.close)
+            return client, QueueServer(client, SETTINGS), TenantStore(client, OWNER_KEY)
+
+        progress("memory")
+        client, qs, tenants = store("memory")
+        result.update(memory(client, qs, tenants, args))
+        progress("scale")
+        client, qs, tenants = store("scale")
         services = Services(queues=qs, tenants=tenants, longpolls=LongPollLimiter(2))
         check(Lease(qs.storage, k.MAINTENANCE_LEASE, f"{services.node_id}:{os.getpid()}", 3600).acquire(),
               "the maintenance lease is taken")
-        http = create_app(services).test_client()
-        progress("memory")
-        result.update(memory(client, qs, tenants, args))
-        progress("scale")
-        result["scale"] = scale(qs, tenants, http, counts, args.repeat)
+        result["scale"] = scale(qs, tenants, create_app(services).test_client(), counts, args.repeat)
     if bench.status is not None:
         return bench.status
     print(f"a stored 1 KiB message: {result['message_bytes']} bytes; a raw stream entry: {result['raw_entry_bytes']} "
