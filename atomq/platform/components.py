@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
@@ -31,7 +32,7 @@ from atomq.platform.models import (
 from atomq.platform.queue_config import config_fields, read_limits
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.topics import check_patterns
-from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
+from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute, parse_queue_config, queue_config_reads
 from atomq.platform.shared import (
     ChunkBudget,
     Shared,
@@ -119,39 +120,71 @@ class Components:
 
     def get_queue(self, tenant: str, name: str) -> QueueInfo:
         """A queue with its counts; publish/subscribe counts are summed over subscribers."""
-        tk, qk = queue_keys(tenant, name)
-        model, cfg, subs = self._routes.read_config(qk)
-        if model is None:
+        queue_keys(tenant, name)  # checks both names
+        infos = self._queue_infos(tenant, [name])
+        if not infos:
             raise queue_not_found(name)
-        dests = [None] if model == QueueModel.POINT_TO_POINT.value else sorted(subs)
+        return infos[0]
+
+    def _queue_infos(self, tenant: str, names: list[str]) -> list[QueueInfo]:
+        """The queues of ``names`` that exist, with their counts, in two round trips however many
+        they are (three when some hold ranked messages): a tenant's list, and the metrics scrape
+        over every tenant, used to cost two a queue."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        qks = [tk.queue(name) for name in names]
         pipe = self._shared.client.pipeline(transaction=True)
-        for sub in dests:
-            d = qk.destination(sub)
-            pipe.xlen(d.ready)
-            pipe.zcard(d.ordered)
-            pipe.zcard(d.sched)
-            pipe.zcard(d.inflight)
-            pipe.xlen(d.dlq)
-            pipe.get(d.held)
-        exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
-        if exclusive:
-            pipe.hgetall(qk.destination().consumers)
-        pipe.hget(tk.topic_patterns, name)
-        pipe.hmget(qk.config, [f"n:{kind}" for kind in QUEUE_COUNTS])
+        for qk in qks:
+            queue_config_reads(pipe, qk)
+        raw_configs = self._shared.storage.call(pipe.execute)
+        found = []
+        for i, (name, qk) in enumerate(zip(names, qks)):
+            model, cfg, subs = parse_queue_config(raw_configs[2 * i], raw_configs[2 * i + 1])
+            if model is not None:  # one removed meanwhile is left out
+                dests: list[str | None] = [None] if model == QueueModel.POINT_TO_POINT.value else list(subs)
+                found.append((name, qk, model, cfg, dests))
+        pipe = self._shared.client.pipeline(transaction=True)
+        for name, qk, _, cfg, dests in found:
+            for sub in dests:
+                d = qk.destination(sub)
+                pipe.xlen(d.ready)
+                pipe.zcard(d.ordered)
+                pipe.zcard(d.sched)
+                pipe.zcard(d.inflight)
+                pipe.xlen(d.dlq)
+                pipe.get(d.held)
+            if cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode():
+                pipe.hgetall(qk.destination().consumers)
+            pipe.hget(tk.topic_patterns, name)
+            pipe.hmget(qk.config, [f"n:{kind}" for kind in QUEUE_COUNTS])
         raw = self._shared.storage.call(pipe.execute)
+        parts, at = [], 0
+        for name, qk, model, cfg, dests in found:
+            exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
+            size = 6 * len(dests) + (3 if exclusive else 2)
+            parts.append((exclusive, raw[at:at + size]))
+            at += size
+        # Destinations holding ranked messages (outside the stream): their counts by priority, all at once.
+        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * 6 + 1]]
+                  for (_, qk, _, _, dests), (_, part) in zip(found, parts)]
+        by_priority = (self._ranked_by_priority(ranked) if any(ranked)
+                       else [Counter[int]() for _ in found])
+        return [self._queue_info(name, model, cfg, dests, exclusive, part, extra)
+                for (name, _, model, cfg, dests), (exclusive, part), extra in zip(found, parts, by_priority)]
+
+    @staticmethod
+    def _queue_info(name: str, model: str, cfg: dict[bytes, bytes], dests: list[str | None], exclusive: bool,
+                    raw: list[Any], ranked_by_priority: Counter[int]) -> QueueInfo:
+        """One queue's info from its reads (see ``_queue_infos``)."""
         ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
         consumers = _consumers(raw[-3], ack_timeout_s) if exclusive else ()
         per_sub: dict[str, DestinationCounts] = {}
         total = [0, 0, 0, 0, 0]
-        by_priority: Counter[int] = Counter()
-        ranked: list[k.DestinationKeys] = []
+        by_priority: Counter[int] = Counter(ranked_by_priority)
         for i, sub in enumerate(dests):
             stream, ordered, sched, flight, dead, held = raw[i * 6 : i * 6 + 6]
             counts = DestinationCounts(depth=stream + ordered + sched, in_flight=flight, dead_letters=dead,
                                        scheduled=sched, held_bytes=int(held or 0))
             by_priority[defaults.DEFAULT_PRIORITY] += stream
-            if ordered:
-                ranked.append(qk.destination(sub))
             total[0] += counts.depth
             total[1] += counts.in_flight
             total[2] += counts.dead_letters
@@ -159,8 +192,6 @@ class Components:
             total[4] += counts.held_bytes
             if sub is not None:
                 per_sub[sub] = counts
-        if ranked:
-            by_priority.update(self._ranked_by_priority(ranked))
         return QueueInfo(
             name=name,
             model=QueueModel(model),
@@ -185,32 +216,32 @@ class Components:
             durability=Durability(cfg.get(b"durability", b"async").decode()),
         )
 
-    def _ranked_by_priority(self, dests: list[k.DestinationKeys]) -> Counter[int]:
-        """Ready messages outside the stream by priority: rz scores start with 9 - priority."""
+    def _ranked_by_priority(self, queues: list[list[k.DestinationKeys]]) -> list[Counter[int]]:
+        """Ready messages outside the stream by priority, for each queue's destinations (one round
+        trip for all): rz scores start with 9 - priority."""
         least, most = defaults.PRIORITY_RANGE
         band = 10**13
         pipe = self._shared.client.pipeline(transaction=False)
-        for d in dests:
-            for p in range(least, most + 1):
-                pipe.zcount(d.ordered, (9 - p) * band, (10 - p) * band - 1)
+        for dests in queues:
+            for d in dests:
+                for p in range(least, most + 1):
+                    pipe.zcount(d.ordered, (9 - p) * band, (10 - p) * band - 1)
         raw = self._shared.storage.call(pipe.execute)
-        out: Counter[int] = Counter()
         levels = most - least + 1
-        for i in range(len(dests)):
-            for j, n in enumerate(raw[i * levels : (i + 1) * levels]):
-                out[least + j] += n
+        out, at = [], 0
+        for dests in queues:
+            counts: Counter[int] = Counter()
+            for _ in dests:
+                for j, n in enumerate(raw[at:at + levels]):
+                    counts[least + j] += n
+                at += levels
+            out.append(counts)
         return out
 
     def list_queues(self, tenant: str) -> list[QueueInfo]:
         tk = k.TenantKeys(check_tenant_id(tenant))
         names = sorted(n.decode() for n in self._shared.storage.call(self._shared.client.smembers, tk.queues))
-        out = []
-        for name in names:
-            try:
-                out.append(self.get_queue(tenant, name))
-            except NotFound:
-                continue  # removed while listing
-        return out
+        return self._queue_infos(tenant, names)  # a queue removed while listing is left out
 
     def delete_queue(self, tenant: str, name: str) -> None:
         """Removes a queue with its messages, dead letters and subscribers.

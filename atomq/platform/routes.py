@@ -10,6 +10,7 @@ never a wrong send.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from atomq.errors import AtomqError
 from atomq.platform import keys as k
@@ -31,6 +32,19 @@ Route = tuple[str, str, list[str]]
 for a queue whose sends wait for the disk), and its subscribers."""
 
 
+def queue_config_reads(pipe: Any, qk: k.QueueKeys) -> None:
+    """Queues on ``pipe`` the two reads of a queue's config that :func:`parse_queue_config` takes."""
+    pipe.hmget(qk.config, CONFIG_FIELDS)  # not HGETALL: the hash holds the queue's counters too
+    pipe.smembers(qk.subscribers)
+
+
+def parse_queue_config(values: list[bytes | None], subs: set[bytes]) -> tuple[str | None, dict[bytes, bytes], list[str]]:
+    """The queue's model (None if it does not exist), its config fields and its subscribers, sorted."""
+    cfg = {name.encode(): v for name, v in zip(CONFIG_FIELDS, values) if v is not None}
+    model = cfg.get(b"model")
+    return (model.decode() if model else None), cfg, sorted(s.decode() for s in subs)
+
+
 class StaleRoute(AtomqError):
     """The script saw another model or subscriber set than the caller passed."""
 
@@ -47,12 +61,8 @@ class Routes:
     def read_config(self, qk: k.QueueKeys) -> tuple[str | None, dict[bytes, bytes], list[str]]:
         """The queue's model (None if it does not exist), its config fields and its subscribers, sorted."""
         pipe = self._shared.client.pipeline(transaction=True)
-        pipe.hmget(qk.config, CONFIG_FIELDS)  # not HGETALL: the hash holds the queue's counters too
-        pipe.smembers(qk.subscribers)
-        values, subs = self._shared.storage.call(pipe.execute)
-        cfg = {name.encode(): v for name, v in zip(CONFIG_FIELDS, values) if v is not None}
-        model = cfg.get(b"model")
-        return (model.decode() if model else None), cfg, sorted(s.decode() for s in subs)
+        queue_config_reads(pipe, qk)
+        return parse_queue_config(*self._shared.storage.call(pipe.execute))
 
     def route(self, tenant: str, queue: str, qk: k.QueueKeys, refresh: bool) -> Route:
         """The queue's route, from the cache unless ``refresh``; raises NotFound if the queue does not exist."""
