@@ -50,6 +50,7 @@ import redis
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.embedded import EmbeddedValkey
 from drivers.cli import parser_from_doc
+from drivers.peers import open_peer
 from drivers.rabbitmq import Amqp
 from drivers.run_exit import BenchRun
 from drivers.serve_node import check, progress
@@ -174,13 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     amqp: Amqp | None = None
     versions: dict[str, str] = {}
     with BenchRun() as bench:
-        if not args.skip_amqp:
-            amqp, why = Amqp.probe(args.amqp_url)
-            if amqp is None:
-                progress(f"RabbitMQ phases skipped: {why}")
-            else:
-                versions["rabbitmq"] = amqp.version
-                bench.at_exit(amqp.delete_leftovers)
+        amqp, why = open_peer(bench, "RabbitMQ phases", "--skip-amqp" if args.skip_amqp else None, Amqp.probe,
+                              args.amqp_url)
+        if amqp is None:
+            progress(str(why))
+        else:
+            versions["rabbitmq"] = amqp.version
         everysec, versions["valkey"] = start_valkey(bench, "everysec")
         always, _ = start_valkey(bench, "always")
         phases: list[tuple[str, Callable[[int, str], tuple[float, list[float]]]]] = [

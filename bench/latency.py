@@ -43,6 +43,7 @@ from typing import Any
 
 from drivers.atomq_http import HttpNode
 from drivers.cli import add_http_workers, parser_from_doc
+from drivers.peers import open_peer
 from drivers.rabbitmq import Amqp
 from drivers.run_exit import BenchRun
 from drivers.serve_node import check, expect, keep_alive_session, progress
@@ -249,19 +250,17 @@ def main(argv: list[str] | None = None) -> int:
                  f"{args.seconds:g} s")
         results["atomq"] = atomq_side(node, Run(args.rate, args.producers, args.consumers, args.seconds,
                                                 args.linger_ms / 1000))
-        if not args.skip_amqp:
-            amqp, why = Amqp.probe(args.amqp_url)
-            if amqp is None:
-                progress(f"RabbitMQ skipped: {why}")
-            else:
-                versions["rabbitmq"] = amqp.version
-                bench.at_exit(amqp.delete_leftovers)
-                queue = f"atomq-latency-{node.port}"
-                check(amqp.declare(queue) == 0, f"RabbitMQ queue {queue} is not empty")
-                progress(f"{amqp.version}: the same load")
-                results["rabbitmq"] = rabbitmq_side(amqp, queue, Run(args.rate, args.producers, args.consumers,
-                                                                       args.seconds))
-                amqp.delete(queue)
+        amqp, why = open_peer(bench, "RabbitMQ", "--skip-amqp" if args.skip_amqp else None, Amqp.probe, args.amqp_url)
+        if amqp is None:
+            progress(str(why))
+        else:
+            versions["rabbitmq"] = amqp.version
+            queue = f"atomq-latency-{node.port}"
+            check(amqp.declare(queue) == 0, f"RabbitMQ queue {queue} is not empty")
+            progress(f"{amqp.version}: the same load")
+            results["rabbitmq"] = rabbitmq_side(amqp, queue, Run(args.rate, args.producers, args.consumers,
+                                                                   args.seconds))
+            amqp.delete(queue)
     if bench.status is not None:
         return bench.status
     for side, r in results.items():

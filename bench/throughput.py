@@ -80,12 +80,12 @@ from typing import Any, Callable
 import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform.connection import redact_url
 from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_consume, platform_get_ack, platform_send
 from drivers.nats_jetstream import Jetstream, jetstream_get_ack, jetstream_send
+from drivers.peers import open_peer
 from drivers.rabbitmq import Amqp, rabbitmq_get_ack, rabbitmq_send
 from drivers.redis_streams import raw_get_ack, raw_send
 from drivers.run_exit import BenchRun
@@ -298,25 +298,11 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"starting atomq serve on 127.0.0.1:{node.port} (its own embedded Valkey)")
             node.start()
             progress(f"  atomq serve is up on port {node.port}, workers {node.worker_pids()}")
-        if args.skip_amqp:
-            skipped.append("rabbitmq_send, rabbitmq_get_ack: skipped (--skip-amqp)")
-        else:
-            amqp, why = Amqp.probe(args.amqp_url)
-            if amqp is None:
-                skipped.append(f"rabbitmq_send, rabbitmq_get_ack: skipped: {why}")
-            else:
-                bench.at_exit(amqp.delete_leftovers)
-                progress(f"{amqp.version} answers at {redact_url(args.amqp_url)}")
-        js = None
-        if args.skip_nats:
-            skipped.append("jetstream_send, jetstream_get_ack: skipped (--skip-nats)")
-        else:
-            js, why = Jetstream.probe(args.nats_url)
-            if js is None:
-                skipped.append(f"jetstream_send, jetstream_get_ack: skipped: {why}")
-            else:
-                bench.at_exit(js.delete_leftovers)
-                progress(f"{js.version} answers at {redact_url(args.nats_url)}")
+        amqp, why = open_peer(bench, "rabbitmq_send, rabbitmq_get_ack", "--skip-amqp" if args.skip_amqp else None,
+                              Amqp.probe, args.amqp_url)
+        js, why_not_nats = open_peer(bench, "jetstream_send, jetstream_get_ack",
+                                     "--skip-nats" if args.skip_nats else None, Jetstream.probe, args.nats_url)
+        skipped += [line for line in (why, why_not_nats) if line]
         for line in skipped:
             progress(line)
         progress(f"Valkey {valkey}, Python {platform.python_version()}: "
