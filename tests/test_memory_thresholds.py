@@ -226,6 +226,11 @@ def test_on_a_cluster_each_tenant_is_judged_by_its_own_primary(serve: ServeFacto
             assert other("POST", "/v1/queues/q/messages", body, 201)["ids"], "another primary's tenant sends on"
             wait_until(lambda: owner("GET", "/v1/server", status=200)["memory_state"] == "red", 5,
                        "the server's state: its fullest primary's")
+            # Each tenant's answers name the state of its own primary, the one its sends are judged by.
+            sent = other.request("POST", "/v1/queues/q/messages", body)
+            assert sent.status_code == 201 and sent.headers["X-Atomq-Memory-State"] == "green"
+            refused = full.request("POST", "/v1/queues/q/messages", body)
+            assert refused.status_code == 503 and refused.headers["X-Atomq-Memory-State"] == "red"
             assert len(full("POST", "/v1/queues/q/get", {"max": 5}, 200)["messages"]) >= 1, "its consumers go on"
         finally:
             full_node.config_set("maxmemory", 0)

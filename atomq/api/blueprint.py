@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from flask import Request, Response, current_app, request
+from flask import Request, Response, current_app, g, request
 from flask_smorest import Blueprint
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
@@ -91,17 +91,19 @@ def services() -> Services:
 
 MEMORY_STATE_HEADER = "X-Atomq-Memory-State"
 SEND_HEADERS = {MEMORY_STATE_HEADER: {
-    "description": "the store's memory state as the node last read it (green, yellow, orange, red): a sender "
-                   "may slow down before its sends are refused",
+    "description": "the store's memory state as the node last read it (green, yellow, orange, red), on a "
+                   "cluster the tenant's primary's: a sender may slow down before its sends are refused",
     "schema": {"type": "string", "enum": ["green", "yellow", "orange", "red"]}}}
 """What the answer to a send or publish carries, also when it is refused."""
 
 
 def with_memory_state(response: Response) -> Response:
     """Adds the memory state to the answer of a send or publish (any status), as this node last read
-    it: never a read of the store here, which may be what failed."""
+    it: never a read of the store here, which may be what failed. On a cluster it is the state of the
+    tenant's own primary, the one its sends are judged by."""
     if request.method == "POST" and request.url_rule is not None and request.url_rule.rule.endswith("/messages"):
-        state = services().memory.last_state()
+        principal = g.get("principal")
+        state = services().memory.last_state(principal.tenant_id if principal is not None else None)
         if state is not None:
             response.headers[MEMORY_STATE_HEADER] = state
     return response

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from atomq.errors import InvalidInput
 from atomq.platform import keys as k
 from atomq.platform.memory_use import MemoryUse, memory_use
-from atomq.platform.storage import Storage
+from atomq.platform.storage import STORE_ERRORS, Storage
 
 log = logging.getLogger("atomq.memory")
 
@@ -94,9 +94,16 @@ class MemoryWatch:
     def state(self, tenant: str | None = None) -> str:
         return self.reading(tenant)[0]
 
-    def last_state(self) -> str | None:
-        """The server's state as this node last judged it, without reading the store (None before the first)."""
-        return self._last
+    def last_state(self, tenant: str | None = None) -> str | None:
+        """The state as this node last judged it, without reading the store (None before the first):
+        the server's, or on a cluster the state of the primary holding ``tenant``'s keys."""
+        if tenant is None or not self._storage.is_cluster:
+            return self._last
+        try:
+            read = self._read.get(self._storage.node_name(k.TenantKeys(tenant).usage))
+        except STORE_ERRORS:  # the client's map of the slots is being rebuilt: the server's state
+            return self._last
+        return self._last if read is None else self._thresholds().state(read[1])
 
     def reading(self, tenant: str | None = None) -> tuple[str, MemoryUse]:
         """The state and the figures it was judged on: the server's, or the tenant's primary's."""
