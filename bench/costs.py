@@ -25,6 +25,7 @@ idle_tenant_bytes, and "scale": {"<N>": {"round_ms", "scrape_ms",
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -66,8 +67,8 @@ def per_item(client: redis.Redis, count: int, make: Callable[[], None]) -> float
     return (used(client) - before) / count
 
 
-def memory(client: redis.Redis, qs: QueueServer, tenants: TenantStore, args: object) -> dict[str, float]:
-    n, queues, idle = args.messages, args.queues, args.idle_tenants  # type: ignore[attr-defined]
+def memory(client: redis.Redis, qs: QueueServer, tenants: TenantStore, args: argparse.Namespace) -> dict[str, float]:
+    n, queues, idle = args.messages, args.queues, args.idle_tenants
     payload = os.urandom(1024)
     batch = [OutgoingMessage(documents=(OutgoingDocument(payload),)) for _ in range(100)]
     tenant = f"t_{uuid.uuid4().hex[:12]}"
