@@ -118,6 +118,17 @@ def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
 
 
+def check_drained(phase: str, node: HttpNode, queue: str, sent: list[str], delivered: list[str], acked: int) -> None:
+    """An HTTP phase consumed exactly the ids sent, each once, acked them all and left nothing behind."""
+    n = len(sent)
+    check(len(delivered) == n and set(delivered) == set(sent),
+          f"{phase} got {len(delivered)} deliveries of {len(set(delivered))} distinct ids, not the {n} sent, once each")
+    check(acked == n, f"{phase}: {acked} of {n} acked")
+    info = node.queue_info(queue)
+    check(info["depth"] == 0 and info["in_flight"] == 0,
+          f"{phase} left depth {info['depth']}, in flight {info['in_flight']}")
+
+
 def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | None, amqp: Amqp | None,
         js: Jetstream | None, clients: int) -> dict[str, list[float]]:
     """Runs ``repeat`` rounds of the phases; returns msg/s per phase and round.
@@ -203,24 +214,12 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
         # 6. http_get_ack, draining the node's queue with several clients at once
         if node is not None:
             _, delivered, acked = timed("http_get_ack", r, lambda: http_get_ack(node, queue, clients), node.valkey)
-            check(len(delivered) == n and set(delivered) == set(http_ids),
-                  f"http_get_ack got {len(delivered)} deliveries of {len(set(delivered))} distinct ids, "
-                  f"not the {n} sent, once each")
-            check(acked == n, f"http_get_ack: acks acknowledged {acked} of {n}")
-            info_http = node.queue_info(queue)
-            check(info_http["depth"] == 0 and info_http["in_flight"] == 0,
-                  f"http_get_ack left depth {info_http['depth']}, in flight {info_http['in_flight']}")
+            check_drained("http_get_ack", node, queue, http_ids, delivered, acked)
 
             # 7. http_consume: the queue filled again (untimed), drained by gets that ack the batch before
             _, http_ids = http_send(node, queue, n, text, clients)
             _, delivered, acked = timed("http_consume", r, lambda: http_consume(node, queue, clients), node.valkey)
-            check(len(delivered) == n and set(delivered) == set(http_ids),
-                  f"http_consume got {len(delivered)} deliveries of {len(set(delivered))} distinct ids, "
-                  f"not the {n} sent, once each")
-            check(acked == n, f"http_consume: the gets acked {acked} of {n}")
-            info_http = node.queue_info(queue)
-            check(info_http["depth"] == 0 and info_http["in_flight"] == 0,
-                  f"http_consume left depth {info_http['depth']}, in flight {info_http['in_flight']}")
+            check_drained("http_consume", node, queue, http_ids, delivered, acked)
             node.delete_queue(queue)
 
         # 8. rabbitmq_send and 9. rabbitmq_get_ack, through a fresh durable queue
