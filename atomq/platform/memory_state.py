@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from atomq.errors import InvalidInput, StorageError
+from atomq.errors import InvalidInput
 from atomq.platform import keys as k
 from atomq.platform.memory_use import MemoryUse, memory_use
 from atomq.platform.storage import STORE_ERRORS, Storage
@@ -107,16 +107,6 @@ class MemoryWatch:
 
     def reading(self, tenant: str | None = None) -> tuple[str, MemoryUse]:
         """The state and the figures it was judged on: the server's, or the tenant's primary's."""
-        if tenant is None or not self._storage.is_cluster:
-            return self._server_reading()
-        try:
-            self._server_reading()
-        except StorageError:
-            pass  # another primary is failing over: this tenant is judged by its own, as always
-        return self._judged(k.TenantKeys(tenant).usage)
-
-    def _server_reading(self) -> tuple[str, MemoryUse]:
-        """The server's state (its fullest primary's), recorded when it changed."""
         state, use = self._judged(None)
         with self._lock:
             before, self._last = self._last, state
@@ -126,7 +116,9 @@ class MemoryWatch:
             except Exception:
                 self._last = before  # recorded by the next reading instead
                 raise
-        return state, use
+        if tenant is None or not self._storage.is_cluster:
+            return state, use
+        return self._judged(k.TenantKeys(tenant).usage)
 
     def _judged(self, key: str | None) -> tuple[str, MemoryUse]:
         """The state of the fullest primary (``key`` None) or of the one holding ``key``."""
