@@ -129,6 +129,16 @@ def check_drained(phase: str, node: HttpNode, queue: str, sent: list[str], deliv
           f"{phase} left depth {info['depth']}, in flight {info['in_flight']}")
 
 
+def check_queue_drained(phase: str, qs: QueueServer, tenant: str, queue: str, sent: list[str], seen: set[str],
+                        acked: int) -> None:
+    """A library phase consumed exactly the ids sent, acked them all and left nothing behind."""
+    n = len(sent)
+    check(seen == set(sent), f"{phase} got {len(seen)} distinct ids, not the {n} sent")
+    check(acked == n, f"{phase}: {acked} of {n} acked")
+    info = qs.get_queue(tenant, queue)
+    check(info.depth == 0 and info.in_flight == 0, f"{phase} left depth {info.depth}, in flight {info.in_flight}")
+
+
 def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | None, amqp: Amqp | None,
         js: Jetstream | None, clients: int) -> dict[str, list[float]]:
     """Runs ``repeat`` rounds of the phases; returns msg/s per phase and round.
@@ -195,20 +205,12 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
 
         # 5. platform_get_ack, draining that queue
         _, seen, acked = timed("platform_get_ack", r, lambda: platform_get_ack(qs, tenant, queue))
-        check(seen == set(sent_ids), f"platform_get_ack got {len(seen)} distinct ids, not the {n} sent")
-        check(acked == n, f"platform_get_ack: ack acknowledged {acked} of {n}")
-        info = qs.get_queue(tenant, queue)
-        check(info.depth == 0 and info.in_flight == 0,
-              f"platform_get_ack left depth {info.depth}, in flight {info.in_flight}")
+        check_queue_drained("platform_get_ack", qs, tenant, queue, sent_ids, seen, acked)
 
         # 5b. platform_consume: the queue filled again (untimed), drained by takes that ack the batch before
         _, sent_ids = platform_send(qs, tenant, queue, n, batch)
         _, seen, acked = timed("platform_consume", r, lambda: platform_consume(qs, tenant, queue))
-        check(seen == set(sent_ids), f"platform_consume got {len(seen)} distinct ids, not the {n} sent")
-        check(acked == n, f"platform_consume: the takes acked {acked} of {n}")
-        info = qs.get_queue(tenant, queue)
-        check(info.depth == 0 and info.in_flight == 0,
-              f"platform_consume left depth {info.depth}, in flight {info.in_flight}")
+        check_queue_drained("platform_consume", qs, tenant, queue, sent_ids, seen, acked)
         qs.delete_queue(tenant, queue)
 
         # 6. http_get_ack, draining the node's queue with several clients at once

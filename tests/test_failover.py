@@ -15,6 +15,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,20 +161,24 @@ def drain(node: AtomqServe, key: str) -> set[str]:
     return got
 
 
-def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, tmp_path: Path) -> None:
+@pytest.fixture
+def stores(serve: ServeFactory, tmp_path: Path) -> Iterator[tuple[ValkeyCluster, EmbeddedValkey]]:
+    """A 6-node cluster of the test's own and an rq Valkey; at teardown the test's nodes stop
+    first, as they would in service, then the stores (each also when another's stop failed)."""
     cluster = ValkeyCluster(tmp_path / "cluster", ["--cluster-require-full-coverage", "no"])
     rq = EmbeddedValkey(tmp_path / "rq", port=free_port())
-    with contextlib.ExitStack() as cleanup:  # last first: the nodes (as they would stop in service), then the stores
+    with contextlib.ExitStack() as cleanup:  # last first
         cleanup.callback(cluster.stop)
         cluster.start()
         cleanup.callback(rq.stop)
         rq.start()
         cleanup.callback(lambda: [node.ensure_stopped() for node in serve.nodes])
-        run_under_load(serve, cluster, rq, tmp_path)
+        yield cluster, rq
 
 
-def run_under_load(serve: ServeFactory, cluster: ValkeyCluster, rq: EmbeddedValkey, tmp_path: Path) -> None:
-    """The load, the kills and the checks, on a cluster and an rq Valkey that the test stops."""
+def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, stores: tuple[ValkeyCluster, EmbeddedValkey],
+                                                     tmp_path: Path) -> None:
+    cluster, rq = stores
     store = ("--redis-url", cluster.urls, "--rq-redis-url", str(rq.tcp_url), "--workers", "1")
     first, second = (serve(*store, "--advertise-url", f"http://127.0.0.1:{port}", port=port, env=WORK_HORSE_ENV)
                      for port in (free_port(), free_port()))
