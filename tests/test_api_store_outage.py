@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 
+from atomq.errors import StorageError
 from atomq.platform.embedded import EmbeddedValkey
 from support.in_process_app import InProcessApp, error_of, send_body
 from support.ports import free_port
@@ -66,3 +67,21 @@ def test_store_exceptions_from_the_cluster_client_are_503(private_store: tuple[E
     # Where nothing translates: an exception raised straight out of a view's code.
     monkeypatch.setattr(app.services.queues, "list_queues", fail)
     assert_unavailable(app.call("GET", "/v1/queues"))
+
+
+def test_a_send_stored_while_the_memory_state_cannot_be_judged_answers_201(
+        private_store: tuple[EmbeddedValkey, InProcessApp], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory state header is added after the send is stored; judging it may need a read of the
+    server settings that fails (a primary failing over). The answer must stay the send's own 201:
+    a 500 there told the sender that a stored message had failed."""
+    _, app = private_store
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise StorageError("Redis failed: the settings' primary is failing over")
+
+    monkeypatch.setattr(app.services.memory, "last_state", fail)
+    answer = app.call("POST", "/v1/queues/orders/messages", send_body())
+    assert answer.status_code == 201, answer.data
+    assert "X-Atomq-Memory-State" not in answer.headers
+    monkeypatch.undo()
+    assert app.services.queues.get_queue(app.tenant, "orders").depth == 1

@@ -18,6 +18,7 @@ from werkzeug.routing import BaseConverter
 
 from atomq.api.schemas.common import NAME_PATTERN, ErrorSchema
 from atomq.api.services import Services
+from atomq.errors import AtomqError
 
 
 class NameConverter(BaseConverter):
@@ -100,10 +101,17 @@ SEND_HEADERS = {MEMORY_STATE_HEADER: {
 def with_memory_state(response: Response) -> Response:
     """Adds the memory state to the answer of a send or publish (any status), as this node last read
     it: never a read of the store here, which may be what failed. On a cluster it is the state of the
-    tenant's own primary, the one its sends are judged by."""
+    tenant's own primary, the one its sends are judged by.
+
+    An error raised here would turn the answer, whatever it was, into a 500 (Flask's error handlers
+    do not see it): judging the state needs the thresholds, which a process that has not read the
+    server settings yet must read, and the store may be failing over. Then the header is left out."""
     if request.method == "POST" and request.url_rule is not None and request.url_rule.rule.endswith("/messages"):
         principal = g.get("principal")
-        state = services().memory.last_state(principal.tenant_id if principal is not None else None)
+        try:
+            state = services().memory.last_state(principal.tenant_id if principal is not None else None)
+        except AtomqError:
+            state = None
         if state is not None:
             response.headers[MEMORY_STATE_HEADER] = state
     return response
