@@ -18,6 +18,7 @@ from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
 from atomq.platform.rate_limit import RateLimiter
+from atomq.platform.refreshed import Refreshed
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.platform.streams import StreamConsumers
 from atomq.tenants import TenantStore
@@ -77,7 +78,7 @@ class Services:
     memory: MemoryWatch = field(init=False)
     _applied: ServerSettings | None = field(default=None, init=False)
     _attachments: dict[str, tuple[float, tuple[int, int]]] = field(default_factory=dict, init=False)
-    _total_usage: tuple[float, dict[str, int]] | None = field(default=None, init=False)
+    _total_usage: Refreshed[dict[str, int]] = field(init=False)
     held_sends: int = field(default=0, init=False)
     """Sends this process holds now for full flow_control queues, at most ``max_held_sends``."""
     max_held_sends: int = defaults.MAX_HELD_SENDS
@@ -85,6 +86,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.settings = ServerSettingsStore(self.queues.storage)
+        self._total_usage = Refreshed(self.queues.total_usage, REFRESH_S, "sum of all tenants' usage")
         self.memory = MemoryWatch(self.queues.storage, lambda: self.current_settings().memory_thresholds)
         self.rate_limits = RateLimiter(self.queues.storage, self.node_id)
         self.listeners = ListenerStore(self.queues.storage)
@@ -109,14 +111,11 @@ class Services:
 
         The tenants' counters live in their own cluster slots, so no script can
         check the server-wide limits exactly; they hold to within a few seconds
-        of sends, where each tenant's quota and each queue's limits hold exactly.
+        of sends, where each tenant's quota and each queue's limits hold exactly. It is read in the
+        background (``Refreshed``): it reads every tenant's slot, so a read while one primary fails
+        over would hold every tenant's send.
         """
-        cached = self._total_usage
-        now = time.monotonic()
-        if cached is None or now - cached[0] > REFRESH_S:
-            cached = (now, self.queues.total_usage())
-            self._total_usage = cached
-        return cached[1]
+        return self._total_usage.get()
 
     def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Sent:
         """Admits a send and stores it, all or nothing: the node's window, the tenant's window, the

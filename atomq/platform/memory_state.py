@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from atomq.errors import InvalidInput
+from atomq.errors import InvalidInput, StorageError
 from atomq.platform import keys as k
 from atomq.platform.memory_use import MemoryUse, memory_use
+from atomq.platform.refreshed import Refreshed
 from atomq.platform.storage import STORE_ERRORS, Storage
 
 log = logging.getLogger("atomq.memory")
@@ -90,6 +91,7 @@ class MemoryWatch:
         self._lock = threading.Lock()
         self._read: dict[str, tuple[float, MemoryUse]] = {}
         self._last: str | None = None
+        self._server = Refreshed(self._server_reading, READ_S, "memory state of every primary")
 
     def state(self, tenant: str | None = None) -> str:
         return self.reading(tenant)[0]
@@ -107,6 +109,18 @@ class MemoryWatch:
 
     def reading(self, tenant: str | None = None) -> tuple[str, MemoryUse]:
         """The state and the figures it was judged on: the server's, or the tenant's primary's."""
+        if tenant is None or not self._storage.is_cluster:
+            return self._server_reading()
+        # The server's state is kept current (and recorded) in the background: reading every primary
+        # here would hold this tenant's send while another primary fails over or is unreachable.
+        try:
+            self._server.get()
+        except StorageError:
+            pass  # this process's first reading: another primary is failing over
+        return self._judged(k.TenantKeys(tenant).usage)
+
+    def _server_reading(self) -> tuple[str, MemoryUse]:
+        """The server's state (its fullest primary's), recorded when it changed."""
         state, use = self._judged(None)
         with self._lock:
             before, self._last = self._last, state
@@ -116,9 +130,7 @@ class MemoryWatch:
             except Exception:
                 self._last = before  # recorded by the next reading instead
                 raise
-        if tenant is None or not self._storage.is_cluster:
-            return state, use
-        return self._judged(k.TenantKeys(tenant).usage)
+        return state, use
 
     def _judged(self, key: str | None) -> tuple[str, MemoryUse]:
         """The state of the fullest primary (``key`` None) or of the one holding ``key``."""

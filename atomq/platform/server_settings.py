@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +25,7 @@ from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.memory_state import MemoryThresholds
 from atomq.platform.queue_settings import QueueSettings
+from atomq.platform.refreshed import Refreshed
 from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.settings")
@@ -121,8 +120,7 @@ class ServerSettingsStore:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
-        self._cached: tuple[float, ServerSettings] | None = None
-        self._lock = threading.Lock()
+        self._cached: Refreshed[ServerSettings] = Refreshed(self.load, REFRESH_S, "server settings")
         self._reported: set[tuple[str, bytes]] = set()
 
     def load(self) -> ServerSettings:
@@ -142,10 +140,7 @@ class ServerSettingsStore:
                     self._report(name, stored, exc)
                     continue
                 values[name] = value
-        settings = ServerSettings(**values)
-        with self._lock:
-            self._cached = (time.monotonic(), settings)
-        return settings
+        return ServerSettings(**values)
 
     def _report(self, name: str, stored: bytes, exc: Exception) -> None:
         """Logs a stored value that is out of its bounds, once per value and process."""
@@ -155,11 +150,9 @@ class ServerSettingsStore:
                         "applies until PATCH /v1/server sets it", name, stored[:100], exc)
 
     def current(self) -> ServerSettings:
-        """The settings as this node last read them, read again when older than a few seconds."""
-        cached = self._cached
-        if cached is None or time.monotonic() - cached[0] > REFRESH_S:
-            return self.load()
-        return cached[1]
+        """The settings as this node last read them, read again in the background when older than a
+        few seconds (see ``Refreshed``)."""
+        return self._cached.get()
 
     def update(self, **changes: Any) -> ServerSettings:
         """Validates the changed settings together with the others, then stores them."""
@@ -173,9 +166,7 @@ class ServerSettingsStore:
         mapping = {name: json.dumps(_jsonable(getattr(settings, name))) for name in changes}
         if mapping:
             self._storage.call(self._storage.client.hset, k.SERVER_SETTINGS_KEY, mapping=mapping)
-        with self._lock:
-            self._cached = (time.monotonic(), settings)
-        return settings
+        return self._cached.set(settings)
 
 
 def _jsonable(value: Any) -> Any:
