@@ -21,7 +21,7 @@ from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.tenants import Principal, Tenant, TenantStore
 from atomq.tenants import store as store_module
-from atomq.tenants.api_keys import new_api_key, parse_key_id
+from atomq.tenants.api_keys import digest, entry, new_api_key, parse_key_id
 from support.queues import FAST, msg
 
 OWNER_KEY = "owner-" + secrets.token_urlsafe(24)
@@ -79,7 +79,17 @@ def test_a_tenants_account_keys_share_its_slot_and_prefix() -> None:
     for key in (k.tenant_record(tenant), k.tenant_api_keys(tenant)):
         assert key_slot(key.encode()) == slot
         assert key.startswith(f"aq:{{{tenant}}}:")
-    assert not k.api_key_table("0123456789abcdef").startswith(k.tenant_prefix(tenant))
+    assert not k.api_key_table("0123456789abcdef").startswith(k.tenant_prefix(tenant)), "a key issued before"
+
+
+def test_a_key_is_checked_in_its_tenants_own_slot(store: TenantStore) -> None:
+    """The key id names its tenant, so its entry is read from the tenant's slot (its primary, on a
+    cluster): a request touches no primary but its tenant's."""
+    tenant, key_id, api_key = store.create("acme")
+    assert len(key_id) == 28 and key_id.startswith(tenant.id.removeprefix("t_"))
+    assert parse_key_id(api_key) == key_id
+    table = k.api_key_table(key_id)
+    assert table.startswith(k.tenant_prefix(tenant.id)) and key_slot(table.encode()) == key_slot(tenant.id.encode())
 
 
 def test_keys_split_on_the_first_two_underscores_only() -> None:
@@ -273,7 +283,7 @@ def test_keys_authenticate_their_tenant_and_revoking_one_stops_only_it(store: Te
 def test_a_key_of_another_tenant_cannot_be_revoked_through_this_one(store: TenantStore) -> None:
     acme, _, _ = store.create("acme")
     globex, globex_key_id, globex_key = store.create("globex")
-    for key_id in (globex_key_id, secrets.token_hex(8), "../x", "", "A" * 16):
+    for key_id in (globex_key_id, secrets.token_hex(8), acme.id[2:] + secrets.token_hex(8), "../x", "", "A" * 16):
         with pytest.raises(NotFound, match="does not exist"):
             store.revoke_key(acme.id, key_id)
     assert store.authenticate(globex_key).tenant_id == globex.id
@@ -282,8 +292,11 @@ def test_a_key_of_another_tenant_cannot_be_revoked_through_this_one(store: Tenan
 def test_unknown_ids_and_wrong_secrets_are_unauthorized(store: TenantStore) -> None:
     _, key_id, api_key = store.create("acme")
     unknown = new_api_key(secrets.token_hex(8))
+    unknown_of_the_tenant = new_api_key(key_id[:12] + secrets.token_hex(8))
+    of_no_tenant = new_api_key(secrets.token_hex(14))
     wrong_secret = new_api_key(key_id)
-    for bad in (unknown, wrong_secret, api_key[:-1] + ("A" if api_key[-1] != "A" else "B")):
+    for bad in (unknown, unknown_of_the_tenant, of_no_tenant, wrong_secret,
+                api_key[:-1] + ("A" if api_key[-1] != "A" else "B")):
         with pytest.raises(Unauthorized, match="unknown or was revoked") as err:
             store.authenticate(bad)
         assert bad not in str(err.value) and secret_of(bad) not in repr(err.value.details)
@@ -322,7 +335,7 @@ def test_a_key_pasted_where_an_id_belongs_is_not_echoed(store: TenantStore) -> N
 def test_a_key_is_not_issued_to_a_tenant_whose_removal_began(store: TenantStore, backend: redis.Redis) -> None:
     tenant, _, _ = store.create("acme")
     backend.hset(k.tenant_record(tenant.id), "deleting", "1")  # as if a removal had just begun
-    tables = [k.api_key_table(f"{i:02x}") for i in range(256)]
+    tables = [k.api_key_table(f"{i:02x}") for i in range(256)] + [k.api_key_table(tenant.id[2:] + "0" * 16)]
     entries = sum(backend.hlen(t) for t in tables)
     with pytest.raises(NotFound):
         store.create_key(tenant.id)
@@ -424,23 +437,50 @@ def test_an_interrupted_delete_finishes_when_called_again(backend: redis.Redis) 
         store.authenticate(api_key)
 
 
+def legacy_key(backend: redis.Redis, tenant_id: str, table: str | None = None) -> tuple[str, str]:
+    """A key as atomq issued it before format 6: an id of 16 random hex, its entry in a shared table
+    (``table``, or its shard), its id in the tenant's set. Returns (key id, API key)."""
+    key_id = secrets.token_hex(8)
+    api_key = new_api_key(key_id)
+    backend.hset(table or k.api_key_table(key_id), key_id, entry(tenant_id, digest(api_key)))
+    backend.sadd(k.tenant_api_keys(tenant_id), key_id)
+    return key_id, api_key
+
+
+def test_keys_issued_before_format_6_keep_working_until_revoked(store: TenantStore, backend: redis.Redis) -> None:
+    tenant, new_id, new_key = store.create("old-and-new")
+    old_id, old_key = legacy_key(backend, tenant.id)
+    assert not k.api_key_table(old_id).startswith(k.tenant_prefix(tenant.id)), "in its shared shard"
+    assert store.authenticate(old_key) == Principal(tenant.id, old_id)
+    assert store.reauthenticate(old_id, digest(old_key)) == Principal(tenant.id, old_id)
+    assert store.key_ids(tenant.id) == sorted([new_id, old_id])
+    store.revoke_key(tenant.id, old_id)
+    with pytest.raises(Unauthorized):
+        store.authenticate(old_key)
+    assert store.authenticate(new_key).key_id == new_id
+    _, older_key = legacy_key(backend, tenant.id)
+    store.delete(tenant.id)
+    for gone in (new_key, older_key):
+        with pytest.raises(Unauthorized):
+            store.authenticate(gone)
+
+
 def test_the_key_table_of_format_4_moves_into_its_shards_and_its_keys_keep_working(backend: redis.Redis) -> None:
     store = TenantStore(backend, "o" * 40)
-    tenant, key_id, api_key = store.create("old-keys")
-    table = k.api_key_table(key_id)
-    entry = backend.hget(table, key_id)
-    backend.hdel(table, key_id)
-    backend.hset(k.LEGACY_API_KEYS_KEY, key_id, entry)  # where format 4 kept it
+    tenant, _, _ = store.create("old-keys")
+    key_id, api_key = legacy_key(backend, tenant.id, table=k.LEGACY_API_KEYS_KEY)  # where format 4 kept it
     with pytest.raises(Unauthorized):
         store.authenticate(api_key)
     restarted = TenantStore(backend, "o" * 40)
     assert restarted.authenticate(api_key).tenant_id == tenant.id
+    assert backend.hexists(k.api_key_table(key_id), key_id)
     assert backend.exists(k.LEGACY_API_KEYS_KEY) == 0
     restarted.delete(tenant.id)
 
 
 def test_key_entries_spread_over_the_clusters_masters(valkey_cluster) -> None:
-    """One shard's failover must not stop every tenant's keys: the entries live on every master."""
+    """The shared tables of the keys issued before format 6 live on every master: one shard's failover
+    stops only the old keys it holds."""
     slots = {key_slot(k.api_key_table(f"{i:02x}").encode()) for i in range(256)}
     masters = valkey_cluster.masters()
     holding = {port for port, first, last in masters for slot in slots if first <= slot <= last}

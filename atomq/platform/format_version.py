@@ -12,7 +12,7 @@ from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.connection import RedisClient
 from atomq.platform.keys import FORMAT_VERSION_KEY
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """1: the first. 2: usage counts the store's per-message bookkeeping (``atomq.platform.footprint``),
 and the maintenance works from per-tenant indexes of due destinations: data of format 1 has its
 usage recounted and its indexes built (``QueueServer``) before a node serves it. 3: an envelope's
@@ -22,7 +22,9 @@ atomq would misread the new heads, so the number goes up). 4: each destination c
 its messages neither acked nor dead (``D:held``, what ``max_bytes`` holds): the migration's
 recount of usage counts them for data of format 3 (``audit.repair_usage``). 5: the API keys'
 entries are spread over 256 hashes (``keys.api_key_table``) instead of one, which an older atomq
-would not find; ``TenantStore`` moves them on start."""
+would not find; ``TenantStore`` moves them on start. 6: a new API key's id names its tenant and its
+entry is in the tenant's own slot (``keys.api_key_table``), which an older atomq would refuse as
+malformed; the entries of older keys stay where they are and keep working."""
 
 
 def check_format(client: RedisClient) -> int:

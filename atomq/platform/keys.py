@@ -255,9 +255,15 @@ stopped every tenant's keys). Moved into the shards of ``api_key_table`` by ``Te
 
 
 def api_key_table(key_id: str) -> str:
-    """The hash that holds API key ``key_id``'s entry: one of 256, by the id's first two hex
-    characters (random), each its own hash tag, so the entries spread over a cluster's slots and
-    one shard's failover stops only the keys it holds."""
+    """The hash that holds API key ``key_id``'s entry.
+
+    A key id of 28 hex characters begins with its tenant's 12 (``atomq.tenants.api_keys``): its
+    entry is in the tenant's own slot, so checking the key reads the primary that holds the tenant's
+    data and no other, and another primary's failover does not stop it. Ids of 16 random hex (keys
+    issued before format 6) are in one of 256 shared hashes, by their first two characters, each its
+    own hash tag, so those entries spread over a cluster's slots."""
+    if len(key_id) == 28:
+        return f"{tenant_prefix('t_' + key_id[:12])}:apikeys:entries"
     return f"{PREFIX}:apikeys:{{{key_id[:2]}}}"
 
 ISSUED_TENANT_IDS_KEY = f"{PREFIX}:tenants:issued"

@@ -1,7 +1,11 @@
 """API keys: their format, how they are stored, and how one is checked.
 
-A key reads ``aq_<key id>_<secret>``: the key id (16 lowercase hex) finds
-the stored entry with one lookup, the secret (``secrets.token_urlsafe(32)``,
+A key reads ``aq_<key id>_<secret>``: the key id finds the stored entry with
+one lookup. A key id is 28 lowercase hex: its tenant's 12 (the tenant id
+without ``t_``) and 16 random, so the entry lives in the tenant's own cluster
+slot (``keys.api_key_table``) and a request touches no primary but its
+tenant's; keys issued before format 6 have 16 random hex and keep working
+from the shared tables. The secret (``secrets.token_urlsafe(32)``,
 256 random bits) proves the holder. Only the SHA-256 of the whole key is
 stored: a key that random needs no salt or slow hash to resist guessing,
 and a plain digest keeps the per-request check cheap. Digests are compared
@@ -22,16 +26,16 @@ from typing import Any
 
 from atomq.errors import Unauthorized
 
-KEY_ID = re.compile(r"[0-9a-f]{16}")
-API_KEY = re.compile(r"aq_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+KEY_ID = re.compile(r"[0-9a-f]{28}|[0-9a-f]{16}")
+API_KEY = re.compile(r"aq_([0-9a-f]{28}|[0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 """``token_urlsafe(32)`` gives 43 characters of the URL-safe alphabet, ``_`` and ``-`` included."""
 
 UNKNOWN_KEY = "the API key is unknown or was revoked"
 
 
-def new_key_id() -> str:
-    """A random key id: 16 lowercase hex characters."""
-    return secrets.token_hex(8)
+def new_key_id(tenant_id: str) -> str:
+    """A new key id of ``tenant_id`` (``t_`` and 12 hex): those 12, then 16 random hex characters."""
+    return tenant_id.removeprefix("t_") + secrets.token_hex(8)
 
 
 def new_api_key(key_id: str) -> str:

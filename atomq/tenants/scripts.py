@@ -15,12 +15,15 @@ end
 """
 
 ADD_KEY = _LIVE + """
--- Adds a key id to a live tenant's set of key ids.
--- KEYS[1] = aq:{T}:tenant   KEYS[2] = aq:{T}:apikeys
--- ARGV[1] = key id
--- Returns 1 if added, 0 if the set already held it, -1 if the tenant is not live.
+-- Adds a key to a live tenant: its id to the tenant's set, its entry to the tenant's key table.
+-- KEYS[1] = aq:{T}:tenant   KEYS[2] = aq:{T}:apikeys   KEYS[3] = aq:{T}:apikeys:entries
+-- ARGV[1] = key id   ARGV[2] = entry (<tenant id>|<digest>)
+-- Returns 1 if added, 0 if the tenant already has that id, -1 if the tenant is not live.
 if not live(KEYS[1]) then return -1 end
-return redis.call('SADD', KEYS[2], ARGV[1])
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+return 1
 """
 
 UPDATE = _LIVE + """

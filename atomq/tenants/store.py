@@ -1,17 +1,15 @@
 """Tenant accounts and their API keys, kept in Redis beside the queues.
 
-A tenant's own keys (its record, its set of key ids) sit in its cluster slot;
-the table that finds a key's tenant (``aq:apikeys:{XX}``, 256 hashes spread over
-the slots by the key id) and the set of tenants (``aq:tenants``) are global, in
-other slots, so no one script can change both.
-Every step that spans them is ordered so that a crash between two steps
-leaves nothing that works when it should not:
-
-- a key enters its tenant's set before the global table, so a tenant's
-  removal always finds every key that could work;
-- revocation and removal delete the global entry first, so a key stops
-  working before anything else changes. Nothing is cached: every request
-  reads the table, so that holds at once on every node.
+A tenant's own keys (its record, its set of key ids, and the entries of the
+keys issued since format 6) sit in its cluster slot, so a key is issued in one
+step (``scripts.ADD_KEY``). The shared tables of the keys issued before
+(``aq:apikeys:{XX}``, 256 hashes spread over the slots by the key id) and the
+set of tenants (``aq:tenants``) are in other slots, so no one script can
+change both. Every step that spans them is ordered so that a crash between two
+steps leaves nothing that works when it should not: revocation and removal
+delete a key's entry first, so a key stops working before anything else
+changes. Nothing is cached: every request reads the entry, so that holds at
+once on every node.
 """
 
 from __future__ import annotations
@@ -183,8 +181,8 @@ class TenantStore:
             raise tenant_not_found(tenant_id)
         key_ids = self.storage.call(self.client.smembers, k.tenant_api_keys(tenant_id))
         for key_id in sorted(i.decode() for i in key_ids):
-            # Only entries that name this tenant: an id in its set may have lost the race
-            # for the global entry to another tenant's key (see _issue_key).
+            # Only entries that name this tenant: an id of a key issued before format 6 may have
+            # lost the race for its shared entry to another tenant's key.
             table = k.api_key_table(key_id)
             if api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id:
                 self.storage.call(self.client.hdel, table, key_id)
@@ -215,24 +213,21 @@ class TenantStore:
         return self._issue_key(check_issued_tenant_id(tenant_id))
 
     def _issue_key(self, tenant_id: str) -> tuple[str, str]:
+        """A new key, its id and entry added in one step with the check that the tenant is live: all
+        three keys are in the tenant's slot (``keys.api_key_table``), so a removal that began
+        before finds no new key, and one that begins after finds it in the tenant's set."""
         record, key_set = k.tenant_record(tenant_id), k.tenant_api_keys(tenant_id)
         while True:
-            key_id = api_keys.new_key_id()
-            added = self.storage.call(self._add_key, keys=[record, key_set], args=[key_id])
-            if added == -1:
-                raise tenant_not_found(tenant_id)
-            if added == 0:
-                continue  # the tenant already has this id (1 in 2**64)
+            key_id = api_keys.new_key_id(tenant_id)
             api_key = api_keys.new_api_key(key_id)
             stored = api_keys.entry(tenant_id, api_keys.digest(api_key))
-            if self.storage.call(self.client.hsetnx, k.api_key_table(key_id), key_id, stored):
-                break
-            self.storage.call(self.client.srem, key_set, key_id)  # another tenant's id (1 in 2**64)
-        # A removal that began meanwhile may have read the set before this id was in it.
-        if not self.exists(tenant_id):
-            self.storage.call(self.client.hdel, k.api_key_table(key_id), key_id)
-            raise tenant_not_found(tenant_id)
-        return key_id, api_key
+            added = self.storage.call(self._add_key, keys=[record, key_set, k.api_key_table(key_id)],
+                                      args=[key_id, stored])
+            if added == -1:
+                raise tenant_not_found(tenant_id)
+            if added == 1:
+                return key_id, api_key
+            # 0: the tenant already has this id (1 in 2**64): another
 
     def revoke_key(self, tenant_id: str, key_id: str) -> None:
         """Revokes one key: it stops working at once, on every node.
@@ -242,8 +237,8 @@ class TenantStore:
         tenant_id = check_issued_tenant_id(tenant_id)
         if not isinstance(key_id, str) or not api_keys.KEY_ID.fullmatch(key_id):
             # Not repeated: it may be a whole key pasted where its id belongs.
-            raise NotFound(f"that key of tenant {tenant_id!r} does not exist: a key id is 16 lowercase hex "
-                           "characters", tenant=tenant_id)
+            raise NotFound(f"that key of tenant {tenant_id!r} does not exist: a key id is 28 (or, issued "
+                           "before, 16) lowercase hex characters", tenant=tenant_id)
         missing = NotFound(f"key {key_id!r} of tenant {tenant_id!r} does not exist",
                            tenant=tenant_id, key_id=key_id)
         table = k.api_key_table(key_id)
@@ -262,7 +257,7 @@ class TenantStore:
     def authenticate(self, api_key: str) -> Principal:
         """Who ``api_key`` acts as: the owner, or a tenant through one of its keys.
 
-        One read of the global key table per call, nothing cached, so a
+        One read of the key's entry per call (in its tenant's slot), nothing cached, so a
         revoked key fails at once. Raises Unauthorized for a missing,
         malformed, unknown or revoked key, with a message that never repeats it.
         """
