@@ -116,8 +116,9 @@ class ValkeyCluster:
         return True
 
     def masters(self) -> list[tuple[int, int, int]]:
-        """(port, first slot, last slot) of each master."""
-        with redis.Redis(port=self.ports[0], socket_timeout=2) as c:
+        """(port, first slot, last slot) of each master, as the first node still running sees them."""
+        port = next(p for p in self.ports if self.processes[p].poll() is None)
+        with redis.Redis(port=port, socket_timeout=2) as c:
             slots = c.execute_command("CLUSTER", "SLOTS")
         return sorted((int(entry[2][1]), int(entry[0]), int(entry[1])) for entry in slots)
 
