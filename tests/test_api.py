@@ -585,6 +585,32 @@ def test_a_publish_reaches_the_queues_whose_patterns_match(acme, other) -> None:
     assert set(refused["error"]["details"]["fields"]["json"]) == {"topics"}, "the document's pattern refuses it"
 
 
+def test_one_request_publishes_each_message_to_its_own_topic(acme, other) -> None:
+    acme("PUT", "/v1/queues/echo", {"model": "point_to_point", "topics": ["boomi/echo/>"]}, 201)
+    acme("PUT", "/v1/queues/errors", {"model": "point_to_point", "topics": ["boomi/errors/>"], "max_messages": 1}, 201)
+    other("PUT", "/v1/queues/all", {"model": "point_to_point", "topics": [">"]}, 201)
+
+    def message(topic: str, text: str) -> dict[str, Any]:
+        return {"topic": topic, "documents": [{"data": text}], "dedupe_id": text}
+
+    body = {"messages": [message("boomi/echo/1", "a"), message("nowhere", "b"), message("boomi/errors/x", "c")]}
+    published = acme("POST", "/v1/topics/messages", body, 201)
+    assert published["topics"] == {"boomi/echo/1": ["echo"], "boomi/errors/x": ["errors"], "nowhere": []}
+    assert published["ids"][1] is None and None not in (published["ids"][0], published["ids"][2])
+    got = acme("POST", "/v1/queues/echo/get", {"max": 5}, 200)["messages"]
+    assert [(m["id"], m["topic"]) for m in got] == [(published["ids"][0], "boomi/echo/1")]
+    assert other("POST", "/v1/queues/all/get", {"max": 5}, 200)["messages"] == [], "another tenant's queue"
+    # The errors queue is full: its message is refused, and the error names what was stored before.
+    body = {"messages": [message("boomi/echo/2", "d"), message("boomi/errors/y", "e")]}
+    refused = acme("POST", "/v1/topics/messages", body, 507)["error"]
+    assert refused["code"] == "queue_full" and refused["details"]["ids"][1] is None
+    (stored,) = acme("POST", "/v1/queues/echo/get", {"max": 5}, 200)["messages"]
+    assert (stored["id"], stored["topic"]) == (refused["details"]["ids"][0], "boomi/echo/2")
+    bad = {"messages": [message("boomi/echo/3", "f"), {"documents": [{"data": "g"}]}]}
+    assert acme("POST", "/v1/topics/messages", bad, 400)["error"]["details"]["field"] == "messages.1.topic"
+    assert acme("GET", "/v1/queues/echo", status=200)["depth"] == 0, "a bad request stores nothing"
+
+
 def test_priorities_and_expiry_over_http(acme) -> None:
     acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "message_ttl_s": 60, "on_expire": "discard"}, 201)
     body = {"messages": [{"documents": [{"data": "low"}], "priority": 1},

@@ -400,6 +400,8 @@ def test_the_echo_service_publishes_and_its_checkpoint_recognises_what_a_dead_ex
     assert sorted(m["topic"] for m in api.browse("echoes")) == ["boomi/echo/m-0", "boomi/echo/m-1", "boomi/echo/m-2"]
     assert [m["topic"] for m in api.browse("errors")] == ["boomi/errors/echo-service/not-JSON"]
     assert api.queue("input")["dead_letters"] == 0
+    assert send_requests_counted(harness, tenant) == 3, \
+        "the inputs' publish, then the four outputs (four topics) in one request, then the checkpoint"
     with pytest.raises(InvalidInput) as half:
         api.request("PUT", "/v1/listeners/bad", {"queue": "input", "process": "echo-service",
                                                  "settings": {k: v for k, v in settings.items()

@@ -1,4 +1,5 @@
-"""The hand-written send validator agrees with SendSchema, the contract it stands in for."""
+"""The hand-written send validator agrees with SendSchema, the contract it stands in for, and with
+PublishManySchema for a publish of each message to its own topic."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import base64
 import marshmallow as ma
 import pytest
 
-from atomq.api.schemas.messages import SendSchema
-from atomq.api.send_body import parse_send
+from atomq.api.schemas.messages import PublishManySchema, SendSchema
+from atomq.api.send_body import parse_publish_many, parse_send
 from atomq.errors import InvalidInput
 
 DOC = {"data": "x"}
@@ -79,3 +80,36 @@ def test_the_validator_keeps_content_and_names_the_failing_field() -> None:
     with pytest.raises(InvalidInput) as err:
         parse_send({"messages": [{"documents": [DOC]}, {"documents": [DOC, {"data": 1}]}]})
     assert err.value.details == {"field": "messages.1.documents.1.data"}
+
+
+def with_topics(body: object, topic: object = "orders/eu/1") -> object:
+    """``body`` with ``topic`` in each of its messages that is an object (a publish to many topics)."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return body
+    return {**body, "messages": [{**m, "topic": topic} if isinstance(m, dict) else m for m in body["messages"]]}
+
+
+def publish_schema_accepts(body: object) -> bool:
+    try:
+        PublishManySchema().load(body)  # type: ignore[arg-type]
+    except ma.ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("body", VALID)
+def test_both_accept_valid_bodies_of_a_publish_to_many_topics(body: object) -> None:
+    publish = with_topics(body)
+    assert publish_schema_accepts(publish)
+    topics, messages = parse_publish_many(publish)
+    assert topics == ["orders/eu/1"] * len(messages) == ["orders/eu/1"] * len(body["messages"])  # type: ignore[index]
+
+
+@pytest.mark.parametrize("body", INVALID + [with_topics(b, t) for b in VALID[:1] for t in ("a/*", "", 7, None, "x" * 251)]
+                         + VALID[:1])
+def test_both_refuse_invalid_bodies_of_a_publish_to_many_topics(body: object) -> None:
+    publish = with_topics(body) if body in INVALID else body
+    assert not publish_schema_accepts(publish)
+    with pytest.raises(InvalidInput) as err:
+        parse_publish_many(publish)
+    assert err.value.details["field"]

@@ -108,6 +108,22 @@ def test_a_write_publishes_to_a_topic_and_a_topic_column_routes_each_row(
         no_target.write.format("atomq").options(**tenant.options(node)).mode("append").save()
 
 
+def test_rows_of_topics_of_their_own_are_published_in_requests_of_100_documents(
+        spark: Any, node: InProcessNode, tenant: Tenant) -> None:
+    """A topic a row (``orders/eu/<id>``) costs no request a row: every published row of a
+    partition goes in the same requests, whatever its topic."""
+    api = tenant.api
+    api.put_queue("eu", topics=["orders/eu/>"])
+    api.put_queue("us", topics=["orders/us/>"])
+    rows = [(f"row {i}", f"orders/{'eu' if i % 5 else 'us'}/{i}") for i in range(250)]
+    spark.createDataFrame(rows, "text string, topic string").coalesce(1) \
+        .write.format("atomq").options(**tenant.options(node)).mode("append").save()
+    window = node.client.hget(k.tenant_rate_window(tenant.id, node.services.node_id), "count")
+    assert int(window) == 3  # 250 rows of one partition: requests of 100, 100 and 50 documents
+    assert sorted((m["documents"][0]["data"], m["topic"]) for q in ("eu", "us") for m in api.browse(q)) == sorted(rows)
+    assert (api.queue("eu")["depth"], api.queue("us")["depth"]) == (200, 50)
+
+
 def _consume(spark: Any, node: InProcessNode, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
              fail_on: str | None = None, **options: str) -> None:
     """One availableNow run of a streaming read into ``sink`` (via foreachBatch)."""

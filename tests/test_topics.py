@@ -6,14 +6,15 @@ the publishes run on the real Valkey and on fakeredis (the ``qs`` fixture).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomq.errors import InvalidInput, QuotaExceeded
-from atomq.platform import QueueServer
+from atomq.errors import InvalidInput, QueueFull, QuotaExceeded, TooLarge
+from atomq.platform import PublishedMany, QueueServer
 from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
 from support.audit import assert_audit_clean
 from support.queues import browse_all, msg
@@ -175,3 +176,74 @@ def test_a_publish_that_matched_nothing_sees_a_pattern_another_node_added(qs: Qu
     other_node.put_queue(tenant, "eu", "point_to_point", topics=["orders/eu/>"])
     assert qs.publish(tenant, "orders/eu/new", [msg("second")]).queues == ["eu"]
     assert [b.documents[0].data for b in browse_all(qs, tenant, "eu")] == ["second"]
+
+
+# -- each message to its own topic ------------------------------------------------------------
+
+
+def test_messages_with_topics_of_their_own_reach_what_each_topic_attracts(qs: QueueServer, tenant: str) -> None:
+    """What an execution publishing ``boomi/echo/<msgId>`` for each output sends in one request:
+    each message reaches the queues its own topic attracts, once, and carries its topic."""
+    qs.put_queue(tenant, "echo", P2P, topics=["boomi/echo/>"])
+    qs.put_queue(tenant, "errors", P2P, topics=["boomi/errors/>"])
+    qs.put_queue(tenant, "audit", PUBSUB, topics=["boomi/>"])
+    qs.put_subscriber(tenant, "audit", "one")
+    topics = ["boomi/echo/1", "boomi/errors/parse", "nowhere/1", "boomi/echo/2"]
+    published = qs.publish_many(tenant, topics, [msg("a"), msg("b"), msg("c"), msg("d")])
+    a, b, c, d = published.ids
+    assert c is None and None not in (a, b, d), "a topic no queue attracts stores nothing"
+    assert published.topics == {"boomi/echo/1": ["audit", "echo"], "boomi/echo/2": ["audit", "echo"],
+                                "boomi/errors/parse": ["audit", "errors"], "nowhere/1": []}
+    assert [(m.id, m.envelope.topic) for m in qs.get(tenant, "echo", max_messages=10)] == [
+        (a, "boomi/echo/1"), (d, "boomi/echo/2")]
+    assert [(m.id, m.envelope.topic) for m in qs.get(tenant, "errors", max_messages=10)] == [(b, "boomi/errors/parse")]
+    assert sorted(m.id for m in qs.get(tenant, "audit", max_messages=10, subscriber="one")) == sorted([a, b, d])
+    assert_audit_clean(qs.client, tenant)
+
+
+def test_a_dedupe_id_counts_per_topic_among_messages_of_many_topics(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "q", P2P, topics=["t/>"])
+    first = qs.publish_many(tenant, ["t/1", "t/2", "t/1"], [msg("x", dedupe_id="d")] * 3)
+    assert first.ids[0] == first.ids[2] != first.ids[1], "the same topic and id: one message"
+    again = qs.publish_many(tenant, ["t/2", "t/1"], [msg("x", dedupe_id="d")] * 2)
+    assert again.ids == [first.ids[1], first.ids[0]] and qs.get_queue(tenant, "q").depth == 2
+    assert qs.publish(tenant, "t/1", [msg("x", dedupe_id="d")]).ids == [first.ids[0]], "as a publish to one topic"
+    assert_audit_clean(qs.client, tenant)
+
+
+def test_a_refused_group_leaves_the_groups_before_it_stored_and_a_retry_stores_only_the_rest(
+        qs: QueueServer, tenant: str) -> None:
+    """Messages reaching the same queues are stored together, all or nothing; a refusal stops the
+    publish there, and the progress it kept says what was stored, so the retry (the same dedupe ids)
+    stores each message once."""
+    qs.put_queue(tenant, "small", P2P, topics=["small/>"], max_messages=1)
+    qs.put_queue(tenant, "big", P2P, topics=["big/>"])
+    topics = ["big/1", "small/1", "small/2", "big/2"]
+    messages = [msg(t, dedupe_id=t) for t in topics]
+    progress = PublishedMany(ids=[None] * 4)
+    with pytest.raises(QueueFull):
+        qs.publish_many(tenant, topics, messages, progress=progress)
+    assert progress.stored == {0, 3} and progress.ids[1] is progress.ids[2] is None
+    assert qs.get_queue(tenant, "big").depth == 2 and qs.get_queue(tenant, "small").depth == 0, "the group: none"
+    qs.put_queue(tenant, "small", P2P, max_messages=0)
+    done = qs.publish_many(tenant, topics, messages, progress=progress)
+    assert done.ids[0] == progress.ids[0] and None not in done.ids
+    assert (qs.get_queue(tenant, "big").depth, qs.get_queue(tenant, "small").depth) == (2, 2)
+    again = qs.publish_many(tenant, topics, messages)
+    assert again.ids == done.ids and qs.get_queue(tenant, "big").depth == 2, "the dedupe ids recognise them all"
+    assert_audit_clean(qs.client, tenant)
+
+
+def test_messages_of_many_topics_are_checked_before_anything_is_stored(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "q", P2P, topics=["t/>"])
+    for topics, messages, field in ((["t/1", "t/*"], [msg("a"), msg("b")], "messages.1.topic"),
+                                    (["t/1"], [msg("a"), msg("b")], "messages"),
+                                    (["t/1", "t/2"], [msg("a"), msg("b", dedupe_id="")], "messages.1.dedupe_id")):
+        with pytest.raises(InvalidInput) as err:
+            qs.publish_many(tenant, topics, messages)
+        assert err.value.details["field"] == field
+    qs.put_queue(tenant, "r", P2P, topics=["u/>"])
+    three_documents = QueueServer(qs.client, dataclasses.replace(qs.settings, max_documents_per_send=3))
+    with pytest.raises(TooLarge):  # over the whole request, though each group's share fits
+        three_documents.publish_many(tenant, ["t/1", "u/1"], [msg("a", "b"), msg("c", "d")])
+    assert qs.get_queue(tenant, "q").depth == qs.get_queue(tenant, "r").depth == 0

@@ -27,6 +27,7 @@ EXECUTION_ENDPOINTS = frozenset({
     ("messages.Messages", "POST"),
     ("messages.Messages", "GET"),
     ("topics.TopicMessages", "POST"),
+    ("topics.ManyTopicsMessages", "POST"),
     ("listeners.ExecutionStart", "POST"),
     ("listeners.ExecutionExtend", "POST"),
     ("listeners.ExecutionFinish", "POST"),

@@ -19,8 +19,10 @@ from atomq.api.schemas.common import LATEST_TIME_S
 from atomq.api.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, unencodable
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
+from atomq.platform.topics import check_topic
 
 MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "ttl_s", "traceparent"})
+TOPIC_MESSAGE_FIELDS = MESSAGE_FIELDS | {"topic"}
 DOCUMENT_FIELDS = frozenset({"data", "data_base64", "properties"})
 
 
@@ -79,8 +81,8 @@ def _document(raw: Any, i: int, j: int) -> OutgoingDocument:
         raise _fail("must be base64", "messages", i, "documents", j, "data_base64") from None
 
 
-def _message(raw: Any, i: int) -> OutgoingMessage:
-    raw = _object(raw, MESSAGE_FIELDS, "messages", i)
+def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS) -> OutgoingMessage:
+    raw = _object(raw, allowed, "messages", i)
     docs = raw.get("documents")
     if not isinstance(docs, list) or not docs:
         raise _fail("a list of at least one document is required", "messages", i, "documents")
@@ -121,8 +123,8 @@ def _message(raw: Any, i: int) -> OutgoingMessage:
     )
 
 
-def parse_send(body: Any) -> list[OutgoingMessage]:
-    """The messages of a send request body; InvalidInput naming the field otherwise."""
+def _messages(body: Any) -> list[Any]:
+    """The raw messages of a send or publish body."""
     if not isinstance(body, dict):
         raise _fail("must be a JSON object", "body")
     if body.keys() - {"messages"}:
@@ -130,4 +132,20 @@ def parse_send(body: Any) -> list[OutgoingMessage]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _fail("a list of at least one message is required", "messages")
-    return [_message(m, i) for i, m in enumerate(messages)]
+    return messages
+
+
+def parse_send(body: Any) -> list[OutgoingMessage]:
+    """The messages of a send request body; InvalidInput naming the field otherwise."""
+    return [_message(m, i) for i, m in enumerate(_messages(body))]
+
+
+def parse_publish_many(body: Any) -> tuple[list[str], list[OutgoingMessage]]:
+    """The topics and messages of a body publishing each message to its own ``topic`` (a send's
+    body whose messages each name one); InvalidInput naming the field otherwise."""
+    topics, messages = [], []
+    for i, raw in enumerate(_messages(body)):
+        message = _message(raw, i, TOPIC_MESSAGE_FIELDS)
+        topics.append(check_topic(raw.get("topic"), field=f"messages.{i}.topic"))
+        messages.append(message)
+    return topics, messages

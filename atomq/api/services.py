@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from atomq import defaults
-from atomq.errors import MemoryLow, NotFound, QueueFull, QuotaExceeded, RateLimited, StorageFull
-from atomq.platform import OutgoingMessage, Overflow, Published, QueueServer, Sent
+from atomq.errors import AtomqError, MemoryLow, NotFound, QueueFull, QuotaExceeded, RateLimited, StorageFull
+from atomq.platform import OutgoingMessage, Overflow, Published, PublishedMany, QueueServer, Sent
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
@@ -24,7 +24,7 @@ from atomq.platform.streams import StreamConsumers
 from atomq.tenants import TenantStore
 
 
-Stored = TypeVar("Stored", Sent, Published)
+Stored = TypeVar("Stored", Sent, Published, PublishedMany)
 
 
 class LongPollLimiter:
@@ -131,6 +131,21 @@ class Services:
         stores it in every queue its topic matches, or in none."""
         return self._admitted(tenant, incoming_bytes, messages,
                               lambda quota: self.queues.publish(tenant, topic, messages, quota_bytes=quota))
+
+    def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
+                     incoming_bytes: int) -> PublishedMany:
+        """Admits a publish of each message to its own topic as one send (see :meth:`publish`). A
+        refusal after some groups of messages were stored (``Sending.publish_many``) names them in
+        the error's ``details.ids`` (null for a message not stored), so the sender knows what a
+        retry with the same dedupe ids recognises."""
+        progress = PublishedMany(ids=[None] * len(messages))
+        try:
+            return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.publish_many(
+                tenant, topics, messages, quota_bytes=quota, progress=progress))
+        except AtomqError as exc:
+            if progress.stored:
+                exc.details["ids"] = progress.ids
+            raise
 
     def _admitted(self, tenant: str, incoming_bytes: int, messages: Sequence[OutgoingMessage],
                   store: Callable[[int], Stored]) -> Stored:

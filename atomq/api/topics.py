@@ -1,4 +1,5 @@
-"""Publishing to a topic: ``/v1/topics/<topic>/messages``."""
+"""Publishing to a topic, ``/v1/topics/<topic>/messages``, or each message to its own,
+``/v1/topics/messages``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, send_refusals, services, with_memory_state
 from atomq.api.messages import json_body
-from atomq.api.schemas.messages import PublishResultSchema, SendSchema
-from atomq.api.send_body import parse_send
+from atomq.api.schemas.messages import PublishManyResultSchema, PublishManySchema, PublishResultSchema, SendSchema
+from atomq.api.send_body import parse_publish_many, parse_send
 from atomq.platform.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
 
@@ -40,6 +41,31 @@ class TopicMessages(MethodView):
         stamp_traceparents(messages)
         published = services().publish(current_tenant(), topic, messages, request.content_length or 0)
         out: dict[str, Any] = {"ids": published.ids, "queues": published.queues}
+        if published.dropped:
+            out["dropped"] = published.dropped
+        return render.json_response(out, 201)
+
+
+@blp.route("/messages")
+class ManyTopicsMessages(MethodView):
+    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": PublishManySchema}}})
+    @blp.response(201, PublishManyResultSchema, headers=SEND_HEADERS)
+    @send_refusals(blp)
+    def post(self) -> Response:
+        """Publishes each message to its own topic (its ``topic`` field): what a process whose outputs
+        each have a topic (``orders/eu/<id>``) sends in one request instead of one a message.
+
+        The messages whose topics reach the same queues are stored together, all or nothing, in
+        one step; a refusal (a quota, a queue's limit, the memory state) refuses the messages of
+        its step and of the steps after it, and when steps before it were stored, its
+        ``details.ids`` holds their ids (null for the messages not stored): retried with the same
+        dedupe ids, those are not stored twice. A dedupe id counts per topic. Counted, limited and
+        checked as one send.
+        """
+        topics, messages = parse_publish_many(json_body())
+        stamp_traceparents(messages)
+        published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0)
+        out: dict[str, Any] = {"ids": published.ids, "topics": published.topics}
         if published.dropped:
             out["dropped"] = published.dropped
         return render.json_response(out, 201)

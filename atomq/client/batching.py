@@ -1,5 +1,5 @@
-"""Sends in batches: outputs buffered per queue (or topic) and sent in requests of at most
-``max_documents`` (``defaults.MAX_SEND_DOCUMENTS``)."""
+"""Sends in batches: outputs buffered per queue, or all published ones together whatever their
+topics, and sent in requests of at most ``max_documents`` (``defaults.MAX_SEND_DOCUMENTS``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,14 @@ class Target(NamedTuple):
     topic: bool = False
 
 
+PUBLISHED = Target("", topic=True)
+"""The one buffer of every published message: each names its topic, and one request publishes
+them all (``/v1/topics/messages``), so outputs with topics of their own cost no request each."""
+
+
 class BatchingSender:
-    """Buffers messages per queue or topic and sends them in requests of at most ``max_documents``.
+    """Buffers messages per queue, and published ones together, and sends them in requests of at
+    most ``max_documents``.
 
     The main node counts requests, not documents, against a tenant's rate
     limit: 250 documents to one queue cost 3 requests.
@@ -38,6 +44,8 @@ class BatchingSender:
         """Buffers ``message`` for ``target``: a queue's name, or a :class:`Target`."""
         if isinstance(target, str):
             target = Target(target)
+        if target.topic:
+            message, target = {**message, "topic": target.name}, PUBLISHED
         size = len(message["documents"])
         if self._counts.get(target, 0) + size > self.max_documents:
             self.flush(target)
@@ -53,7 +61,7 @@ class BatchingSender:
             count = self._counts.pop(t, 0)
             if messages:
                 if t.topic:
-                    self.client.publish(t.name, messages)
+                    self.client.publish_many(messages)
                 else:
                     self.client.send(t.name, messages)
                 self.requests += 1

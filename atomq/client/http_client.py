@@ -188,6 +188,13 @@ class AtomqClient:
         the queues whose topic patterns matched."""
         return self.request("POST", f"/v1/topics/{topic}/messages", {"messages": list(messages)})
 
+    def publish_many(self, messages: Sequence[dict[str, Any]]) -> Any:
+        """Publishes each message (in a send's shape, with its ``"topic"``) to its own topic, in one
+        request: ``{"ids": [...], "topics": {topic: [queues]}}``, an id null where no queue attracts
+        the message's topic. Messages whose topics reach the same queues are stored all or nothing
+        together; a refusal's ``details.ids`` names what was stored before it."""
+        return self.request("POST", "/v1/topics/messages", {"messages": list(messages)})
+
     def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
         """One message of one text document per text."""
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])

@@ -24,7 +24,7 @@ from atomq.platform.models import (
     Taken,
 )
 from atomq.platform.queue_server import QueueServer
-from atomq.platform.sending import Published, Sent
+from atomq.platform.sending import Published, PublishedMany, Sent
 from atomq.platform.queue_settings import QueueSettings
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Overflow",
     "Page",
     "Published",
+    "PublishedMany",
     "QueueAccess",
     "QueueInfo",
     "QueueLimits",

@@ -74,6 +74,7 @@ class QueueServer:
         self.send = sending.send
         self.send_batch = sending.send_batch
         self.publish = sending.publish
+        self.publish_many = sending.publish_many
 
         self.get = deliveries.get
         self.take = deliveries.take

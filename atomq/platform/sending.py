@@ -10,7 +10,7 @@ the write.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from atomq import defaults
@@ -62,6 +62,29 @@ class Published:
     dropped: int = 0
 
 
+@dataclass
+class PublishedMany:
+    """What a publish of messages to several topics stored so far: one id a message in the request's
+    order (None where no queue attracts its topic, or not stored yet), the queues each topic reached
+    (sorted; empty for none), and the waiting messages dropped to make room (see :class:`Sent`).
+
+    One object follows a publish through its tries, so a try after a refusal that held it (a
+    ``flow_control`` queue that was full) stores only what the first did not."""
+
+    ids: list[str | None]
+    topics: dict[str, list[str]] = field(default_factory=dict)
+    dropped: int = 0
+    stored: set[int] = field(default_factory=set)
+    """The positions of the messages stored."""
+
+    def record(self, positions: list[int], ids: list[str], dropped: int) -> None:
+        """Notes a group stored: the messages at ``positions`` got ``ids``."""
+        for i, message_id in zip(positions, ids):
+            self.ids[i] = message_id
+        self.stored.update(positions)
+        self.dropped += dropped
+
+
 class Sending:
     """Stores batches of messages in every tenant's queues, sent to a queue or published to a topic."""
 
@@ -89,7 +112,7 @@ class Sending:
         """
         tk, qk = queue_keys(tenant, queue)
         args_tail, dedupe_ids = self._encode_batch(messages)
-        dedupe_keys = [qk.dedupe(d) for d in dedupe_ids]
+        dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
                 return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes)
@@ -106,8 +129,8 @@ class Sending:
         de-duplication window stores nothing again and answers with its original id."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         check_topic(topic)
-        args_tail, dedupe_ids = self._encode_batch(messages, topic)
-        dedupe_keys = [tk.topic_dedupe(topic, d) for d in dedupe_ids]
+        args_tail, dedupe_ids = self._encode_batch(messages, [topic] * len(messages))
+        dedupe_keys = [tk.topic_dedupe(topic, d) for _, d in dedupe_ids]
         refresh = False
         for _ in range(MAX_ROUTE_RETRIES):
             version, matcher = self._topics.matcher(tenant, refresh)
@@ -127,6 +150,52 @@ class Sending:
                 continue
             return Published(ids=sent.ids, queues=queues, dropped=sent.dropped)
         raise Conflict("the queues attracting the topic kept changing during the publish; try again", topic=topic)
+
+    def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
+                     quota_bytes: int = 0, progress: PublishedMany | None = None) -> PublishedMany:
+        """Publishes each message to its own topic (``topics[i]`` for ``messages[i]``) in as few
+        steps as the queues they reach allow: the messages whose topics reach the same queues are
+        stored together, all or nothing, in one script, which is what lets an execution whose every
+        output has a topic of its own (``boomi/echo/<msgId>``) store a hundred outputs in one or two
+        steps. Everything is checked before anything is stored; a refusal of one group leaves the
+        groups stored before it stored (``progress`` says which), so such a request is retried with
+        its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        if len(topics) != len(messages):
+            raise InvalidInput("one topic a message", field="messages")
+        for i, topic in enumerate(topics):
+            check_topic(topic, field=f"messages.{i}.topic")
+        self._check_batch_size(messages)
+        done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
+        refresh = False
+        for _ in range(MAX_ROUTE_RETRIES):
+            version, matcher = self._topics.matcher(tenant, refresh)
+            reach = {t: matcher.match(t) for t in dict.fromkeys(topics)}
+            if not refresh and not all(reach.values()) and self._topics.version(tenant) != version:
+                refresh = True  # as in publish: a pattern just added elsewhere must not be missed
+                continue
+            groups: dict[tuple[str, ...], list[int]] = {}
+            for i, topic in enumerate(topics):
+                if i not in done.stored and reach[topic]:
+                    groups.setdefault(tuple(reach[topic]), []).append(i)
+            encoded = [(queues, positions, self._encode_batch([messages[i] for i in positions],
+                                                               [topics[i] for i in positions]))
+                       for queues, positions in groups.items()]
+            try:
+                for queues, positions, (args_tail, dedupe_ids) in encoded:
+                    try:
+                        sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t",
+                                           [tk.topic_dedupe(t, d) for t, d in dedupe_ids], args_tail, quota_bytes)
+                    except NotDurable as exc:  # stored, not synced in time: stored all the same
+                        done.record(positions, exc.details["ids"], 0)
+                        raise
+                    done.record(positions, sent.ids, sent.dropped)
+            except (StaleRoute, _StaleTopics, NotFound):
+                refresh = True
+                continue
+            done.topics = {t: list(reach[t]) for t in sorted(reach)}
+            return done
+        raise Conflict("the queues attracting the topics kept changing during the publish; try again")
 
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
                marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int) -> Sent:
@@ -173,10 +242,8 @@ class Sending:
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
 
-    def _encode_batch(self, messages: Sequence[OutgoingMessage],
-                      topic: str | None = None) -> tuple[list[Any], list[str]]:
-        """The script's arguments for the messages (published to ``topic``, if given), and the
-        batch's distinct dedupe ids in order."""
+    def _check_batch_size(self, messages: Sequence[OutgoingMessage]) -> None:
+        """Refuses a batch of no message, or of more messages or documents than a send may hold."""
         s = self._shared.settings
         if not messages:
             raise InvalidInput("messages must hold at least one message", field="messages")
@@ -185,29 +252,37 @@ class Sending:
                 f"a send holds at most {s.max_messages_per_send} messages",
                 field="messages", limit=s.max_messages_per_send,
             )
+        if sum(len(m.documents) for m in messages) > s.max_documents_per_send:
+            raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
+                           field="messages", limit=s.max_documents_per_send)
+
+    def _encode_batch(self, messages: Sequence[OutgoingMessage],
+                      topics: Sequence[str] | None = None) -> tuple[list[Any], list[tuple[str, str]]]:
+        """The script's arguments for the messages (``messages[i]`` published to ``topics[i]``, if
+        given), and the batch's distinct (topic, dedupe id) pairs in order (topic "" for a send)."""
+        s = self._shared.settings
+        self._check_batch_size(messages)
         args: list[Any] = [len(messages)]
-        dedupe_index: dict[str, int] = {}
-        bare = BARE_ENVELOPE if topic is None else topic_envelope(topic)
-        documents = 0
+        dedupe_index: dict[tuple[str, str], int] = {}
+        bare: dict[str | None, str] = {None: BARE_ENVELOPE}
         for i, m in enumerate(messages):
+            topic = None if topics is None else topics[i]
+            if topic is not None and topic not in bare:
+                bare[topic] = topic_envelope(topic)
             if not m.documents:
                 raise InvalidInput("a message refers to at least one document",
                                    field=f"messages.{i}.documents")
             if len(m.documents) > s.max_documents_per_message:
                 raise TooLarge(f"a message refers to at most {s.max_documents_per_message} documents",
                                field=f"messages.{i}.documents", limit=s.max_documents_per_message)
-            documents += len(m.documents)
-            if documents > s.max_documents_per_send:
-                raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
-                               field="messages", limit=s.max_documents_per_send)
             dd = 0
             if m.dedupe_id is not None:
                 if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS:
                     raise InvalidInput(f"dedupe_id must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters",
                                        field=f"messages.{i}.dedupe_id")
-                dd = dedupe_index.setdefault(m.dedupe_id, len(dedupe_index) + 1)
+                dd = dedupe_index.setdefault((topic or "", m.dedupe_id), len(dedupe_index) + 1)
             try:
-                envelope = m.envelope_json(topic, bare)
+                envelope = m.envelope_json(topic, bare[topic])
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None

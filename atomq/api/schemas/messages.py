@@ -10,6 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
+from atomq.platform.topics import TOPIC_PATTERN
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
     LATEST_TIME_S,
@@ -68,6 +69,16 @@ class SendSchema(Strict):
                            validate=validate.Length(min=1))
 
 
+class TopicMessageSchema(OutgoingMessageSchema):
+    topic = fields.String(required=True, validate=[validate.Length(1, defaults.MAX_TOPIC_CHARS),
+                                                   validate.Regexp(TOPIC_PATTERN)],
+                          metadata={"description": "the topic this message is published to"})
+
+
+class PublishManySchema(Strict):
+    messages = fields.List(fields.Nested(TopicMessageSchema), required=True, validate=validate.Length(min=1))
+
+
 DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_lowest_priority) dropped waiting "
                           "messages to make room: how many"}
 
@@ -81,6 +92,16 @@ class PublishResultSchema(Strict):
     ids = fields.List(fields.String(), required=True,
                       metadata={"description": "one id a message, the same in every queue it reached"})
     queues = fields.List(fields.String(), required=True, metadata={"description": "the queues it reached, sorted"})
+    dropped = fields.Integer(metadata=DROPPED)
+
+
+class PublishManyResultSchema(Strict):
+    ids = fields.List(fields.String(allow_none=True), required=True,
+                      metadata={"description": "one a message, in order: its id, the same in every queue it reached; "
+                                               "null when no queue attracts its topic (nothing stored)"})
+    topics = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), required=True,
+                         metadata={"description": "each topic of the request: the queues it reached, sorted "
+                                                  "(empty: none attracts it)"})
     dropped = fields.Integer(metadata=DROPPED)
 
 
