@@ -278,3 +278,41 @@ def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeF
         store.close()
     wait_until(lambda: node.ready().status_code == 200, 40, "/v1/ready to recover")
     assert "maintenance works again" in node.log_path.read_text()
+
+
+def test_a_finished_execution_wakes_the_supervisor_before_its_next_tick(valkey: EmbeddedValkey) -> None:
+    """On an exclusive queue the next execution waits for the last one's slot: the supervisor,
+    between rounds, waits on the store for an execution to end, not only for its interval."""
+    client = valkey.client()
+    queues = QueueServer(client)
+    services = Services(queues=queues, tenants=TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}"),
+                        longpolls=LongPollLimiter(1))
+    supervisor = Supervisor(queues, services.tenants.execution_tokens, client,
+                            SupervisorConfig(api_url="http://unused"), "this-node", services.tenants.exists)
+    rounds = threading.Semaphore(0)
+    real_round = supervisor.round
+
+    def counted_round() -> int:
+        rounds.release()
+        return real_round()
+
+    supervisor.round = counted_round  # type: ignore[method-assign]
+    client.delete(k.LISTENER_WAKE_KEY)
+    stop = threading.Event()
+    loop = threading.Thread(target=supervisor.run, kwargs={"stop": stop, "interval_s": 600})
+    loop.start()
+    try:
+        assert rounds.acquire(timeout=10), "the first round"
+        for _ in range(3):
+            supervisor.listeners.wake_supervisor()
+            assert rounds.acquire(timeout=10), "a round at the wake-up, 600 s before the next tick"
+        assert not rounds.acquire(timeout=0.3), "no round without one"
+        supervisor.listeners.wake_supervisor()
+        supervisor.listeners.wake_supervisor()
+        assert client.llen(k.LISTENER_WAKE_KEY) <= 1 and client.pttl(k.LISTENER_WAKE_KEY) <= 10_000
+    finally:
+        stop.set()
+        supervisor.listeners.wake_supervisor()  # the loop sees stop at its wake-up
+        loop.join(timeout=10)
+        client.close()
+    assert not loop.is_alive()

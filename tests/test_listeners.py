@@ -486,8 +486,10 @@ def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it
         assert horse.request("POST", f"{base}/start") == {"run": False, "messages": []}  # once only
         assert horse.request("POST", f"{base}/extend") == {"extended": 1}
         assert horse.send_texts("out", ["sent with a token"])
+        harness.services.queues.client.delete(k.LISTENER_WAKE_KEY)
         finished = horse.request("POST", f"{base}/finish", {"ok": True, "processed": [started["messages"][0]["id"]]})
         assert finished == {"acked": 1, "requeued": 0, "dead_lettered": 0}
+        assert harness.services.queues.client.lrange(k.LISTENER_WAKE_KEY, 0, -1) == [b"1"], "the supervisor woken"
         for method, path, body in (("POST", f"{base}/finish", {"ok": True}), ("POST", f"{base}/extend", None),
                                    ("POST", "/v1/queues/out/messages", {"messages": [{"documents": [{"data": "late"}]}]})):
             with pytest.raises(Unauthorized):  # the execution is over: so is its token

@@ -118,8 +118,9 @@ class HealthBoard:
 
 def run_loop(part: str, step: Callable[[], object], stop: threading.Event, interval_s: float,
              health: HealthBoard | None = None, first_backoff_s: float = FIRST_BACKOFF_S,
-             max_backoff_s: float = MAX_BACKOFF_S) -> None:
-    """Calls ``step`` every ``interval_s`` seconds until ``stop`` is set.
+             max_backoff_s: float = MAX_BACKOFF_S, pause: Callable[[float], object] | None = None) -> None:
+    """Calls ``step`` every ``interval_s`` seconds until ``stop`` is set; ``pause(interval_s)``, when
+    given, is the wait between two steps (one that may end early), and must not raise.
 
     When it raises, the error is logged (once for as long as the same error
     repeats), ``part`` is recorded as failing on ``health``, and the next try
@@ -149,4 +150,4 @@ def run_loop(part: str, step: Callable[[], object], stop: threading.Event, inter
         if health is not None:
             health.report(part, None)
         backoff = first_backoff_s
-        stop.wait(interval_s)
+        (pause or stop.wait)(interval_s)

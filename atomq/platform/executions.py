@@ -15,6 +15,7 @@ Nothing here knows HTTP: the API's views parse, call one method, and render.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from atomq.platform.listeners import (
 )
 from atomq.platform.models import Delivery, QueueModel
 from atomq.platform.queue_server import QueueServer
+
+log = logging.getLogger("atomq.executions")
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,22 @@ class Executions:
         if batch is None:
             raise Conflict("the execution has no batch to settle: it has not started or has finished",
                            execution=execution)
+        try:
+            return self._settle(tenant, name, execution, batch, ok, processed, error, retry_after_s)
+        finally:
+            self._wake_supervisor()
+
+    def _wake_supervisor(self) -> None:
+        """The slot this execution held is free: the supervisor schedules the next one now. A
+        wake-up that fails costs only the wait for the supervisor's next tick, so it does not fail
+        the finish (whose batch is settled already)."""
+        try:
+            self.listeners.wake_supervisor()
+        except AtomqError as exc:
+            log.info("could not wake the listener supervisor: %s", exc.message)
+
+    def _settle(self, tenant: str, name: str, execution: str, batch: ExecutionBatch, ok: bool,
+                processed: Collection[str], error: str, retry_after_s: float | None) -> Settled:
         receipts = list(batch.receipts)
         if ok:
             done = set(processed) & set(batch.ids)

@@ -29,6 +29,8 @@ from atomq.platform.storage import Storage
 
 ENGINES = ("fork", "spark")
 STATES = ("running", "paused", "error", "waiting")
+WAKE_TTL_MS = 10_000
+"""How long a wake-up waits for a supervisor to take it."""
 
 
 def check_listener_name(name: str) -> str:
@@ -226,6 +228,26 @@ class ListenerStore:
             [name, execution, outcome, error[:defaults.MAX_LISTENER_ERROR_CHARS], retry_after_ms,
              defaults.PROCESSED_WINDOW_MS, defaults.PROCESSED_WINDOW_MAX,
              *processed]))
+
+    def wake_supervisor(self) -> None:
+        """Tells the listener supervisor that an execution ended, so its next round runs now rather
+        than at its next tick. One waiting supervisor takes it: with several nodes it may be one
+        that does not hold the listener's lease, and the holder's next tick schedules as before.
+        The list holds one entry at most and goes when no supervisor takes it (``--workers 0``)."""
+        def push() -> None:
+            with self.storage.client.pipeline(transaction=False) as pipe:
+                pipe.lpush(k.LISTENER_WAKE_KEY, 1)
+                pipe.ltrim(k.LISTENER_WAKE_KEY, 0, 0)
+                pipe.pexpire(k.LISTENER_WAKE_KEY, WAKE_TTL_MS)
+                pipe.execute()
+        self.storage.call(push)
+
+    def wait_for_wake(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` (above 0: BLPOP's 0 is for ever) for :meth:`wake_supervisor`;
+        whether it came."""
+        if timeout_s <= 0:
+            return False
+        return self.storage.call(self.storage.client.blpop, [k.LISTENER_WAKE_KEY], timeout_s) is not None
 
     # -- the batch of a started execution -------------------------------------------------
 

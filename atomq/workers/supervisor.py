@@ -236,6 +236,15 @@ class Supervisor:
         """Rounds until ``stop`` is set; a round that fails, whatever the error, is retried with
         back-off (up to ``max_backoff_s``) and reported on ``health`` as ``listener supervision``."""
         try:
-            run_loop(SUPERVISION_PART, self.round, stop, interval_s, health, max_backoff_s=max_backoff_s)
+            run_loop(SUPERVISION_PART, self.round, stop, interval_s, health, max_backoff_s=max_backoff_s,
+                     pause=lambda timeout_s: self._pause(stop, timeout_s))
         finally:
             self.release_all()
+
+    def _pause(self, stop: threading.Event, timeout_s: float) -> None:
+        """Waits for the next round: ``timeout_s``, or less when an execution ends meanwhile (its slot
+        is free, and on an exclusive queue the next execution waits for it)."""
+        try:
+            self.listeners.wait_for_wake(timeout_s)
+        except AtomqError:
+            stop.wait(timeout_s)  # the round itself will report the store's failure
