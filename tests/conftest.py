@@ -70,9 +70,20 @@ def audit_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     before = {t.decode() for t in client.smembers(k.TENANTS_KEY)}
     yield
     try:
-        assert_audit_clean(client, {t.decode() for t in client.smembers(k.TENANTS_KEY)} - before)
+        made = {t.decode() for t in client.smembers(k.TENANTS_KEY)} - before
+        assert_audit_clean(client, made)
+        _free_names(client, made)
     finally:
         client.close()
+
+
+def _free_names(client: redis.Redis, tenants: set[str]) -> None:
+    """Frees the names of a test's tenants (names are unique in a store): the session's store
+    outlives each test, whose tenants keep their data but not their names, as if each test had a
+    store of its own. Tests of the names themselves make their own tenants."""
+    for name, holder in client.hgetall(k.TENANT_NAMES_KEY).items():
+        if holder.decode() in tenants:
+            client.hdel(k.TENANT_NAMES_KEY, name)
 
 
 @pytest.fixture(params=["valkey", "cluster", "fakeredis"])

@@ -166,9 +166,18 @@ def test_tenant_lifecycle_and_keys(owner, http) -> None:
     owner("DELETE", f"/v1/tenants/{tid}/keys/{extra['key_id']}", status=204)
     second("GET", "/v1/queues", status=401)
     first("GET", "/v1/queues", status=200)
+    taken = owner("POST", "/v1/tenants", {"name": "lifecycle"}, 409)["error"]
+    assert (taken["code"], taken["details"]) == ("name_taken", {"name": "lifecycle", "tenant": tid})
+    assert [t["id"] for t in owner("GET", "/v1/tenants?name=lifecycle", status=200)["tenants"]] == [tid]
+    assert owner("GET", "/v1/tenants?name=nobody", status=200) == {"tenants": []}
+    twin = owner("POST", "/v1/tenants", {"name": "lifecycle-2"}, 201)
+    assert owner("PATCH", f"/v1/tenants/{twin['id']}", {"name": "lifecycle"}, 409)["error"]["code"] == "name_taken"
+    owner("DELETE", f"/v1/tenants/{twin['id']}", status=204)
     owner("DELETE", f"/v1/tenants/{tid}", status=204)
     first("GET", "/v1/queues", status=401)
     assert owner("GET", f"/v1/tenants/{tid}", status=404)["error"]["code"] == "not_found"
+    again = owner("POST", "/v1/tenants", {"name": "lifecycle"}, 201)
+    owner("DELETE", f"/v1/tenants/{again['id']}", status=204)
 
 
 def test_tenant_input_errors_name_the_field(owner) -> None:

@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from atomq.errors import InvalidInput, NotFound, Unauthorized
+from atomq.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
@@ -228,10 +228,11 @@ def test_unknown_and_malformed_tenant_ids_are_not_found(store: TenantStore) -> N
 def test_invalid_input_names_the_field_and_changes_nothing(kwargs: dict[str, object], field: str) -> None:
     client = fakeredis.FakeRedis()
     store = TenantStore(client, OWNER_KEY)
+    before = set(client.keys())
     with pytest.raises(InvalidInput, match=field if field != "name" else "name is required") as err:
         store.create(**kwargs)  # type: ignore[arg-type]
     assert err.value.details == {"field": field}
-    assert client.dbsize() == 0
+    assert set(client.keys()) == before, "nothing stored"
     tenant, _, _ = store.create("acme", rate_limit_per_minute=7)
     # For update, None means "leave as it is": only the other bad values apply.
     changes = {key: value for key, value in kwargs.items() if value not in ("ok", None)}
@@ -485,3 +486,43 @@ def test_key_entries_spread_over_the_clusters_masters(valkey_cluster) -> None:
     masters = valkey_cluster.masters()
     holding = {port for port, first, last in masters for slot in slots if first <= slot <= last}
     assert holding == {port for port, _, _ in masters}
+
+
+# -- names --------------------------------------------------------------------------------------
+
+
+def test_tenant_names_are_unique_and_free_again_once_renamed_or_removed(store: TenantStore) -> None:
+    acme, _, _ = store.create("names-acme")
+    with pytest.raises(Conflict) as taken:
+        store.create("names-acme")
+    assert taken.value.code == "name_taken" and taken.value.http_status == 409
+    assert taken.value.details == {"name": "names-acme", "tenant": acme.id}
+    globex, _, _ = store.create("names-globex")
+    with pytest.raises(Conflict, match="unique"):
+        store.update(globex.id, name="names-acme")
+    assert store.get(globex.id).name == "names-globex", "a refused rename changes nothing"
+    assert store.update(acme.id, name="names-acme", disk_quota_bytes=5).name == "names-acme", "its own name"
+    assert store.named("names-acme") == store.get(acme.id)
+    store.update(acme.id, name="names-acme-2")
+    assert store.create("names-acme")[0].name == "names-acme", "free once renamed"
+    store.delete(globex.id)
+    assert store.create("names-globex")[0].name == "names-globex", "free once removed"
+    assert store.named("names-nobody") is None and store.named(acme.id) is None, "a name, not an id"
+
+
+def test_names_shared_before_they_were_unique_find_the_oldest_and_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    client = fakeredis.FakeRedis()
+    store = TenantStore(client, OWNER_KEY)
+    first, _, _ = store.create("twin")
+    second, _, _ = store.create("other")
+    client.hset(k.tenant_record(second.id), "name", "twin")  # as an older atomq let it be
+    client.delete(k.TENANT_NAMES_KEY, k.TENANT_NAMES_INDEXED_KEY)
+    with caplog.at_level("WARNING", logger="atomq.tenants"):
+        restarted = TenantStore(client, OWNER_KEY)
+    assert restarted.named("twin") == restarted.get(first.id)
+    assert [r.getMessage() for r in caplog.records if "share the name" in r.getMessage()] == [
+        f"tenants {first.id} and {second.id} share the name 'twin', which now finds {first.id}: rename "
+        f"{second.id} (PATCH /v1/tenants/{second.id})"]
+    assert restarted.update(second.id, name="twin-2").name == "twin-2"
+    assert restarted.named("twin") == restarted.get(first.id), "renaming the other leaves the name to its holder"

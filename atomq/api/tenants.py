@@ -10,10 +10,12 @@ from flask.views import MethodView
 from atomq.api import links
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.common import ErrorSchema
 from atomq.api.schemas.tenants import (
     KeyCreatedSchema,
     TenantCreatedSchema,
     TenantCreateSchema,
+    TenantListArgs,
     TenantListSchema,
     TenantPatchSchema,
     TenantSchema,
@@ -28,20 +30,29 @@ def owner_only() -> None:
     require_owner()
 
 
+NAME_TAKEN = "name_taken: another tenant has that name (details: name, tenant)"
+
+
 @blp.route("")
 class Tenants(MethodView):
     @blp.arguments(TenantCreateSchema)
     @blp.response(201, TenantCreatedSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description=NAME_TAKEN)
     @blp.doc(**links.AFTER_TENANT_CREATED)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Creates a tenant and its first API key (shown only here)."""
+        """Creates a tenant and its first API key (shown only here). Tenant names are unique."""
         tenant, key_id, api_key = services().tenants.create(**body)
         return {**asdict(tenant), "key_id": key_id, "api_key": api_key}
 
+    @blp.arguments(TenantListArgs, location="query")
     @blp.response(200, TenantListSchema)
-    def get(self) -> dict[str, Any]:
-        """Every tenant."""
-        return {"tenants": [asdict(t) for t in services().tenants.list()]}
+    def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Every tenant, or the one of a name."""
+        store = services().tenants
+        if "name" in args:
+            named = store.named(args["name"])
+            return {"tenants": [] if named is None else [asdict(named)]}
+        return {"tenants": [asdict(t) for t in store.list()]}
 
 
 @blp.route("/<tenant_id>")
@@ -54,6 +65,7 @@ class TenantById(MethodView):
 
     @blp.arguments(TenantPatchSchema, required=False)
     @blp.response(200, TenantSchema)
+    @blp.alt_response(409, schema=ErrorSchema, description=NAME_TAKEN)
     def patch(self, body: dict[str, Any], tenant_id: str) -> dict[str, Any]:
         """Changes the tenant's name or attachments (rate limit, disk quota, Spark weight)."""
         return asdict(services().tenants.update(tenant_id, **body))

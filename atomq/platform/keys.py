@@ -15,6 +15,10 @@ FORMAT_VERSION_KEY = f"{PREFIX}:format"
 FORMAT_MIGRATION_KEY = f"{PREFIX}:format:migrating"
 """Held (with an expiry) by the one node that migrates older data; the others wait for it."""
 TENANTS_KEY = f"{PREFIX}:tenants"
+TENANT_NAMES_KEY = f"{PREFIX}:tenants:names"
+"""Hash: a tenant's name -> its id, so names are unique (``TenantStore``)."""
+TENANT_NAMES_INDEXED_KEY = f"{PREFIX}:tenants:names:indexed"
+"""Set once the index of names was built from the records of the tenants made before it."""
 
 
 def tenant_prefix(tenant: str) -> str:

@@ -1,6 +1,7 @@
-"""The Lua scripts of the tenant store: check-and-change steps on one tenant's keys.
+"""The Lua scripts of the tenant store: check-and-change steps on one tenant's keys, and on the
+index of tenant names.
 
-Each touches only keys of one tenant (one cluster slot) and gets them all in
+Each touches only keys of one tenant (one cluster slot), or only the index, and gets them all in
 ``KEYS``. They live here as strings, not as ``.lua`` files, because only the
 platform's scripts are shipped as package data. A tenant is *live* while its
 record exists without the ``deleting`` mark that its removal sets first.
@@ -42,5 +43,15 @@ MARK_DELETING = """
 -- Returns 1, or 0 if there is no record (the tenant never existed or is gone).
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'deleting', '1')
+return 1
+"""
+
+SWAP_NAME = """
+-- Hands a tenant name from one holder to another, if it is still held as the caller read it.
+-- KEYS[1] = aq:tenants:names
+-- ARGV[1] = name   ARGV[2] = the holder read ('' for none)   ARGV[3] = the new holder ('' to free it)
+-- Returns 1 if done, 0 if the name changed hands meanwhile.
+if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 return 1
 """

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import builtins
 import hmac
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from atomq import defaults
-from atomq.errors import InvalidInput, NotFound, Unauthorized
+from atomq.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
 from atomq.platform.storage import Storage
@@ -39,10 +40,14 @@ from atomq.tenants.records import (
     tenant_not_found,
 )
 
+log = logging.getLogger("atomq.tenants")
+
 BATCH = 500
 """Keys per UNLINK, HDEL or pipeline: no call blocks Redis for long, however big a tenant is."""
 
 OWNER = Principal(tenant_id=None, key_id=None)
+NAME_CLAIM_TRIES = 5
+"""Tries to claim a name whose holder changes between the read and the swap."""
 
 
 def _batches(items: Iterable[Any]) -> Iterator[list[Any]]:
@@ -74,8 +79,10 @@ class TenantStore:
         self._add_key = client.register_script(scripts.ADD_KEY)
         self._update = client.register_script(scripts.UPDATE)
         self._mark_deleting = client.register_script(scripts.MARK_DELETING)
+        self._swap_name = client.register_script(scripts.SWAP_NAME)
         self.execution_tokens = ExecutionTokens(self.storage)
         self._move_legacy_keys()
+        self._index_names()
 
     def _move_legacy_keys(self) -> None:
         """Moves the entries of the one key table of format 4 and before into their shards
@@ -84,6 +91,49 @@ class TenantStore:
         for key_id, stored in self.storage.call(self.client.hgetall, legacy).items():
             self.storage.call(self.client.hsetnx, k.api_key_table(key_id.decode()), key_id, stored)
             self.storage.call(self.client.hdel, legacy, key_id)
+
+    def _index_names(self) -> None:
+        """Builds the index of names (``keys.TENANT_NAMES_KEY``) from the tenants' records, once: for
+        data written before names were unique. Tenants that already share a name keep it; the name
+        then finds the oldest, and the others are logged, to be renamed."""
+        if self.storage.call(self.client.exists, k.TENANT_NAMES_INDEXED_KEY):
+            return
+        for tenant in self.list():
+            if not self.storage.call(self.client.hsetnx, k.TENANT_NAMES_KEY, tenant.name, tenant.id):
+                holder = self.storage.call(self.client.hget, k.TENANT_NAMES_KEY, tenant.name)
+                if holder is not None and holder.decode() != tenant.id:
+                    log.warning("tenants %s and %s share the name %r, which now finds %s: rename %s "
+                                "(PATCH /v1/tenants/%s)", holder.decode(), tenant.id, tenant.name,
+                                holder.decode(), tenant.id, tenant.id)
+        self.storage.call(self.client.set, k.TENANT_NAMES_INDEXED_KEY, 1)
+
+    def _claim_name(self, name: str, tenant_id: str) -> None:
+        """Makes ``name`` find ``tenant_id``, unless another live tenant has it (409 name_taken).
+        A name held by a tenant that is gone, or whose removal began, is free."""
+        for _ in range(NAME_CLAIM_TRIES):
+            raw = self.storage.call(self.client.hget, k.TENANT_NAMES_KEY, name)
+            holder = raw.decode() if raw is not None else ""
+            if holder and holder != tenant_id and self.exists(holder):
+                raise Conflict(f"tenant {holder} is named {name!r}: tenant names are unique", code="name_taken",
+                               name=name, tenant=holder)
+            if holder == tenant_id or self.storage.call(self._swap_name, keys=[k.TENANT_NAMES_KEY],
+                                                         args=[name, holder, tenant_id]):
+                return
+        raise Conflict(f"the name {name!r} kept changing hands; try again", code="name_taken", name=name)
+
+    def _release_name(self, name: str, tenant_id: str) -> None:
+        """Frees ``name`` if it still finds ``tenant_id``."""
+        self.storage.call(self._swap_name, keys=[k.TENANT_NAMES_KEY], args=[name, tenant_id, ""])
+
+    def named(self, name: str) -> Tenant | None:
+        """The tenant of this name (names are unique), or None."""
+        raw = self.storage.call(self.client.hget, k.TENANT_NAMES_KEY, name)
+        if raw is None:
+            return None
+        try:
+            return self.get(raw.decode())
+        except NotFound:  # a name its removed holder had not freed yet
+            return None
 
     # -- tenants ----------------------------------------------------------------
 
@@ -112,6 +162,12 @@ class TenantStore:
             "spark_weight": spark_weight,
             "created_at": repr(tenant.created_at),
         })
+        # The record first: while the name is claimed, another creation of it sees a live holder.
+        try:
+            self._claim_name(name, tenant_id)
+        except Conflict:
+            self.storage.call(self.client.unlink, k.tenant_record(tenant_id))
+            raise
         key_id, api_key = self._issue_key(tenant_id)
         self.storage.call(self.client.sadd, k.TENANTS_KEY, tenant_id)
         return tenant, key_id, api_key
@@ -161,10 +217,17 @@ class TenantStore:
             changes += ["disk_quota_bytes", check_limit(disk_quota_bytes, "disk_quota_bytes")]
         if spark_weight is not None:
             changes += ["spark_weight", check_spark_weight(spark_weight)]
+        before = self.get(tenant_id) if name is not None else None
+        if before is not None and name != before.name:
+            self._claim_name(check_name(name), tenant_id)
         flat = self.storage.call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
         tenant = tenant_from_record(tenant_id, dict(zip(flat[::2], flat[1::2])))
         if tenant is None:
+            if name is not None:
+                self._release_name(name, tenant_id)
             raise tenant_not_found(tenant_id)
+        if before is not None and name != before.name:
+            self._release_name(before.name, tenant_id)
         return tenant
 
     def delete(self, tenant_id: str) -> None:
@@ -189,7 +252,10 @@ class TenantStore:
         self._unlink_keyspace(tenant_id, keep=record)
         self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
         self.storage.call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
+        name = self.storage.call(self.client.hget, record, "name")
         self.storage.call(self.client.unlink, record)
+        if name is not None:
+            self._release_name(name.decode(), tenant_id)
 
     def _unlink_keyspace(self, tenant_id: str, keep: str) -> None:
         """UNLINKs every ``aq:{T}:*`` key but ``keep``, in batches, on every node of a cluster.

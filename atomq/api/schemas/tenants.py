@@ -47,6 +47,11 @@ class TenantCreatedSchema(TenantSchema):
     api_key = fields.String(required=True, metadata={"description": "shown only in this response"})
 
 
+class TenantListArgs(Strict):
+    name = fields.String(metadata={"description": "only the tenant of this name (names are unique): a list of one, "
+                                                  "or empty"})
+
+
 class TenantListSchema(Strict):
     tenants = fields.List(fields.Nested(TenantSchema), required=True)
 
