@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from atomq.client import AtomqClient
+from atomq.errors import Unauthorized
 from support.served_node import AtomqServe, ServeFactory
 
 ATOMQ = [sys.executable, "-m", "atomq"]
@@ -197,7 +198,9 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
     both = run("dead-letters", "resend", "jobs", got["id"], "--reason", "expired", env=tenant_env)
     assert both.returncode == 2 and "not both" in both.stderr
     assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}
-    assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--json")) == {"deleted": 1}
+    unconfirmed = run("dead-letters", "delete", "jobs", "--reason", "bad input", env=tenant_env)
+    assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr, "no terminal to ask on"
+    assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--yes", "--json")) == {"deleted": 1}
     assert json.loads(ok("dead-letters", "list", "jobs", "--json")) == []
 
 
@@ -258,3 +261,35 @@ def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> No
     assert bad.returncode == 2 and "drop_newest" in bad.stderr
     assert json.loads(ok("queues", "create", "ledger", "--durability", "sync", "--json"))["durability"] == "sync"
     assert json.loads(ok("send", "ledger", "synced", "--json"))["ids"]
+
+
+def test_the_owner_manages_tenants_by_name_and_confirms_what_cannot_be_undone(node: AtomqServe) -> None:
+    owner_env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""}
+    ok = succeeding(owner_env)
+    name = f"cli-named-{secrets.token_hex(3)}"
+    created = json.loads(ok("tenants", "create", name, "--json"))
+    taken = run("tenants", "create", name, env=owner_env)
+    assert taken.returncode == 1 and "name_taken" in taken.stderr
+    assert json.loads(ok("tenants", "show", name, "--json"))["id"] == created["id"]
+    ok("queues", "create", "jobs", "--tenant", name)
+    assert [q["name"] for q in json.loads(ok("queues", "list", "--tenant", name, "--json"))] == ["jobs"]
+    unnamed = run("queues", "list", env=owner_env)
+    assert unnamed.returncode == 2 and "pass --tenant" in unnamed.stderr and "header" not in unnamed.stderr
+    nobody = run("queues", "list", "--tenant", "nobody-has-this-name", env=owner_env)
+    assert nobody.returncode == 2 and "no tenant has the id or name" in nobody.stderr
+    renamed = json.loads(ok("tenants", "update", name, "--name", f"{name}-2", "--spark-weight", "3", "--json"))
+    assert (renamed["name"], renamed["spark_weight"]) == (f"{name}-2", 3)
+
+    rotated = json.loads(ok("tenants", "rotate-key", f"{name}-2", created["key_id"], "--yes", "--json"))
+    assert rotated["revoked"] == created["key_id"]
+    with AtomqClient(node.url, rotated["api_key"]) as new, AtomqClient(node.url, created["api_key"]) as old:
+        assert [q["name"] for q in new.queues()] == ["jobs"]
+        with pytest.raises(Unauthorized):
+            old.queues()
+
+    unconfirmed = run("tenants", "delete", f"{name}-2", env=owner_env)
+    assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
+    assert json.loads(ok("tenants", "show", created["id"], "--json"))["name"] == f"{name}-2", "still there"
+    assert json.loads(ok("tenants", "delete", f"{name}-2", "--yes", "--json")) == {"deleted": created["id"]}
+    gone = run("tenants", "show", created["id"], env=owner_env)
+    assert gone.returncode == 1 and "not_found" in gone.stderr

@@ -108,4 +108,4 @@ def test_management_commands_print_tables_and_json(node) -> None:
     assert "second" in run("get", "jobs", "--max", "5", "--ack", key=key)
     failed = runner.invoke(main, ["queues", "delete", "missing"], env={**env, "ATOMQ_KEY": key})
     assert failed.exit_code == 1 and "not_found" in failed.output
-    run("tenants", "delete", created["id"])
+    run("tenants", "delete", created["id"], "--yes")

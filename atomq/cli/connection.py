@@ -13,6 +13,10 @@ import click
 from atomq import defaults
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
+from atomq.tenants.records import TENANT_ID
+
+
+NO_TENANT = "the owner key acts for a tenant: pass --tenant with its id or name (or set ATOMQ_TENANT)"
 
 
 def _client(ctx: click.Context) -> AtomqClient:
@@ -23,7 +27,18 @@ def _client(ctx: click.Context) -> AtomqClient:
         if not owner_file.exists():
             raise click.UsageError("give a key: --key or ATOMQ_KEY (or run where DIR/owner.key exists)")
         key = owner_file.read_text().strip()
-    return AtomqClient(o.get("url") or defaults.NODE_URL, key, tenant=o.get("tenant"))
+    return AtomqClient(o.get("url") or defaults.NODE_URL, key)
+
+
+def tenant_id(client: AtomqClient, tenant: str) -> str:
+    """The id of the tenant ``tenant`` names: an id as it is, or a tenant's name (names are unique);
+    a name no tenant has is a usage error."""
+    if TENANT_ID.fullmatch(tenant):
+        return tenant
+    named = client.tenants(name=tenant)
+    if not named:
+        raise click.UsageError(f"no tenant has the id or name {tenant!r} (see atomq tenants list)")
+    return str(named[0]["id"])
 
 
 def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,7 +49,7 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--key", envvar="ATOMQ_KEY", show_envvar=True,
                   help="A tenant's API key or the owner key (default: the owner key in --data-dir).")
     @click.option("--tenant", envvar="ATOMQ_TENANT", show_envvar=True,
-                  help="With the owner key: the tenant whose queues to act on.")
+                  help="With the owner key: the tenant (its id or name) whose queues to act on.")
     @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
                   show_envvar=True, help="Where to find owner.key when no --key is given.")
     @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
@@ -45,8 +60,12 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ctx.find_root().obj = {"url": url, "key": key, "tenant": tenant, "data_dir": data_dir, "json": as_json}
         try:
             with _client(ctx) as client:
+                if tenant:
+                    client.act_for(tenant_id(client, tenant))
                 return f(client, *args, **kwargs)
         except AtomqError as exc:
+            if exc.details.get("field") == "X-Atomq-Tenant":
+                raise click.UsageError(NO_TENANT) from None
             raise click.ClickException(f"{exc.code}: {exc.message}") from None
 
     return wrapper

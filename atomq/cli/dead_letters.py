@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
@@ -52,10 +53,14 @@ def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
 @click.argument("ids", nargs=-1)
 @click.option("--subscriber")
 @click.option("--reason", help=REASON_HELP)
+@yes_option
 @connection_options
 def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
-                        reason: str | None) -> None:
+                        reason: str | None, yes: bool) -> None:
     """Delete the dead letters IDS (those of --reason, or all of them, when none is given)."""
     _one_selection(ids, reason)
+    if not ids:
+        which = f"the dead letters of reason {reason!r}" if reason else "every dead letter"
+        confirm(f"delete {which} of queue {queue}", yes)
     n = c.delete_dead_letters(queue, list(ids) or None, subscriber, reason=reason)
     emit({"deleted": n}, [(n,)], ("DELETED",))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from atomq import defaults
+from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
@@ -118,8 +119,11 @@ def queues_show(c: AtomqClient, name: str) -> None:
 
 @queues.command("delete")
 @click.argument("name")
+@yes_option
 @connection_options
-def queues_delete(c: AtomqClient, name: str) -> None:
+def queues_delete(c: AtomqClient, name: str, yes: bool) -> None:
     """Delete a queue with its messages, dead letters and subscribers."""
+    info = c.queue(name)
+    confirm(f"delete queue {name} with its {info['depth']} waiting and {info['dead_letters']} dead messages", yes)
     c.delete_queue(name)
     emit({"deleted": name}, [(name,)], ("DELETED",))

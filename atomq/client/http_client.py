@@ -56,7 +56,11 @@ class AtomqClient:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {key}"
         if tenant:
-            self.session.headers["X-Atomq-Tenant"] = tenant
+            self.act_for(tenant)
+
+    def act_for(self, tenant: str) -> None:
+        """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id)."""
+        self.session.headers["X-Atomq-Tenant"] = tenant
 
     def close(self) -> None:
         self.session.close()
@@ -96,8 +100,9 @@ class AtomqClient:
                                                     "disk_quota_bytes": disk_quota_bytes,
                                                     "spark_weight": spark_weight})
 
-    def tenants(self) -> list[Any]:
-        return self.request("GET", "/v1/tenants")["tenants"]  # type: ignore[no-any-return]
+    def tenants(self, name: str | None = None) -> list[Any]:
+        """Every tenant, or (``name``) the one of that name: a list of one, or empty."""
+        return self.request("GET", "/v1/tenants", name=name)["tenants"]  # type: ignore[no-any-return]
 
     def tenant(self, tenant_id: str) -> Any:
         return self.request("GET", f"/v1/tenants/{tenant_id}")
