@@ -116,8 +116,11 @@ def test_listeners_are_deployed_listed_paused_resumed_and_deleted(tenant_env: di
     ok("queues", "create", "incoming")
     ok("queues", "create", "results")
     deployed = ok("listeners", "deploy", "fwd", "--queue", "incoming", "--process", "forward",
-                  "--setting", "to=results")
+                  "--setting", "to=results", "--engine", "fork")
     assert "fwd" in deployed and "running" in deployed
+    no_engine = run("listeners", "deploy", "gpu", "--queue", "incoming", "--process", "forward",
+                    "--setting", "to=results", "--engine", "gpu", env=tenant_env)
+    assert no_engine.returncode == 2 and "'fork', 'spark'" in no_engine.stderr
 
     header, *rows = ok("listeners", "list").splitlines()
     assert header.split() == ["NAME", "QUEUE", "PROCESS", "STATE", "EXECUTIONS", "FAILURES", "LAST", "ERROR"]
@@ -125,7 +128,7 @@ def test_listeners_are_deployed_listed_paused_resumed_and_deleted(tenant_env: di
     (listener,) = json.loads(ok("listeners", "list", "--json"))
     assert listener["name"] == "fwd" and listener["queue"] == "incoming" and listener["process"] == "forward"
     assert listener["settings"] == {"to": "results"} and listener["subscriber"] is None
-    assert listener["batch_size"] == 10 and listener["state"] == "running"
+    assert listener["batch_size"] == 10 and listener["state"] == "running" and listener["engine"] == "fork"
 
     assert json.loads(ok("listeners", "pause", "fwd", "--json"))["state"] == "paused"
     assert json.loads(ok("listeners", "show", "fwd", "--json"))["state"] == "paused"
@@ -293,3 +296,39 @@ def test_the_owner_manages_tenants_by_name_and_confirms_what_cannot_be_undone(no
     assert json.loads(ok("tenants", "delete", f"{name}-2", "--yes", "--json")) == {"deleted": created["id"]}
     gone = run("tenants", "show", created["id"], env=owner_env)
     assert gone.returncode == 1 and "not_found" in gone.stderr
+
+
+def test_deliveries_are_acked_nacked_and_extended_by_id_or_receipt(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "work", "--max-redeliveries", "0", "--ack-timeout", "30")
+    ok("send", "work", "one", "two", "three")
+    got = json.loads(ok("get", "work", "--max", "3", "--json"))
+    one, three, two = sorted(got, key=lambda m: m["documents"][0]["data"])  # one, three, two: by their texts
+    assert json.loads(ok("extend", "work", one["id"], "--seconds", "120", "--json")) == {"extended": 1}
+    assert json.loads(ok("ack", "work", "--receipt", one["receipt"], "--json")) == {"acked": 1}
+    assert json.loads(ok("nack", "work", three["id"], "--reason", "broken", "--json")) == {
+        "requeued": 0, "dead_lettered": 1}
+    both = run("ack", "work", two["id"], "--receipt", two["receipt"], env=tenant_env)
+    assert both.returncode == 2 and "one of the two" in both.stderr
+    assert json.loads(ok("ack", "work", two["id"], "--json")) == {"acked": 1}
+    assert json.loads(ok("queues", "show", "work", "--json"))["dead_letters"] == 1
+    assert "broken" in ok("dead-letters", "list", "work")
+
+
+def test_the_server_settings_are_shown_and_changed(node: AtomqServe) -> None:
+    owner_env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""}
+    ok = succeeding(owner_env)
+    shown = json.loads(ok("server", "show", "--json"))
+    assert "dedupe_window_s" in shown and "memory_state" in shown
+    table = ok("server", "show")
+    assert table.splitlines()[0].split() == ["SETTING", "VALUE"] and "memory_thresholds" in table
+    try:
+        changed = json.loads(ok("server", "update", "--set", "dedupe_window_s=600",
+                                "--set", "redelivery_delays_s=[1,2,3]", "--json"))
+        assert (changed["dedupe_window_s"], changed["redelivery_delays_s"]) == (600, [1, 2, 3])
+        refused = run("server", "update", "--set", "dedupe_window_s=-1", env=owner_env)
+        assert refused.returncode == 1 and "dedupe_window_s" in refused.stderr
+        assert json.loads(ok("server", "show", "--json"))["dedupe_window_s"] == 600, "a refused change changes nothing"
+    finally:
+        ok("server", "update", "--set", f"dedupe_window_s={shown['dedupe_window_s']}",
+           "--set", f"redelivery_delays_s={json.dumps(shown['redelivery_delays_s'])}")

@@ -27,6 +27,8 @@ from atomq.cli.queues import queues
 from atomq.cli.selftest import selftest
 from atomq.cli.serve import serve
 from atomq.cli.spark_worker import spark_worker
+from atomq.cli.server import server
+from atomq.cli.settle import ack, extend, nack
 from atomq.cli.tenants import tenants
 from atomq.cli.worker import worker
 
@@ -53,6 +55,6 @@ def main() -> None:
     """atomq: a multi-tenant queue platform on Redis streams."""
 
 
-for _command in (serve, worker, demo, spark_worker, selftest, audit,
-                 tenants, queues, send, publish, get, browse, dead_letters, listeners):
+for _command in (serve, worker, demo, spark_worker, selftest, audit, server,
+                 tenants, queues, send, publish, get, ack, nack, extend, browse, dead_letters, listeners):
     main.add_command(_command)

@@ -66,6 +66,16 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
         except AtomqError as exc:
             if exc.details.get("field") == "X-Atomq-Tenant":
                 raise click.UsageError(NO_TENANT) from None
-            raise click.ClickException(f"{exc.code}: {exc.message}") from None
+            raise click.ClickException(describe(exc)) from None
 
     return wrapper
+
+
+def describe(exc: AtomqError) -> str:
+    """An error as the command prints it: its code and message, and the fields a schema refused
+    (``details.fields``, by location), which the message only points to."""
+    text = f"{exc.code}: {exc.message}"
+    for location in (exc.details.get("fields") or {}).values():
+        for name, problems in location.items():
+            text += f"\n  {name}: {'; '.join(map(str, problems)) if isinstance(problems, list) else problems}"
+    return text

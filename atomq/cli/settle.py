@@ -1,0 +1,69 @@
+"""``atomq ack``, ``nack`` and ``extend``: settling deliveries taken by an earlier ``get``, by message
+id or by receipt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from atomq import defaults
+from atomq.cli.connection import connection_options
+from atomq.cli.output import emit
+from atomq.client import AtomqClient
+
+
+def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
+    """QUEUE, IDS, --receipt, --subscriber and --consumer: which deliveries a settle names."""
+    for option in reversed([
+        click.argument("queue"),
+        click.argument("ids", nargs=-1),
+        click.option("--receipt", "receipts", multiple=True,
+                     help="A delivery's receipt (repeatable), instead of message IDS: it settles that delivery "
+                          "only, not a later one of the same message."),
+        click.option("--subscriber", help="For a publish/subscribe queue."),
+        click.option("--consumer", help="On an exclusive queue: the consumer that got the messages."),
+    ]):
+        f = option(f)
+    return f
+
+
+def _chosen(ids: tuple[str, ...], receipts: tuple[str, ...]) -> dict[str, Any]:
+    if bool(ids) == bool(receipts):
+        raise click.UsageError("name the deliveries by message IDS or by --receipt (one of the two)")
+    return {"ids": list(ids) or None, "receipts": list(receipts) or None}
+
+
+@click.command()
+@_selection
+@connection_options
+def ack(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, ...], subscriber: str | None,
+        consumer: str | None) -> None:
+    """Ack deliveries of QUEUE: they are done and gone."""
+    acked = c.ack(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer)
+    emit({"acked": acked}, [(acked,)], ("ACKED",))
+
+
+@click.command()
+@_selection
+@click.option("--reason", default="", help="Why: kept with the message if it is dead-lettered.")
+@connection_options
+def nack(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, ...], subscriber: str | None,
+         consumer: str | None, reason: str) -> None:
+    """Nack deliveries of QUEUE: each comes back on the queue's redelivery schedule, or goes to the
+    dead letters with REASON once its redeliveries are spent."""
+    done = c.nack(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer, reason=reason)
+    emit(done, [(done["requeued"], done["dead_lettered"])], ("REQUEUED", "DEAD-LETTERED"))
+
+
+@click.command()
+@_selection
+@click.option("--seconds", type=click.FloatRange(0, defaults.ACK_TIMEOUT_RANGE_S[1], min_open=True),
+              help="For how long from now (default: the queue's ack time-out).")
+@connection_options
+def extend(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, ...], subscriber: str | None,
+           consumer: str | None, seconds: float | None) -> None:
+    """Keep deliveries of QUEUE in flight longer: their ack deadline moves to SECONDS from now."""
+    extended = c.extend(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer, seconds=seconds)
+    emit({"extended": extended}, [(extended,)], ("EXTENDED",))
