@@ -51,8 +51,10 @@ def messages(*texts: str) -> dict[str, Any]:
 
 
 def blocked_clients(node: AtomqServe) -> int:
+    """The long-polls waiting in the store: clients blocked in a stream read (the listener
+    supervisor blocks too, between its rounds, on its wake-up list: not counted)."""
     with node.redis() as c:
-        return int(c.info("clients")["blocked_clients"])
+        return sum(1 for client in c.client_list() if "b" in client["flags"] and client["cmd"].startswith("xread"))
 
 
 def browse_all(http: Http, queue: str, limit: int = 100) -> list[dict[str, Any]]:
