@@ -210,14 +210,18 @@ def test_a_store_outage_is_a_failing_part_and_the_loops_come_back_by_themselves(
     assert not any(loop.is_alive() for loop in loops), "the loops end when told to"
 
 
+def supervisor_on(client: redis.Redis) -> Supervisor:
+    """A listener supervisor on ``client`` (its store and its rq Redis), for this node alone."""
+    queues = QueueServer(client)
+    tenants = TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}")
+    return Supervisor(queues, tenants.execution_tokens, client, SupervisorConfig(api_url="http://unused"),
+                      "this-node", tenants.exists)
+
+
 def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> None:
     """redis-py's cluster client raises RedisClusterException, which is not a RedisError."""
     client = valkey.client()
-    queues = QueueServer(client)
-    services = Services(queues=queues, tenants=TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}"),
-                        longpolls=LongPollLimiter(1))
-    supervisor = Supervisor(queues, services.tenants.execution_tokens, client,
-                            SupervisorConfig(api_url="http://unused"), "this-node", services.tenants.exists)
+    supervisor = supervisor_on(client)
     real_tenants = supervisor.listeners.tenants
     outage = threading.Event()
     outage.set()
@@ -284,11 +288,7 @@ def test_a_finished_execution_wakes_the_supervisor_before_its_next_tick(valkey: 
     """On an exclusive queue the next execution waits for the last one's slot: the supervisor,
     between rounds, waits on the store for an execution to end, not only for its interval."""
     client = valkey.client()
-    queues = QueueServer(client)
-    services = Services(queues=queues, tenants=TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}"),
-                        longpolls=LongPollLimiter(1))
-    supervisor = Supervisor(queues, services.tenants.execution_tokens, client,
-                            SupervisorConfig(api_url="http://unused"), "this-node", services.tenants.exists)
+    supervisor = supervisor_on(client)
     rounds = threading.Semaphore(0)
     real_round = supervisor.round
 

@@ -40,10 +40,7 @@ class TopicMessages(MethodView):
         messages = parse_send(json_body())
         stamp_traceparents(messages)
         published = services().publish(current_tenant(), topic, messages, request.content_length or 0)
-        out: dict[str, Any] = {"ids": published.ids, "queues": published.queues}
-        if published.dropped:
-            out["dropped"] = published.dropped
-        return render.json_response(out, 201)
+        return _created({"ids": published.ids, "queues": published.queues}, published.dropped)
 
 
 @blp.route("/messages")
@@ -65,7 +62,11 @@ class ManyTopicsMessages(MethodView):
         topics, messages = parse_publish_many(json_body())
         stamp_traceparents(messages)
         published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0)
-        out: dict[str, Any] = {"ids": published.ids, "topics": published.topics}
-        if published.dropped:
-            out["dropped"] = published.dropped
-        return render.json_response(out, 201)
+        return _created({"ids": published.ids, "topics": published.topics}, published.dropped)
+
+
+def _created(out: dict[str, Any], dropped: int) -> Response:
+    """A publish's 201, with ``dropped`` only when the queues' overflow dropped messages."""
+    if dropped:
+        out["dropped"] = dropped
+    return render.json_response(out, 201)
