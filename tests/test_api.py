@@ -574,6 +574,39 @@ def test_a_flow_control_queue_holds_a_send_until_room_frees_then_429(owner, acme
         owner("PATCH", "/v1/server", {"flow_control_wait_ms": 5000}, 200)
 
 
+def test_a_held_publish_answers_at_once_when_another_of_its_queues_refuses_for_good(owner, acme, http) -> None:
+    """Held for a flow_control queue, a publish to many topics is tried again once room frees; a
+    queue of its that rejects new messages then answers it (507), not the flow-control wait (429)."""
+    import threading
+
+    acme("PUT", "/v1/queues/slow", {"model": "point_to_point", "max_messages": 1, "overflow": "flow_control",
+                                     "topics": ["slow/>"]}, 201)
+    acme("PUT", "/v1/queues/strict", {"model": "point_to_point", "max_messages": 1, "topics": ["strict/>"]}, 201)
+    send(acme, "slow", "a")
+    send(acme, "strict", "x")
+    owner("PATCH", "/v1/server", {"flow_control_wait_ms": 20_000}, 200)
+    try:
+        held = Client(http, acme.key)
+        answers: list[Any] = []
+        body = {"messages": [{"topic": "slow/1", "documents": [{"data": "b"}]},
+                             {"topic": "strict/1", "documents": [{"data": "y"}]}]}
+        sender = threading.Thread(target=lambda: answers.append(held("POST", "/v1/topics/messages", body, 507)))
+        sender.start()
+        sender.join(0.5)
+        assert sender.is_alive(), "held while the flow_control queue is full"
+        (got,) = acme("POST", "/v1/queues/slow/get", {"max": 1}, 200)["messages"]
+        acme("POST", "/v1/queues/slow/ack", {"ids": [got["id"]]}, 200)
+        sender.join(10)
+        assert not sender.is_alive(), "answered once the strict queue refused, not at the end of the wait"
+        error = answers[0]["error"]
+        assert (error["code"], error["details"]["queue"], error["details"]["overflow"]) == (
+            "queue_full", "strict", "reject_new")
+        (stored,) = acme("POST", "/v1/queues/slow/get", {"max": 5}, 200)["messages"]
+        assert error["details"]["ids"] == [stored["id"], None], "what was stored before the refusal"
+    finally:
+        owner("PATCH", "/v1/server", {"flow_control_wait_ms": 5000}, 200)
+
+
 # -- topics, priorities, expiry (v1.1) ----------------------------------------------------
 
 

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomq.errors import InvalidInput, QueueFull, QuotaExceeded, TooLarge
+from atomq.errors import InvalidInput, NotDurable, QueueFull, QuotaExceeded, TooLarge
 from atomq.platform import PublishedMany, QueueServer
 from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
 from support.audit import assert_audit_clean
-from support.queues import browse_all, msg
+from support.queues import FAST, browse_all, msg
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 
@@ -238,7 +238,12 @@ def test_messages_of_many_topics_are_checked_before_anything_is_stored(qs: Queue
     qs.put_queue(tenant, "q", P2P, topics=["t/>"])
     for topics, messages, field in ((["t/1", "t/*"], [msg("a"), msg("b")], "messages.1.topic"),
                                     (["t/1"], [msg("a"), msg("b")], "messages"),
-                                    (["t/1", "t/2"], [msg("a"), msg("b", dedupe_id="")], "messages.1.dedupe_id")):
+                                    (["t/1", "t/2"], [msg("a"), msg("b", dedupe_id="")], "messages.1.dedupe_id"),
+                                    (["t/1", "nowhere/1"], [msg("a"), msg("b", dedupe_id="")],
+                                     "messages.1.dedupe_id"),
+                                    (["nowhere/1", "t/1", "t/2"],
+                                     [msg("a"), msg("b"), dataclasses.replace(msg("c"), priority=42)],
+                                     "messages.2.priority")):
         with pytest.raises(InvalidInput) as err:
             qs.publish_many(tenant, topics, messages)
         assert err.value.details["field"] == field
@@ -247,3 +252,18 @@ def test_messages_of_many_topics_are_checked_before_anything_is_stored(qs: Queue
     with pytest.raises(TooLarge):  # over the whole request, though each group's share fits
         three_documents.publish_many(tenant, ["t/1", "u/1"], [msg("a", "b"), msg("c", "d")])
     assert qs.get_queue(tenant, "q").depth == qs.get_queue(tenant, "r").depth == 0
+
+
+def test_a_group_stored_but_not_synced_does_not_stop_the_others(valkey, tenant: str) -> None:
+    """As a send: a sync queue's group that is stored but not synced in time answers not_durable, once
+    every group is stored (a standalone Valkey has no replica for min_replicas 1)."""
+    client = valkey.client()
+    qs = QueueServer(client, dataclasses.replace(FAST, sync_min_replicas=1, sync_timeout_ms=20))
+    qs.put_queue(tenant, "ledger", P2P, topics=["ledger/>"], durability="sync")
+    qs.put_queue(tenant, "log", P2P, topics=["log/>"])
+    progress = PublishedMany(ids=[None] * 3)
+    with pytest.raises(NotDurable):
+        qs.publish_many(tenant, ["ledger/1", "log/1", "ledger/2"], [msg("a"), msg("b"), msg("c")], progress=progress)
+    assert progress.stored == {0, 1, 2} and None not in progress.ids
+    assert (qs.get_queue(tenant, "ledger").depth, qs.get_queue(tenant, "log").depth) == (2, 1)
+    client.close()

@@ -162,7 +162,7 @@ class Services:
                 try:
                     return store(quota)
                 except QueueFull as full:
-                    if full.details.get("overflow") != Overflow.FLOW_CONTROL.value or not full.can_fit:
+                    if not _waits_for_room(full):
                         raise
                     return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota))
             except StorageFull:
@@ -227,6 +227,9 @@ class Services:
                     try:
                         return store()
                     except QueueFull as again:
+                        # Another queue of the same publish may refuse for good: that is its answer.
+                        if not _waits_for_room(again):
+                            raise
                         full = again
             finally:
                 with self._held_lock:
@@ -241,3 +244,9 @@ class Services:
             self.queues.settings = current.queue_settings(self.queues.settings)
             self._applied = current
         return current
+
+
+def _waits_for_room(full: QueueFull) -> bool:
+    """Whether a send refused by ``full`` waits for room: a ``flow_control`` queue, and a send that
+    fits once consumers make room."""
+    return full.details.get("overflow") == Overflow.FLOW_CONTROL.value and bool(full.can_fit)

@@ -159,15 +159,19 @@ class Sending:
         output has a topic of its own (``boomi/echo/<msgId>``) store a hundred outputs in one or two
         steps. Everything is checked before anything is stored; a refusal of one group leaves the
         groups stored before it stored (``progress`` says which), so such a request is retried with
-        its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`."""
+        its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`. A queue keeps the
+        order of the messages of each topic; messages of topics that reach different sets of queues
+        are stored group by group, so a queue that two such groups reach gets them group by group."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         if len(topics) != len(messages):
             raise InvalidInput("one topic a message", field="messages")
         for i, topic in enumerate(topics):
             check_topic(topic, field=f"messages.{i}.topic")
         self._check_batch_size(messages)
+        encoded = self._encode_each(messages, topics)
         done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
         refresh = False
+        not_durable: NotDurable | None = None
         for _ in range(MAX_ROUTE_RETRIES):
             version, matcher = self._topics.matcher(tenant, refresh)
             reach = {t: matcher.match(t) for t in dict.fromkeys(topics)}
@@ -178,22 +182,25 @@ class Sending:
             for i, topic in enumerate(topics):
                 if i not in done.stored and reach[topic]:
                     groups.setdefault(tuple(reach[topic]), []).append(i)
-            encoded = [(queues, positions, self._encode_batch([messages[i] for i in positions],
-                                                               [topics[i] for i in positions]))
-                       for queues, positions in groups.items()]
             try:
-                for queues, positions, (args_tail, dedupe_ids) in encoded:
+                for queues, positions in groups.items():
+                    args_tail, dedupe_ids = _assembled([encoded[i] for i in positions])
                     try:
                         sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t",
                                            [tk.topic_dedupe(t, d) for t, d in dedupe_ids], args_tail, quota_bytes)
-                    except NotDurable as exc:  # stored, not synced in time: stored all the same
-                        done.record(positions, exc.details["ids"], 0)
-                        raise
+                    except NotDurable as exc:
+                        # Stored, not synced in time (its ids, when known): the other groups go on, and
+                        # the publish answers as a send would, not_durable, once all are stored.
+                        done.record(positions, exc.details.get("ids") or [], 0)
+                        not_durable = not_durable or exc
+                        continue
                     done.record(positions, sent.ids, sent.dropped)
             except (StaleRoute, _StaleTopics, NotFound):
                 refresh = True
                 continue
             done.topics = {t: list(reach[t]) for t in sorted(reach)}
+            if not_durable is not None:
+                raise not_durable
             return done
         raise Conflict("the queues attracting the topics kept changing during the publish; try again")
 
@@ -260,11 +267,16 @@ class Sending:
                       topics: Sequence[str] | None = None) -> tuple[list[Any], list[tuple[str, str]]]:
         """The script's arguments for the messages (``messages[i]`` published to ``topics[i]``, if
         given), and the batch's distinct (topic, dedupe id) pairs in order (topic "" for a send)."""
-        s = self._shared.settings
         self._check_batch_size(messages)
-        args: list[Any] = [len(messages)]
-        dedupe_index: dict[tuple[str, str], int] = {}
+        return _assembled(self._encode_each(messages, topics))
+
+    def _encode_each(self, messages: Sequence[OutgoingMessage],
+                     topics: Sequence[str] | None = None) -> list[_Encoded]:
+        """Each message checked and encoded on its own (a problem is named by its place in the
+        request), to be assembled into the arguments of one script or of several."""
+        s = self._shared.settings
         bare: dict[str | None, str] = {None: BARE_ENVELOPE}
+        out = []
         for i, m in enumerate(messages):
             topic = None if topics is None else topics[i]
             if topic is not None and topic not in bare:
@@ -275,23 +287,48 @@ class Sending:
             if len(m.documents) > s.max_documents_per_message:
                 raise TooLarge(f"a message refers to at most {s.max_documents_per_message} documents",
                                field=f"messages.{i}.documents", limit=s.max_documents_per_message)
-            dd = 0
+            dedupe = None
             if m.dedupe_id is not None:
                 if not isinstance(m.dedupe_id, str) or not 0 < len(m.dedupe_id) <= defaults.MAX_DEDUPE_ID_CHARS:
                     raise InvalidInput(f"dedupe_id must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters",
                                        field=f"messages.{i}.dedupe_id")
-                dd = dedupe_index.setdefault((topic or "", m.dedupe_id), len(dedupe_index) + 1)
+                dedupe = (topic or "", m.dedupe_id)
             try:
                 envelope = m.envelope_json(topic, bare[topic])
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
             plain = m.priority is None and m.expires_at is None and m.ttl_s is None
-            args += [dd if plain else _dedupe_and_timing(dd, m, i), envelope, len(m.documents)]
+            rest: list[Any] = [envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
                 data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
-                args += [data, props]
-        return args, list(dedupe_index)
+                rest += [data, props]
+            out.append(_Encoded(dedupe, "" if plain else _timing(m, i), rest))
+        return out
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """One message as the send script takes it, but for its dedupe key's index in its batch."""
+
+    dedupe: tuple[str, str] | None
+    """(topic, dedupe id); topic "" for a send."""
+    timing: str
+    """",<priority>,<expiry ms>,<ttl ms>" for a message that sets any, else ""."""
+    rest: list[Any]
+    """The envelope, the number of documents, and each document's data and properties."""
+
+
+def _assembled(encoded: Sequence[_Encoded]) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The send script's arguments for a batch of encoded messages, and its distinct (topic, dedupe
+    id) pairs in order: a message's first argument is its pair's index (0: none), with its timing."""
+    args: list[Any] = [len(encoded)]
+    index: dict[tuple[str, str], int] = {}
+    for e in encoded:
+        dd = 0 if e.dedupe is None else index.setdefault(e.dedupe, len(index) + 1)
+        args.append(f"{dd}{e.timing}" if e.timing else dd)
+        args += e.rest
+    return args, list(index)
 
 
 def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
@@ -316,9 +353,9 @@ def _message_too_big(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:
                     field=f"messages.{message}", queue=queue, limit=most, size=size)
 
 
-def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> str:
-    """The first script argument of a message that sets its priority or expiry: its dedupe key
-    index with the priority, expiry (ms, 0 for none) and time to live (ms, 0 for none) as
+def _timing(m: OutgoingMessage, i: int) -> str:
+    """What follows the dedupe key index in the first script argument of a message that sets its
+    priority or expiry: the priority, expiry (ms, 0 for none) and time to live (ms, 0 for none), as
     ``<index>,<priority>,<expiry>,<ttl>`` (a message that sets neither passes the index alone)."""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
@@ -335,7 +372,7 @@ def _dedupe_and_timing(dd: int, m: OutgoingMessage, i: int) -> str:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    return f"{dd},{priority},{expires_ms},{ttl_ms}"
+    return f",{priority},{expires_ms},{ttl_ms}"
 
 
 def _finite_number(value: object) -> bool:
