@@ -212,6 +212,7 @@ def test_unknown_and_malformed_tenant_ids_are_not_found(store: TenantStore) -> N
     ({"name": "a\nb"}, "name"),
     ({"name": None}, "name"),
     ({"name": 5}, "name"),
+    ({"name": "t_0123456789ab"}, "name"),
     ({"name": "ok", "rate_limit_per_minute": -1}, "rate_limit_per_minute"),
     ({"name": "ok", "rate_limit_per_minute": True}, "rate_limit_per_minute"),
     ({"name": "ok", "rate_limit_per_minute": 1.5}, "rate_limit_per_minute"),
@@ -229,7 +230,7 @@ def test_invalid_input_names_the_field_and_changes_nothing(kwargs: dict[str, obj
     client = fakeredis.FakeRedis()
     store = TenantStore(client, OWNER_KEY)
     before = set(client.keys())
-    with pytest.raises(InvalidInput, match=field if field != "name" else "name is required") as err:
+    with pytest.raises(InvalidInput, match=field if field != "name" else "name") as err:
         store.create(**kwargs)  # type: ignore[arg-type]
     assert err.value.details == {"field": field}
     assert set(client.keys()) == before, "nothing stored"
@@ -526,3 +527,24 @@ def test_names_shared_before_they_were_unique_find_the_oldest_and_are_logged(
         f"{second.id} (PATCH /v1/tenants/{second.id})"]
     assert restarted.update(second.id, name="twin-2").name == "twin-2"
     assert restarted.named("twin") == restarted.get(first.id), "renaming the other leaves the name to its holder"
+
+
+def test_two_renames_at_once_leave_one_name_held(store: TenantStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename frees the name the record had just before it, not the one read before the claim: two
+    renames of one tenant racing each other leave only the last name held."""
+    tenant, _, _ = store.create("race-a")
+    claim = store._claim_name
+
+    def claim_then_rename_elsewhere(name: str, tenant_id: str) -> None:
+        claim(name, tenant_id)
+        if name == "race-x":  # the other rename runs between this one's claim and its update
+            monkeypatch.setattr(store, "_claim_name", claim)
+            store.update(tenant_id, name="race-y")
+
+    monkeypatch.setattr(store, "_claim_name", claim_then_rename_elsewhere)
+    assert store.update(tenant.id, name="race-x").name == "race-x"
+    assert store.named("race-x") == store.get(tenant.id)
+    assert store.named("race-y") is None and store.named("race-a") is None
+    other, _, _ = store.create("race-y")
+    assert other.name == "race-y", "the name the first rename replaced is free again"
+    store.create("race-a")

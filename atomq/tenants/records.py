@@ -109,6 +109,9 @@ def check_name(name: Any) -> str:
         raise InvalidInput(
             f"name is required and must be 1 to {defaults.MAX_TENANT_NAME_CHARS} printable characters", field="name"
         )
+    if TENANT_ID.fullmatch(name):  # where a name or an id is taken (--tenant), it would read as an id
+        raise InvalidInput("a name may not have the form of a tenant id (t_ and 12 lowercase hex characters)",
+                           field="name")
     return name
 
 

@@ -31,10 +31,14 @@ UPDATE = _LIVE + """
 -- Changes fields of a live tenant's record and reads it back in the same step.
 -- KEYS[1] = aq:{T}:tenant
 -- ARGV    = field, value, field, value, ... (may be empty: then only a read)
--- Returns the record as HGETALL does, or an empty list if the tenant is not live.
+-- Returns the name before the change, then the record as HGETALL does; or an empty list if the
+-- tenant is not live.
 if not live(KEYS[1]) then return {} end
+local before = redis.call('HGET', KEYS[1], 'name') or ''
 if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
-return redis.call('HGETALL', KEYS[1])
+local out = redis.call('HGETALL', KEYS[1])
+table.insert(out, 1, before)
+return out
 """
 
 MARK_DELETING = """

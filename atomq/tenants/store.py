@@ -109,7 +109,9 @@ class TenantStore:
 
     def _claim_name(self, name: str, tenant_id: str) -> None:
         """Makes ``name`` find ``tenant_id``, unless another live tenant has it (409 name_taken).
-        A name held by a tenant that is gone, or whose removal began, is free."""
+        A name held by a tenant that is gone, or whose removal began, is free. (A live holder that
+        bears the name no more, after a rename cut short by a failed store, keeps it until renamed
+        again: freeing it here would let two renames to one name both succeed.)"""
         for _ in range(NAME_CLAIM_TRIES):
             raw = self.storage.call(self.client.hget, k.TENANT_NAMES_KEY, name)
             holder = raw.decode() if raw is not None else ""
@@ -128,12 +130,16 @@ class TenantStore:
     def named(self, name: str) -> Tenant | None:
         """The tenant of this name (names are unique), or None."""
         raw = self.storage.call(self.client.hget, k.TENANT_NAMES_KEY, name)
-        if raw is None:
-            return None
+        return None if raw is None else self._bearing(raw.decode(), name)
+
+    def _bearing(self, tenant_id: str, name: str) -> Tenant | None:
+        """Tenant ``tenant_id`` if it is live and named ``name``: the index may name one that was
+        removed, or renamed, before it freed the name."""
         try:
-            return self.get(raw.decode())
-        except NotFound:  # a name its removed holder had not freed yet
+            tenant = self.get(tenant_id)
+        except NotFound:
             return None
+        return tenant if tenant.name == name else None
 
     # -- tenants ----------------------------------------------------------------
 
@@ -217,17 +223,20 @@ class TenantStore:
             changes += ["disk_quota_bytes", check_limit(disk_quota_bytes, "disk_quota_bytes")]
         if spark_weight is not None:
             changes += ["spark_weight", check_spark_weight(spark_weight)]
-        before = self.get(tenant_id) if name is not None else None
-        if before is not None and name != before.name:
-            self._claim_name(check_name(name), tenant_id)
-        flat = self.storage.call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
+        if name is not None:
+            self.get(tenant_id)  # NotFound before the name is looked at
+            self._claim_name(name, tenant_id)
+        reply = self.storage.call(self._update, keys=[k.tenant_record(tenant_id)], args=changes)
+        flat = reply[1:]
         tenant = tenant_from_record(tenant_id, dict(zip(flat[::2], flat[1::2])))
         if tenant is None:
             if name is not None:
                 self._release_name(name, tenant_id)
             raise tenant_not_found(tenant_id)
-        if before is not None and name != before.name:
-            self._release_name(before.name, tenant_id)
+        # The name the record had just before this change (another rename may have raced this one).
+        before = reply[0].decode()
+        if name is not None and before != name:
+            self._release_name(before, tenant_id)
         return tenant
 
     def delete(self, tenant_id: str) -> None:
