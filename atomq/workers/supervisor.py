@@ -46,6 +46,10 @@ from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerPro
 
 log = logging.getLogger("atomq.supervisor")
 
+WAKE_SPACING_S = 0.02
+"""The least time between two rounds that finished executions woke: under many executions a second,
+rounds do not run back to back, and each one sees every slot freed meanwhile."""
+
 EXECUTION_FUNCTION = "atomq.workers.execution.run"
 SUPERVISION_PART = "listener supervision"
 """The name ``/v1/ready`` gives the supervisor's loop when it fails."""
@@ -245,6 +249,7 @@ class Supervisor:
         """Waits for the next round: ``timeout_s``, or less when an execution ends meanwhile (its slot
         is free, and on an exclusive queue the next execution waits for it)."""
         try:
-            self.listeners.wait_for_wake(timeout_s)
+            if self.listeners.wait_for_wake(timeout_s):
+                stop.wait(WAKE_SPACING_S)  # the executions that end meanwhile share the round
         except AtomqError:
             stop.wait(timeout_s)  # the round itself will report the store's failure
