@@ -45,3 +45,23 @@ def test_a_stale_value_serves_while_one_background_read_runs_and_a_failed_read_k
     outcome["next"] = "third"
     wait_until(lambda: figure.get() == "third", 10, "a later read working again")
     assert figure.set("mine") == "mine" and figure.get() == "mine", "a value this process set serves at once"
+
+
+def test_a_read_that_began_before_a_change_of_this_process_does_not_undo_it() -> None:
+    started, release = threading.Event(), threading.Event()
+    values = iter(["first", "read before the change"])
+
+    def read() -> str:
+        value = next(values)
+        if value != "first":
+            started.set()
+            release.wait(10)
+        return value
+
+    figure = Refreshed(read, every_s=0, what="test figure")
+    assert figure.get() == "first"
+    assert figure.get() == "first" and started.wait(10), "a background read under way"
+    figure.set("changed here")
+    release.set()
+    wait_until(lambda: not figure._refreshing.locked(), 10, "the background read to end")
+    assert figure.get() == "changed here"

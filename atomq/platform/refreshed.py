@@ -33,6 +33,8 @@ class Refreshed(Generic[T]):
         self._held: tuple[float, T] | None = None
         self._refreshing = threading.Lock()
         self._failing = False
+        self._sets = 0
+        """How often :meth:`set` held a value: a read that began before one does not replace it."""
 
     def get(self) -> T:
         held = self._held
@@ -44,21 +46,26 @@ class Refreshed(Generic[T]):
 
     def set(self, value: T) -> T:
         """Holds ``value`` as just read (a change this process made itself)."""
+        self._sets += 1
         self._held = (time.monotonic(), value)
         return value
 
     def _refresh(self) -> None:
+        sets = self._sets
         try:
-            self.set(self._read())
+            value = self._read()
+            if self._sets == sets:  # else this process changed it meanwhile: that value is newer
+                self._held = (time.monotonic(), value)
             if self._failing:
                 self._failing = False
                 log.info("reading the %s works again", self._what)
-        except AtomqError as exc:
+        except Exception as exc:  # whatever it is, the held value serves and the read is tried again
             held = self._held
             if held is not None:
                 self._held = (time.monotonic(), held[1])  # tried again a period from now
             if not self._failing:
                 self._failing = True
-                log.warning("cannot read the %s (%s); the last one read serves meanwhile", self._what, exc.message)
+                reason = exc.message if isinstance(exc, AtomqError) else repr(exc)
+                log.warning("cannot read the %s (%s); the last one read serves meanwhile", self._what, reason)
         finally:
             self._refreshing.release()
