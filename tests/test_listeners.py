@@ -9,6 +9,7 @@ forking workers of ``atomq serve --workers N`` are tested end to end in
 
 from __future__ import annotations
 
+import secrets
 import json
 import logging
 import time
@@ -69,7 +70,7 @@ class Tenant:
 
 @pytest.fixture
 def tenant(harness: Harness) -> Iterator[Tenant]:
-    created = harness.owner.create_tenant("listeners", rate_limit_per_minute=1000)
+    created = harness.owner.create_tenant(f"listeners-{secrets.token_hex(4)}", rate_limit_per_minute=1000)
     with AtomqClient(harness.url, created["api_key"]) as api:
         yield Tenant(created["id"], api)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ class Tenant:
 
 @pytest.fixture
 def tenant(node: InProcessNode) -> Iterator[Tenant]:
-    created = node.owner.create_tenant("spark", rate_limit_per_minute=1000)  # so the node counts requests
+    created = node.owner.create_tenant(f"spark-{secrets.token_hex(4)}", rate_limit_per_minute=1000)  # so the node counts requests
     with AtomqClient(node.url, created["api_key"]) as api:
         yield Tenant(created["id"], created["api_key"], api)
 

@@ -7,6 +7,7 @@ thread of its own in the tenant's FAIR pool.
 
 from __future__ import annotations
 
+import secrets
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -59,7 +60,8 @@ class Tenant:
 
 @pytest.fixture
 def tenant(harness: Harness) -> Iterator[Tenant]:
-    created = harness.owner.create_tenant("spark-listeners", rate_limit_per_minute=1000, spark_weight=2)
+    created = harness.owner.create_tenant(f"spark-listeners-{secrets.token_hex(4)}", rate_limit_per_minute=1000,
+                                           spark_weight=2)
     with AtomqClient(harness.url, created["api_key"]) as api:
         yield Tenant(created["id"], api)
 

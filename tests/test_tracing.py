@@ -11,6 +11,7 @@ turns tracing on turns it off again.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class Tenant:
 
 @pytest.fixture
 def tenant(traced_node: InProcessNode) -> Iterator[Tenant]:
-    created = traced_node.owner.create_tenant("traced")
+    created = traced_node.owner.create_tenant(f"traced-{secrets.token_hex(4)}")
     with AtomqClient(traced_node.url, created["api_key"]) as api:
         yield Tenant(created["id"], api)
 

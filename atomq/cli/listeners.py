@@ -12,6 +12,7 @@ from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
+from atomq.errors import NotFound
 
 
 @click.group()
@@ -101,8 +102,9 @@ def listeners_show(c: AtomqClient, name: str) -> None:
               help="Most messages one execution processes.")
 @click.option("--max-concurrent", "max_concurrent", type=click.IntRange(0, defaults.MAX_CONCURRENT_EXECUTIONS),
               default=0, show_default=True, help="Most executions running at once (0: no limit).")
-@click.option("--engine", type=click.Choice(["fork", "spark"]), default="fork", show_default=True,
-              help="What runs the executions: a forked work horse, or a DataFrame pipeline on the Spark worker.")
+@click.option("--engine", type=click.Choice(["fork", "spark"]),
+              help="What runs the executions: a forked work horse, or a DataFrame pipeline on the Spark worker "
+                   "(default: fork, or on a redeploy the listener's own).")
 @click.option("--setting", "pairs", multiple=True, metavar="KEY=VALUE",
               help="A setting of the process, its value a string (repeatable; overrides --settings-json), "
                    "e.g. --setting to=results for forward.")
@@ -110,12 +112,17 @@ def listeners_show(c: AtomqClient, name: str) -> None:
               help="The process's settings as a JSON object, for values that are not strings.")
 @connection_options
 def listeners_deploy(c: AtomqClient, name: str, queue: str, process: str, subscriber: str | None,
-                     batch_size: int, max_concurrent: int, engine: str, pairs: tuple[str, ...],
+                     batch_size: int, max_concurrent: int, engine: str | None, pairs: tuple[str, ...],
                      settings_json: str | None) -> None:
     """Deploy listener NAME, or redeploy it (its state and counts stay).
 
     The process must be registered and accept the settings, else nothing is deployed.
     """
+    if engine is None:
+        try:
+            engine = str(c.listener(name)["engine"])
+        except NotFound:
+            engine = "fork"
     x = c.put_listener(name, queue, process, subscriber=subscriber, batch_size=batch_size,
                        max_concurrent_executions=max_concurrent, engine=engine,
                        settings=_settings(settings_json, pairs))
