@@ -76,6 +76,8 @@ class PublishedMany:
     dropped: int = 0
     stored: set[int] = field(default_factory=set)
     """The positions of the messages stored."""
+    not_synced: NotDurable | None = None
+    """A group's refusal as stored but not synced in time: the publish answers it once all are stored."""
 
     def record(self, positions: list[int], ids: list[str], dropped: int) -> None:
         """Notes a group stored: the messages at ``positions`` got ``ids``."""
@@ -171,7 +173,6 @@ class Sending:
         encoded = self._encode_each(messages, topics)
         done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
         refresh = False
-        not_durable: NotDurable | None = None
         for _ in range(MAX_ROUTE_RETRIES):
             version, matcher = self._topics.matcher(tenant, refresh)
             reach = {t: matcher.match(t) for t in dict.fromkeys(topics)}
@@ -192,15 +193,15 @@ class Sending:
                         # Stored, not synced in time (its ids, when known): the other groups go on, and
                         # the publish answers as a send would, not_durable, once all are stored.
                         done.record(positions, exc.details.get("ids") or [], 0)
-                        not_durable = not_durable or exc
+                        done.not_synced = done.not_synced or exc
                         continue
                     done.record(positions, sent.ids, sent.dropped)
             except (StaleRoute, _StaleTopics, NotFound):
                 refresh = True
                 continue
             done.topics = {t: list(reach[t]) for t in sorted(reach)}
-            if not_durable is not None:
-                raise not_durable
+            if done.not_synced is not None:
+                raise done.not_synced
             return done
         raise Conflict("the queues attracting the topics kept changing during the publish; try again")
 
