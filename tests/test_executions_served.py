@@ -7,6 +7,7 @@ tenant of its own.
 
 from __future__ import annotations
 
+import secrets
 import contextlib
 import json
 import signal
@@ -44,7 +45,7 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture
 def api(node: AtomqServe) -> Iterator[AtomqClient]:
-    with node.tenant_client("executions") as client:
+    with node.tenant_client(f"executions-{secrets.token_hex(4)}") as client:  # names are unique in the node's store
         yield client
 
 
