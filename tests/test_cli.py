@@ -62,9 +62,18 @@ def test_audit_reports_a_consistent_data_dir_and_repairs_usage_counters(tmp_path
         server.stop()
     broken = run("audit", "--data-dir", str(tmp_path))
     assert broken.returncode == 1 and "usage counters say" in broken.stdout
+    as_json = run("audit", "--data-dir", str(tmp_path), "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    report = json.loads(as_json.stdout)
+    (entry,) = report["tenants"]
+    assert entry["tenant"] == "t_audited" and report["problems"] == len(entry["problems"]) > 0
+    assert any("usage counters say" in p for p in entry["problems"])
     repaired = run("audit", "--data-dir", str(tmp_path), "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "t_audited: usage set to" in repaired.stdout and "t_audited: consistent" in repaired.stdout
+    again = json.loads(run("audit", "--data-dir", str(tmp_path), "--repair", "--json").stdout)
+    assert again["problems"] == 0 and again["tenants"][0]["problems"] == []
+    assert again["tenants"][0]["repaired"]["messages"] >= 1
 
 
 def test_help_explains_each_command() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import redis
@@ -31,7 +33,9 @@ AUDIT_RECHECK_S = 0.5
 @click.option("--tenant", "tenants", multiple=True, help="Tenant id to audit (repeatable; default: all).")
 @click.option("--repair", is_flag=True,
               help="Recount each tenant's usage counters from its data first (run it while the tenant is quiet).")
-def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repair: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object: {"tenants": [{"tenant", "problems", "repaired"?}], "problems": n}.')
+def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repair: bool, as_json: bool) -> None:
     """Check that every tenant's queues, deliveries, documents and usage agree; exit 1 if not.
 
     On the data directory of a running node, the audit goes through that node's embedded Valkey;
@@ -51,10 +55,15 @@ def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repai
         qs = QueueServer(client, migrate=False)
         live = server is None  # a store a node may be writing to while the audit reads
         bad = 0
+        report: list[dict[str, Any]] = []
         for tenant in tenants or qs.tenants():
+            entry: dict[str, Any] = {"tenant": tenant}
             if repair:
                 counted = repair_usage(client, tenant)
-                click.echo(f"{tenant}: usage set to {counted['stored_bytes']} bytes, {counted['messages']} messages")
+                entry["repaired"] = {"stored_bytes": counted["stored_bytes"], "messages": counted["messages"]}
+                if not as_json:
+                    click.echo(f"{tenant}: usage set to {counted['stored_bytes']} bytes, "
+                               f"{counted['messages']} messages")
             problems = audit_tenant(client, tenant)
             if problems and live:
                 # It reads the tenant's keys one by one while the node serves it: a send or an
@@ -62,7 +71,11 @@ def audit(redis_url: str | None, data_dir: Path, tenants: tuple[str, ...], repai
                 time.sleep(AUDIT_RECHECK_S)
                 problems = [p for p in audit_tenant(client, tenant) if p in problems]
             bad += len(problems)
-            click.echo(f"{tenant}: " + ("consistent" if not problems else "; ".join(problems)))
+            report.append({**entry, "problems": problems})
+            if not as_json:
+                click.echo(f"{tenant}: " + ("consistent" if not problems else "; ".join(problems)))
+        if as_json:
+            click.echo(json.dumps({"tenants": report, "problems": bad}, indent=2))
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None
     finally:
