@@ -10,18 +10,13 @@ import click
 
 from atomq import defaults
 from atomq.cli.connection import connection_options
+from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit
 from atomq.client import AtomqClient, wire
 
 
 def _properties(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str] | None:
-    out: dict[str, str] = {}
-    for item in value:
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{item!r} is not NAME=VALUE")
-        out[name] = text
-    return out or None
+    return dict(name_value_pairs(value)) or None
 
 
 _timing_options = [

@@ -1,8 +1,10 @@
-"""What several commands share: options named after their ``ATOMQ_*`` variable, and ``--log-format``."""
+"""What several commands share: options named after their ``ATOMQ_*`` variable, ``--log-format``,
+and NAME=VALUE arguments."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
@@ -28,3 +30,12 @@ log_format_option = click.option(
     expose_value=False, callback=_setup_logging,
     help="Log lines as text, or as JSON objects: time, level, logger, message, and tenant, queue, listener, "
          "trace_id and span_id when known. Traces: see the OTEL_* variables in the README.")
+
+
+def name_value_pairs(items: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(NAME, VALUE) of each ``NAME=VALUE`` (split at the first ``=``; VALUE may be empty)."""
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        yield name, text

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from atomq.cli.connection import connection_options
+from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
 
@@ -31,10 +32,7 @@ def server_show(c: AtomqClient) -> None:
 def _value(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> dict[str, Any]:
     """NAME=VALUE pairs; a VALUE that reads as JSON (a number, a list, an object) is that, else text."""
     changes: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE")
+    for name, text in name_value_pairs(pairs):
         try:
             changes[name] = json.loads(text)
         except ValueError:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import click
-
 from typing import Any
+
+import click
 
 from atomq import defaults
 from atomq.cli.confirm import confirm, yes_option
