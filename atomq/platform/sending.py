@@ -129,29 +129,10 @@ class Sending:
         """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
         or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
         de-duplication window stores nothing again and answers with its original id."""
-        tk = k.TenantKeys(check_tenant_id(tenant))
         check_topic(topic)
-        args_tail, dedupe_ids = self._encode_batch(messages, [topic] * len(messages))
-        dedupe_keys = [tk.topic_dedupe(topic, d) for _, d in dedupe_ids]
-        refresh = False
-        for _ in range(MAX_ROUTE_RETRIES):
-            version, matcher = self._topics.matcher(tenant, refresh)
-            queues = matcher.match(topic)
-            if not queues:
-                # No script runs to check a cached matcher's version: check it here, so a
-                # pattern another node (or call) just added is not missed.
-                if not refresh and self._topics.version(tenant) != version:
-                    refresh = True
-                    continue
-                return Published(ids=[], queues=[])
-            try:
-                sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t", dedupe_keys,
-                                   args_tail, quota_bytes)
-            except (StaleRoute, _StaleTopics, NotFound):
-                refresh = True
-                continue
-            return Published(ids=sent.ids, queues=queues, dropped=sent.dropped)
-        raise Conflict("the queues attracting the topic kept changing during the publish; try again", topic=topic)
+        done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes)
+        # One group: every message stored, or (no queue attracts the topic) none.
+        return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped)
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
                      quota_bytes: int = 0, progress: PublishedMany | None = None) -> PublishedMany:
@@ -167,15 +148,18 @@ class Sending:
         tk = k.TenantKeys(check_tenant_id(tenant))
         if len(topics) != len(messages):
             raise InvalidInput("one topic a message", field="messages")
+        first: dict[str, int] = {}
         for i, topic in enumerate(topics):
-            check_topic(topic, field=f"messages.{i}.topic")
+            first.setdefault(topic, i)
+        for topic, i in first.items():
+            check_topic(topic, field=f"messages.{i}.topic")  # each topic once, named by its first place
         self._check_batch_size(messages)
         encoded = self._encode_each(messages, topics)
         done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
         refresh = False
         for _ in range(MAX_ROUTE_RETRIES):
             version, matcher = self._topics.matcher(tenant, refresh)
-            reach = {t: matcher.match(t) for t in dict.fromkeys(topics)}
+            reach = {t: matcher.match(t) for t in first}
             if not refresh and not all(reach.values()) and self._topics.version(tenant) != version:
                 refresh = True  # as in publish: a pattern just added elsewhere must not be missed
                 continue
@@ -203,6 +187,9 @@ class Sending:
             if done.not_synced is not None:
                 raise done.not_synced
             return done
+        if len(set(topics)) == 1:
+            raise Conflict("the queues attracting the topic kept changing during the publish; try again",
+                           topic=topics[0])
         raise Conflict("the queues attracting the topics kept changing during the publish; try again")
 
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
@@ -264,12 +251,11 @@ class Sending:
             raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
                            field="messages", limit=s.max_documents_per_send)
 
-    def _encode_batch(self, messages: Sequence[OutgoingMessage],
-                      topics: Sequence[str] | None = None) -> tuple[list[Any], list[tuple[str, str]]]:
-        """The script's arguments for the messages (``messages[i]`` published to ``topics[i]``, if
-        given), and the batch's distinct (topic, dedupe id) pairs in order (topic "" for a send)."""
+    def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[tuple[str, str]]]:
+        """The script's arguments for a send's messages, and the batch's distinct ("", dedupe id)
+        pairs in order."""
         self._check_batch_size(messages)
-        return _assembled(self._encode_each(messages, topics))
+        return _assembled(self._encode_each(messages))
 
     def _encode_each(self, messages: Sequence[OutgoingMessage],
                      topics: Sequence[str] | None = None) -> list[_Encoded]:
