@@ -74,6 +74,9 @@ METRICS_MAX_TENANTS = 100
 with many tenants does not flood its Prometheus."""
 METRICS_MAX_QUEUES = 100
 """As ``METRICS_MAX_TENANTS``, for one tenant's queues and listeners."""
+METRICS_WAIT_S = 1.5
+"""How long a ``/metrics`` scrape waits for the tenants' figures to be read before it answers with
+the last ones read: well inside a Prometheus scrape's time-out (10 s by default)."""
 
 # A queue and what its callers ask of it.
 

@@ -14,13 +14,15 @@ exports the store's figures as the exporting node's does.
   scale     for each N of --tenants (default 10,1000,10000): N tenants with
             10 queues each, one ready message in each queue (nothing due);
             the median of --repeat (default 5) of a maintenance round
-            (`maintain_all`, as the node's loop runs it) and of a
-            GET /metrics with the owner key (the scrape's size too)
+            (`maintain_all`, as the node's loop runs it), of a
+            GET /metrics with the owner key (the scrape's size too; past
+            its wait it serves the last tenants' figures read), and of
+            one read of the tenants' figures that a scrape serves
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: message_bytes, raw_entry_bytes, message_ratio, idle_queue_bytes,
 idle_tenant_bytes, and "scale": {"<N>": {"round_ms", "scrape_ms",
-"scrape_bytes"}}. Exit status 1 when a check fails, 130 on Ctrl-C.
+"scrape_bytes", "tenant_read_ms"}}. Exit status 1 when a check fails, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from pathlib import Path
 
 import redis
 
+from atomq import defaults
 from atomq.api import create_app
+from atomq.api.metrics import TenantFigures
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
 from atomq.platform import keys as k
@@ -106,8 +110,8 @@ def timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
-def scale(qs: QueueServer, tenants: TenantStore, http: object, counts: list[int], repeat: int
-          ) -> dict[str, dict[str, float]]:
+def scale(services: Services, http: object, counts: list[int], repeat: int) -> dict[str, dict[str, float]]:
+    qs, tenants = services.queues, services.tenants
     out: dict[str, dict[str, float]] = {}
     made = 0
     msg = [OutgoingMessage(documents=(OutgoingDocument("waiting"),))]
@@ -128,9 +132,12 @@ def scale(qs: QueueServer, tenants: TenantStore, http: object, counts: list[int]
             return len(answer.data)
 
         scrape_ms, size = timed_ms(scrape, repeat)
+        read_ms, _ = timed_ms(TenantFigures(services, defaults.METRICS_MAX_TENANTS, defaults.METRICS_MAX_QUEUES).read,
+                              repeat)
         out[str(count)] = {"round_ms": round(round_ms, 1), "scrape_ms": round(scrape_ms, 1),
-                           "scrape_bytes": int(size)}  # type: ignore[arg-type]
-        progress(f"    round {round_ms:.1f} ms, scrape {scrape_ms:.1f} ms ({size} bytes)")
+                           "scrape_bytes": int(size), "tenant_read_ms": round(read_ms, 1)}  # type: ignore[arg-type]
+        progress(f"    round {round_ms:.1f} ms, scrape {scrape_ms:.1f} ms ({size} bytes), "
+                 f"a read of the tenants' figures {read_ms:.1f} ms")
     return out
 
 
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         services = Services(queues=qs, tenants=tenants, longpolls=LongPollLimiter(2))
         check(Lease(qs.storage, k.MAINTENANCE_LEASE, f"{services.node_id}:{os.getpid()}", 3600).acquire(),
               "the maintenance lease is taken")
-        result["scale"] = scale(qs, tenants, create_app(services).test_client(), counts, args.repeat)
+        result["scale"] = scale(services, create_app(services).test_client(), counts, args.repeat)
     if bench.status is not None:
         return bench.status
     print(f"a stored 1 KiB message: {result['message_bytes']} bytes; a raw stream entry: {result['raw_entry_bytes']} "
@@ -176,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"an idle queue: {result['idle_queue_bytes']} bytes; an idle tenant: {result['idle_tenant_bytes']} bytes")
     for count, figures in result["scale"].items():  # type: ignore[attr-defined]
         print(f"{count:>6} tenants: maintenance round {figures['round_ms']} ms, /metrics {figures['scrape_ms']} ms "
-              f"({figures['scrape_bytes']} bytes)")
+              f"({figures['scrape_bytes']} bytes), a read of the tenants' figures {figures['tenant_read_ms']} ms")
     print(json.dumps(result), flush=True)
     return 0
 

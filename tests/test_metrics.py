@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -9,9 +11,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from atomq.api.auth import METRICS_PUBLIC
-from atomq.api.metrics import METRICS_MAX_QUEUES, QUEUE_COUNTERS, REFUSAL_COUNTERS
+from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_WAIT_S, QUEUE_COUNTERS, REFUSAL_COUNTERS, TenantFigures
 from atomq.client import AtomqClient
-from atomq.errors import QuotaExceeded, RateLimited
+from atomq.errors import QuotaExceeded, RateLimited, StorageError
 from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.lease import Lease
@@ -19,6 +21,7 @@ from atomq.workers import processes
 from support.in_process_executions import run_executions
 from support.in_process_node import InProcessNode
 from support.listener_processes import always_fail, registered
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-metrics-tests"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -181,3 +184,49 @@ def test_metrics_need_the_owner_key_unless_public(node: InProcessNode, monkeypat
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
     monkeypatch.setitem(node.app.config, METRICS_PUBLIC, True)
     assert requests.get(f"{node.url}/metrics", timeout=10).status_code == 200
+
+
+def test_a_slow_read_of_the_tenants_answers_with_the_last_figures_and_their_age(node: InProcessNode,
+                                                                                 monkeypatch) -> None:
+    """With thousands of tenants the read outlasts a scrape's time-out: the scrape answers in time
+    with the last figures read, says how old they are, and the next scrape has the new ones."""
+    tenant = node.owner.create_tenant("slowly-read")
+    lease = export_here(node)
+    release = threading.Event()
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as api:
+            api.put_queue("q")
+            api.send_texts("q", ["a"])
+            first = scrape(node)
+            assert value(first, "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 1
+            assert value(first, "atomq_metrics_tenant_figures_age_seconds") >= 0
+            api.send_texts("q", ["b"])
+            monkeypatch.setitem(node.app.config, METRICS_WAIT_S, 0.3)
+            read = TenantFigures.read
+            monkeypatch.setattr(TenantFigures, "read", lambda self: release.wait(30) and read(self))
+            started = time.monotonic()
+            held = scrape(node)
+            assert time.monotonic() - started < 5
+            assert value(held, "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 1
+            assert value(held, "atomq_metrics_tenant_figures_age_seconds") >= 0.3
+            assert value(held, "atomq_server_up") == 1  # the server's figures are read at every scrape
+            release.set()
+            wait_until(lambda: value(scrape(node), "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 2,
+                       30, "a scrape after the slow read with its figures")
+    finally:
+        release.set()
+        lease.release()
+
+
+def test_a_read_of_the_tenants_that_fails_fails_the_scrape_that_waits_for_it(node: InProcessNode,
+                                                                             monkeypatch) -> None:
+    lease = export_here(node)
+    try:
+        def down(self: TenantFigures) -> list:
+            raise StorageError("the store is down")
+
+        monkeypatch.setattr(TenantFigures, "read", down)
+        response = requests.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {OWNER}"}, timeout=30)
+        assert response.status_code == 503 and response.json()["error"]["code"] == "storage_unavailable"
+    finally:
+        lease.release()

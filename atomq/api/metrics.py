@@ -10,6 +10,10 @@ Two kinds of figures, kept where every node can read them:
 - request latency is recorded by each process's OpenTelemetry histogram and
   summed in Redis (``atomq.api.latency``); the exporting node serves it too.
 
+The tenants' figures and the latency are read in a background build that a
+scrape waits for only ``METRICS_WAIT_S`` (``atomq.api.metrics_builds``): with
+thousands of tenants, the scrape answers in time with the last build's figures.
+
 prometheus_client writes the text format: the SDK's own Prometheus reader
 shows only the process it runs in and has no way to render a histogram
 summed elsewhere. Label sets stay bounded: the first ``METRICS_MAX_TENANTS``
@@ -20,6 +24,7 @@ each (by name) get series of their own; the rest are added up under
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -32,6 +37,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from atomq import defaults
 from atomq.api.auth import METRICS_PUBLIC, require_owner
 from atomq.api.latency import BOUNDS_S, LABELS, LatencyRecorder
+from atomq.api.metrics_builds import FigureBuilds
 from atomq.api.server import server_state
 from atomq.api.services import Services
 from atomq.platform import keys as k
@@ -45,6 +51,8 @@ blp = Blueprint("metrics", __name__)
 
 METRICS_MAX_TENANTS = "METRICS_MAX_TENANTS"
 METRICS_MAX_QUEUES = "METRICS_MAX_QUEUES"
+METRICS_WAIT_S = "METRICS_WAIT_S"
+BUILDS_EXTENSION = "atomq_metrics_builds"
 OTHER = "other"
 
 QUEUE_GAUGES = {
@@ -93,10 +101,25 @@ def metrics() -> Response:
     if recorder is not None:
         recorder.flush()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PlatformCollector(
-        services, current_app.config.get(METRICS_MAX_TENANTS, defaults.METRICS_MAX_TENANTS),
-        current_app.config.get(METRICS_MAX_QUEUES, defaults.METRICS_MAX_QUEUES)))
+    registry.register(PlatformCollector(services, _builds(), current_app.config.get(METRICS_WAIT_S,
+                                                                                    defaults.METRICS_WAIT_S)))
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+_making_builds = threading.Lock()
+
+
+def _builds() -> FigureBuilds:
+    """The app's builds of the tenants' figures, made at its first scrape."""
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    with _making_builds:
+        builds: FigureBuilds | None = app.extensions.get(BUILDS_EXTENSION)
+        if builds is None:
+            services: Services = app.extensions["atomq"]
+            builds = app.extensions[BUILDS_EXTENSION] = FigureBuilds(lambda: TenantFigures(
+                services, app.config.get(METRICS_MAX_TENANTS, defaults.METRICS_MAX_TENANTS),
+                app.config.get(METRICS_MAX_QUEUES, defaults.METRICS_MAX_QUEUES)).read())
+        return builds
 
 
 def exports_shared_figures(services: Services) -> bool:
@@ -116,12 +139,12 @@ class _Capped:
 
 
 class PlatformCollector(Collector):
-    """Reads the figures at scrape time; nothing is kept between scrapes."""
+    """The server's figures read at scrape time, the tenants' from the builds."""
 
-    def __init__(self, services: Services, max_tenants: int, max_queues: int) -> None:
+    def __init__(self, services: Services, builds: FigureBuilds, wait_s: float) -> None:
         self._s = services
-        self._max_tenants = max_tenants
-        self._max_queues = max_queues
+        self._builds = builds
+        self._wait_s = wait_s
 
     def collect(self) -> Iterator[Metric]:
         exporting = exports_shared_figures(self._s)
@@ -130,11 +153,13 @@ class PlatformCollector(Collector):
         flag.add_metric([self._s.node_id], 1 if exporting else 0)
         yield flag
         if exporting:
-            tenants = self._s.tenants.list()
-            tenant_label = _Capped((t.id for t in tenants), self._max_tenants)
             yield from self._server()
-            yield from self._tenants(tenants, tenant_label)
-            yield from self._latency({t.id for t in tenants}, tenant_label)
+            figures = self._builds.latest(self._wait_s)
+            if figures is not None:
+                yield GaugeMetricFamily("atomq_metrics_tenant_figures_age_seconds",
+                                        "Time since the read of the tenants' figures (and the request "
+                                        "latency) served here began", value=round(figures.age_s, 3))
+                yield from figures.metrics
 
     def _server(self) -> Iterator[Metric]:
         state = server_state(self._s)
@@ -164,6 +189,20 @@ class PlatformCollector(Collector):
             if state.get(field) is not None:
                 yield GaugeMetricFamily(f"atomq_{field}", text, value=state[field])
 
+
+class TenantFigures:
+    """Every tenant's figures, with series of their own up to the caps, and the request latency."""
+
+    def __init__(self, services: Services, max_tenants: int, max_queues: int) -> None:
+        self._s = services
+        self._max_tenants = max_tenants
+        self._max_queues = max_queues
+
+    def read(self) -> list[Metric]:
+        tenants = self._s.tenants.list()
+        tenant_label = _Capped((t.id for t in tenants), self._max_tenants)
+        return [*self._tenants(tenants, tenant_label), *self._latency({t.id for t in tenants}, tenant_label)]
+
     def _tenants(self, tenants: list[Tenant], tenant_label: _Capped) -> Iterator[Metric]:
         s = self._s
         info = GaugeMetricFamily("atomq_tenant_info", "A tenant's name", labels=["tenant", "name"])
@@ -188,12 +227,11 @@ class PlatformCollector(Collector):
                 refusals[kind][tl] += n
             queues = s.queues.list_queues(t.id)
             queue_label = _Capped((q.name for q in queues), self._max_queues if tl != OTHER else 0)
-            totals = s.queues.counters.queue_totals(t.id, [q.name for q in queues])
             for q in queues:
                 key = (tl, queue_label(q.name))
                 for name in QUEUE_GAUGES:
                     queue_gauges[name][key] += getattr(q, name)
-                for kind, n in totals.get(q.name, {}).items():
+                for kind, n in q.totals.items():
                     queue_counts[kind][key] += n
             listeners = s.listeners.of_tenant(t.id)
             listener_label = _Capped((li.name for li in listeners), self._max_queues if tl != OTHER else 0)

@@ -82,13 +82,18 @@ from atomq.errors import AtomqError
               show_default=True, **env("METRICS_MAX_QUEUES"),
               help="Queues (and listeners) of a tenant with series of their own; the rest add up under "
                    "queue=\"other\".")
+@click.option("--metrics-wait", type=click.FloatRange(0.1), default=defaults.METRICS_WAIT_S, show_default=True,
+              metavar="SECONDS", **env("METRICS_WAIT"),
+              help="How long a /metrics scrape waits for the tenants' figures to be read; past it, the scrape "
+                   "answers with the last ones read and their age (atomq_metrics_tenant_figures_age_seconds). "
+                   "Keep it under Prometheus's scrape_timeout.")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, appendfsync: str,
           http_workers: int,
           threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, replace_owner_key: bool, advertise_url: str | None,
           execution_timeout: int,
           max_send_documents: int, spark: bool | None, spark_master: str, metrics_public: bool,
-          metrics_max_tenants: int, metrics_max_queues: int) -> None:
+          metrics_max_tenants: int, metrics_max_queues: int, metrics_wait: float) -> None:
     """Run the main node: the HTTP API on the embedded Valkey or on --redis-url.
 
     It runs listeners out of the box: 2 execution workers (--workers), and a Spark worker
@@ -111,6 +116,7 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,
                             spark={None: "on_demand", True: "at_start", False: "never"}[spark],
                             spark_master=spark_master, metrics_public=metrics_public,
-                            metrics_max_tenants=metrics_max_tenants, metrics_max_queues=metrics_max_queues))
+                            metrics_max_tenants=metrics_max_tenants, metrics_max_queues=metrics_max_queues,
+                            metrics_wait_s=metrics_wait))
     except AtomqError as exc:
         raise click.ClickException(exc.message) from None

@@ -38,6 +38,7 @@ class NodeConfig:
     metrics_public: bool = False
     metrics_max_tenants: int = defaults.METRICS_MAX_TENANTS
     metrics_max_queues: int = defaults.METRICS_MAX_QUEUES
+    metrics_wait_s: float = defaults.METRICS_WAIT_S
 
     @property
     def api_url(self) -> str:

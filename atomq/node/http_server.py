@@ -22,7 +22,7 @@ from gunicorn.workers.gthread import ThreadWorker
 from atomq import defaults, telemetry
 from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
-from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS
+from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
@@ -109,7 +109,7 @@ class Node(BaseApplication):  # type: ignore[misc]  # gunicorn has no type infor
         c = self.config
         app = create_app(services, {"MAX_CONTENT_LENGTH": c.max_request_bytes, METRICS_PUBLIC: c.metrics_public,
                                     METRICS_MAX_TENANTS: c.metrics_max_tenants,
-                                    METRICS_MAX_QUEUES: c.metrics_max_queues})
+                                    METRICS_MAX_QUEUES: c.metrics_max_queues, METRICS_WAIT_S: c.metrics_wait_s})
         app.extensions[HEALTH_EXTENSION] = HealthBoard(c.data_dir / HEALTH_DIR)
         return app
 
