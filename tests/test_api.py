@@ -248,6 +248,45 @@ def test_send_get_ack_nack_extend(acme) -> None:
     assert acme("GET", "/v1/queues/jobs", status=200)["depth"] == 0
 
 
+def test_a_release_gives_deliveries_back_at_once_not_counted_as_failed(acme) -> None:
+    acme("PUT", "/v1/queues/stuck", {"model": "point_to_point", "max_redeliveries": 1}, 201)
+    ids = send(acme, "stuck", "a", "b", "c")
+    taken = acme("POST", "/v1/queues/stuck/get", {"max": 3}, 200)["messages"]
+    released = acme("POST", "/v1/queues/stuck/release", {"ids": [ids[0]]}, 200)
+    assert released == {"released": 1}
+    assert acme("POST", "/v1/queues/stuck/release", {"receipts": [taken[1]["receipt"]]}, 200) == {"released": 1}
+    assert acme("POST", "/v1/queues/stuck/release", {"ids": ids[:2]}, 200) == {"released": 0}, "no longer in flight"
+    again = acme("POST", "/v1/queues/stuck/get", {"max": 3}, 200)["messages"]
+    assert [(m["id"], m["delivery_count"], m["redelivered"]) for m in again] == [
+        (ids[0], 2, True), (ids[1], 2, True)], "back at once, the third still in flight"
+    # One redelivery is allowed: had a release counted as a failed delivery, this nack would dead-letter.
+    assert acme("POST", "/v1/queues/stuck/nack", {"ids": [ids[0]], "reason": "x"}, 200) == {
+        "requeued": 1, "dead_lettered": 0}
+    assert acme("POST", "/v1/queues/stuck/release", {"ids": ids, "consumer": "one"}, 400)["error"]["code"] == \
+        "invalid_input"
+    assert acme("POST", "/v1/queues/stuck/release", {}, 400)["error"]["details"]["fields"] == {
+        "json": {"ids": ["give either ids or receipts"]}}
+    assert acme("POST", "/v1/queues/nowhere/release", {"ids": ids}, 404)["error"]["code"] == "not_found"
+    acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe"}, 201)
+    acme("PUT", "/v1/queues/feed/subscribers/audit", {}, 201)
+    (fed,) = send(acme, "feed", "f")
+    assert [m["id"] for m in acme("POST", "/v1/queues/feed/get", {"subscriber": "audit"}, 200)["messages"]] == [fed]
+    assert acme("POST", "/v1/queues/feed/release", {"ids": [fed], "subscriber": "audit"}, 200) == {"released": 1}
+    assert [(sub["name"], sub["depth"], sub["in_flight"]) for sub in acme("GET", "/v1/queues/feed", status=200)[
+        "subscribers"]] == [("audit", 1, 0)]
+
+
+def test_a_release_frees_an_exclusive_queues_delivery_whoever_holds_it_and_keeps_the_order(acme) -> None:
+    acme("PUT", "/v1/queues/ordered", {"model": "point_to_point", "access": "exclusive"}, 201)
+    ids = send(acme, "ordered", "m1", "m2", "m3")
+    held = acme("POST", "/v1/queues/ordered/get", {"max": 2, "consumer": "gone"}, 200)["messages"]
+    assert [m["id"] for m in held] == ids[:2]
+    assert acme("POST", "/v1/queues/ordered/release", {"ids": [ids[0]]}, 200) == {"released": 1}
+    again = acme("POST", "/v1/queues/ordered/get", {"max": 5, "consumer": "gone"}, 200)["messages"]
+    assert [(m["id"], m["redelivered"]) for m in again] == [(ids[0], True), (ids[2], False)], \
+        "m1 before m3, as sent"
+
+
 def test_a_get_acks_the_previous_batch_in_the_same_request(acme) -> None:
     acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
     acme("POST", "/v1/queues/jobs/messages", {"messages": [{"documents": [{"data": f"m{i}"}]} for i in range(5)]}, 201)

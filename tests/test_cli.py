@@ -307,7 +307,7 @@ def test_the_owner_manages_tenants_by_name_and_confirms_what_cannot_be_undone(no
     assert gone.returncode == 1 and "not_found" in gone.stderr
 
 
-def test_deliveries_are_acked_nacked_and_extended_by_id_or_receipt(tenant_env: dict[str, str]) -> None:
+def test_deliveries_are_acked_nacked_extended_and_released_by_id_or_receipt(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
     ok("queues", "create", "work", "--max-redeliveries", "0", "--ack-timeout", "30")
     ok("send", "work", "one", "two", "three")
@@ -319,6 +319,9 @@ def test_deliveries_are_acked_nacked_and_extended_by_id_or_receipt(tenant_env: d
         "requeued": 0, "dead_lettered": 1}
     both = run("ack", "work", two["id"], "--receipt", two["receipt"], env=tenant_env)
     assert both.returncode == 2 and "one of the two" in both.stderr
+    assert "RELEASED" in ok("release", "work", "--receipt", two["receipt"])
+    (again,) = json.loads(ok("get", "work", "--json"))
+    assert (again["id"], again["redelivered"]) == (two["id"], True), "released, not dead: no failed delivery"
     assert json.loads(ok("ack", "work", two["id"], "--json")) == {"acked": 1}
     assert json.loads(ok("queues", "show", "work", "--json"))["dead_letters"] == 1
     assert "broken" in ok("dead-letters", "list", "work")

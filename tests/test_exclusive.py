@@ -139,3 +139,22 @@ def test_an_exclusive_queue_delivers_in_send_order_whatever_the_priorities(qs: Q
     rest = qs.get(tenant, "ex", max_messages=10, wait_ms=3000, consumer="a")
     assert texts(rest) == ["p9-1", "p4-3", "p7-4", "p9-5", "p4-6"], "the redelivery first, then in send order"
     assert_audit_clean(qs.client, tenant)
+
+
+def test_an_operators_release_frees_the_active_consumers_delivery_and_lists_it_by_deadline(
+        qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "ex", P2P, access="exclusive")
+    ids = send_numbered(qs, tenant, 3)
+    held = qs.take(tenant, "ex", max_messages=2, consumer="gone")
+    assert texts(held.deliveries) == ["m1", "m2"]
+    qs.extend(tenant, "ex", ids=[ids[0]], seconds=600, consumer="gone")
+    listed = qs.in_flight(tenant, "ex")
+    assert [(d.id, d.delivery_count, d.failed_deliveries) for d in listed] == [(ids[1], 1, 0), (ids[0], 1, 0)], \
+        "the first due first"
+    assert listed[0].deadline < listed[1].deadline
+    assert qs.release(tenant, "ex", ids=[ids[0]], consumer="other") == 0, "a standby's own release is refused"
+    assert qs.release(tenant, "ex", ids=[ids[0]], delay_s=0) == 1, "without a consumer: whoever holds it"
+    assert [d.id for d in qs.in_flight(tenant, "ex")] == [ids[1]]
+    again = qs.take(tenant, "ex", max_messages=5, consumer="gone")
+    assert [(d.id, d.redelivered) for d in again.deliveries] == [(ids[0], True), (ids[2], False)]
+    assert_audit_clean(qs.client, tenant)

@@ -32,7 +32,7 @@ from atomq.api.dashboard import bp as dashboard_blueprint
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
 from atomq.api.latency import LatencyRecorder
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selection, Selector
-from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema
+from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema, ReleaseSchema
 from atomq.api.services import Services
 
 
@@ -85,6 +85,6 @@ def _document_one_of_rules(api: AtomqApi) -> None:
     """States in the OpenAPI document the "exactly one of" rules that the
     schemas check in ``validates_schema``, which apispec cannot see."""
     components = api.spec.components.schemas
-    for schema in (Selection, Selector, NackSchema, ExtendSchema, BulkSelector, OutgoingDocumentSchema):
+    for schema in (Selection, Selector, NackSchema, ExtendSchema, ReleaseSchema, BulkSelector, OutgoingDocumentSchema):
         name = schema.__name__.removesuffix("Schema")
         components[name]["oneOf"] = schema.ONE_OF

@@ -21,6 +21,8 @@ from atomq.api.schemas.messages import (
     GetSchema,
     NackedSchema,
     NackSchema,
+    ReleasedSchema,
+    ReleaseSchema,
     SendResultSchema,
     SendSchema,
 )
@@ -137,3 +139,15 @@ class Extend(MethodView):
         return {"extended": services().queues.extend(current_tenant(), name, body.get("ids"), body.get("receipts"),
                                                      body.get("subscriber"), body.get("seconds"),
                                                      consumer=body.get("consumer"))}
+
+
+@blp.route("/<qname:name>/release")
+class Release(MethodView):
+    @blp.arguments(ReleaseSchema)
+    @blp.response(200, ReleasedSchema)
+    def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
+        """Gives in-flight messages back to the queue at once, not counted as failed deliveries: for a
+        consumer known to be gone, or a stuck message an operator frees. They come back with
+        ``redelivered: true``; on an exclusive queue, whoever holds them, in their order."""
+        return {"released": services().queues.release(current_tenant(), name, body.get("ids"), body.get("receipts"),
+                                                       body.get("subscriber"), delay_s=0)}

@@ -28,7 +28,7 @@ from atomq.cli.selftest import selftest
 from atomq.cli.serve import serve
 from atomq.cli.spark_worker import spark_worker
 from atomq.cli.server import server
-from atomq.cli.settle import ack, extend, nack
+from atomq.cli.settle import ack, extend, nack, release
 from atomq.cli.tenants import tenants
 from atomq.cli.worker import worker
 
@@ -56,5 +56,5 @@ def main() -> None:
 
 
 for _command in (serve, worker, demo, spark_worker, selftest, audit, server,
-                 tenants, queues, send, publish, get, ack, nack, extend, browse, dead_letters, listeners):
+                 tenants, queues, send, publish, get, ack, nack, extend, release, browse, dead_letters, listeners):
     main.add_command(_command)

@@ -1,4 +1,4 @@
-"""``atomq ack``, ``nack`` and ``extend``: settling deliveries taken by an earlier ``get``, by message
+"""``atomq ack``, ``nack``, ``extend`` and ``release``: settling deliveries taken by an earlier ``get``, by message
 id or by receipt."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from atomq.cli.output import emit
 from atomq.client import AtomqClient
 
 
-def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
-    """QUEUE, IDS, --receipt, --subscriber and --consumer: which deliveries a settle names."""
+def _named(f: Callable[..., Any]) -> Callable[..., Any]:
+    """QUEUE, IDS, --receipt and --subscriber: which deliveries a settle names."""
     for option in reversed([
         click.argument("queue"),
         click.argument("ids", nargs=-1),
@@ -23,10 +23,14 @@ def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="A delivery's receipt (repeatable), instead of message IDS: it settles that delivery "
                           "only, not a later one of the same message."),
         click.option("--subscriber", help="For a publish/subscribe queue."),
-        click.option("--consumer", help="On an exclusive queue: the consumer that got the messages."),
     ]):
         f = option(f)
     return f
+
+
+def _selection(f: Callable[..., Any]) -> Callable[..., Any]:
+    """As ``_named``, and --consumer, which an exclusive queue asks of the consumer's own settles."""
+    return _named(click.option("--consumer", help="On an exclusive queue: the consumer that got the messages.")(f))
 
 
 def _chosen(ids: tuple[str, ...], receipts: tuple[str, ...]) -> dict[str, Any]:
@@ -67,3 +71,14 @@ def extend(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str
     """Keep deliveries of QUEUE in flight longer: their ack deadline moves to SECONDS from now."""
     extended = c.extend(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer, seconds=seconds)
     emit({"extended": extended}, [(extended,)], ("EXTENDED",))
+
+
+@click.command()
+@_named
+@connection_options
+def release(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, ...],
+            subscriber: str | None) -> None:
+    """Give in-flight deliveries of QUEUE back at once, not counted as failed: for a consumer known
+    to be gone, or a message stuck in flight. On an exclusive queue, whichever consumer holds them."""
+    released = c.release(queue, **_chosen(ids, receipts), subscriber=subscriber)
+    emit({"released": released}, [(released,)], ("RELEASED",))

@@ -253,6 +253,12 @@ class AtomqClient:
         extra = {} if seconds is None else {"seconds": seconds}
         return int(self._selected(queue, "extend", ids, receipts, subscriber, consumer, **extra)["extended"])
 
+    def release(self, queue: str, ids: Sequence[str] | None = None, receipts: Sequence[str] | None = None,
+                subscriber: str | None = None) -> int:
+        """Gives in-flight messages back to the queue at once, not counted as failed deliveries (a
+        consumer known to be gone, a stuck message); on an exclusive queue, whoever holds them."""
+        return int(self._selected(queue, "release", ids, receipts, subscriber, None)["released"])
+
     # -- management ----------------------------------------------------------------------
 
     def _pages(self, path: str, subscriber: str | None, limit: int, **query: Any) -> Iterator[Any]:

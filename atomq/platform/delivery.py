@@ -159,7 +159,9 @@ class Deliveries:
         """Gives deliveries back without counting a failed delivery: each is redelivered
         after ``delay_s``. For a consumer that could not work for a reason that is not the
         message's, such as its own rate limit, so the message does not drift to the dead
-        letter queue."""
+        letter queue; and for an operator freeing a message stuck with a consumer that is
+        gone: without ``consumer``, an exclusive queue's deliveries are released whoever holds
+        them (their order is kept: nothing sent later is delivered before them)."""
         most_s = defaults.MAX_REDELIVERY_DELAY_S
         if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= most_s:
             raise InvalidInput(f"delay_s must be a number from 0 to {most_s:g}", field="delay_s")

@@ -15,7 +15,7 @@ from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
-from atomq.platform.models import BrowsedMessage, DeadLetter, Page, QueueModel
+from atomq.platform.models import BrowsedMessage, DeadLetter, InFlight, Page, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.routes import Routes
 from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not_found
@@ -71,6 +71,25 @@ class Management:
         if reason is None:
             return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
         return self._list("dead-reason", DeadLetter, tenant, queue, limit, after, subscriber, check_reason(reason))
+
+    def in_flight(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT,
+                  subscriber: str | None = None) -> list[InFlight]:
+        """The first ``limit`` deliveries under way by their ack deadline, the most overdue first:
+        what an operator looks at to find a message stuck with a consumer that is gone."""
+        check_integer_range(limit, "limit", 1, defaults.MAX_PAGE_LIMIT)
+        _, _, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
+        storage = self._shared.storage
+        ranked = storage.call(storage.client.zrange, d.inflight, 0, limit - 1, withscores=True)
+        if not ranked:
+            return []
+        states = storage.call(storage.client.hmget, d.state, [member for member, _ in ranked])
+        out = []
+        for (member, deadline_ms), state in zip(ranked, states):
+            parts = state.split(b"|") if state else []
+            if len(parts) == 3 and parts[2] == b"f":  # else settled between the two reads
+                out.append(InFlight(id=member.decode(), deadline=deadline_ms / 1000, delivery_count=int(parts[0]),
+                                    failed_deliveries=int(parts[1])))
+        return out
 
     def peek(self, tenant: str, queue: str, ids: Sequence[str], subscriber: str | None = None) -> list[BrowsedMessage]:
         """The messages ``ids`` that are queued (ready, in flight or scheduled), in that

@@ -200,6 +200,16 @@ class DeadLetter(Message):
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A delivery under way: whose ack is due by ``deadline`` (epoch seconds)."""
+
+    id: str
+    deadline: float
+    delivery_count: int
+    failed_deliveries: int
+
+
+@dataclass(frozen=True)
 class Page:
     """One page of a listing; ``next`` is the cursor of the next page, or None."""
 

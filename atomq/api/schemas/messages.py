@@ -179,6 +179,16 @@ class ExtendSchema(Selector):
     seconds = above_zero(defaults.ACK_TIMEOUT_RANGE_S[1])
 
 
+class ReleaseSchema(Selection):
+    """In-flight messages to give back to the queue now; no consumer: whoever holds them yields them."""
+
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+
+
+class ReleasedSchema(Strict):
+    released = fields.Integer(required=True)
+
+
 class AckedSchema(Strict):
     acked = fields.Integer(required=True)
 

@@ -11,7 +11,8 @@
 -- ARGV[4]      selector mode: id | receipt
 -- ARGV[5]      subscriber name ("" for point-to-point)
 -- ARGV[6]      the destination's name in the due index
--- ARGV[7]      the consumer ("" for none: required by an exclusive queue, ignored by others)
+-- ARGV[7]      the consumer ("" for none: required by an exclusive queue, ignored by others;
+--              a release without one is an operator's, which any consumer's deliveries yield to)
 -- ARGV[8]      most consumers an exclusive queue may have
 -- ARGV[9..]    message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
@@ -34,9 +35,11 @@ local now = now_ms()
 local delays = parse_delays(ARGV[3])
 -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
 sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1])
-local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]))
-if type(turn) == 'table' then return turn end
-if not turn then return {0, 0} end
+if not (action == 'release' and ARGV[7] == '') then
+  local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]))
+  if type(turn) == 'table' then return turn end
+  if not turn then return {0, 0} end
+end
 local ids, wants = selected(ARGV[4], 9)
 if #ids == 0 then return {0, 0} end
 local states = hmget_batched(d.state, ids)
