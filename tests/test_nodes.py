@@ -4,7 +4,13 @@ or rq Redis differs from the others' refuses to start."""
 from __future__ import annotations
 
 import secrets
+import signal
 from pathlib import Path
+
+from atomq import __version__
+from atomq.platform.connection import open_redis
+from atomq.platform.nodes import NodeRecords
+from atomq.platform.storage import Storage
 
 from atomq.platform.embedded import EmbeddedValkey
 from support.ports import free_port
@@ -47,6 +53,14 @@ def test_two_nodes_on_one_cluster_share_keys_revocations_settings_and_messages(
         wait_until(lambda: exporter_flag(owner_first.request("GET", "/metrics").text)
                    + exporter_flag(owner_second.request("GET", "/metrics").text) == 1, 10,
                    "one node exporting the store's metrics")
+        records = NodeRecords(Storage(open_redis(valkey_cluster.url)))
+        wait_until(lambda: {first.url, second.url} <= {r.url for r in records.all()}, 15,
+                   "both nodes' records, each rewritten every few seconds by the node's master")
+        mine = [r for r in records.all() if r.url in (first.url, second.url)]
+        assert len({r.id for r in mine}) == 2 and all(r.version == __version__ and r.workers == [] for r in mine)
+        second.signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+        assert second.url not in {r.url for r in records.all()}, "a node that stops takes its record away"
     finally:
         owner_first("PATCH", "/v1/server", {"dedupe_window_s": 300}, 200)
         owner_first("DELETE", f"/v1/tenants/{created['id']}", status=204)

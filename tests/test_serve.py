@@ -27,6 +27,9 @@ from typing import Any
 import pytest
 import requests
 
+from atomq.platform.nodes import NodeRecords
+from atomq.platform.overview import OverviewStore
+from atomq.platform.storage import Storage
 from support.processes import pid_running
 from support.served_node import AtomqServe, Http, SHUTDOWN_TIMEOUT_S, ServeFactory
 from support.waiting import wait_until
@@ -273,6 +276,24 @@ def test_metrics_add_up_every_worker_process_and_one_node_exports_them(serve: Se
     assert f'atomq_messages_sent_total{{queue="orders",tenant="{tenant}"}} 20.0' in text
     assert f'atomq_queue_depth{{queue="orders",tenant="{tenant}"}} 20.0' in text
     assert len(re.findall(r"^atomq_metrics_exporter\{[^}]*\} 1\.0$", text, re.M)) == 1
+
+
+def test_the_node_samples_the_platform_for_the_overview_and_records_itself(serve: ServeFactory) -> None:
+    node = serve()
+    tenant, key = new_tenant(node, "sampled")
+    with Http(node.url, key) as acme:
+        acme("PUT", "/v1/queues/orders", {"model": "point_to_point"}, 201)
+        acme("POST", "/v1/queues/orders/messages", messages("a", "b"), 201)
+    store = OverviewStore(Storage(node.redis()))
+
+    def sampled() -> bool:
+        latest = store.latest()[0]
+        return latest is not None and tenant in latest.tenants and latest.tenants[tenant].depth == 2
+
+    wait_until(sampled, 30, "a sample with the tenant's messages (one every 10 s, by the lease holder)")
+    (record,) = NodeRecords(Storage(node.redis())).all()
+    assert record.url == node.url and record.pid == node.pid
+    assert [(w.engine, w.state) for w in record.workers] == [("fork", "running"), ("fork", "running")]
 
 
 # -- 2. long-polls ----------------------------------------------------------------------------

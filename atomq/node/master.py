@@ -4,16 +4,23 @@ they report to still answers."""
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 from typing import TYPE_CHECKING
 
 from gunicorn.arbiter import Arbiter
 
+from atomq import __version__
 from atomq.platform.connection import open_redis
+from atomq.platform.nodes import BEAT_S, NodeRecord, NodeRecords
 from atomq.platform.storage import Storage
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 
 if TYPE_CHECKING:
     from atomq.node.http_server import Node
+
+log = logging.getLogger("atomq.node")
 
 MASTER_STORE_TIMEOUT_S = 2.0
 """The master's loop reads the store (is there a Spark listener yet?); it must never hang there."""
@@ -28,6 +35,9 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         self.node = app
         c = app.config
         self._store: Storage | None = None
+        self._started_at = time.time()
+        self._next_beat = 0.0
+        self._beat_failing = False
         self.execution_workers = NodeWorkers(
             WorkerPlan(fork_workers=c.workers, spark=c.spark, spark_master=c.spark_master,
                        rq_redis_url=app.rq_redis_url, error_dir=c.data_dir, node_id=app.node_id),
@@ -50,7 +60,32 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
     def manage_workers(self) -> None:
         super().manage_workers()
         self.execution_workers.manage()
+        self._beat()
+
+    def _beat(self) -> None:
+        """Rewrites the node's record (``atomq.platform.nodes``) every ``BEAT_S``. Like ``manage``,
+        it runs inside gunicorn's arbiter, which stops the node on any exception: a store that
+        cannot be written is logged once, and tried again at the next beat."""
+        now = time.monotonic()
+        if now < self._next_beat:
+            return
+        self._next_beat = now + BEAT_S
+        try:
+            NodeRecords(self._storage()).beat(NodeRecord(
+                id=self.node.node_id, url=self.node.config.api_url, version=__version__, pid=os.getpid(),
+                started_at=self._started_at, workers=self.execution_workers.describe()))
+            if self._beat_failing:
+                self._beat_failing = False
+                log.info("the node's record is written again")
+        except Exception as exc:
+            if not self._beat_failing:
+                self._beat_failing = True
+                log.warning("cannot write the node's record (the overview shows it silent): %r", exc)
 
     def stop(self, graceful: bool = True) -> None:
         self.execution_workers.stop(self.node.config.shutdown_timeout_s)
+        try:
+            NodeRecords(self._storage()).forget(self.node.node_id)
+        except Exception as exc:  # the record then shows the node silent, and goes after an hour
+            log.warning("cannot remove the node's record: %r", exc)
         super().stop(graceful)

@@ -1,6 +1,7 @@
 """The background loops of each HTTP worker process: the maintenance loop and the
 listener supervisor, under leases, so that only their holders (one node or worker at a
-time, per listener) do the work.
+time, per listener) do the work; and the overview's sampler, which samples while its
+process holds the maintenance lease.
 
 Each runs under ``run_loop``: an error makes it back off and shows in ``/v1/ready``
 (each worker records its failing loops in ``DIR/health``, which every worker reads),
@@ -17,8 +18,10 @@ from atomq.api.services import Services
 from atomq.node.rq_redis import rq_client
 from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
+from atomq.platform import lease as leases
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
+from atomq.platform.overview import OverviewStore, Sampler, run_sampler
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import job_queue_bytes
 
@@ -51,6 +54,10 @@ def start_loops(worker: NodeWorker) -> None:
                                services.current_settings, lambda: job_queue_bytes(rq), health)),
         threading.Thread(target=supervisor.run, name="atomq-supervisor", daemon=True,
                          kwargs={"stop": stop, "health": health}),
+        threading.Thread(target=run_sampler, name="atomq-overview", daemon=True, args=(
+            Sampler(services.queues, services.tenants.list, services.listeners),
+            OverviewStore(services.queues.storage),
+            lambda: leases.holder(services.queues.storage, k.MAINTENANCE_LEASE) == holder, stop)),
     ]
     for thread in threads:
         thread.start()

@@ -231,6 +231,15 @@ MEMORY_STATE_KEY = f"{PREFIX}:{{memory}}:state"
 """The memory state the nodes last recorded (``state``) and how often it changed to each (``n:<state>``);
 one hash tag with the history, which the same script writes."""
 MEMORY_HISTORY_KEY = f"{PREFIX}:{{memory}}:history"
+OVERVIEW_LATEST_KEY = f"{PREFIX}:{{overview}}:latest"
+"""The platform's last sample (``atomq.platform.overview``): every tenant's figures, as JSON."""
+OVERVIEW_PREVIOUS_KEY = f"{PREFIX}:{{overview}}:previous"
+"""The sample before it, which the rates of each tenant are reckoned against."""
+OVERVIEW_HISTORY_KEY = f"{PREFIX}:{{overview}}:history"
+"""List, newest first: the platform's totals of each sample over the last hour, as JSON."""
+NODES_KEY = f"{PREFIX}:nodes"
+"""Hash: node id -> the node's record (address, version, start, workers), which it rewrites every few
+seconds (``atomq.platform.nodes``)."""
 
 
 def node_rate_window(node_id: str) -> str:

@@ -36,6 +36,7 @@ from atomq import defaults
 from atomq.errors import AtomqError, JavaMissing
 from atomq.platform.child_processes import parent_death_signal
 from atomq.platform.listeners import ListenerStore
+from atomq.platform.nodes import KeptWorkerState
 from atomq.platform.storage import Storage
 from atomq.spark_workers.session import find_java
 from atomq.workers.liveness import WorkerProblem, WorkerProblems
@@ -269,6 +270,23 @@ class NodeWorkers:
             self._clear_problem(engine)
 
     # -- what the node says --------------------------------------------------------------------
+
+    def describe(self) -> list[KeptWorkerState]:
+        """Each worker the node keeps, for its record (``atomq.platform.nodes``): running since
+        when, or restarting after an exit, with the problem its engine has."""
+        now, wall = self.clock(), time.time()
+        out = []
+        for worker in [*self.fork, *([self.spark] if self.spark else [])]:
+            problem = self._problems.get(worker.engine)
+            if worker.proc is not None and worker.proc.returncode is None:
+                state, pid, since = "running", worker.proc.pid, wall - (now - worker.started_at)
+            elif not worker.started_at:
+                state, pid, since = "not started", None, 0.0
+            else:
+                state, pid, since = "restarting", None, wall + max(0.0, worker.next_start - now)
+            out.append(KeptWorkerState(engine=worker.engine, pid=pid, state=state, since=since,
+                                       restarts=worker.quick_exits, problem=problem[0].message if problem else ""))
+        return out
 
     def _put_problem(self, engine: str, state: str, message: str, now: float) -> None:
         problem = WorkerProblem(engine, state, message, time.time())

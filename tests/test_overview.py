@@ -1,0 +1,126 @@
+"""The platform's samples for the owner's overview, and the nodes' records, on the real Valkey, the
+cluster and fakeredis: exact figures per tenant, exact rates between samples, a bounded history."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from atomq.platform import QueueServer
+from atomq.platform import keys as k
+from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
+from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
+from atomq.tenants import TenantStore
+from support.queues import msg
+
+OWNER = f"aq_owner_{uuid.uuid4().hex}"
+
+
+def only(store: TenantStore, ids: set[str]):  # type: ignore[no-untyped-def]
+    """The tenants of this test: the session's store holds every other test's too."""
+    return lambda: [t for t in store.list() if t.id in ids]
+
+
+def test_a_sample_has_each_tenants_exact_figures_and_two_give_exact_rates(qs: QueueServer,
+                                                                         backend: redis.Redis) -> None:
+    tenants = TenantStore(backend, OWNER)
+    loud = tenants.create(f"loud-{uuid.uuid4().hex[:8]}")[0]
+    full = tenants.create(f"full-{uuid.uuid4().hex[:8]}", disk_quota_bytes=100_000)[0]
+    listeners = ListenerStore(qs.storage)
+    for t in (loud, full):
+        qs.put_queue(t.id, "work", "point_to_point", max_redeliveries=0)
+    qs.send_batch(loud.id, "work", [msg(f"m{i}") for i in range(10)])
+    taken = qs.get(loud.id, "work", max_messages=4)
+    qs.ack(loud.id, "work", ids=[m.id for m in taken[:2]])
+    qs.nack(loud.id, "work", ids=[taken[2].id], reason="bad")
+    qs.send_batch(full.id, "work", [msg("x" * 5000)])
+    listeners.put(full.id, "mover", ListenerSpec(queue="work", process="forward",
+                                                 settings={"to_queue": "elsewhere"}))
+    listeners.control(full.id, "mover", "pause")
+    sampler = Sampler(qs, only(tenants, {loud.id, full.id}), listeners)
+    store = OverviewStore(qs.storage)
+    backend.delete(k.OVERVIEW_HISTORY_KEY, k.OVERVIEW_LATEST_KEY, k.OVERVIEW_PREVIOUS_KEY)
+
+    first = sampler.read()
+    store.record(first)
+    one = first.tenants[loud.id]
+    assert (one.name, one.depth, one.in_flight, one.dead_letters, one.queues) == (loud.name, 6, 1, 1, 1)
+    assert (one.totals["sent"], one.totals["delivered"], one.totals["acked"], one.totals["dead_lettered"]) == (
+        10, 4, 2, 1)
+    other = first.tenants[full.id]
+    assert other.listeners["paused"] == 1 and other.stored_messages == 1 and other.disk_quota_bytes == 100_000
+    assert 0.05 < other.quota_share < 0.1  # type: ignore[operator]
+
+    qs.send_batch(loud.id, "work", [msg(f"n{i}") for i in range(30)])
+    qs.get(loud.id, "work", max_messages=5)
+    second = sampler.read()
+    store.record(second)
+    latest, previous = store.latest()
+    assert latest is not None and previous is not None
+    assert (latest.at, previous.at) == (second.at, first.at)
+    assert latest.tenants[loud.id] == second.tenants[loud.id], "the sample read back whole"
+    span = second.at - first.at
+    (rates,) = store.history(since=0)
+    assert (rates.per_s["sent"] * span, rates.per_s["delivered"] * span) == (pytest.approx(30), pytest.approx(5))
+    assert rates.per_s["acked"] == 0 and sum(rates.refused_per_s.values()) == 0
+    assert tenant_traffic(previous.tenants[loud.id], latest.tenants[loud.id], span) * span == pytest.approx(35)  # type: ignore[operator]
+    assert tenant_traffic(None, latest.tenants[loud.id], span) is None, "a tenant new since the sample before"
+    qs.delete_queue(loud.id, "work")
+    third = sampler.read()
+    store.record(third)
+    assert store.history(since=second.at)[0].per_s["sent"] == 0, "a deleted queue's totals are no negative rate"
+
+
+def test_the_history_keeps_an_hour_of_samples(backend: redis.Redis, qs: QueueServer) -> None:
+    store = OverviewStore(qs.storage)
+    backend.delete(k.OVERVIEW_HISTORY_KEY)
+    for i in range(HISTORY_LENGTH + 5):
+        store.record(Sample(at=1000.0 + 10 * i, read_s=0.0, tenants={}))
+    assert backend.llen(k.OVERVIEW_HISTORY_KEY) == HISTORY_LENGTH
+    rates = store.history(since=0)
+    assert len(rates) == HISTORY_LENGTH - 1 and rates[-1].at == 1000.0 + 10 * (HISTORY_LENGTH + 4)
+
+
+def test_the_sampler_samples_only_while_its_process_holds_the_lease(backend: redis.Redis, qs: QueueServer) -> None:
+    tenants = TenantStore(backend, OWNER)
+    mine = tenants.create(f"sampled-{uuid.uuid4().hex[:8]}")[0]
+    store = OverviewStore(qs.storage)
+    backend.delete(k.OVERVIEW_LATEST_KEY)
+    stop = threading.Event()
+    seen_before_each_round: list[Sample | None] = []
+
+    def holds() -> bool:
+        """Not the holder in the first round; the holder in the second, which is the last."""
+        seen_before_each_round.append(store.latest()[0])
+        if len(seen_before_each_round) == 2:
+            stop.set()
+        return len(seen_before_each_round) == 2
+
+    run_sampler(Sampler(qs, only(tenants, {mine.id}), ListenerStore(qs.storage)), store, holds, stop, every_s=0.01)
+    assert seen_before_each_round == [None, None], "nothing sampled by a process without the lease"
+    latest, _ = store.latest()
+    assert latest is not None and list(latest.tenants) == [mine.id]
+
+
+def test_a_nodes_record_is_listed_shown_silent_and_forgotten(backend: redis.Redis, qs: QueueServer) -> None:
+    records = NodeRecords(qs.storage)
+    node = f"n_{uuid.uuid4().hex[:12]}"
+    records.beat(NodeRecord(id=node, url="http://10.0.0.5:8080", version="0.1.0", pid=123, started_at=time.time(),
+                            workers=[KeptWorkerState("fork", 456, "running", time.time(), 0)]))
+    (listed,) = [r for r in records.all() if r.id == node]
+    assert listed.workers == [KeptWorkerState("fork", 456, "running", listed.workers[0].since, 0)]
+    assert listed.silent_for(time.time()) is None
+    assert listed.silent_for(listed.seen_at + SILENT_S + 1) == SILENT_S + 1
+    old = json.loads(backend.hget(k.NODES_KEY, node))  # type: ignore[arg-type]
+    backend.hset(k.NODES_KEY, node, json.dumps({**old, "seen_at": time.time() - FORGET_S - 1}))
+    assert node not in [r.id for r in records.all()]
+    assert backend.hget(k.NODES_KEY, node) is None, "dropped from the store too"
+    records.beat(NodeRecord(id=node, url="u", version="v", pid=1, started_at=0.0))
+    records.forget(node)
+    assert node not in [r.id for r in records.all()]
