@@ -14,7 +14,7 @@ elsewhere. ``create_app`` registers ``bp``, a plain Flask blueprint kept out
 of the OpenAPI document.
 """
 
-from atomq.api.dashboard import actions, errors, live, pages, signin
+from atomq.api.dashboard import actions, errors, listener_page, live, pages, signin
 from atomq.api.dashboard.blueprint import bp
 
-__all__ = ["actions", "bp", "errors", "live", "pages", "signin"]
+__all__ = ["actions", "bp", "errors", "listener_page", "live", "pages", "signin"]

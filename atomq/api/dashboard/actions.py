@@ -15,7 +15,7 @@ from flask import redirect, request, url_for
 from werkzeug.wrappers import Response
 
 from atomq.api.blueprint import services
-from atomq.api.dashboard import access
+from atomq.api.dashboard import access, listener_page
 from atomq.api.dashboard.blueprint import bp
 from atomq.errors import InvalidInput
 
@@ -71,6 +71,19 @@ def delete_messages(tenant_id: str, queue: str) -> Response:
     return _back_to_queue(tenant.id, queue)
 
 
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/messages/release")
+def release_messages(tenant_id: str, queue: str) -> Response:
+    """Gives the selected deliveries back to the queue at once, not counted as failed: the
+    operator's way to free a message stuck with a consumer that is gone."""
+    tenant = access.scoped_tenant(tenant_id)
+    ids, _ = _selection("delivery")
+    released = services().queues.release(tenant.id, queue, ids=ids, subscriber=_subscriber(), delay_s=0)
+    noun = "delivery" if released == 1 else "deliveries"
+    _notice(f"Released {released:,} {noun}: delivered again next, not counted as failed."
+            if released else "Released nothing: the selected deliveries had ended meanwhile.")
+    return _back_to_queue(tenant.id, queue)
+
+
 @bp.post("/tenants/<tenant_id>/queues/<qname:queue>/clear")
 def clear_queue(tenant_id: str, queue: str) -> Response:
     """Deletes every waiting and in-flight message, of every subscriber; dead letters stay."""
@@ -114,10 +127,11 @@ def delete_queue(tenant_id: str, queue: str) -> Response:
 
 @bp.post("/tenants/<tenant_id>/listeners/<qname:name>/<action>")
 def control_listener(tenant_id: str, name: str, action: str) -> Response:
-    """Pauses, resumes or restarts a listener."""
+    """Pauses, resumes or restarts a listener, then goes back to the page the form was on
+    (the form's ``next``: the tenant's page or a listener's, ``listener_page.back_to``)."""
     tenant = access.scoped_tenant(tenant_id)
     if action not in LISTENER_ACTIONS:
         raise access.page_not_found()
     services().listeners.control(tenant.id, name, action)
     _notice(f"{LISTENER_ACTIONS[action]} the listener {name}.")
-    return redirect(url_for(".tenant_page", tenant_id=tenant.id), 303)
+    return redirect(listener_page.back_to(tenant.id, request.form.get("next")), 303)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomq.api.dashboard.formatting import count, of_limit, per_minute, size, when
+from atomq.api.dashboard.formatting import count, duration, of_limit, per_minute, size, when
 from atomq.platform import QueueInfo, QueueModel
 from atomq.platform.models import DestinationCounts
 from atomq.platform.counters import RateBucket
@@ -43,10 +43,6 @@ class Figures:
         return {"text": self.text, "meters": self.meters}
 
 
-def _seconds(value: float) -> str:
-    return f"{value:g} s"
-
-
 def server(state: dict[str, Any]) -> Figures:
     """The server's status (``atomq.api.server.server_state``): memory and stores against their limits."""
     f = Figures(text={
@@ -63,10 +59,10 @@ def server(state: dict[str, Any]) -> Figures:
         "server.temporary_store": size(state["temporary_store_bytes"]),
         "server.job_scheduler_store": size(state["job_scheduler_store_bytes"]),
         "server.incoming_rate_limit": per_minute(state["incoming_rate_limit_per_minute"]),
-        "server.rate_limit_window": _seconds(state["rate_limit_window_s"]),
-        "server.redelivery_delays": ", ".join(_seconds(d) for d in state["redelivery_delays_s"]),
-        "server.document_retention": _seconds(state["document_retention_s"]),
-        "server.dedupe_window": _seconds(state["dedupe_window_s"]),
+        "server.rate_limit_window": duration(state["rate_limit_window_s"]),
+        "server.redelivery_delays": ", ".join(duration(d) for d in state["redelivery_delays_s"]),
+        "server.document_retention": duration(state["document_retention_s"]),
+        "server.dedupe_window": duration(state["dedupe_window_s"]),
     })
     if state["max_memory_bytes"]:
         f.meters["server.memory"] = [state["memory_bytes"], state["max_memory_bytes"]]

@@ -67,3 +67,37 @@ def preview(data: str | bytes) -> tuple[str, str]:
     if len(text) > PREVIEW_CHARS:
         return f"{kind}; the first {PREVIEW_CHARS:,} characters", text[:PREVIEW_CHARS]
     return kind, text
+
+
+DURATION_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60))
+"""The units a duration of a minute or more is written in, largest first; what is left goes in seconds."""
+
+
+def duration(seconds: float) -> str:
+    """A duration as people read it: ``7 days``, ``1 hour 30 minutes``, ``45 s``, ``1.5 s``.
+
+    Server settings are kept in seconds; 604800 says little to a reader, ``7 days``
+    says it at a glance. Every non-zero unit is written, so nothing is rounded away.
+    """
+    if seconds < 60:
+        return f"{seconds:g} s"
+    parts = []
+    rest = seconds
+    for unit, unit_s in DURATION_UNITS:
+        n, rest = divmod(rest, unit_s)
+        if n:
+            parts.append(f"{int(n):,} {unit}" if n == 1 else f"{int(n):,} {unit}s")
+    if round(rest, 3):
+        parts.append(f"{round(rest, 3):g} s")
+    return " ".join(parts)
+
+
+def due(deadline: float, now: float) -> str:
+    """A deadline against now, to the second: ``in 25 s``, ``2 minutes 5 s overdue``."""
+    left = round(deadline - now)
+    return f"in {duration(left)}" if left >= 0 else f"{duration(-left)} overdue"
+
+
+def ago(at: float | None, now: float) -> str:
+    """How long since ``at``, to the second: ``12 s ago``."""
+    return "never" if not at else f"{duration(max(0, round(now - at)))} ago"

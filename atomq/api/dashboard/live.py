@@ -14,13 +14,15 @@ from typing import Any
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures
 from atomq.api.dashboard.blueprint import bp
-from atomq.api.dashboard.pages import overview_figures, tenant_figures
+from atomq.api.dashboard.pages import chosen_order, overview_figures, tenant_figures
 
 
 @bp.get("/live")
 def overview_live() -> dict[str, Any]:
+    """The overview's numbers, and the platform's rates over the last hour for its chart."""
     access.owner_only()
-    return overview_figures()[2].as_json()
+    _, view, f = overview_figures(chosen_order())
+    return {**f.as_json(), "platform_rates": view.rates}
 
 
 @bp.get("/tenants/<tenant_id>/live")

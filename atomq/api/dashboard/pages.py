@@ -7,6 +7,7 @@ endpoint (``live``) repeats every few seconds.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask import redirect, render_template, request, url_for
@@ -17,9 +18,15 @@ from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures, formatting
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.figures import Figures
+from atomq.api.dashboard.platform_view import ORDERS, SHOWN, PlatformView, platform_view, row_figures
 from atomq.api.server import server_state
 from atomq.platform import Page, QueueInfo, QueueModel
+from atomq.platform import keys as k
+from atomq.platform import lease
+from atomq.platform.models import InFlight
 from atomq.platform.listeners import Listener
+from atomq.platform.nodes import NodeRecords
+from atomq.platform.overview import OverviewStore
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblems
 
@@ -27,15 +34,21 @@ PAGE_SIZE = 50
 """Messages and dead letters a queue page lists at once; ``next`` links page on."""
 
 
-def overview_figures() -> tuple[dict[str, Any], list[Tenant], Figures]:
-    """The server's state, every tenant, and the numbers the overview shows of them."""
+def overview_figures(order: str) -> tuple[dict[str, Any], PlatformView, Figures]:
+    """The server's state, every tenant ranked by ``order`` (see ``platform_view.ORDERS``) with the
+    platform's rates, and the numbers the overview shows of them."""
     s = services()
     state = server_state(s)
-    tenants = s.tenants.list()
+    view = platform_view(OverviewStore(s.queues.storage), s.tenants.list(), order)
     f = figures.server(state).add(figures.workers(WorkerProblems(s.queues.storage).of_node(s.node_id)))
-    for t in tenants:
-        f.add(figures.tenant(t, s.queues.usage(t.id)))
-    return state, tenants, f
+    for row in view.rows[:SHOWN]:
+        f.add(row_figures(row))
+    return state, view, f
+
+
+def chosen_order() -> str:
+    order = request.args.get("sort") or "traffic"
+    return order if order in ORDERS else "traffic"
 
 
 def tenant_figures(tenant: Tenant) -> tuple[list[QueueInfo], list[Listener], Figures]:
@@ -51,7 +64,7 @@ def tenant_figures(tenant: Tenant) -> tuple[list[QueueInfo], list[Listener], Fig
     return queues, listeners, f
 
 
-def _render(template: str, **context: Any) -> str:
+def render_page(template: str, **context: Any) -> str:
     """A page, with the notice the last action left (shown once)."""
     notice = access.sessions().take_notice(access.current())
     return render_template(template, notice=notice, fmt=formatting, **context)
@@ -63,22 +76,27 @@ def home() -> Response | str:
     session = access.current()
     if not session.is_owner:
         return redirect(url_for(".tenant_page", tenant_id=session.tenant_id))
-    state, tenants, f = overview_figures()
-    return _render("overview.html", state=state, tenants=tenants, figures=f,
-                   live_url=url_for(".overview_live"))
+    order = chosen_order()
+    state, view, f = overview_figures(order)
+    storage = services().queues.storage
+    holder = lease.holder(storage, k.MAINTENANCE_LEASE)
+    return render_page("overview.html", state=state, view=view, figures=f, order=order, orders=ORDERS, shown=SHOWN,
+                   nodes=NodeRecords(storage).all(), lease_node=holder.split(":")[0] if holder else None,
+                   now=time.time(), live_url=url_for(".overview_live", sort=order))
 
 
 @bp.get("/tenants/<tenant_id>/")
 def tenant_page(tenant_id: str) -> str:
     tenant = access.scoped_tenant(tenant_id)
     queues, listeners, f = tenant_figures(tenant)
-    return _render("tenant.html", tenant=tenant, queues=queues, listeners=listeners, figures=f,
+    return render_page("tenant.html", tenant=tenant, queues=queues, listeners=listeners, figures=f,
                    live_url=url_for(".tenant_live", tenant_id=tenant.id))
 
 
 @bp.get("/tenants/<tenant_id>/queues/<qname:queue>")
 def queue_page(tenant_id: str, queue: str) -> str:
-    """Counts, the rate chart, messages and dead letters (of one subscriber for publish/subscribe)."""
+    """Counts, the rate chart, deliveries under way, messages and dead letters (of one subscriber for
+    publish/subscribe)."""
     tenant = access.scoped_tenant(tenant_id)
     s = services()
     info = s.queues.get_queue(tenant.id, queue)
@@ -87,11 +105,14 @@ def queue_page(tenant_id: str, queue: str) -> str:
     if info.model is QueueModel.PUBLISH_SUBSCRIBE and subscriber is None and info.subscribers:
         subscriber = min(info.subscribers)
     messages = dead = Page(items=[], next=None)
+    in_flight: list[InFlight] = []
     if info.model is QueueModel.POINT_TO_POINT or subscriber is not None:
+        in_flight = s.queues.in_flight(tenant.id, queue, PAGE_SIZE, subscriber)
         messages = s.queues.browse(tenant.id, queue, PAGE_SIZE, request.args.get("after") or None, subscriber)
         dead = s.queues.dead_letters(tenant.id, queue, PAGE_SIZE, request.args.get("dead_after") or None,
                                      subscriber, reason)
-    return _render("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
+    return render_page("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
+                   in_flight=in_flight, now=time.time(), page_size=PAGE_SIZE,
                    reason=reason, common_reasons=defaults.DEAD_LETTER_REASONS, max_reason_chars=defaults.MAX_NACK_REASON_CHARS,
                    totals_shown=figures.QUEUE_TOTALS_SHOWN, figures=figures.queue(info),
                    live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue))

@@ -5,7 +5,8 @@
 // data-refresh-ms this fetches the endpoint and sets those elements from its
 // "text" and "meters". Only numbers change, so forms and checkbox selections
 // stay as they are. A queue page's endpoint adds "rates", drawn here as an SVG
-// chart into #rate-chart and written into #rate-rows as a table.
+// chart into #rate-chart and written into #rate-rows as a table; the overview's
+// adds "platform_rates", drawn into #platform-chart and #platform-rows.
 "use strict";
 
 (function () {
@@ -14,6 +15,11 @@
   const every = Number(body.dataset.refreshMs) || 3000;
   const SVG = "http://www.w3.org/2000/svg";
   const BUCKET_S = 10;
+
+  // Every time the dashboard writes is UTC, said so, as the server writes its own (formatting.when).
+  function utc(date) {
+    return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
 
   function setStatus(text) {
     const status = document.querySelector("[data-live-status]");
@@ -38,6 +44,7 @@
       drawChart(live.rates);
       writeRates(live.rates);
     }
+    if (live.platform_rates) drawPlatform(live.platform_rates);
   }
 
   function svg(name, attributes, parent) {
@@ -56,6 +63,38 @@
     return 10 * magnitude;
   }
 
+  // A line per series over time: `times` in epoch seconds, `series` as [[name, values]]; each
+  // line's class is its name, so the styles tell them apart even where they overlap. The x axis
+  // runs from `from` (by default the first time) to the last time.
+  function lineChart(area, times, series, label, from = times[0]) {
+    const width = 640, height = 220, left = 48, right = 12, top = 12, bottom = 28;
+    const max = niceMax(Math.max(0, ...series.flatMap(([, values]) => values)));
+    const first = from;
+    const span = Math.max(1, times[times.length - 1] - first);
+    const x = (t) => left + ((t - first) * (width - left - right)) / span;
+    const y = (v) => top + (height - top - bottom) * (1 - v / max);
+
+    const chart = document.createElementNS(SVG, "svg");
+    chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    chart.setAttribute("role", "img");
+    chart.setAttribute("aria-label", label);
+    for (const fraction of [0, 0.5, 1]) {
+      const value = max * fraction;
+      svg("line", { x1: left, x2: width - right, y1: y(value), y2: y(value), class: "grid" }, chart);
+      svg("text", { x: left - 6, y: y(value) + 4, class: "tick", "text-anchor": "end" }, chart).textContent =
+        value % 1 ? value.toFixed(1) : String(value);
+    }
+    for (const [t, text, anchor] of [[first, `-${Math.max(1, Math.round(span / 60))} min`, "start"],
+                                     [times[times.length - 1], "now", "end"]]) {
+      svg("text", { x: x(t), y: height - 8, class: "tick", "text-anchor": anchor }, chart).textContent = text;
+    }
+    for (const [name, values] of series) {
+      const points = values.map((v, i) => `${x(times[i]).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+      svg("polyline", { points, class: `line ${name}` }, chart);
+    }
+    area.replaceChildren(chart);
+  }
+
   function drawChart(rates) {
     const area = document.getElementById("rate-chart");
     if (!area) return;
@@ -63,34 +102,48 @@
       area.textContent = "No rates recorded.";
       return;
     }
-    const width = 640, height = 220, left = 48, right = 12, top = 12, bottom = 28;
-    const sent = rates.map((b) => b.sent / BUCKET_S);
-    const acked = rates.map((b) => b.acked / BUCKET_S);
-    const max = niceMax(Math.max(0, ...sent, ...acked));
-    const x = (i) => left + (rates.length < 2 ? 0 : (i * (width - left - right)) / (rates.length - 1));
-    const y = (v) => top + (height - top - bottom) * (1 - v / max);
-
-    const chart = document.createElementNS(SVG, "svg");
-    chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    chart.setAttribute("role", "img");
     const last = rates[rates.length - 1];
-    chart.setAttribute("aria-label", `Rates over the last ${Math.round((rates.length * BUCKET_S) / 60)} minutes; ` +
+    lineChart(area, rates.map((b) => b.start),
+      [["sent", rates.map((b) => b.sent / BUCKET_S)], ["acked", rates.map((b) => b.acked / BUCKET_S)]],
+      `Rates over the last ${Math.round((rates.length * BUCKET_S) / 60)} minutes; ` +
       `latest 10 seconds: ${last.sent / BUCKET_S} sent and ${last.acked / BUCKET_S} acked per second`);
-    for (const fraction of [0, 0.5, 1]) {
-      const value = max * fraction;
-      svg("line", { x1: left, x2: width - right, y1: y(value), y2: y(value), class: "grid" }, chart);
-      svg("text", { x: left - 6, y: y(value) + 4, class: "tick", "text-anchor": "end" }, chart).textContent =
-        value % 1 ? value.toFixed(1) : String(value);
+  }
+
+  const PLATFORM_SERIES = ["sent", "delivered", "acked", "dead_lettered", "refused"];
+  const HOUR_S = 3600;
+
+  function perSecond(value) {
+    return value >= 10 ? value.toFixed(0) : value.toFixed(value >= 1 ? 1 : 2);
+  }
+
+  // The overview's chart and table of the platform's rates, one point per sampled interval.
+  function drawPlatform(rates) {
+    const area = document.getElementById("platform-chart");
+    if (area) {
+      if (!rates.length) {
+        area.textContent = "No rates yet: they come with the second sample of the platform.";
+      } else {
+        const last = rates[rates.length - 1];
+        lineChart(area, rates.map((r) => r.at), PLATFORM_SERIES.map((name) => [name, rates.map((r) => r[name])]),
+          "Messages per second over the last hour; latest: " +
+          PLATFORM_SERIES.map((name) => `${perSecond(last[name])} ${name.replace("_", "-")}`).join(", "),
+          last.at - HOUR_S);
+      }
     }
-    const span = rates.length * BUCKET_S;
-    for (const [i, label] of [[0, `-${Math.round(span / 60)} min`], [rates.length - 1, "now"]]) {
-      svg("text", { x: x(i), y: height - 8, class: "tick", "text-anchor": i ? "end" : "start" }, chart).textContent = label;
-    }
-    for (const [series, name] of [[sent, "sent"], [acked, "acked"]]) {
-      const points = series.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
-      svg("polyline", { points, class: `line ${name}` }, chart);
-    }
-    area.replaceChildren(chart);
+    const rows = document.getElementById("platform-rows");
+    if (!rows) return;
+    rows.replaceChildren(...rates.slice().reverse().map((r) => {
+      const row = document.createElement("tr");
+      const reasons = Object.entries(r.refused_by_reason).map(([kind, n]) => `${kind} ${perSecond(n)}`).join(", ");
+      const cells = [utc(new Date(r.at * 1000)), ...PLATFORM_SERIES.slice(0, 4).map((name) => perSecond(r[name])),
+                     perSecond(r.refused) + (reasons ? ` (${reasons})` : "")];
+      for (const value of cells) {
+        const cell = document.createElement("td");
+        cell.textContent = value;
+        row.appendChild(cell);
+      }
+      return row;
+    }));
   }
 
   function writeRates(rates) {
@@ -98,7 +151,7 @@
     if (!rows) return;
     rows.replaceChildren(...rates.map((b) => {
       const row = document.createElement("tr");
-      const start = new Date(b.start * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+      const start = utc(new Date(b.start * 1000));
       for (const value of [start, b.sent, b.acked]) {
         const cell = document.createElement("td");
         cell.textContent = String(value);
@@ -120,7 +173,7 @@
           : `Refreshing failed (${response.status}); trying again.`);
       } else {
         apply(await response.json());
-        setStatus(`Updated at ${new Date().toLocaleTimeString()}; refreshes every ${every / 1000} s.`);
+        setStatus(`Updated at ${utc(new Date()).slice(11)}; refreshes every ${every / 1000} s.`);
       }
     } catch (error) {
       setStatus("Refreshing failed (no answer); trying again.");

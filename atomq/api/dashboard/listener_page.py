@@ -1,0 +1,59 @@
+"""One listener's page: its definition in words, its state (with why, when it waits or
+failed), its counts, and only the controls that apply to its state.
+
+The platform keeps a listener's totals and its last error, not a history of
+its executions or failures (``ListenerStore``), so the page shows those and
+says so. Its numbers refresh from the tenant's JSON endpoint
+(``live.tenant_live``), which already carries every listener's figures
+under ``listener.<name>.``: no second endpoint to keep in step with it.
+"""
+
+from __future__ import annotations
+
+from flask import url_for
+
+from atomq.api.blueprint import services
+from atomq.api.dashboard import access, figures
+from atomq.api.dashboard.blueprint import bp
+from atomq.api.dashboard.pages import render_page
+from atomq.platform.listeners import Listener
+from atomq.platform.names import QUEUE_NAME
+
+CONTROLS = {
+    "running": ("pause", "restart"),
+    "waiting": ("pause",),
+    "error": ("restart", "pause"),
+    "paused": ("resume",),
+}
+"""The controls each state offers (``listener_control.lua`` says what each does).
+
+Pause or Resume, never both: resume acts only on a paused listener. A failed
+listener still runs, so it may be paused; restart clears its error. A
+running one may hold the slot of a stuck execution until its deadline, which
+restart frees. A waiting one waits for a worker whatever is pressed: restart
+would clear its reason until the next round only.
+"""
+
+
+@bp.app_template_global()
+def listener_controls(listener: Listener) -> tuple[str, ...]:
+    """The controls a listener's state offers, for the templates: ``("pause", "restart")``."""
+    return CONTROLS.get(listener.state, ())
+
+
+def back_to(tenant_id: str, path: str | None) -> str:
+    """Where a listener control sends the browser back to: ``path`` when it is the tenant's
+    page or one of its listeners' pages, else the tenant's page (never elsewhere)."""
+    home = url_for(".tenant_page", tenant_id=tenant_id)
+    prefix = home + "listeners/"
+    if path and (path == home or (path.startswith(prefix) and QUEUE_NAME.fullmatch(path[len(prefix):]))):
+        return path
+    return home
+
+
+@bp.get("/tenants/<tenant_id>/listeners/<qname:name>")
+def listener_page(tenant_id: str, name: str) -> str:
+    tenant = access.scoped_tenant(tenant_id)
+    item = services().listeners.get(tenant.id, name)
+    return render_page("listener.html", tenant=tenant, listener=item, figures=figures.listener(item),
+                   live_url=url_for(".tenant_live", tenant_id=tenant.id))
