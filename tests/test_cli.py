@@ -14,6 +14,7 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
+from support.waiting import wait_until
 from support.served_node import AtomqServe, ServeFactory
 
 ATOMQ = [sys.executable, "-m", "atomq"]
@@ -325,6 +326,32 @@ def test_deliveries_are_acked_nacked_extended_and_released_by_id_or_receipt(tena
     assert json.loads(ok("ack", "work", two["id"], "--json")) == {"acked": 1}
     assert json.loads(ok("queues", "show", "work", "--json"))["dead_letters"] == 1
     assert "broken" in ok("dead-letters", "list", "work")
+
+
+def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
+        node: AtomqServe, tenant_env: dict[str, str]) -> None:
+    owner_env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""}
+    ok, mine = succeeding(owner_env), succeeding(tenant_env)
+    mine("queues", "create", "work", "--max-redeliveries", "0")
+    mine("send", "work", *[f"m{i}" for i in range(30)])
+    got = json.loads(mine("get", "work", "--max", "30", "--json"))
+    mine("nack", "work", *[m["id"] for m in got], "--reason", "broken")
+    tenant = json.loads(mine("queues", "show", "work", "--json"))
+    assert tenant["dead_letters"] == 30
+
+    def ranked_first() -> bool:
+        top = json.loads(ok("server", "top", "--sort", "dead_letters", "--limit", "1", "--json"))
+        return bool(top["tenants"]) and top["tenants"][0]["dead_letters"] == 30
+
+    wait_until(ranked_first, 40, "a sample with the dead letters (every 10 s, by the maintenance lease holder)")
+    table = ok("server", "top", "--sort", "dead_letters", "--limit", "1")
+    assert table.splitlines()[0].split()[:3] == ["TENANT", "ID", "TRAFFIC"] and "30" in table.splitlines()[1]
+    nodes = json.loads(ok("server", "nodes", "--json"))
+    assert [(n["url"], n["maintenance_lease"], n["silent"]) for n in nodes] == [(node.url, True, False)]
+    assert [w["engine"] for w in nodes[0]["workers"]] == ["fork", "fork"]
+    assert nodes[0]["id"] + " *" in ok("server", "nodes")
+    refused = run("server", "top", "--sort", "loudest", env=owner_env)
+    assert refused.returncode == 2 and "traffic" in refused.stderr
 
 
 def test_the_server_settings_are_shown_and_changed(node: AtomqServe) -> None:

@@ -7,16 +7,22 @@ import json
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
+import requests
 
+from atomq.client import AtomqClient
+from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
 from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
 from atomq.tenants import TenantStore
+from support.in_process_node import InProcessNode
 from support.queues import msg
 
 OWNER = f"aq_owner_{uuid.uuid4().hex}"
@@ -124,3 +130,50 @@ def test_a_nodes_record_is_listed_shown_silent_and_forgotten(backend: redis.Redi
     records.beat(NodeRecord(id=node, url="u", version="v", pid=1, started_at=0.0))
     records.forget(node)
     assert node not in [r.id for r in records.all()]
+
+
+def test_the_owner_reads_the_ranked_tenants_and_the_nodes_over_http(tmp_path: Path) -> None:
+    with InProcessNode(tmp_path, OWNER) as node:
+        owner = node.owner
+        owner.create_tenant("quiet")
+        dead = owner.create_tenant("dead", disk_quota_bytes=100_000)
+        with AtomqClient(node.url, dead["api_key"]) as api:
+            api.put_queue("work", max_redeliveries=0)
+            api.send_texts("work", [f"m{i}" for i in range(5)])
+            taken = api.get("work", max_messages=3)
+            api.nack("work", receipts=[m["receipt"] for m in taken], reason="broken")
+        s = node.services
+        store = OverviewStore(s.queues.storage)
+        sampler = Sampler(s.queues, s.tenants.list, s.listeners)
+        empty = owner.overview()
+        assert empty["sampled_at"] is None
+        assert {t["name"]: t["sampled"] for t in empty["tenants"]} == {"quiet": False, "dead": False}
+        store.record(sampler.read())
+        with AtomqClient(node.url, dead["api_key"]) as api:
+            api.send_texts("work", ["later"])
+        store.record(sampler.read())
+
+        top = owner.overview(sort="dead_letters", limit=1)
+        assert top["tenant_count"] == 2 and top["interval_s"] > 0 and len(top["rates"]) == 1
+        (first,) = top["tenants"]
+        assert {k: first[k] for k in ("name", "sampled", "depth", "in_flight", "dead_letters", "disk_quota_bytes",
+                                      "refused")} == {"name": "dead", "sampled": True, "depth": 3, "in_flight": 0,
+                                                      "dead_letters": 3, "disk_quota_bytes": 100_000, "refused": 0}
+        assert first["traffic_per_s"] * top["interval_s"] == pytest.approx(1)
+        assert top["rates"][0]["sent"] * top["rates"][0]["span_s"] == pytest.approx(1)
+        assert [t["name"] for t in owner.overview(sort="depth")["tenants"]] == ["dead", "quiet"]
+        with pytest.raises(InvalidInput) as refused:
+            owner.overview(sort="loudest")
+        assert "sort" in refused.value.details["fields"]["query"]
+        tenant = requests.get(f"{node.url}/v1/server/overview", timeout=10,
+                              headers={"Authorization": f"Bearer {dead['api_key']}"})
+        assert tenant.status_code == 403 and tenant.json()["error"]["code"] == "forbidden"
+
+        assert owner.nodes() == []
+        lease = Lease(s.queues.storage, k.MAINTENANCE_LEASE, f"{s.node_id}:1", ttl_s=600)
+        assert lease.acquire()
+        NodeRecords(s.queues.storage).beat(NodeRecord(id=s.node_id, url=node.url, version="0.1.0", pid=1,
+                                                      started_at=time.time()))
+        (listed,) = owner.nodes()
+        assert (listed["id"], listed["maintenance_lease"], listed["silent"], listed["workers"]) == (
+            s.node_id, True, False, [])

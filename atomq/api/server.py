@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from flask.views import MethodView
 
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.schemas.server import ServerPatchSchema, ServerSchema
+from atomq.api.platform_view import platform_view
+from atomq.api.schemas.server import NodesSchema, OverviewArgs, OverviewSchema, ServerPatchSchema, ServerSchema
 from atomq.api.services import Services
-from atomq.platform import store_sizes
+from atomq.platform import keys as k
+from atomq.platform import lease, store_sizes
+from atomq.platform.nodes import NodeRecords
+from atomq.platform.overview import OverviewStore
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
 
@@ -58,3 +63,37 @@ class Server(MethodView):
         s = services()
         s.settings.update(**body)
         return server_state(s)
+
+
+@blp.route("/nodes")
+class Nodes(MethodView):
+    @blp.response(200, NodesSchema)
+    def get(self) -> dict[str, Any]:
+        """The nodes on the store, oldest first, with the execution workers each keeps; a node
+        silent for 15 s has stopped or lost the store, and its record goes after an hour."""
+        storage = services().queues.storage
+        holder = lease.holder(storage, k.MAINTENANCE_LEASE)
+        now = time.time()
+        return {"nodes": [{**dataclasses.asdict(n), "silent": n.silent_for(now) is not None,
+                           "maintenance_lease": holder is not None and holder.split(":")[0] == n.id}
+                          for n in NodeRecords(storage).all()]}
+
+
+@blp.route("/overview")
+class Overview(MethodView):
+    @blp.arguments(OverviewArgs, location="query")
+    @blp.response(200, OverviewSchema)
+    def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Who is loud, stuck or full: the tenants ranked by ``sort`` with their figures at the last
+        sample, and the platform's message rates over the last hour."""
+        s = services()
+        view = platform_view(OverviewStore(s.queues.storage), s.tenants.list(), args["sort"])
+        rows = []
+        for row in view.rows[:args["limit"]]:
+            t = row.sample
+            rows.append({"id": row.id, "name": row.name, "sampled": t is not None, "traffic_per_s": row.traffic,
+                         "refused": row.refused, "depth": t and t.depth, "in_flight": t and t.in_flight,
+                         "dead_letters": t and t.dead_letters, "stored_bytes": t and t.stored_bytes,
+                         "disk_quota_bytes": t and t.disk_quota_bytes, "listeners": t and t.listeners})
+        return {"sampled_at": view.sampled_at, "interval_s": view.interval_s, "tenant_count": len(view.rows),
+                "tenants": rows, "rates": view.rates}

@@ -1,8 +1,10 @@
-"""``atomq server``: the settings every node shares, and the store's figures (owner key)."""
+"""``atomq server``: the settings every node shares, the store's figures, the nodes and the tenants
+ranked by what needs an operator (owner key)."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -11,6 +13,7 @@ from atomq.cli.connection import connection_options
 from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
+from atomq.platform.overview import TENANT_ORDERS
 
 HISTORY = "memory_history"
 """Left out of the table (a list of changes): --json shows it."""
@@ -18,7 +21,8 @@ HISTORY = "memory_history"
 
 @click.group()
 def server() -> None:
-    """The server's shared settings and the store's figures (owner key)."""
+    """The server's shared settings, the store's figures, its nodes, and who is loud, stuck or full
+    (owner key)."""
 
 
 @server.command("show")
@@ -57,3 +61,54 @@ def server_update(c: AtomqClient, changes: dict[str, Any]) -> None:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+@server.command("nodes")
+@connection_options
+def server_nodes(c: AtomqClient) -> None:
+    """The nodes on the store: address, version, uptime, the execution workers each keeps, and
+    which holds the maintenance lease. A node silent for 15 s has stopped or lost the store."""
+    nodes = c.nodes()
+    now = time.time()
+    emit(nodes, [(n["id"] + (" *" if n["maintenance_lease"] else ""), n["url"], n["version"],
+                  _seconds(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
+                  ", ".join(f"{w['engine']} {w['state']}" + (f" ({w['problem']})" if w["problem"] else "")
+                            for w in n["workers"]) or "none")
+                 for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "HEARD", "WORKERS"))
+
+
+@server.command("top")
+@click.option("--sort", type=click.Choice(list(TENANT_ORDERS)), default="traffic", show_default=True,
+              help="; ".join(f"{key}: {words}" for key, words in TENANT_ORDERS.items()) + ".")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, help="Tenants listed.")
+@connection_options
+def server_top(c: AtomqClient, sort: str, limit: int) -> None:
+    """The tenants that need an operator first: the loudest, the stuck, the full, from the last
+    sample of the platform (every 10 s or more); traffic and refusals are over the last interval."""
+    data = c.overview(sort=sort, limit=limit)
+    if data["sampled_at"] is None and not click.get_current_context().find_root().obj.get("json"):
+        click.echo("not sampled yet: the node holding the maintenance lease samples every 10 s or more", err=True)
+    emit(data, [(t["name"], t["id"], "-" if t["traffic_per_s"] is None else f"{t['traffic_per_s']:.1f}/s",
+                 t["depth"], t["in_flight"], t["dead_letters"], _stored(t), t["refused"],
+                 ", ".join(f"{n} {state}" for state, n in (t["listeners"] or {}).items() if n))
+                for t in data["tenants"]],
+         ("TENANT", "ID", "TRAFFIC", "WAITING", "IN FLIGHT", "DEAD", "STORED", "REFUSED", "LISTENERS"))
+
+
+def _stored(t: dict[str, Any]) -> str:
+    if t["stored_bytes"] is None:
+        return ""
+    if not t["disk_quota_bytes"]:
+        return f"{t['stored_bytes']:,} B"
+    return f"{t['stored_bytes']:,} B ({100 * t['stored_bytes'] / t['disk_quota_bytes']:.0f}% of quota)"
+
+
+def _seconds(value: float) -> str:
+    """An uptime in its largest whole units: ``3d 4h``, ``2h 5m``, ``42s``."""
+    seconds = int(value)
+    days, hours, minutes = seconds // 86400, seconds % 86400 // 3600, seconds % 3600 // 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds % 60}s" if minutes else f"{seconds}s"

@@ -125,6 +125,15 @@ class AtomqClient:
     def update_server(self, **changes: Any) -> Any:
         return self.request("PATCH", "/v1/server", changes)
 
+    def nodes(self) -> list[Any]:
+        """The nodes on the store with the execution workers each keeps (owner key)."""
+        return self.request("GET", "/v1/server/nodes")["nodes"]  # type: ignore[no-any-return]
+
+    def overview(self, sort: str = "traffic", limit: int = 20) -> Any:
+        """The tenants ranked by ``sort`` (traffic, depth, stuck, dead_letters, full, refused) at the
+        last sample, and the platform's rates over the last hour (owner key)."""
+        return self.request("GET", "/v1/server/overview", sort=sort, limit=limit)
+
     # -- queues --------------------------------------------------------------------------
 
     def put_queue(self, name: str, model: str = "point_to_point", **settings: Any) -> Any:

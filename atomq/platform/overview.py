@@ -44,6 +44,15 @@ PAUSE_FACTOR = 10
 """The pause after a read is at least this many times the read's own time."""
 HISTORY_S = 3600
 HISTORY_LENGTH = int(HISTORY_S / SAMPLE_EVERY_S)
+TENANT_ORDERS = {
+    "traffic": "traffic",
+    "depth": "messages waiting",
+    "stuck": "listeners that cannot run, then messages in flight",
+    "dead_letters": "dead letters",
+    "full": "stored bytes against the quota",
+    "refused": "sends refused lately",
+}
+"""The orders the tenants are ranked in (``atomq.api.platform_view``), in an operator's words."""
 
 
 @dataclass

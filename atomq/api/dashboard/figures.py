@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atomq.api.dashboard.formatting import count, duration, of_limit, per_minute, size, when
+from atomq.api.platform_view import TenantRow
 from atomq.platform import QueueInfo, QueueModel
 from atomq.platform.models import DestinationCounts
 from atomq.platform.counters import RateBucket
@@ -137,3 +138,25 @@ def listener(item: Listener) -> Figures:
 def rates(buckets: Sequence[RateBucket]) -> list[dict[str, int]]:
     """Send and ack counts per 10-second bucket, oldest first, for the chart."""
     return [{"start": b.start, "sent": b.sent, "acked": b.acked} for b in buckets]
+
+
+def tenant_row(row: TenantRow) -> Figures:
+    """A tenant's row of the overview, under ``tenant.<id>.`` keys."""
+    p = f"tenant.{row.id}."
+    s = row.sample
+    if s is None:
+        return Figures(text={p + key: "-" for key in ("traffic", "depth", "in_flight", "dead_letters", "stored",
+                                                       "refused", "listeners")})
+    states = ", ".join(f"{n} {state}" for state, n in s.listeners.items() if n) or "none"
+    f = Figures(text={
+        p + "traffic": "-" if row.traffic is None else f"{row.traffic:,.1f}/s",
+        p + "depth": count(s.depth),
+        p + "in_flight": count(s.in_flight),
+        p + "dead_letters": count(s.dead_letters),
+        p + "stored": of_limit(s.stored_bytes, s.disk_quota_bytes),
+        p + "refused": count(row.refused),
+        p + "listeners": states,
+    })
+    if s.disk_quota_bytes:
+        f.meters[p + "stored"] = [s.stored_bytes, s.disk_quota_bytes]
+    return f

@@ -18,7 +18,7 @@ from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures, formatting
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.figures import Figures
-from atomq.api.dashboard.platform_view import ORDERS, SHOWN, PlatformView, platform_view, row_figures
+from atomq.api.platform_view import ORDERS, PlatformView, platform_view
 from atomq.api.server import server_state
 from atomq.platform import Page, QueueInfo, QueueModel
 from atomq.platform import keys as k
@@ -30,6 +30,8 @@ from atomq.platform.overview import OverviewStore
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblems
 
+SHOWN = 100
+"""Tenants the overview lists, the first by the chosen order; the rest are counted."""
 PAGE_SIZE = 50
 """Messages and dead letters a queue page lists at once; ``next`` links page on."""
 
@@ -42,7 +44,7 @@ def overview_figures(order: str) -> tuple[dict[str, Any], PlatformView, Figures]
     view = platform_view(OverviewStore(s.queues.storage), s.tenants.list(), order)
     f = figures.server(state).add(figures.workers(WorkerProblems(s.queues.storage).of_node(s.node_id)))
     for row in view.rows[:SHOWN]:
-        f.add(row_figures(row))
+        f.add(figures.tenant_row(row))
     return state, view, f
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
+from atomq.api.platform_view import ORDERS
 from atomq.api.schemas.common import Int, Number, Strict, above_zero
 from atomq.platform.server_settings import BOUNDS_S
 
@@ -94,3 +95,77 @@ class ServerPatchSchema(Strict):
     max_documents_per_send = _limit("max_documents_per_send")
     max_reply_bytes = _limit("max_reply_bytes")
     max_queues_per_tenant = _limit("max_queues_per_tenant")
+
+
+class KeptWorkerSchema(Strict):
+    engine = fields.String(required=True, validate=validate.OneOf(["fork", "spark"]))
+    pid = fields.Integer(allow_none=True, required=True)
+    state = fields.String(required=True, validate=validate.OneOf(["running", "restarting", "not started"]))
+    since = fields.Float(required=True, metadata={
+        "description": "running: when it started; restarting: when it starts again (seconds since the epoch)"})
+    restarts = fields.Integer(required=True, metadata={"description": "exits soon after a start, in a row"})
+    problem = fields.String(required=True, metadata={"description": "what keeps its engine from running, or \"\""})
+
+
+class NodeSchema(Strict):
+    id = fields.String(required=True)
+    url = fields.String(required=True, metadata={"description": "where the node's API is reached"})
+    version = fields.String(required=True)
+    pid = fields.Integer(required=True, metadata={"description": "the node's master process"})
+    started_at = fields.Float(required=True)
+    seen_at = fields.Float(required=True, metadata={"description": "the node's last record, rewritten every 5 s"})
+    silent = fields.Boolean(required=True, metadata={"description": "not heard from for 15 s: stopped or cut off"})
+    maintenance_lease = fields.Boolean(required=True, metadata={
+        "description": "holds the maintenance lease: runs maintenance, exports /metrics, samples the overview"})
+    workers = fields.List(fields.Nested(KeptWorkerSchema), required=True)
+
+
+class NodesSchema(Strict):
+    nodes = fields.List(fields.Nested(NodeSchema), required=True)
+
+
+class OverviewArgs(Strict):
+    sort = fields.String(load_default="traffic", validate=validate.OneOf(list(ORDERS)), metadata={
+        "description": "; ".join(f"{key}: {words}" for key, (words, _) in ORDERS.items())})
+    limit = fields.Integer(load_default=20, validate=validate.Range(1, 1000))
+
+
+class TenantFiguresSchema(Strict):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    sampled = fields.Boolean(required=True, metadata={"description": "false for a tenant made since the last "
+                                                                     "sample: its figures are null"})
+    traffic_per_s = Number(allow_none=True, required=True, metadata={
+        "description": "messages sent and delivered a second over the last interval"})
+    refused = fields.Integer(allow_none=True, required=True, metadata={
+        "description": "sends refused over the last interval"})
+    depth = fields.Integer(allow_none=True, required=True)
+    in_flight = fields.Integer(allow_none=True, required=True)
+    dead_letters = fields.Integer(allow_none=True, required=True)
+    stored_bytes = fields.Integer(allow_none=True, required=True)
+    disk_quota_bytes = fields.Integer(allow_none=True, required=True)
+    listeners = fields.Dict(keys=fields.String(), values=fields.Integer(), allow_none=True, required=True,
+                            metadata={"description": "listeners by state"})
+
+
+class PlatformRatesSchema(Strict):
+    at = fields.Float(required=True, metadata={"description": "the end of the interval"})
+    span_s = Number(required=True)
+    sent = Number(required=True)
+    delivered = Number(required=True)
+    acked = Number(required=True)
+    dead_lettered = Number(required=True)
+    refused = Number(required=True)
+    refused_by_reason = fields.Dict(keys=fields.String(), values=Number(), required=True)
+
+
+class OverviewSchema(Strict):
+    sampled_at = fields.Float(allow_none=True, required=True, metadata={
+        "description": "the last sample (every 10 s or more, by the maintenance lease holder); null before it"})
+    interval_s = Number(allow_none=True, required=True, metadata={
+        "description": "between the last two samples: what traffic and refused are over"})
+    tenant_count = fields.Integer(required=True)
+    tenants = fields.List(fields.Nested(TenantFiguresSchema), required=True, metadata={
+        "description": "the first `limit` tenants by `sort`, highest first"})
+    rates = fields.List(fields.Nested(PlatformRatesSchema), required=True, metadata={
+        "description": "the platform's messages a second over each sampled interval of the last hour, oldest first"})

@@ -1,7 +1,7 @@
-"""What the owner's overview shows of the platform as a whole: every tenant ranked by what an
-operator asks of it (who is loud, who is stuck, who is full), and the platform's message rates over
-the last hour. Both come from the samples the maintenance lease holder keeps
-(``atomq.platform.overview``): one read of the store, however many tenants there are.
+"""The platform as a whole, as the owner's overview and ``GET /v1/server/overview`` show it: every
+tenant ranked by what an operator asks of it (who is loud, who is stuck, who is full), and the
+platform's message rates over the last hour. Both come from the samples the maintenance lease
+holder keeps (``atomq.platform.overview``): one read of the store, however many tenants there are.
 """
 
 from __future__ import annotations
@@ -11,14 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from atomq.api.dashboard.figures import Figures
-from atomq.api.dashboard.formatting import count, of_limit
-from atomq.platform.overview import HISTORY_S, OverviewStore, TenantSample, tenant_traffic
+from atomq.platform.overview import HISTORY_S, TENANT_ORDERS, OverviewStore, TenantSample, tenant_traffic
 from atomq.tenants import Tenant
-
-SHOWN = 100
-"""Tenants the overview lists, the first by the chosen order; the rest are counted."""
-
 
 @dataclass(frozen=True)
 class TenantRow:
@@ -41,15 +35,16 @@ def _number(value: float | None) -> float:
     return -1.0 if value is None else value
 
 
-ORDERS: dict[str, tuple[str, Callable[[TenantRow], Any]]] = {
-    "traffic": ("traffic", lambda r: _number(r.traffic)),
-    "depth": ("messages waiting", lambda r: r.sample.depth if r.sample else -1),
-    "stuck": ("listeners that cannot run, then messages in flight",
-              lambda r: (r.stuck, r.sample.in_flight) if r.sample else (-1, -1)),
-    "dead_letters": ("dead letters", lambda r: r.sample.dead_letters if r.sample else -1),
-    "full": ("stored bytes against the quota", lambda r: _number(r.sample.quota_share) if r.sample else -1),
-    "refused": ("sends refused lately", lambda r: _number(r.refused)),
+_KEYS: dict[str, Callable[[TenantRow], Any]] = {
+    "traffic": lambda r: _number(r.traffic),
+    "depth": lambda r: r.sample.depth if r.sample else -1,
+    "stuck": lambda r: (r.stuck, r.sample.in_flight) if r.sample else (-1, -1),
+    "dead_letters": lambda r: r.sample.dead_letters if r.sample else -1,
+    "full": lambda r: _number(r.sample.quota_share) if r.sample else -1,
+    "refused": lambda r: _number(r.refused),
 }
+ORDERS: dict[str, tuple[str, Callable[[TenantRow], Any]]] = {
+    name: (words, _KEYS[name]) for name, words in TENANT_ORDERS.items()}
 """Each order of the tenants' table: its name in the page's words, and its key (highest first)."""
 
 
@@ -58,7 +53,7 @@ class PlatformView:
     rows: list[TenantRow]
     """Every tenant, ranked."""
     sampled_at: float | None
-    sample_every_s: float | None
+    interval_s: float | None
     rates: list[dict[str, Any]]
 
 
@@ -76,12 +71,12 @@ def platform_view(store: OverviewStore, tenants: list[Tenant], order: str) -> Pl
     rows.sort(key=lambda r: r.name)
     rows.sort(key=ORDERS[order][1], reverse=True)
     return PlatformView(rows=rows, sampled_at=latest.at if latest else None,
-                        sample_every_s=span or None, rates=platform_rates(store))
+                        interval_s=span or None, rates=platform_rates(store))
 
 
 def platform_rates(store: OverviewStore) -> list[dict[str, Any]]:
     """The platform's messages per second over each sampled interval of the last hour, for the chart."""
-    return [{"at": r.at, "span_s": round(r.span_s, 1),
+    return [{"at": r.at, "span_s": r.span_s,
              "sent": r.per_s.get("sent", 0.0), "delivered": r.per_s.get("delivered", 0.0),
              "acked": r.per_s.get("acked", 0.0), "dead_lettered": r.per_s.get("dead_lettered", 0.0),
              "refused": sum(r.refused_per_s.values()),
@@ -93,24 +88,3 @@ def sample_age(sample_at: float | None) -> float | None:
     return None if sample_at is None else max(0.0, time.time() - sample_at)
 
 
-
-def row_figures(row: TenantRow) -> Figures:
-    """A tenant's row of the overview, under ``tenant.<id>.`` keys."""
-    p = f"tenant.{row.id}."
-    s = row.sample
-    if s is None:
-        return Figures(text={p + key: "-" for key in ("traffic", "depth", "in_flight", "dead_letters", "stored",
-                                                       "refused", "listeners")})
-    states = ", ".join(f"{n} {state}" for state, n in s.listeners.items() if n) or "none"
-    f = Figures(text={
-        p + "traffic": "-" if row.traffic is None else f"{row.traffic:,.1f}/s",
-        p + "depth": count(s.depth),
-        p + "in_flight": count(s.in_flight),
-        p + "dead_letters": count(s.dead_letters),
-        p + "stored": of_limit(s.stored_bytes, s.disk_quota_bytes),
-        p + "refused": count(row.refused),
-        p + "listeners": states,
-    })
-    if s.disk_quota_bytes:
-        f.meters[p + "stored"] = [s.stored_bytes, s.disk_quota_bytes]
-    return f
