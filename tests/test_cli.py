@@ -354,6 +354,31 @@ def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
     assert refused.returncode == 2 and "traffic" in refused.stderr
 
 
+def test_a_big_send_from_a_file_and_a_drain_of_the_dead_letters_go_page_by_page(
+        node: AtomqServe, tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "bulk", "--max-redeliveries", "0")
+    lines = "".join(f"line {i}\n" for i in range(2_345))
+    sent = subprocess.run([*ATOMQ, "send", "bulk", "--json"], input=lines, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **tenant_env})
+    assert sent.returncode == 0, sent.stderr
+    assert len(json.loads(sent.stdout)["ids"]) == 2_345
+    with AtomqClient(node.url, tenant_env["ATOMQ_KEY"]) as api:
+        while taken := api.get("bulk", max_messages=1000):
+            api.nack("bulk", receipts=[m["receipt"] for m in taken], reason="broken")
+    assert json.loads(ok("queues", "show", "bulk", "--json"))["dead_letters"] == 2_345
+    assert json.loads(ok("dead-letters", "resend", "bulk", "--reason", "broken", "--json")) == {"resent": 2_345}
+    shown = json.loads(ok("queues", "show", "bulk", "--json"))
+    assert (shown["depth"], shown["dead_letters"]) == (2_345, 0)
+    unconfirmed = run("queues", "clear", "bulk", env=tenant_env)
+    assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
+    assert json.loads(ok("queues", "clear", "bulk", "--yes", "--json")) == {"deleted": 2_345}
+    assert json.loads(ok("queues", "show", "bulk", "--json"))["depth"] == 0
+    missing = run("ack", "bulk", "1795461670403-000000000002", env=tenant_env)
+    assert missing.returncode == 1 and "1 of the 1 ids matched nothing" in missing.stderr
+    assert "ACKED" in missing.stdout, "the result is printed first"
+
+
 def test_the_server_settings_are_shown_and_changed(node: AtomqServe) -> None:
     owner_env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""}
     ok = succeeding(owner_env)

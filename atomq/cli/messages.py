@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit
+from atomq.cli.progress import Progress
 from atomq.client import AtomqClient, wire
 
 
@@ -38,12 +40,11 @@ def timing_options(f: Any) -> Any:
 
 def _batches(texts: tuple[str, ...], properties: dict[str, str] | None, priority: int | None,
              ttl_s: float | None) -> Iterator[list[dict[str, Any]]]:
-    """One message per text (or per line of standard input), in requests of at most MAX_SEND_DOCUMENTS."""
-    lines = list(texts) or [line.rstrip("\n") for line in sys.stdin]
-    per_request = defaults.MAX_SEND_DOCUMENTS
-    for start in range(0, len(lines), per_request):
-        yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s)
-               for t in lines[start:start + per_request]]
+    """One message per text (or per line of standard input, read as it is sent: a file of any size),
+    in requests of at most MAX_SEND_DOCUMENTS."""
+    lines = iter(texts) if texts else (line.rstrip("\n") for line in sys.stdin)
+    while batch := list(itertools.islice(lines, defaults.MAX_SEND_DOCUMENTS)):
+        yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s) for t in batch]
 
 
 @click.command()
@@ -56,10 +57,13 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
     """Send one message per TEXT (or per line of standard input when none is given)."""
     ids: list[str] = []
     dropped = 0
+    progress = Progress(f"sending to {queue}", "messages")
     for batch in _batches(texts, properties, priority, ttl_s):
         sent = c.send_batch(queue, batch)
         ids += sent["ids"]
         dropped += sent.get("dropped", 0)
+        progress.update(len(ids))
+    progress.finish(len(ids))
     if dropped:
         click.echo(f"the queue dropped {dropped} waiting messages to make room (its overflow setting)", err=True)
     emit({"ids": ids, "dropped": dropped}, [(i,) for i in ids], ("ID",))
@@ -76,10 +80,13 @@ def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict
     whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none."""
     ids: list[str] = []
     reached: set[str] = set()
+    progress = Progress(f"publishing to {topic}", "messages")
     for batch in _batches(texts, properties, priority, ttl_s):
         published = c.publish(topic, batch)
         ids += published["ids"]
         reached.update(published["queues"])
+        progress.update(len(ids))
+    progress.finish(len(ids))
     emit({"ids": ids, "queues": sorted(reached)}, [(i, ",".join(sorted(reached))) for i in ids], ("ID", "QUEUES"))
 
 

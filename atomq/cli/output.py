@@ -19,3 +19,10 @@ def emit(data: Any, rows: Iterable[Sequence[Any]] | None = None, headers: Sequen
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+def all_matched(asked: int, done: int, what: str) -> None:
+    """Called after the result is printed: an id that matched nothing is an error (exit status 1),
+    so that a script notices a typo, or a message settled or gone meanwhile."""
+    if done < asked:
+        raise click.ClickException(f"{asked - done} of the {asked} ids matched nothing ({done} {what})")

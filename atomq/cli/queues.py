@@ -117,6 +117,19 @@ def queues_show(c: AtomqClient, name: str) -> None:
     emit(q, rows, ("FIELD", "VALUE"))
 
 
+@queues.command("clear")
+@click.argument("name")
+@yes_option
+@connection_options
+def queues_clear(c: AtomqClient, name: str, yes: bool) -> None:
+    """Delete every waiting and in-flight message of a queue (of every subscriber); its dead
+    letters, settings and subscribers stay."""
+    info = c.queue(name)
+    confirm(f"delete the {info['depth']} waiting and {info['in_flight']} in-flight messages of queue {name}", yes)
+    deleted = c.delete_messages(name)
+    emit({"deleted": deleted}, [(deleted,)], ("DELETED",))
+
+
 @queues.command("delete")
 @click.argument("name")
 @yes_option

@@ -10,7 +10,7 @@ import click
 
 from atomq import defaults
 from atomq.cli.connection import connection_options
-from atomq.cli.output import emit
+from atomq.cli.output import all_matched, emit
 from atomq.client import AtomqClient
 
 
@@ -47,6 +47,7 @@ def ack(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, .
     """Ack deliveries of QUEUE: they are done and gone."""
     acked = c.ack(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer)
     emit({"acked": acked}, [(acked,)], ("ACKED",))
+    all_matched(len(set(ids)) + len(set(receipts)), acked, "acked")
 
 
 @click.command()
@@ -59,6 +60,7 @@ def nack(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str, 
     dead letters with REASON once its redeliveries are spent."""
     done = c.nack(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer, reason=reason)
     emit(done, [(done["requeued"], done["dead_lettered"])], ("REQUEUED", "DEAD-LETTERED"))
+    all_matched(len(set(ids)) + len(set(receipts)), done["requeued"] + done["dead_lettered"], "nacked")
 
 
 @click.command()
@@ -71,6 +73,7 @@ def extend(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[str
     """Keep deliveries of QUEUE in flight longer: their ack deadline moves to SECONDS from now."""
     extended = c.extend(queue, **_chosen(ids, receipts), subscriber=subscriber, consumer=consumer, seconds=seconds)
     emit({"extended": extended}, [(extended,)], ("EXTENDED",))
+    all_matched(len(set(ids)) + len(set(receipts)), extended, "extended")
 
 
 @click.command()
@@ -82,3 +85,4 @@ def release(c: AtomqClient, queue: str, ids: tuple[str, ...], receipts: tuple[st
     to be gone, or a message stuck in flight. On an exclusive queue, whichever consumer holds them."""
     released = c.release(queue, **_chosen(ids, receipts), subscriber=subscriber)
     emit({"released": released}, [(released,)], ("RELEASED",))
+    all_matched(len(set(ids)) + len(set(receipts)), released, "released")
