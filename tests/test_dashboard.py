@@ -376,6 +376,7 @@ def test_an_operator_frees_a_delivery_stuck_in_flight(page: Page, node: InProces
     expect(stuck).to_have_count(2)
     expect(stuck.first).to_contain_text(re.compile(r"UTC \(in [45] minutes"))
     expect(page.get_by_text("whichever consumer holds them")).to_be_visible()
+    expect(page.locator("#oldest")).to_have_text(re.compile(r"^\d+ s \(sent \d{4}-\d\d-\d\d [\d:]+ UTC\)$"))
     page.get_by_role("checkbox", name=f"Select delivery {first}").check()
     page.get_by_role("button", name="Release selected").click()
     expect(page.get_by_role("status")).to_have_text("Released 1 delivery: delivered again next, not counted as failed.")

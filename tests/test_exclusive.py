@@ -158,3 +158,4 @@ def test_an_operators_release_frees_the_active_consumers_delivery_and_lists_it_b
     again = qs.take(tenant, "ex", max_messages=5, consumer="gone")
     assert [(d.id, d.redelivered) for d in again.deliveries] == [(ids[0], True), (ids[2], False)]
     assert_audit_clean(qs.client, tenant)
+

@@ -731,3 +731,19 @@ def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, 
             qs.ack(tenant, "news", ids=[d.id], subscriber=sub)
     assert qs.usage(tenant) == {"stored_bytes": marker_bytes, "messages": 0}, "the marker counts until it expires"
     assert recount_usage(backend, tenant) == qs.usage(tenant)
+
+
+def test_the_oldest_waiting_message_is_the_oldest_neither_in_flight_nor_dead(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "ex", P2P, max_redeliveries=0)
+    assert qs.oldest_waiting(tenant, "ex") is None, "an empty queue"
+    ids = [qs.send(tenant, "ex", [msg(f"m{i}")])[0] for i in range(3)]
+    sent_at = [int(i.split("-")[0]) / 1000 for i in ids]
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[0]
+    first = qs.get(tenant, "ex", max_messages=1)
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[1], "the first is in flight"
+    assert qs.nack(tenant, "ex", ids=[first[0].id], reason="bad").dead_lettered == 1
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[1], "the first is dead"
+    qs.get(tenant, "ex", max_messages=2)
+    assert qs.oldest_waiting(tenant, "ex") is None, "all in flight or dead"
+    assert qs.release(tenant, "ex", ids=[ids[2]], delay_s=60) == 1
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[2], "scheduled for redelivery: it waits"

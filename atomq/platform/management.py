@@ -22,6 +22,11 @@ from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not
 from atomq.platform.stored_form import decode_messages
 
 
+OLDEST_PAGE = 100
+OLDEST_SCAN = 1000
+"""The oldest messages ``oldest_waiting`` looks through, a page at a time, for one that waits."""
+
+
 def check_reason(reason: object) -> str:
     """A dead letter reason to select by: as a nack gives one, not empty."""
     if not isinstance(reason, str) or not 0 < len(reason) <= defaults.MAX_NACK_REASON_CHARS:
@@ -90,6 +95,23 @@ class Management:
                 out.append(InFlight(id=member.decode(), deadline=deadline_ms / 1000, delivery_count=int(parts[0]),
                                     failed_deliveries=int(parts[1])))
         return out
+
+    def oldest_waiting(self, tenant: str, queue: str, subscriber: str | None = None,
+                       scan: int = OLDEST_SCAN) -> float | None:
+        """When the oldest message that waits (ready, or scheduled for redelivery) was sent, in epoch
+        seconds; None when none of the ``scan`` oldest messages waits (all in flight, say). A
+        queue whose oldest waiting message grows old has consumers that stopped or fall behind."""
+        _, _, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
+        storage = self._shared.storage
+        for start in range(0, scan, OLDEST_PAGE):
+            ids = storage.call(storage.client.zrange, d.all, start, start + OLDEST_PAGE - 1)
+            if not ids:
+                return None
+            states = storage.call(storage.client.hmget, d.state, ids)
+            for message_id, state in zip(ids, states):
+                if state and state.split(b"|")[2][:1] in (b"r", b"z", b"s"):
+                    return int(message_id.split(b"-")[0]) / 1000
+        return None
 
     def peek(self, tenant: str, queue: str, ids: Sequence[str], subscriber: str | None = None) -> list[BrowsedMessage]:
         """The messages ``ids`` that are queued (ready, in flight or scheduled), in that

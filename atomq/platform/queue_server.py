@@ -87,6 +87,7 @@ class QueueServer:
         self.dead_letters = management.dead_letters
         self.peek = management.peek
         self.in_flight = management.in_flight
+        self.oldest_waiting = management.oldest_waiting
         self.delete_messages = management.delete_messages
         self.delete_dead_letters = management.delete_dead_letters
         self.resend_dead_letters = management.resend_dead_letters

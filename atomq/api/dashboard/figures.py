@@ -10,6 +10,7 @@ an element marked ``data-live="<key>"`` and a ``<meter>`` marked
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,3 +161,14 @@ def tenant_row(row: TenantRow) -> Figures:
     if s.disk_quota_bytes:
         f.meters[p + "stored"] = [s.stored_bytes, s.disk_quota_bytes]
     return f
+
+
+def oldest_waiting(info: QueueInfo, subscriber: str | None, sent_at: float | None) -> Figures:
+    """How long the oldest waiting message (of ``subscriber``) has waited since its send."""
+    if info.model is QueueModel.PUBLISH_SUBSCRIBE and subscriber is None:
+        text = "-"
+    elif sent_at is None:
+        text = "none waiting"
+    else:
+        text = f"{duration(max(0, round(time.time() - sent_at)))} (sent {when(sent_at)})"
+    return Figures(text={f"queue.{info.name}.oldest": text})

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import request
+
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures
 from atomq.api.dashboard.blueprint import bp
-from atomq.api.dashboard.pages import chosen_order, overview_figures, tenant_figures
+from atomq.api.dashboard.pages import chosen_order, oldest_waiting_figures, overview_figures, tenant_figures
 
 
 @bp.get("/live")
@@ -37,4 +39,5 @@ def queue_live(tenant_id: str, queue: str) -> dict[str, Any]:
     s = services()
     info = s.queues.get_queue(tenant.id, queue)
     rates = s.queues.counters.rates(tenant.id, queue, buckets=figures.RATE_BUCKETS)
-    return {**figures.queue(info).as_json(), "rates": figures.rates(rates)}
+    f = figures.queue(info).add(oldest_waiting_figures(tenant.id, info, request.args.get("subscriber") or None))
+    return {**f.as_json(), "rates": figures.rates(rates)}

@@ -48,6 +48,13 @@ def overview_figures(order: str) -> tuple[dict[str, Any], PlatformView, Figures]
     return state, view, f
 
 
+def oldest_waiting_figures(tenant_id: str, info: QueueInfo, subscriber: str | None) -> Figures:
+    """The age of a queue's oldest waiting message (of ``subscriber`` on publish/subscribe)."""
+    shown = info.model is QueueModel.POINT_TO_POINT or subscriber is not None
+    sent_at = services().queues.oldest_waiting(tenant_id, info.name, subscriber) if shown else None
+    return figures.oldest_waiting(info, subscriber, sent_at)
+
+
 def chosen_order() -> str:
     order = request.args.get("sort") or "traffic"
     return order if order in ORDERS else "traffic"
@@ -116,8 +123,9 @@ def queue_page(tenant_id: str, queue: str) -> str:
     return render_page("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
                    in_flight=in_flight, now=time.time(), page_size=PAGE_SIZE,
                    reason=reason, common_reasons=defaults.DEAD_LETTER_REASONS, max_reason_chars=defaults.MAX_NACK_REASON_CHARS,
-                   totals_shown=figures.QUEUE_TOTALS_SHOWN, figures=figures.queue(info),
-                   live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue))
+                   totals_shown=figures.QUEUE_TOTALS_SHOWN,
+                   figures=figures.queue(info).add(oldest_waiting_figures(tenant.id, info, subscriber)),
+                   live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue, subscriber=subscriber))
 
 
 @bp.route("/<path:rest>", methods=["GET", "POST"])
