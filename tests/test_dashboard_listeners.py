@@ -77,7 +77,7 @@ def test_the_listener_page_shows_its_definition_and_only_the_controls_that_apply
     expect(page.locator("#engine")).to_contain_text("fork: each execution runs the process in a forked work horse")
     expect(page.locator("#state")).to_have_text("running")
     expect(page.locator("#executions")).to_have_text("0")
-    expect(page.locator("#history")).to_contain_text("no history of executions over time")
+    expect(page.locator("#execution-chart svg polyline")).to_have_count(2)
 
     pause, resume = (page.get_by_role("button", name=n, exact=True) for n in ("Pause", "Resume"))
     expect(pause).to_be_visible()
@@ -116,6 +116,11 @@ def test_a_failed_listener_says_why_and_restarts(page: Page, node: InProcessNode
     reason = page.get_by_role("row", name=re.compile("^Why it failed"))
     expect(reason).to_contain_text("refusing 1 message(s)")
     expect(page.locator("#failures")).to_have_text("1")
+    expect(page.locator("#execution-chart polyline.line.failures")).to_have_count(1)
+    live = page.request.get(f"{listener_url(node, tenant.id, 'picky')}/live").json()
+    buckets = live["execution_rates"]
+    assert (sum(b["executions"] for b in buckets), sum(b["failures"] for b in buckets)) == (1, 1), \
+        "the one failed execution, in the chart's buckets"
     expect(page.get_by_role("button", name="Restart", exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Resume", exact=True)).to_have_count(0)
     screenshot(page, "dashboard-listener-error.png")
@@ -218,6 +223,7 @@ def test_every_page_fits_a_phone_without_scrolling_sideways(browser: Browser, pa
     try:
         owner_page = owner.new_page()
         sign_in(owner_page, node, OWNER_KEY)
+        owner_page.goto(f"{node.url}/dashboard/")  # waits for the page's load, styles included
         expect(owner_page.get_by_role("heading", name="Server")).to_be_visible()
         assert page_width(owner_page) <= PHONE_WIDTH, "overview"
         screenshot(owner_page, "dashboard-overview-420px.png")

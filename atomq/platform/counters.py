@@ -69,21 +69,9 @@ class MessageCounters:
 
     def rates(self, tenant: str, queue: str, buckets: int = 30) -> list[RateBucket]:
         """The last ``buckets`` 10-second buckets of sends and acks, oldest first, the current one last."""
-        if not 1 <= buckets <= MAX_RATE_BUCKETS:
-            raise ValueError(f"buckets must be from 1 to {MAX_RATE_BUCKETS}")
         config = k.TenantKeys(check_tenant_id(tenant)).queue(queue).config
-        fields = [f"r:{kind}{slot}" for kind in "sa" for slot in range(RATE_SLOTS)]
-        # Two calls, not a pipeline: TIME names no key, so a cluster client routes each on its own.
-        seconds, _ = self._storage.call(self._storage.client.time)
-        values = self._storage.call(self._storage.client.hmget, config, fields)
-        held: dict[tuple[str, int], int] = {}
-        for field, value in zip(fields, values):
-            if value is not None:
-                bucket, _, n = value.partition(b":")
-                held[(field[2], int(bucket))] = int(n)
-        current = seconds // RATE_BUCKET_S
-        return [RateBucket(start=b * RATE_BUCKET_S, sent=held.get(("s", b), 0), acked=held.get(("a", b), 0))
-                for b in range(current - buckets + 1, current + 1)]
+        return [RateBucket(start=start, sent=n["s"], acked=n["a"])
+                for start, n in read_ring(self._storage, config, "sa", buckets)]
 
     def refusals(self, tenant: str) -> dict[str, int]:
         """The tenant's totals of refused sends (REFUSALS)."""
@@ -101,3 +89,23 @@ class MessageCounters:
             if kind is not None:
                 self._storage.run("refusal", [k.TenantKeys(tenant).refusals], [kind])
             raise
+
+
+def read_ring(storage: Storage, key: str, kinds: str, buckets: int) -> list[tuple[int, dict[str, int]]]:
+    """The last ``buckets`` 10-second buckets of the rings ``kinds`` (one letter each) that the
+    scripts' ``count_rate`` keeps in hash ``key``, oldest first, the current one last: each
+    bucket's start (epoch seconds) and its count of each kind."""
+    if not 1 <= buckets <= MAX_RATE_BUCKETS:
+        raise ValueError(f"buckets must be from 1 to {MAX_RATE_BUCKETS}")
+    fields = [f"r:{kind}{slot}" for kind in kinds for slot in range(RATE_SLOTS)]
+    # Two calls, not a pipeline: TIME names no key, so a cluster client routes each on its own.
+    seconds, _ = storage.call(storage.client.time)
+    values = storage.call(storage.client.hmget, key, fields)
+    held: dict[tuple[str, int], int] = {}
+    for field, value in zip(fields, values):
+        if value is not None:
+            bucket, _, n = value.partition(b":")
+            held[(field[2], int(bucket))] = int(n)
+    current = seconds // RATE_BUCKET_S
+    return [(b * RATE_BUCKET_S, {kind: held.get((kind, b), 0) for kind in kinds})
+            for b in range(current - buckets + 1, current + 1)]

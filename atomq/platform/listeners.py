@@ -20,6 +20,7 @@ from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
+from atomq.platform.counters import read_ring
 from atomq.platform.names import (
     check_queue_name,
     check_subscriber_name,
@@ -96,6 +97,15 @@ class Listener:
     outstanding: int
 
 
+@dataclass(frozen=True)
+class ExecutionBucket:
+    """A listener's executions, and failed ones, in the 10 seconds from ``start`` (epoch seconds)."""
+
+    start: int
+    executions: int
+    failures: int
+
+
 def listener_not_found(name: str) -> NotFound:
     return NotFound(f"listener {name!r} does not exist", listener=name)
 
@@ -134,6 +144,12 @@ class ListenerStore:
         if raw is None:
             raise listener_not_found(name)
         return _listener(name, ListenerSpec.from_json(raw), stat, outstanding)
+
+    def execution_rates(self, tenant: str, name: str, buckets: int = 30) -> list[ExecutionBucket]:
+        """Executions and failed ones in each of the last ``buckets`` 10-second buckets, oldest first."""
+        lk = self._keys(tenant, name)
+        return [ExecutionBucket(start=start, executions=n["e"], failures=n["f"])
+                for start, n in read_ring(self.storage, lk.stat, "ef", buckets)]
 
     def of_tenant(self, tenant: str) -> list[Listener]:
         """Every listener of a tenant, by name."""

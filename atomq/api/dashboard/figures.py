@@ -21,7 +21,7 @@ from atomq.platform import QueueInfo, QueueModel
 from atomq.platform.models import DestinationCounts
 from atomq.platform.counters import RateBucket
 from atomq.platform.memory_state import refusal_rule
-from atomq.platform.listeners import Listener
+from atomq.platform.listeners import ExecutionBucket, Listener
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblem
 
@@ -133,7 +133,13 @@ def queue(info: QueueInfo) -> Figures:
 def listener(item: Listener) -> Figures:
     p = f"listener.{item.name}."
     return Figures(text={p + "state": item.state, p + "executions": count(item.executions),
-                         p + "failures": count(item.failures), p + "last_error": item.last_error or "-"})
+                         p + "failures": count(item.failures), p + "last_error": item.last_error or "-",
+                         p + "outstanding": count(item.outstanding)})
+
+
+def execution_rates(buckets: Sequence[ExecutionBucket]) -> list[dict[str, int]]:
+    """Executions and failed ones per 10-second bucket, oldest first, for the listener's chart."""
+    return [{"start": b.start, "executions": b.executions, "failures": b.failures} for b in buckets]
 
 
 def rates(buckets: Sequence[RateBucket]) -> list[dict[str, int]]:

@@ -1,14 +1,14 @@
 """One listener's page: its definition in words, its state (with why, when it waits or
 failed), its counts, and only the controls that apply to its state.
 
-The platform keeps a listener's totals and its last error, not a history of
-its executions or failures (``ListenerStore``), so the page shows those and
-says so. Its numbers refresh from the tenant's JSON endpoint
-(``live.tenant_live``), which already carries every listener's figures
-under ``listener.<name>.``: no second endpoint to keep in step with it.
+The platform keeps a listener's totals, its last error, and rings of 10-second buckets of its
+executions and failed ones over the last five minutes (``ListenerStore.execution_rates``), which
+the page charts; its own JSON endpoint (``listener_live``) refreshes them with its numbers.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from flask import url_for
 
@@ -56,4 +56,14 @@ def listener_page(tenant_id: str, name: str) -> str:
     tenant = access.scoped_tenant(tenant_id)
     item = services().listeners.get(tenant.id, name)
     return render_page("listener.html", tenant=tenant, listener=item, figures=figures.listener(item),
-                   live_url=url_for(".tenant_live", tenant_id=tenant.id))
+                   live_url=url_for(".listener_live", tenant_id=tenant.id, name=item.name))
+
+
+@bp.get("/tenants/<tenant_id>/listeners/<qname:name>/live")
+def listener_live(tenant_id: str, name: str) -> dict[str, Any]:
+    """The listener's numbers, and its executions and failed ones over the last five minutes."""
+    tenant = access.scoped_tenant(tenant_id)
+    listeners = services().listeners
+    item = listeners.get(tenant.id, name)
+    rates = listeners.execution_rates(tenant.id, name, buckets=figures.RATE_BUCKETS)
+    return {**figures.listener(item).as_json(), "execution_rates": figures.execution_rates(rates)}

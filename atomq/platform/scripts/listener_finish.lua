@@ -20,8 +20,12 @@ redis.call('SREM', KEYS[4], ARGV[2])
 if ARGV[3] == 'empty' then return 1 end
 redis.call('HINCRBY', KEYS[2], 'executions', 1)
 local state = redis.call('HGET', KEYS[2], 'state')
+local now = now_ms()
+-- Rings of 10-second buckets of executions (e) and failed ones (f), as a queue's of sends and acks:
+-- what the listener's page charts (atomq.platform.counters.read_ring).
+count_rate('e', 1, now, KEYS[2])
+if ARGV[3] ~= 'ok' then count_rate('f', 1, now, KEYS[2]) end
 if ARGV[3] == 'ok' then
-  local now = now_ms()
   for i = 8, #ARGV do redis.call('ZADD', KEYS[5], now, ARGV[i]) end
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[6]))
   redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[7]) - 1)
@@ -31,7 +35,7 @@ else
   redis.call('HSET', KEYS[2], 'last_error', ARGV[4])
   if state == 'running' then redis.call('HSET', KEYS[2], 'state', 'error') end
   if ARGV[3] == 'deferred' then
-    redis.call('HSET', KEYS[2], 'retry_at', now_ms() + tonumber(ARGV[5]))
+    redis.call('HSET', KEYS[2], 'retry_at', now + tonumber(ARGV[5]))
   end
 end
 return 1

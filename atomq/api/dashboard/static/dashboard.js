@@ -6,7 +6,8 @@
 // "text" and "meters". Only numbers change, so forms and checkbox selections
 // stay as they are. A queue page's endpoint adds "rates", drawn here as an SVG
 // chart into #rate-chart and written into #rate-rows as a table; the overview's
-// adds "platform_rates", drawn into #platform-chart and #platform-rows.
+// adds "platform_rates", drawn into #platform-chart and #platform-rows; a
+// listener's adds "execution_rates", drawn into #execution-chart.
 "use strict";
 
 (function () {
@@ -45,6 +46,7 @@
       writeRates(live.rates);
     }
     if (live.platform_rates) drawPlatform(live.platform_rates);
+    if (live.execution_rates) drawExecutions(live.execution_rates);
   }
 
   function svg(name, attributes, parent) {
@@ -107,6 +109,17 @@
       [["sent", rates.map((b) => b.sent / BUCKET_S)], ["acked", rates.map((b) => b.acked / BUCKET_S)]],
       `Rates over the last ${Math.round((rates.length * BUCKET_S) / 60)} minutes; ` +
       `latest 10 seconds: ${last.sent / BUCKET_S} sent and ${last.acked / BUCKET_S} acked per second`);
+  }
+
+  // A listener's page: its executions and failed ones a second, in 10-second buckets.
+  function drawExecutions(rates) {
+    const area = document.getElementById("execution-chart");
+    if (!area || !rates.length) return;
+    const last = rates[rates.length - 1];
+    lineChart(area, rates.map((b) => b.start),
+      [["executions", rates.map((b) => b.executions / BUCKET_S)], ["failures", rates.map((b) => b.failures / BUCKET_S)]],
+      `Executions over the last ${Math.round((rates.length * BUCKET_S) / 60)} minutes; latest 10 seconds: ` +
+      `${last.executions} finished, ${last.failures} failed`);
   }
 
   const PLATFORM_SERIES = ["sent", "delivered", "acked", "dead_lettered", "refused"];
