@@ -10,6 +10,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_WAIT_S, QUEUE_COUNTERS, REFUSAL_COUNTERS, TenantFigures
 from atomq.client import AtomqClient
@@ -30,6 +31,8 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNode]:
     with InProcessNode(tmp_path_factory.mktemp("metrics"), OWNER) as node:
+        # A scrape here waits for the figures read after its traffic, however slow the machine.
+        node.app.config[METRICS_WAIT_S] = 60
         yield node
 
 
@@ -229,4 +232,32 @@ def test_a_read_of_the_tenants_that_fails_fails_the_scrape_that_waits_for_it(nod
         response = requests.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {OWNER}"}, timeout=30)
         assert response.status_code == 503 and response.json()["error"]["code"] == "storage_unavailable"
     finally:
+        lease.release()
+
+
+def test_every_process_serves_the_newest_build_so_counters_never_go_back(node: InProcessNode, monkeypatch) -> None:
+    """A node answers from several processes: a scrape reaching one must not see older figures
+    than the scrape before it saw from another."""
+    tenant = node.owner.create_tenant("two-processes")
+    other_process = create_app(node.services, {METRICS_MAX_QUEUES: 100}).test_client()
+    lease = export_here(node)
+    release = threading.Event()
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as api:
+            api.put_queue("q")
+            api.send_texts("q", ["a"])
+            assert value(scrape(node), "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 1
+            api.send_texts("q", ["b"])
+            answer = other_process.get("/metrics", headers={"Authorization": f"Bearer {OWNER}"})
+            seen = {(s.name, frozenset(s.labels.items())): s.value
+                    for f in text_string_to_metric_families(answer.text) for s in f.samples}
+            assert value(seen, "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 2
+            api.send_texts("q", ["c"])
+            read = TenantFigures.read
+            monkeypatch.setattr(TenantFigures, "read", lambda self: release.wait(30) and read(self))
+            monkeypatch.setitem(node.app.config, METRICS_WAIT_S, 0.3)
+            assert value(scrape(node), "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 2, \
+                "the other process's build, newer than this one's last"
+    finally:
+        release.set()
         lease.release()

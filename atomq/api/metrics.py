@@ -24,6 +24,7 @@ each (by name) get series of their own; the rest are added up under
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -101,9 +102,9 @@ def metrics() -> Response:
     if recorder is not None:
         recorder.flush()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PlatformCollector(services, _builds(), current_app.config.get(METRICS_WAIT_S,
-                                                                                    defaults.METRICS_WAIT_S)))
-    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    collector = PlatformCollector(services, _builds(), current_app.config.get(METRICS_WAIT_S, defaults.METRICS_WAIT_S))
+    registry.register(collector)
+    return Response(generate_latest(registry) + collector.tenant_text, content_type=CONTENT_TYPE_LATEST)
 
 
 _making_builds = threading.Lock()
@@ -116,10 +117,28 @@ def _builds() -> FigureBuilds:
         builds: FigureBuilds | None = app.extensions.get(BUILDS_EXTENSION)
         if builds is None:
             services: Services = app.extensions["atomq"]
-            builds = app.extensions[BUILDS_EXTENSION] = FigureBuilds(lambda: TenantFigures(
-                services, app.config.get(METRICS_MAX_TENANTS, defaults.METRICS_MAX_TENANTS),
-                app.config.get(METRICS_MAX_QUEUES, defaults.METRICS_MAX_QUEUES)).read())
+
+            def build() -> bytes:
+                return _text(TenantFigures(services, app.config.get(METRICS_MAX_TENANTS, defaults.METRICS_MAX_TENANTS),
+                                           app.config.get(METRICS_MAX_QUEUES, defaults.METRICS_MAX_QUEUES)).read())
+
+            builds = app.extensions[BUILDS_EXTENSION] = FigureBuilds(
+                services.queues.storage, build, f"{services.node_id}:{os.getpid()}")
         return builds
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _text(families: list[Metric]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
 
 
 def exports_shared_figures(services: Services) -> bool:
@@ -139,12 +158,14 @@ class _Capped:
 
 
 class PlatformCollector(Collector):
-    """The server's figures read at scrape time, the tenants' from the builds."""
+    """The server's figures read at scrape time; the tenants' come from the builds as text
+    (``tenant_text``, set by ``collect``), which the scrape appends."""
 
     def __init__(self, services: Services, builds: FigureBuilds, wait_s: float) -> None:
         self._s = services
         self._builds = builds
         self._wait_s = wait_s
+        self.tenant_text = b""
 
     def collect(self) -> Iterator[Metric]:
         exporting = exports_shared_figures(self._s)
@@ -159,7 +180,7 @@ class PlatformCollector(Collector):
                 yield GaugeMetricFamily("atomq_metrics_tenant_figures_age_seconds",
                                         "Time since the read of the tenants' figures (and the request "
                                         "latency) served here began", value=round(figures.age_s, 3))
-                yield from figures.metrics
+                self.tenant_text = figures.text
 
     def _server(self) -> Iterator[Metric]:
         state = server_state(self._s)

@@ -1,13 +1,18 @@
-"""The tenants' part of a ``/metrics`` scrape, built in a background thread that a scrape waits for
-only so long.
+"""The tenants' part of a ``/metrics`` scrape, built in the background, kept in the store, and
+waited for only so long.
 
 Reading every queue of every tenant costs about 2 ms a tenant of ten queues: 20 s and more at
 10,000 tenants, far past a Prometheus scrape's time-out (10 s by default), and the scrape would
-fail every time. So a scrape starts a build (unless one is under way, which it joins) and waits
-for it up to a deadline. A build not finished by then goes on, and the scrape answers with the last
-finished one, whose age ``atomq_metrics_tenant_figures_age_seconds`` states; the next scrape finds
-the new one. Where a build fits in the deadline, which is every platform of up to about a thousand
-tenants here, every scrape is as fresh as before.
+fail every time. So a scrape asks for a build that begins after it arrived and waits for it up to a
+deadline; past it, it answers with the last build in the store, whose age
+``atomq_metrics_tenant_figures_age_seconds`` states, and the next scrape finds the new one.
+
+The builds are kept in the store, not in each process: a node answers from several HTTP worker
+processes, and a scrape reaching one that held an older build than the last scrape's would see
+counters go back (Prometheus would take it for a reset). One build runs at a time across all
+processes and nodes (a lease), a build is stored only over an older one, and every process serves
+the newest stored. Where a build fits in the deadline, which is every platform of up to several
+hundred tenants here, every scrape is as fresh as if it had read the store itself.
 """
 
 from __future__ import annotations
@@ -18,64 +23,113 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client.core import Metric
+import redis
+
+from atomq.platform import keys as k
+from atomq.platform.lease import Lease
+from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.metrics")
+
+BUILD_LEASE = "metrics-build"
+BUILD_LEASE_TTL_S = 300.0
+"""A build that dies with its process holds the others back this long at most."""
+POLL_S = 0.02
 
 
 @dataclass
 class _Build:
-    started: float = field(default_factory=time.monotonic)
     finished: threading.Event = field(default_factory=threading.Event)
-    figures: list[Metric] | None = None
     error: BaseException | None = None
 
 
 @dataclass(frozen=True)
 class Figures:
-    metrics: list[Metric]
+    text: bytes
+    """Prometheus text of the tenants' metric families."""
     age_s: float
     """Since the build that read them began."""
 
 
 class FigureBuilds:
-    """Runs ``build`` in one background thread at a time and hands out its last result."""
+    """Builds (``build`` returns the families' text) under a lease, and hands out the newest stored."""
 
-    def __init__(self, build: Callable[[], list[Metric]]) -> None:
+    def __init__(self, storage: Storage, build: Callable[[], bytes], holder: str) -> None:
+        self._storage = storage
         self._build = build
+        self._holder = holder
         self._lock = threading.Lock()
         self._running: _Build | None = None
-        self._last: _Build | None = None
 
     def latest(self, wait_s: float) -> Figures | None:
-        """The figures of a build begun now or under way, if it finishes within ``wait_s``; else
-        the last finished build's (None before the first). A build that fails while a scrape waits
-        for it raises its error in the scrape (a store that is down answers 503, not old figures)."""
-        with self._lock:
-            run = self._running
-            if run is None:
-                run = self._running = _Build()
-                threading.Thread(target=self._run, args=(run,), name="atomq-metrics-build", daemon=True).start()
-        if run.finished.wait(wait_s):
-            if run.error is not None:
+        """The figures of a build begun after this call, if one is stored within ``wait_s``; else the
+        newest stored (None before the first). A build this process began for it that fails raises
+        its error here (a store that is down answers 503, not old figures)."""
+        asked_at = time.time()
+        deadline = time.monotonic() + wait_s
+        while True:
+            started = self._stored_start()
+            if started is not None and started >= asked_at:
+                break
+            run = self._start_unless_running()
+            if run is not None and run.finished.is_set() and run.error is not None:
                 raise run.error
-            assert run.figures is not None
-            return Figures(run.figures, time.monotonic() - run.started)
-        last = self._last
-        if last is None or last.figures is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        text, started = self._storage.call(self._storage.client.hmget, k.METRICS_TENANT_FIGURES_KEY,
+                                           ["text", "started_at"])
+        if text is None or started is None:
             log.warning("the tenants' figures take longer than %.1f s to read; they are left out of this "
                         "scrape and served by the next one", wait_s)
             return None
-        return Figures(last.figures, time.monotonic() - last.started)
+        return Figures(text, max(0.0, time.time() - float(started)))
 
-    def _run(self, run: _Build) -> None:
+    def _stored_start(self) -> float | None:
+        raw = self._storage.call(self._storage.client.hget, k.METRICS_TENANT_FIGURES_KEY, "started_at")
+        return None if raw is None else float(raw)
+
+    def _start_unless_running(self) -> _Build | None:
+        """This process's build under way, or one started now if no process holds the lease."""
+        with self._lock:
+            if self._running is not None and not self._running.finished.is_set():
+                return self._running
+            lease = Lease(self._storage, BUILD_LEASE, self._holder, BUILD_LEASE_TTL_S)
+            if not lease.acquire():
+                return self._running  # another process builds; its build is stored when done
+            run = self._running = _Build()
+            try:
+                threading.Thread(target=self._run, args=(run, lease), name="atomq-metrics-build",
+                                 daemon=True).start()
+            except BaseException:
+                lease.release()
+                self._running = None
+                raise
+            return run
+
+    def _run(self, run: _Build, lease: Lease) -> None:
+        started = time.time()
         try:
-            run.figures = self._build()
-        except BaseException as exc:  # handed to the scrapes that wait for this build
+            self._store(self._build(), started)
+        except BaseException as exc:  # handed to the scrapes of this process that wait for it
             run.error = exc
             log.warning("reading the tenants' figures failed: %r", exc)
-        with self._lock:
-            if run.figures is not None:
-                self._last = run
-            self._running = None
-        run.finished.set()
+        finally:
+            try:
+                lease.release()
+            except Exception as exc:  # it runs out by itself
+                log.warning("could not release the lease of the metrics build: %r", exc)
+            run.finished.set()
+
+    def _store(self, text: bytes, started: float) -> None:
+        """Stores the build unless a newer one is there (builds of two processes may overlap when a
+        lease ran out)."""
+
+        def replace(pipe: redis.client.Pipeline) -> None:
+            stored = pipe.hget(k.METRICS_TENANT_FIGURES_KEY, "started_at")
+            if stored is not None and float(stored) >= started:
+                return
+            pipe.multi()
+            pipe.hset(k.METRICS_TENANT_FIGURES_KEY, mapping={"text": text, "started_at": repr(started)})
+
+        self._storage.call(self._storage.client.transaction, replace, k.METRICS_TENANT_FIGURES_KEY)

@@ -237,6 +237,9 @@ OVERVIEW_PREVIOUS_KEY = f"{PREFIX}:{{overview}}:previous"
 """The sample before it, which the rates of each tenant are reckoned against."""
 OVERVIEW_HISTORY_KEY = f"{PREFIX}:{{overview}}:history"
 """List, newest first: the platform's totals of each sample over the last hour, as JSON."""
+METRICS_TENANT_FIGURES_KEY = f"{PREFIX}:metrics:tenants"
+"""Hash: ``text`` -> the newest build of the tenants' metric families (Prometheus text), ``started_at`` ->
+when its read began (``atomq.api.metrics_builds``)."""
 NODES_KEY = f"{PREFIX}:nodes"
 """Hash: node id -> the node's record (address, version, start, workers), which it rewrites every few
 seconds (``atomq.platform.nodes``)."""
