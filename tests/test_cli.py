@@ -354,7 +354,7 @@ def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
     assert refused.returncode == 2 and "traffic" in refused.stderr
 
 
-def test_a_big_send_from_a_file_and_a_drain_of_the_dead_letters_go_page_by_page(
+def test_a_big_send_from_a_file_a_drain_of_the_dead_letters_and_a_clear(
         node: AtomqServe, tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
     ok("queues", "create", "bulk", "--max-redeliveries", "0")
@@ -370,6 +370,15 @@ def test_a_big_send_from_a_file_and_a_drain_of_the_dead_letters_go_page_by_page(
     assert json.loads(ok("dead-letters", "resend", "bulk", "--reason", "broken", "--json")) == {"resent": 2_345}
     shown = json.loads(ok("queues", "show", "bulk", "--json"))
     assert (shown["depth"], shown["dead_letters"]) == (2_345, 0)
+    ok("queues", "create", "feed", "--model", "publish_subscribe", "--max-redeliveries", "0")
+    with AtomqClient(node.url, tenant_env["ATOMQ_KEY"]) as api:
+        for subscriber in ("audit", "billing"):
+            api.request("PUT", f"/v1/queues/feed/subscribers/{subscriber}", {})
+        api.send_texts("feed", ["x", "y"])
+        for subscriber in ("audit", "billing"):
+            taken = api.get("feed", max_messages=10, subscriber=subscriber)
+            api.nack("feed", receipts=[m["receipt"] for m in taken], subscriber=subscriber, reason="broken")
+    assert json.loads(ok("dead-letters", "resend", "feed", "--json")) == {"resent": 4}, "every subscriber's"
     unconfirmed = run("queues", "clear", "bulk", env=tenant_env)
     assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
     assert json.loads(ok("queues", "clear", "bulk", "--yes", "--json")) == {"deleted": 2_345}

@@ -3,9 +3,14 @@ rewritten in place on a terminal."""
 
 from __future__ import annotations
 
+import importlib
 import io
+import threading
 
 from atomq.cli.progress import LOG_EVERY_S, Progress
+
+dead_letters = importlib.import_module("atomq.cli.dead_letters")
+"""The module (``atomq.cli.dead_letters`` as an attribute of the package is its click group)."""
 
 
 class Clock:
@@ -59,3 +64,37 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_and_ended() -> None:
     assert out.getvalue() == ("\r\033[Ksending to q: 600 messages (1,000/s)"
                               "\r\033[Ksending to q: 1,200 messages (1,000/s)"
                               "\r\033[Ksending to q: 1,200 messages in 1.2 s, done\n")
+
+
+def test_a_drain_reports_from_a_second_connection_while_its_one_request_runs(monkeypatch) -> None:
+    """The server works through all the dead letters in one request; the command reads the count
+    meanwhile from a clone of its client, and ends with the request's own figure."""
+    counts = iter([1000, 600, 200, 0, 0, 0, 0])
+    polled: list[int] = []
+    finished = threading.Event()
+
+    class Client:
+        def clone(self) -> Client:
+            return self
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def queue(self, name: str) -> dict:
+            n = next(counts)
+            polled.append(n)
+            if len(polled) == 3:
+                finished.set()
+            return {"dead_letters": n, "subscribers": []}
+
+    def act(ids: list[str] | None, timeout: float | None) -> int:
+        assert ids is None and timeout == dead_letters.DRAIN_TIMEOUT_S
+        assert finished.wait(30)
+        return 1000
+
+    monkeypatch.setattr(dead_letters, "POLL_S", 0.01)
+    assert dead_letters._apply(Client(), "q", (), None, act, "resending") == 1000  # type: ignore[arg-type]
+    assert polled[:3] == [1000, 600, 200], "the count before, then while the request runs"

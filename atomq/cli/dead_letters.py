@@ -1,23 +1,27 @@
 """``atomq dead-letters``: a queue's dead letters.
 
-Resending or deleting all of them (or all of a reason) goes a page of ``defaults.MAX_PAGE_LIMIT`` at
-a time, by id, with a progress line: a dead letter queue of millions drains in requests that
-each end in time, and one that fails stops the drain where it was. A letter dead-lettered again
-while the drain runs keeps its place behind the drain's cursor and is not resent twice.
+Resending or deleting all of them (or all of a reason) is one request, which the server works
+through in chunks; meanwhile a second connection reads the dead letters' count every second for a
+progress line, so a drain of millions says how far it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as StillRunning
 
 import click
 
-from atomq import defaults
 from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
 from atomq.cli.output import all_matched, emit
 from atomq.cli.progress import Progress
 from atomq.client import AtomqClient
+
+DRAIN_TIMEOUT_S = 3600.0
+"""How long one request that resends or deletes every dead letter may take."""
+POLL_S = 1.0
 
 
 @click.group("dead-letters")
@@ -33,30 +37,30 @@ def _one_selection(ids: tuple[str, ...], reason: str | None) -> None:
         raise click.UsageError("give IDS or --reason, not both")
 
 
-def _pages(c: AtomqClient, queue: str, subscriber: str | None, reason: str | None) -> Iterator[list[str]]:
-    """The ids of the dead letters (of ``reason``), a page at a time."""
-    page: list[str] = []
-    for letter in c.dead_letters(queue, subscriber, limit=defaults.MAX_PAGE_LIMIT, reason=reason):
-        page.append(letter["id"])
-        if len(page) == defaults.MAX_PAGE_LIMIT:
-            yield page
-            page = []
-    if page:
-        yield page
+def _dead_count(c: AtomqClient, queue: str, subscriber: str | None) -> int:
+    info = c.queue(queue)
+    if subscriber is None:
+        return int(info["dead_letters"])
+    return next((int(s["dead_letters"]) for s in info["subscribers"] if s["name"] == subscriber), 0)
 
 
-def _apply(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None, reason: str | None,
-           act: Callable[[list[str]], int], doing: str) -> int:
-    """``act`` on IDS, else on every dead letter (of ``reason``), page by page."""
+def _apply(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
+           act: Callable[[list[str] | None, float | None], int], doing: str) -> int:
+    """``act`` on IDS; else on all (of the reason) in one request, with a progress line."""
     if ids:
-        return act(list(ids))
-    total = 0
+        return act(list(ids), None)
     progress = Progress(f"{doing} the dead letters of {queue}", "dead letters")
-    for page in _pages(c, queue, subscriber, reason):
-        total += act(page)
-        progress.update(total)
-    progress.finish(total)
-    return total
+    with c.clone() as watcher, ThreadPoolExecutor(1) as pool:
+        before = _dead_count(watcher, queue, subscriber)
+        future = pool.submit(act, None, DRAIN_TIMEOUT_S)
+        while True:
+            try:
+                done = future.result(timeout=POLL_S)
+                break
+            except StillRunning:
+                progress.update(max(0, before - _dead_count(watcher, queue, subscriber)))
+    progress.finish(done)
+    return done
 
 
 @dead_letters.command("list")
@@ -80,8 +84,8 @@ def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
                         reason: str | None) -> None:
     """Resend the dead letters IDS (those of --reason, or all of them, when none is given)."""
     _one_selection(ids, reason)
-    n = _apply(c, queue, ids, subscriber, reason, lambda page: c.resend_dead_letters(queue, page, subscriber),
-               "resending")
+    n = _apply(c, queue, ids, subscriber, lambda chosen, timeout: c.resend_dead_letters(
+        queue, chosen, subscriber, reason=reason, timeout=timeout), "resending")
     emit({"resent": n}, [(n,)], ("RESENT",))
     all_matched(len(set(ids)), n, "resent")
 
@@ -100,7 +104,7 @@ def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
     if not ids:
         which = f"the dead letters of reason {reason!r}" if reason else "every dead letter"
         confirm(f"delete {which} of queue {queue}", yes)
-    n = _apply(c, queue, ids, subscriber, reason, lambda page: c.delete_dead_letters(queue, page, subscriber),
-               "deleting")
+    n = _apply(c, queue, ids, subscriber, lambda chosen, timeout: c.delete_dead_letters(
+        queue, chosen, subscriber, reason=reason, timeout=timeout), "deleting")
     emit({"deleted": n}, [(n,)], ("DELETED",))
     all_matched(len(set(ids)), n, "deleted")

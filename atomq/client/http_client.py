@@ -62,6 +62,13 @@ class AtomqClient:
         """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id)."""
         self.session.headers["X-Atomq-Tenant"] = tenant
 
+    def clone(self) -> AtomqClient:
+        """Another client of the same node, key and tenant, for another thread (a session is not
+        shared between threads)."""
+        twin = AtomqClient(self.url, timeout=self.timeout)
+        twin.session.headers.update(self.session.headers)
+        return twin
+
     def close(self) -> None:
         self.session.close()
 
@@ -289,25 +296,29 @@ class AtomqClient:
         return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit, reason=reason)
 
     def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None,
-              reason: str | None = None) -> Any:
+              reason: str | None = None, timeout: float | None = None) -> Any:
         body: dict[str, Any] = ({"ids": list(ids)} if ids is not None
                                 else {"reason": reason} if reason is not None else {"all": True})
         if subscriber:
             body["subscriber"] = subscriber
-        return self.request(method, path, body)
+        return self.request(method, path, body, timeout=timeout)
 
     def delete_messages(self, queue: str, ids: Sequence[str] | None = None, subscriber: str | None = None) -> int:
         """Deletes the messages ``ids``, or all of them when ``ids`` is None."""
         return int(self._bulk("DELETE", f"/v1/queues/{queue}/messages", ids, subscriber)["deleted"])
 
     def resend_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
-                            subscriber: str | None = None, reason: str | None = None) -> int:
-        """Resends the dead letters ``ids``; when None, those given ``reason``, or all of them."""
+                            subscriber: str | None = None, reason: str | None = None,
+                            timeout: float | None = None) -> int:
+        """Resends the dead letters ``ids``; when None, those given ``reason``, or all of them (of
+        every subscriber unless ``subscriber``), in one request that may take ``timeout``."""
         return int(self._bulk("POST", f"/v1/queues/{queue}/dead-letters/resend", ids, subscriber,
-                              reason)["resent"])
+                              reason, timeout)["resent"])
 
     def delete_dead_letters(self, queue: str, ids: Sequence[str] | None = None,
-                            subscriber: str | None = None, reason: str | None = None) -> int:
-        """Deletes the dead letters ``ids``; when None, those given ``reason``, or all of them."""
+                            subscriber: str | None = None, reason: str | None = None,
+                            timeout: float | None = None) -> int:
+        """Deletes the dead letters ``ids``; when None, those given ``reason``, or all of them (of
+        every subscriber unless ``subscriber``), in one request that may take ``timeout``."""
         return int(self._bulk("DELETE", f"/v1/queues/{queue}/dead-letters", ids, subscriber,
-                              reason)["deleted"])
+                              reason, timeout)["deleted"])
