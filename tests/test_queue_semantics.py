@@ -736,14 +736,17 @@ def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, 
 def test_the_oldest_waiting_message_is_the_oldest_neither_in_flight_nor_dead(qs: QueueServer, tenant: str) -> None:
     qs.put_queue(tenant, "ex", P2P, max_redeliveries=0)
     assert qs.oldest_waiting(tenant, "ex") is None, "an empty queue"
+    dead = [i for part in range(3) for i in qs.send_batch(tenant, "ex", [msg(f"d{part}.{i}") for i in range(350)]).ids]
+    taken = qs.get(tenant, "ex", max_messages=1_000) + qs.get(tenant, "ex", max_messages=1_000)
+    assert qs.nack(tenant, "ex", ids=[m.id for m in taken], reason="bad").dead_lettered == len(dead)
+    assert qs.oldest_waiting(tenant, "ex") is None, "dead letters do not wait"
+    urgent = qs.send(tenant, "ex", [OutgoingMessage(documents=(OutgoingDocument("u"),), priority=9)])[0]
     ids = [qs.send(tenant, "ex", [msg(f"m{i}")])[0] for i in range(3)]
-    sent_at = [int(i.split("-")[0]) / 1000 for i in ids]
-    assert qs.oldest_waiting(tenant, "ex") == sent_at[0]
-    first = qs.get(tenant, "ex", max_messages=1)
-    assert qs.oldest_waiting(tenant, "ex") == sent_at[1], "the first is in flight"
-    assert qs.nack(tenant, "ex", ids=[first[0].id], reason="bad").dead_lettered == 1
-    assert qs.oldest_waiting(tenant, "ex") == sent_at[1], "the first is dead"
+    sent_at = {i: int(i.split("-")[0]) / 1000 for i in [urgent, *ids]}
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[urgent], "older than 1,000 dead letters, of another priority"
+    assert [m.id for m in qs.get(tenant, "ex", max_messages=2)] == [urgent, ids[0]]
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[ids[1]], "the first two are in flight"
     qs.get(tenant, "ex", max_messages=2)
     assert qs.oldest_waiting(tenant, "ex") is None, "all in flight or dead"
     assert qs.release(tenant, "ex", ids=[ids[2]], delay_s=60) == 1
-    assert qs.oldest_waiting(tenant, "ex") == sent_at[2], "scheduled for redelivery: it waits"
+    assert qs.oldest_waiting(tenant, "ex") == sent_at[ids[2]], "scheduled for redelivery: it waits"

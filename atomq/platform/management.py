@@ -22,9 +22,8 @@ from atomq.platform.shared import Shared, docs_and_config, queue_keys, queue_not
 from atomq.platform.stored_form import decode_messages
 
 
-OLDEST_PAGE = 100
-OLDEST_SCAN = 1000
-"""The oldest messages ``oldest_waiting`` looks through, a page at a time, for one that waits."""
+OLDEST_SCHEDULED = 100
+"""The scheduled messages due first that ``oldest_waiting`` looks at."""
 
 
 def check_reason(reason: object) -> str:
@@ -96,22 +95,23 @@ class Management:
                                     failed_deliveries=int(parts[1])))
         return out
 
-    def oldest_waiting(self, tenant: str, queue: str, subscriber: str | None = None,
-                       scan: int = OLDEST_SCAN) -> float | None:
+    def oldest_waiting(self, tenant: str, queue: str, subscriber: str | None = None) -> float | None:
         """When the oldest message that waits (ready, or scheduled for redelivery) was sent, in epoch
-        seconds; None when none of the ``scan`` oldest messages waits (all in flight, say). A
-        queue whose oldest waiting message grows old has consumers that stopped or fall behind."""
+        seconds; None when none waits. A queue whose oldest waiting message grows old has consumers
+        that stopped or fall behind. One round trip: the stream's first entry, the first of each
+        priority band of the other ready messages (each band is in send order), and the
+        ``OLDEST_SCHEDULED`` scheduled messages due first (a message scheduled further out may be
+        older: the figure is then a little young)."""
         _, _, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
-        storage = self._shared.storage
-        for start in range(0, scan, OLDEST_PAGE):
-            ids = storage.call(storage.client.zrange, d.all, start, start + OLDEST_PAGE - 1)
-            if not ids:
-                return None
-            states = storage.call(storage.client.hmget, d.state, ids)
-            for message_id, state in zip(ids, states):
-                if state and state.split(b"|")[2][:1] in (b"r", b"z", b"s"):
-                    return int(message_id.split(b"-")[0]) / 1000
-        return None
+        band = 10**13
+        pipe = self._shared.client.pipeline(transaction=False)
+        pipe.xrange(d.ready, count=1)
+        for b in range(10):
+            pipe.zrangebyscore(d.ordered, b * band, (b + 1) * band - 1, start=0, num=1)
+        pipe.zrange(d.sched, 0, OLDEST_SCHEDULED - 1)
+        first, *ranked = self._shared.storage.call(pipe.execute)
+        ids = [fields[b"m"] for _, fields in first] + [i for part in ranked for i in part]
+        return min((int(i.split(b"-")[0]) / 1000 for i in ids), default=None)
 
     def peek(self, tenant: str, queue: str, ids: Sequence[str], subscriber: str | None = None) -> list[BrowsedMessage]:
         """The messages ``ids`` that are queued (ready, in flight or scheduled), in that
