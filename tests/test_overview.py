@@ -66,6 +66,7 @@ def test_a_sample_has_each_tenants_exact_figures_and_two_give_exact_rates(qs: Qu
     qs.send_batch(loud.id, "work", [msg(f"n{i}") for i in range(30)])
     qs.get(loud.id, "work", max_messages=5)
     second = sampler.read()
+    second.at = first.at + 10  # as a node spaces its samples: the history leaves out closer ones
     store.record(second)
     latest, previous = store.latest()
     assert latest is not None and previous is not None
@@ -79,8 +80,14 @@ def test_a_sample_has_each_tenants_exact_figures_and_two_give_exact_rates(qs: Qu
     assert tenant_traffic(None, latest.tenants[loud.id], span) is None, "a tenant new since the sample before"
     qs.delete_queue(loud.id, "work")
     third = sampler.read()
+    third.at = second.at + 10
     store.record(third)
     assert store.history(since=second.at)[0].per_s["sent"] == 0, "a deleted queue's totals are no negative rate"
+    too_soon = sampler.read()
+    too_soon.at = third.at + 0.1
+    store.record(too_soon)
+    assert [r.at for r in store.history(since=0)] == [second.at, third.at], \
+        "a sample 0.1 s after the one before (a lease changing hands) gives no rate"
 
 
 def test_the_history_keeps_an_hour_of_samples(backend: redis.Redis, qs: QueueServer) -> None:
@@ -102,14 +109,15 @@ def test_the_sampler_samples_only_while_its_process_holds_the_lease(backend: red
     seen_before_each_round: list[Sample | None] = []
 
     def holds() -> bool:
-        """Not the holder in the first round; the holder in the second, which is the last."""
+        """Not the holder in the first round; the holder from the second on, which is the last (asked
+        again before its sample is stored)."""
         seen_before_each_round.append(store.latest()[0])
         if len(seen_before_each_round) == 2:
             stop.set()
-        return len(seen_before_each_round) == 2
+        return len(seen_before_each_round) >= 2
 
     run_sampler(Sampler(qs, only(tenants, {mine.id}), ListenerStore(qs.storage)), store, holds, stop, every_s=0.01)
-    assert seen_before_each_round == [None, None], "nothing sampled by a process without the lease"
+    assert seen_before_each_round == [None, None, None], "nothing sampled by a process without the lease"
     latest, _ = store.latest()
     assert latest is not None and list(latest.tenants) == [mine.id]
 
@@ -148,19 +156,22 @@ def test_the_owner_reads_the_ranked_tenants_and_the_nodes_over_http(tmp_path: Pa
         empty = owner.overview()
         assert empty["sampled_at"] is None
         assert {t["name"]: t["sampled"] for t in empty["tenants"]} == {"quiet": False, "dead": False}
-        store.record(sampler.read())
+        first = sampler.read()
+        store.record(first)
         with AtomqClient(node.url, dead["api_key"]) as api:
             api.send_texts("work", ["later"])
-        store.record(sampler.read())
+        second = sampler.read()
+        second.at = first.at + 10
+        store.record(second)
 
         top = owner.overview(sort="dead_letters", limit=1)
         assert top["tenant_count"] == 2 and top["interval_s"] > 0 and len(top["rates"]) == 1
-        (first,) = top["tenants"]
-        assert {k: first[k] for k in ("name", "sampled", "depth", "in_flight", "dead_letters", "disk_quota_bytes",
-                                      "refused")} == {"name": "dead", "sampled": True, "depth": 3, "in_flight": 0,
+        (ranked,) = top["tenants"]
+        assert {k: ranked[k] for k in ("name", "sampled", "depth", "in_flight", "dead_letters", "disk_quota_bytes",
+                                       "refused")} == {"name": "dead", "sampled": True, "depth": 3, "in_flight": 0,
                                                       "dead_letters": 3, "disk_quota_bytes": 100_000, "refused": 0}
-        assert first["traffic_per_s"] * top["interval_s"] == pytest.approx(1)
-        assert top["rates"][0]["sent"] * top["rates"][0]["span_s"] == pytest.approx(1)
+        assert top["interval_s"] == pytest.approx(10) and ranked["traffic_per_s"] == pytest.approx(0.1)
+        assert top["rates"][0]["span_s"] == pytest.approx(10) and top["rates"][0]["sent"] == pytest.approx(0.1)
         assert [t["name"] for t in owner.overview(sort="depth")["tenants"]] == ["dead", "quiet"]
         with pytest.raises(InvalidInput) as refused:
             owner.overview(sort="loudest")
@@ -177,3 +188,29 @@ def test_the_owner_reads_the_ranked_tenants_and_the_nodes_over_http(tmp_path: Pa
         (listed,) = owner.nodes()
         assert (listed["id"], listed["maintenance_lease"], listed["silent"], listed["workers"]) == (
             s.node_id, True, False, [])
+
+
+def test_records_and_samples_of_another_version_are_read_or_left_out(backend: redis.Redis, qs: QueueServer) -> None:
+    """Nodes of two versions share a store during a rolling upgrade: a field one of them added is
+    left out, and a record neither can read is skipped, never an error for the owner's views."""
+    records = NodeRecords(qs.storage)
+    newer, broken = f"n_{uuid.uuid4().hex[:12]}", f"n_{uuid.uuid4().hex[:12]}"
+    backend.hset(k.NODES_KEY, newer, json.dumps({
+        "id": newer, "url": "u", "version": "9.0", "pid": 1, "started_at": 1.0, "seen_at": time.time(),
+        "zone": "eu-1", "workers": [{"engine": "fork", "pid": 2, "state": "running", "since": 1.0, "restarts": 0,
+                                     "problem": "", "cpu": 0.5}]}))
+    backend.hset(k.NODES_KEY, broken, b"not json")
+    listed = {r.id: r for r in records.all()}
+    assert listed[newer].version == "9.0" and listed[newer].workers[0].pid == 2 and broken not in listed
+    backend.hdel(k.NODES_KEY, newer, broken)
+    store = OverviewStore(qs.storage)
+    backend.delete(k.OVERVIEW_HISTORY_KEY)
+    backend.set(k.OVERVIEW_LATEST_KEY, json.dumps({"at": 5.0, "tenants": {"t_x": {"depth": 3, "new": 1}}}))
+    backend.set(k.OVERVIEW_PREVIOUS_KEY, b"{garbage")
+    latest, previous = store.latest()
+    assert latest is not None and latest.tenants["t_x"].depth == 3 and latest.tenants["t_x"].name == "t_x"
+    assert previous is None
+    backend.lpush(k.OVERVIEW_HISTORY_KEY, json.dumps({"at": 1.0, "totals": {"sent": 1}, "refused": {}}), b"[]",
+                  json.dumps({"at": 11.0, "totals": {"sent": 21}, "refused": {}, "more": True}))
+    (rates,) = store.history(since=0)
+    assert rates.per_s["sent"] == 2.0

@@ -1,7 +1,7 @@
 """The platform as a whole, as the owner's overview and ``GET /v1/server/overview`` show it: every
 tenant ranked by what an operator asks of it (who is loud, who is stuck, who is full), and the
 platform's message rates over the last hour. Both come from the samples the maintenance lease
-holder keeps (``atomq.platform.overview``): one read of the store, however many tenants there are.
+holder keeps (``atomq.platform.overview``), not from a read of every queue.
 """
 
 from __future__ import annotations
@@ -57,16 +57,20 @@ class PlatformView:
     rates: list[dict[str, Any]]
 
 
-def platform_view(store: OverviewStore, tenants: list[Tenant], order: str) -> PlatformView:
+def platform_view(store: OverviewStore, tenants: list[Tenant] | None, order: str) -> PlatformView:
+    """``tenants`` ranked by ``order``, with their figures at the last sample; None: the tenants of
+    that sample (what a page's refresh every few seconds reads, instead of every tenant's record)."""
     latest, previous = store.latest()
     span = latest.at - previous.at if latest and previous else 0.0
+    named = ([(t.id, t.name) for t in tenants] if tenants is not None
+             else [(tid, t.name) for tid, t in latest.tenants.items()] if latest else [])
     rows = []
-    for t in tenants:
-        now = latest.tenants.get(t.id) if latest else None
-        before = previous.tenants.get(t.id) if previous else None
+    for tenant_id, name in named:
+        now = latest.tenants.get(tenant_id) if latest else None
+        before = previous.tenants.get(tenant_id) if previous else None
         refused = (sum(max(0, n - before.refused.get(kind, 0)) for kind, n in now.refused.items())
                    if now and before else None)
-        rows.append(TenantRow(id=t.id, name=t.name, sample=now,
+        rows.append(TenantRow(id=tenant_id, name=name, sample=now,
                               traffic=tenant_traffic(before, now, span) if now else None, refused=refused))
     rows.sort(key=lambda r: r.name)
     rows.sort(key=ORDERS[order][1], reverse=True)

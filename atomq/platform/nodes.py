@@ -9,12 +9,15 @@ that stopped or lost the store; it is shown as such, and dropped after ``FORGET_
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from atomq.platform import keys as k
 from atomq.platform.storage import Storage
+
+log = logging.getLogger("atomq.nodes")
 
 BEAT_S = 5.0
 SILENT_S = 3 * BEAT_S
@@ -50,10 +53,21 @@ class NodeRecord:
         return gap if gap > SILENT_S else None
 
     @classmethod
-    def from_json(cls, raw: bytes) -> NodeRecord:
-        data: dict[str, Any] = json.loads(raw)
-        workers = [KeptWorkerState(**w) for w in data.pop("workers", [])]
-        return cls(**data, workers=workers)
+    def from_json(cls, raw: bytes) -> NodeRecord | None:
+        """The record, or None for one this version cannot read. A field another version added is
+        left out, so nodes of two versions (a rolling upgrade) list each other."""
+        try:
+            data: dict[str, Any] = json.loads(raw)
+            workers = [KeptWorkerState(**_known(KeptWorkerState, w)) for w in data.get("workers", [])]
+            return cls(**{**_known(cls, data), "workers": workers})
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("a node's record this version cannot read is left out: %r", exc)
+            return None
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {name: value for name, value in data.items() if name in names}
 
 
 class NodeRecords:
@@ -75,6 +89,8 @@ class NodeRecords:
         records, gone = [], []
         for node_id, value in raw.items():
             record = NodeRecord.from_json(value)
+            if record is None:
+                continue
             if now - record.seen_at > FORGET_S:
                 gone.append(node_id)
             else:

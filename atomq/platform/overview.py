@@ -39,11 +39,17 @@ from atomq.platform.storage import Storage
 
 log = logging.getLogger("atomq.overview")
 
+_parsed: dict[str, object] = {}
+"""The samples this process parsed last, by store client and sample time (``OverviewStore.latest``)."""
+_parsed_lock = threading.Lock()
+
 SAMPLE_EVERY_S = 10.0
 PAUSE_FACTOR = 10
 """The pause after a read is at least this many times the read's own time."""
 HISTORY_S = 3600
 HISTORY_LENGTH = int(HISTORY_S / SAMPLE_EVERY_S)
+MIN_INTERVAL_S = 1.0
+"""The shortest interval between two samples whose rates the history gives."""
 TENANT_ORDERS = {
     "traffic": "traffic",
     "depth": "messages waiting",
@@ -93,14 +99,19 @@ class Sample:
                            "tenants": {tid: asdict(t) for tid, t in self.tenants.items()}})
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> Sample:
-        data = json.loads(raw)
-        tenants = {}
-        for tid, t in data["tenants"].items():
-            # A field a later version added is left out; one it dropped keeps its default.
-            known = {name: value for name, value in t.items() if name in TenantSample.__dataclass_fields__}
-            tenants[tid] = TenantSample(**known)
-        return cls(at=data["at"], read_s=data["read_s"], tenants=tenants)
+    def from_json(cls, raw: bytes | str) -> Sample | None:
+        """The sample, or None for one this version cannot read. A field another version added is
+        left out and one it dropped keeps its default, so nodes of two versions share samples."""
+        try:
+            data = json.loads(raw)
+            tenants = {}
+            for tid, t in data["tenants"].items():
+                known = {name: value for name, value in t.items() if name in TenantSample.__dataclass_fields__}
+                tenants[tid] = TenantSample(**{"name": tid, **known})
+            return cls(at=float(data["at"]), read_s=float(data.get("read_s", 0.0)), tenants=tenants)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("a sample of the platform this version cannot read is left out: %r", exc)
+            return None
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,15 @@ class Point:
     at: float
     totals: dict[str, int]
     refused: dict[str, int]
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Point | None:
+        try:
+            data = json.loads(raw)
+            return cls(at=float(data["at"]), totals=dict(data.get("totals", {})), refused=dict(data.get("refused", {})))
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("a point of the platform's history this version cannot read is left out: %r", exc)
+            return None
 
 
 @dataclass(frozen=True)
@@ -193,16 +213,36 @@ class OverviewStore:
         self._storage.call(write)
 
     def latest(self) -> tuple[Sample | None, Sample | None]:
-        """The latest sample and the one before it (None where there is none yet)."""
+        """The latest sample and the one before it (None where there is none yet). Parsed once a
+        sample in each process: a page refreshed every few seconds reads a small value until the
+        next sample (the two of 10,000 tenants are about 5 MB of JSON)."""
+        newest = self._storage.call(self._storage.client.lindex, k.OVERVIEW_HISTORY_KEY, 0)
+        point = Point.from_json(newest) if newest else None
+        key = (id(self._storage.client), point.at if point else None)
+        with _parsed_lock:
+            if point is not None and _parsed.get("key") == key:
+                return _parsed["samples"]  # type: ignore[return-value]
         latest, previous = self._storage.call(self._storage.client.mget, k.OVERVIEW_LATEST_KEY,
                                               k.OVERVIEW_PREVIOUS_KEY)
-        return (Sample.from_json(latest) if latest else None, Sample.from_json(previous) if previous else None)
+        samples = (Sample.from_json(latest) if latest else None, Sample.from_json(previous) if previous else None)
+        with _parsed_lock:
+            _parsed.update(key=key, samples=samples)
+        return samples
 
     def history(self, since: float) -> list[Rates]:
-        """The platform's rates over each interval that ended after ``since``, oldest first."""
+        """The platform's rates over each interval of at least ``MIN_INTERVAL_S`` that ended after
+        ``since``, oldest first. Two samples closer than that (two processes that both held the
+        lease for a moment as it changed hands, or a clock set back) would make an interval so
+        short that its rates are noise: the later is left out."""
         raw = self._storage.call(self._storage.client.lrange, k.OVERVIEW_HISTORY_KEY, 0, -1)
-        points = [Point(**json.loads(item)) for item in reversed(raw)]
-        return [rates_between(a, b) for a, b in zip(points, points[1:]) if b.at > since]
+        out: list[Rates] = []
+        before: Point | None = None
+        for point in filter(None, (Point.from_json(item) for item in reversed(raw))):
+            if before is None or point.at - before.at >= MIN_INTERVAL_S:
+                if before is not None and point.at > since:
+                    out.append(rates_between(before, point))
+                before = point
+        return out
 
 
 def run_sampler(sampler: Sampler, store: OverviewStore, holds_lease: Callable[[], bool],
@@ -216,7 +256,8 @@ def run_sampler(sampler: Sampler, store: OverviewStore, holds_lease: Callable[[]
         try:
             if holds_lease():
                 sample = sampler.read()
-                store.record(sample)
+                if holds_lease():  # a read takes seconds: the lease may have gone meanwhile
+                    store.record(sample)
                 pause = max(every_s, PAUSE_FACTOR * sample.read_s)
         except Exception as exc:  # the overview waits for the next round; the node goes on
             if time.monotonic() - last_warning > 60:

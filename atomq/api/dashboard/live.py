@@ -23,7 +23,7 @@ from atomq.api.dashboard.pages import chosen_order, oldest_waiting_figures, over
 def overview_live() -> dict[str, Any]:
     """The overview's numbers, and the platform's rates over the last hour for its chart."""
     access.owner_only()
-    _, view, f = overview_figures(chosen_order())
+    _, view, f = overview_figures(chosen_order(), every_tenant=False)
     return {**f.as_json(), "platform_rates": view.rates}
 
 

@@ -36,12 +36,13 @@ PAGE_SIZE = 50
 """Messages and dead letters a queue page lists at once; ``next`` links page on."""
 
 
-def overview_figures(order: str) -> tuple[dict[str, Any], PlatformView, Figures]:
-    """The server's state, every tenant ranked by ``order`` (see ``platform_view.ORDERS``) with the
-    platform's rates, and the numbers the overview shows of them."""
+def overview_figures(order: str, every_tenant: bool = True) -> tuple[dict[str, Any], PlatformView, Figures]:
+    """The server's state, the tenants ranked by ``order`` (see ``platform_view.ORDERS``) with the
+    platform's rates, and the numbers the overview shows of them. Every tenant for the page;
+    the refresh only those of the last sample (the rows it updates are the page's)."""
     s = services()
     state = server_state(s)
-    view = platform_view(OverviewStore(s.queues.storage), s.tenants.list(), order)
+    view = platform_view(OverviewStore(s.queues.storage), s.tenants.list() if every_tenant else None, order)
     f = figures.server(state).add(figures.workers(WorkerProblems(s.queues.storage).of_node(s.node_id)))
     for row in view.rows[:SHOWN]:
         f.add(figures.tenant_row(row))
