@@ -55,6 +55,13 @@ def export_here(node: InProcessNode) -> Lease:
     return lease
 
 
+def reads_wait_for(release: threading.Event, monkeypatch: pytest.MonkeyPatch, node: InProcessNode) -> None:
+    """From now on a read of the tenants' figures outlasts a scrape's wait (0.3 s) until ``release``."""
+    read = TenantFigures.read
+    monkeypatch.setattr(TenantFigures, "read", lambda self: release.wait(30) and read(self))
+    monkeypatch.setitem(node.app.config, METRICS_WAIT_S, 0.3)
+
+
 def test_only_the_lease_holder_exports_the_shared_figures(node: InProcessNode) -> None:
     lease = Lease(node.services.queues.storage, k.MAINTENANCE_LEASE, "n_elsewhere:1", ttl_s=600)
     assert lease.acquire()
@@ -204,9 +211,7 @@ def test_a_slow_read_of_the_tenants_answers_with_the_last_figures_and_their_age(
             assert value(first, "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 1
             assert value(first, "atomq_metrics_tenant_figures_age_seconds") >= 0
             api.send_texts("q", ["b"])
-            monkeypatch.setitem(node.app.config, METRICS_WAIT_S, 0.3)
-            read = TenantFigures.read
-            monkeypatch.setattr(TenantFigures, "read", lambda self: release.wait(30) and read(self))
+            reads_wait_for(release, monkeypatch, node)
             started = time.monotonic()
             held = scrape(node)
             assert time.monotonic() - started < 5
@@ -253,9 +258,7 @@ def test_every_process_serves_the_newest_build_so_counters_never_go_back(node: I
                     for f in text_string_to_metric_families(answer.text) for s in f.samples}
             assert value(seen, "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 2
             api.send_texts("q", ["c"])
-            read = TenantFigures.read
-            monkeypatch.setattr(TenantFigures, "read", lambda self: release.wait(30) and read(self))
-            monkeypatch.setitem(node.app.config, METRICS_WAIT_S, 0.3)
+            reads_wait_for(release, monkeypatch, node)
             assert value(scrape(node), "atomq_messages_sent_total", tenant=tenant["id"], queue="q") == 2, \
                 "the other process's build, newer than this one's last"
     finally:
