@@ -168,8 +168,9 @@ def test_the_owner_reads_the_ranked_tenants_and_the_nodes_over_http(tmp_path: Pa
         assert top["tenant_count"] == 2 and top["interval_s"] > 0 and len(top["rates"]) == 1
         (ranked,) = top["tenants"]
         assert {k: ranked[k] for k in ("name", "sampled", "depth", "in_flight", "dead_letters", "disk_quota_bytes",
-                                       "refused")} == {"name": "dead", "sampled": True, "depth": 3, "in_flight": 0,
-                                                      "dead_letters": 3, "disk_quota_bytes": 100_000, "refused": 0}
+                                       "refused", "executions_running")} == {
+            "name": "dead", "sampled": True, "depth": 3, "in_flight": 0, "dead_letters": 3,
+            "disk_quota_bytes": 100_000, "refused": 0, "executions_running": 0}
         assert top["interval_s"] == pytest.approx(10) and ranked["traffic_per_s"] == pytest.approx(0.1)
         assert top["rates"][0]["span_s"] == pytest.approx(10) and top["rates"][0]["sent"] == pytest.approx(0.1)
         assert [t["name"] for t in owner.overview(sort="depth")["tenants"]] == ["dead", "quiet"]

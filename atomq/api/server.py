@@ -94,6 +94,7 @@ class Overview(MethodView):
             rows.append({"id": row.id, "name": row.name, "sampled": t is not None, "traffic_per_s": row.traffic,
                          "refused": row.refused, "depth": t and t.depth, "in_flight": t and t.in_flight,
                          "dead_letters": t and t.dead_letters, "stored_bytes": t and t.stored_bytes,
-                         "disk_quota_bytes": t and t.disk_quota_bytes, "listeners": t and t.listeners})
+                         "disk_quota_bytes": t and t.disk_quota_bytes, "listeners": t and t.listeners,
+                         "executions_running": t and t.executions_running})
         return {"sampled_at": view.sampled_at, "interval_s": view.interval_s, "tenant_count": len(view.rows),
                 "tenants": rows, "rates": view.rates}

@@ -90,9 +90,14 @@ def server_top(c: AtomqClient, sort: str, limit: int) -> None:
         click.echo("not sampled yet: the node holding the maintenance lease samples every 10 s or more", err=True)
     emit(data, [(t["name"], t["id"], "-" if t["traffic_per_s"] is None else f"{t['traffic_per_s']:.1f}/s",
                  t["depth"], t["in_flight"], t["dead_letters"], _stored(t), t["refused"],
-                 ", ".join(f"{n} {state}" for state, n in (t["listeners"] or {}).items() if n))
+                 _listeners(t))
                 for t in data["tenants"]],
          ("TENANT", "ID", "TRAFFIC", "WAITING", "IN FLIGHT", "DEAD", "STORED", "REFUSED", "LISTENERS"))
+
+
+def _listeners(t: dict[str, Any]) -> str:
+    text = ", ".join(f"{n} {state}" for state, n in (t["listeners"] or {}).items() if n)
+    return f"{text}; {t['executions_running']} under way" if t["executions_running"] else text
 
 
 def _stored(t: dict[str, Any]) -> str:

@@ -155,6 +155,8 @@ def tenant_row(row: TenantRow) -> Figures:
         return Figures(text={p + key: "-" for key in ("traffic", "depth", "in_flight", "dead_letters", "stored",
                                                        "refused", "listeners")})
     states = ", ".join(f"{n} {state}" for state, n in s.listeners.items() if n) or "none"
+    if s.executions_running:
+        states += f"; {s.executions_running:,} execution{'s' if s.executions_running != 1 else ''} under way"
     f = Figures(text={
         p + "traffic": "-" if row.traffic is None else f"{row.traffic:,.1f}/s",
         p + "depth": count(s.depth),

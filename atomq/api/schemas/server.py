@@ -146,6 +146,8 @@ class TenantFiguresSchema(Strict):
     disk_quota_bytes = fields.Integer(allow_none=True, required=True)
     listeners = fields.Dict(keys=fields.String(), values=fields.Integer(), allow_none=True, required=True,
                             metadata={"description": "listeners by state"})
+    executions_running = fields.Integer(allow_none=True, required=True, metadata={
+        "description": "executions of its listeners scheduled or running"})
 
 
 class PlatformRatesSchema(Strict):
