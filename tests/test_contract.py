@@ -79,11 +79,17 @@ def test_no_server_error_and_every_response_matches_its_schema(app_and_key) -> N
         @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case: Any) -> None:
             # A tenant's key: the owner's calls answer 403, which the document lists too.
-            case.call_and_validate(headers={"Authorization": f"Bearer {key}"}, checks=CHECKS)
+            response = case.call(headers={"Authorization": f"Bearer {key}"})
+            # The walk's own earlier calls may have made a queue with a tiny limit: its 507 is the
+            # state's refusal, whose shape the other checks still hold to the document.
+            full = response.status_code == 507 and response.json()["error"]["code"] in STATE_REFUSALS
+            case.validate_response(response, checks=[c for c in CHECKS if not (full and c is not_a_server_error)])
 
         check()
 
 
+STATE_REFUSALS = frozenset({"quota_exceeded", "queue_full", "server_full"})
+"""The 507s the server's state decides (a tenant's quota, a queue's limit, the server's limits)."""
 STATE_RULE_FIELDS = frozenset({"subscriber", "process", "X-Atomq-Tenant", "name"})
 """Fields whose rule the document cannot state (see the module's docstring); a tenant's ``name``
 must be printable as Python's ``str.isprintable`` has it, which no OpenAPI pattern can say."""
@@ -95,7 +101,7 @@ def _refused_by_state(failure: Failure | BaseException, response: Any) -> bool:
     if isinstance(failure, RejectedPositiveData) and response.status_code == 400:
         return response.json()["error"]["details"].get("field") in STATE_RULE_FIELDS
     if isinstance(failure, ServerError) and response.status_code == 507:
-        return response.json()["error"]["code"] == "quota_exceeded"
+        return response.json()["error"]["code"] in STATE_REFUSALS
     return False
 
 

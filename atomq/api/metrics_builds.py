@@ -67,13 +67,17 @@ class FigureBuilds:
         its error here (a store that is down answers 503, not old figures)."""
         asked_at = time.time()
         deadline = time.monotonic() + wait_s
+        joined: _Build | None = None
         while True:
             started = self._stored_start()
             if started is not None and started >= asked_at:
                 break
-            run = self._start_unless_running()
-            if run is not None and run.finished.is_set() and run.error is not None:
-                raise run.error
+            if joined is None or joined.finished.is_set():
+                if joined is not None and joined.error is not None:
+                    raise joined.error
+                # None while another process builds; a build of this process that began before
+                # this call and is stored now is too old: another is begun.
+                joined = self._start_unless_running()
             if time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
@@ -90,13 +94,14 @@ class FigureBuilds:
         return None if raw is None else float(raw)
 
     def _start_unless_running(self) -> _Build | None:
-        """This process's build under way, or one started now if no process holds the lease."""
+        """This process's build under way, or one started now; None while another process builds
+        (its build is stored when done)."""
         with self._lock:
             if self._running is not None and not self._running.finished.is_set():
                 return self._running
             lease = Lease(self._storage, BUILD_LEASE, self._holder, BUILD_LEASE_TTL_S)
             if not lease.acquire():
-                return self._running  # another process builds; its build is stored when done
+                return None
             run = self._running = _Build()
             try:
                 threading.Thread(target=self._run, args=(run, lease), name="atomq-metrics-build",
