@@ -4,6 +4,7 @@ cluster and fakeredis: exact figures per tenant, exact rates between samples, a 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 import requests
+from rq import Queue, Worker
 
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
@@ -22,6 +24,8 @@ from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
 from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
 from atomq.tenants import TenantStore
+from atomq.workers.liveness import current_executions
+from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 from support.in_process_node import InProcessNode
 from support.queues import msg
 
@@ -215,3 +219,36 @@ def test_records_and_samples_of_another_version_are_read_or_left_out(backend: re
                   json.dumps({"at": 11.0, "totals": {"sent": 21}, "refused": {}, "more": True}))
     (rates,) = store.history(since=0)
     assert rates.per_s["sent"] == 2.0
+
+
+def test_what_each_fork_worker_runs_is_read_from_rqs_registry(valkey) -> None:  # type: ignore[no-untyped-def]
+    """A node's record names each fork worker's execution: rq's index of a worker's executions,
+    which the node's master reads by the pids of the workers it keeps."""
+    rq = valkey.client()
+    tenant = f"t_{uuid.uuid4().hex[:12]}"
+    queue = Queue(k.rq_queue_name(tenant), connection=rq)
+    job = queue.enqueue_call("atomq.workers.execution.run", kwargs={"listener": "echo", "api_url": "x"},
+                             job_id=f"e_{uuid.uuid4().hex}")
+    worker = Worker([queue], connection=rq, name=f"w-{uuid.uuid4().hex[:8]}")
+    worker.register_birth()
+    try:
+        assert worker.pid not in current_executions(rq), "idle"
+        worker.prepare_execution(job)
+        assert current_executions(rq)[worker.pid] == f"{tenant}/echo"
+        workers = NodeWorkers(WorkerPlan(fork_workers=1, spark="never", spark_master="local[1]",
+                                         rq_redis_url="redis://unused", error_dir=Path("/nonexistent"),
+                                         node_id="n_test"), storage=lambda: None)  # type: ignore[arg-type,return-value]
+        kept = workers.fork[0]
+        kept.proc = subprocess.Popen(["sleep", "60"])  # a worker the node keeps, by its pid
+        kept.started_at = workers.clock()
+        try:
+            (state,) = workers.describe({kept.proc.pid: f"{tenant}/echo", worker.pid: "someone else's"})
+            assert (state.engine, state.pid, state.state, state.execution) == (
+                "fork", kept.proc.pid, "running", f"{tenant}/echo")
+        finally:
+            kept.proc.kill()
+            kept.proc.wait()
+    finally:
+        worker.register_death()
+        job.delete()
+        rq.close()

@@ -72,8 +72,7 @@ def server_nodes(c: AtomqClient) -> None:
     now = time.time()
     emit(nodes, [(n["id"] + (" *" if n["maintenance_lease"] else ""), n["url"], n["version"],
                   _seconds(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
-                  ", ".join(f"{w['engine']} {w['state']}" + (f" ({w['problem']})" if w["problem"] else "")
-                            for w in n["workers"]) or "none")
+                  ", ".join(_worker(w) for w in n["workers"]) or "none")
                  for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "HEARD", "WORKERS"))
 
 
@@ -93,6 +92,13 @@ def server_top(c: AtomqClient, sort: str, limit: int) -> None:
                  _listeners(t))
                 for t in data["tenants"]],
          ("TENANT", "ID", "TRAFFIC", "WAITING", "IN FLIGHT", "DEAD", "STORED", "REFUSED", "LISTENERS"))
+
+
+def _worker(w: dict[str, Any]) -> str:
+    text = f"{w['engine']} {w['state']}"
+    if w.get("execution"):
+        text += f" running {w['execution']}"
+    return text + (f" ({w['problem']})" if w["problem"] else "")
 
 
 def _listeners(t: dict[str, Any]) -> str:

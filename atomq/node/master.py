@@ -9,12 +9,14 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+import redis
 from gunicorn.arbiter import Arbiter
 
 from atomq import __version__
 from atomq.platform.connection import open_redis
 from atomq.platform.nodes import BEAT_S, NodeRecord, NodeRecords
 from atomq.platform.storage import Storage
+from atomq.workers.liveness import current_executions
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         self._started_at = time.time()
         self._next_beat = 0.0
         self._beat_failing = False
+        self._rq: redis.Redis | None = None
         self.execution_workers = NodeWorkers(
             WorkerPlan(fork_workers=c.workers, spark=c.spark, spark_master=c.spark_master,
                        rq_redis_url=app.rq_redis_url, error_dir=c.data_dir, node_id=app.node_id),
@@ -73,7 +76,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         try:
             NodeRecords(self._storage()).beat(NodeRecord(
                 id=self.node.node_id, url=self.node.config.api_url, version=__version__, pid=os.getpid(),
-                started_at=self._started_at, workers=self.execution_workers.describe()))
+                started_at=self._started_at, workers=self.execution_workers.describe(self._executions())))
             if self._beat_failing:
                 self._beat_failing = False
                 log.info("the node's record is written again")
@@ -81,6 +84,20 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
             if not self._beat_failing:
                 self._beat_failing = True
                 log.warning("cannot write the node's record (the overview shows it silent): %r", exc)
+
+    def _executions(self) -> dict[int, str]:
+        """What the node's fork workers run now, from rq's registry; nothing while rq's Redis does
+        not answer (the record is written without it)."""
+        if not self.node.config.workers:
+            return {}
+        if self._rq is None:
+            self._rq = redis.Redis.from_url(self.node.rq_redis_url, socket_timeout=MASTER_STORE_TIMEOUT_S,
+                                            socket_connect_timeout=MASTER_STORE_TIMEOUT_S)
+        try:
+            return current_executions(self._rq)
+        except Exception as exc:  # the record goes without them
+            log.debug("cannot read what the execution workers run: %r", exc)
+            return {}
 
     def stop(self, graceful: bool = True) -> None:
         self.execution_workers.stop(self.node.config.shutdown_timeout_s)

@@ -35,6 +35,9 @@ class KeptWorkerState:
     since: float
     restarts: int
     problem: str = ""
+    execution: str = ""
+    """What it runs now, ``<tenant>/<listener>`` ("" when idle, or for the Spark worker, whose
+    executions run side by side in its pools)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import redis
 from rq import Worker
+from rq.job import Job
 from rq.utils import now as rq_now
 from rq.utils import utcparse
 
@@ -92,6 +93,23 @@ def live_fork_workers(rq: redis.Redis) -> int:
         if worker.last_heartbeat and (now - worker.last_heartbeat).total_seconds() <= FORK_HEARTBEAT_STALE_S:
             alive += 1
     return alive
+
+
+def current_executions(rq: redis.Redis) -> dict[int, str]:
+    """What each live atomq fork worker runs now, by the worker's pid: ``<tenant>/<listener>`` (a
+    node's record names the execution of each worker it keeps). rq keeps a worker's executions in
+    an index of its own, which other processes read."""
+    out: dict[int, str] = {}
+    for worker in Worker.all(connection=rq):
+        names = worker.queue_names()
+        if not names or not all(n.startswith(f"{k.PREFIX}.") for n in names) or not worker.pid:
+            continue
+        for execution in worker.get_current_executions():
+            job = Job.fetch(execution.job_id, connection=rq) if Job.exists(execution.job_id, connection=rq) else None
+            if job is not None:
+                tenant = job.origin.removeprefix(f"{k.PREFIX}.")
+                out[int(worker.pid)] = f"{tenant}/{(job.kwargs or {}).get('listener', '?')}"
+    return out
 
 
 def silent_workers(rq: redis.Redis, fork: set[str], spark: set[str]) -> set[str]:

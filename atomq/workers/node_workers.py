@@ -271,9 +271,10 @@ class NodeWorkers:
 
     # -- what the node says --------------------------------------------------------------------
 
-    def describe(self) -> list[KeptWorkerState]:
+    def describe(self, executions: dict[int, str] | None = None) -> list[KeptWorkerState]:
         """Each worker the node keeps, for its record (``atomq.platform.nodes``): running since
-        when, or restarting after an exit, with the problem its engine has."""
+        when (and what it runs, from ``executions`` by pid), or restarting after an exit, with
+        the problem its engine has."""
         now, wall = self.clock(), time.time()
         out = []
         for worker in [*self.fork, *([self.spark] if self.spark else [])]:
@@ -285,7 +286,8 @@ class NodeWorkers:
             else:
                 state, pid, since = "restarting", None, wall + max(0.0, worker.next_start - now)
             out.append(KeptWorkerState(engine=worker.engine, pid=pid, state=state, since=since,
-                                       restarts=worker.quick_exits, problem=problem[0].message if problem else ""))
+                                       restarts=worker.quick_exits, problem=problem[0].message if problem else "",
+                                       execution=(executions or {}).get(pid or 0, "")))
         return out
 
     def _put_problem(self, engine: str, state: str, message: str, now: float) -> None:

@@ -105,6 +105,8 @@ class KeptWorkerSchema(Strict):
         "description": "running: when it started; restarting: when it starts again (seconds since the epoch)"})
     restarts = fields.Integer(required=True, metadata={"description": "exits soon after a start, in a row"})
     problem = fields.String(required=True, metadata={"description": "what keeps its engine from running, or \"\""})
+    execution = fields.String(required=True, metadata={
+        "description": "what a fork worker runs now, <tenant id>/<listener>, or \"\""})
 
 
 class NodeSchema(Strict):
