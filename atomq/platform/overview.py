@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from atomq.errors import NotFound
 from atomq.platform import keys as k
 from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
 from atomq.platform.listeners import STATES as LISTENER_STATES
@@ -172,22 +173,29 @@ class Sampler:
         started = time.monotonic()
         out: dict[str, TenantSample] = {}
         for tenant in self._tenants():
-            t = TenantSample(name=tenant.name, disk_quota_bytes=tenant.disk_quota_bytes)
-            usage = self._queues.usage(tenant.id)
-            t.stored_bytes, t.stored_messages = usage["stored_bytes"], usage["messages"]
-            t.refused.update(self._queues.counters.refusals(tenant.id))
-            for q in self._queues.list_queues(tenant.id):
-                t.queues += 1
-                t.depth += q.depth
-                t.in_flight += q.in_flight
-                t.dead_letters += q.dead_letters
-                for kind, n in q.totals.items():
-                    t.totals[kind] = t.totals.get(kind, 0) + n
-            for li in self._listeners.of_tenant(tenant.id):
-                t.listeners[li.state] = t.listeners.get(li.state, 0) + 1
-                t.executions_running += li.outstanding
-            out[tenant.id] = t
+            try:
+                out[tenant.id] = self._tenant(tenant)
+            except NotFound:  # deleted while the sample was read
+                continue
         return Sample(at=time.time(), read_s=time.monotonic() - started, tenants=out)
+
+
+    def _tenant(self, tenant: Any) -> TenantSample:
+        t = TenantSample(name=tenant.name, disk_quota_bytes=tenant.disk_quota_bytes)
+        usage = self._queues.usage(tenant.id)
+        t.stored_bytes, t.stored_messages = usage["stored_bytes"], usage["messages"]
+        t.refused.update(self._queues.counters.refusals(tenant.id))
+        for q in self._queues.list_queues(tenant.id):
+            t.queues += 1
+            t.depth += q.depth
+            t.in_flight += q.in_flight
+            t.dead_letters += q.dead_letters
+            for kind, n in q.totals.items():
+                t.totals[kind] = t.totals.get(kind, 0) + n
+        for li in self._listeners.of_tenant(tenant.id):
+            t.listeners[li.state] = t.listeners.get(li.state, 0) + 1
+            t.executions_running += li.outstanding
+        return t
 
 
 class OverviewStore:
