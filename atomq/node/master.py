@@ -26,6 +26,8 @@ log = logging.getLogger("atomq.node")
 
 MASTER_STORE_TIMEOUT_S = 2.0
 """The master's loop reads the store (is there a Spark listener yet?); it must never hang there."""
+RQ_QUIET_S = 60.0
+"""After rq's Redis failed to answer, the master's loop leaves it alone this long."""
 
 
 class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type information
@@ -41,6 +43,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         self._next_beat = 0.0
         self._beat_failing = False
         self._rq: redis.Redis | None = None
+        self._rq_quiet_until = 0.0
         self.execution_workers = NodeWorkers(
             WorkerPlan(fork_workers=c.workers, spark=c.spark, spark_master=c.spark_master,
                        rq_redis_url=app.rq_redis_url, error_dir=c.data_dir, node_id=app.node_id),
@@ -86,9 +89,10 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
                 log.warning("cannot write the node's record (the overview shows it silent): %r", exc)
 
     def _executions(self) -> dict[int, str]:
-        """What the node's fork workers run now, from rq's registry; nothing while rq's Redis does
-        not answer (the record is written without it)."""
-        if not self.node.config.workers:
+        """What the node's fork workers run now, from rq's registry. While rq's Redis does not
+        answer, the record goes without it, and the master's loop, which must not wait, asks again
+        only a minute later."""
+        if not self.node.config.workers or time.monotonic() < self._rq_quiet_until:
             return {}
         if self._rq is None:
             self._rq = redis.Redis.from_url(self.node.rq_redis_url, socket_timeout=MASTER_STORE_TIMEOUT_S,
@@ -96,6 +100,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         try:
             return current_executions(self._rq)
         except Exception as exc:  # the record goes without them
+            self._rq_quiet_until = time.monotonic() + RQ_QUIET_S
             log.debug("cannot read what the execution workers run: %r", exc)
             return {}
 
