@@ -117,6 +117,9 @@ def test_a_failed_listener_says_why_and_restarts(page: Page, node: InProcessNode
     expect(reason).to_contain_text("refusing 1 message(s)")
     expect(page.locator("#failures")).to_have_text("1")
     expect(page.locator("#execution-chart polyline.line.failures")).to_have_count(1)
+    expect(page.locator("#recent-failures tbody tr")).to_have_count(1)
+    expect(page.locator("#recent-failures tbody tr")).to_contain_text(re.compile(
+        r"UTC.*refusing 1 message\(s\)"))
     live = page.request.get(f"{listener_url(node, tenant.id, 'picky')}/live").json()
     buckets = live["execution_rates"]
     assert (sum(b["executions"] for b in buckets), sum(b["failures"] for b in buckets)) == (1, 1), \

@@ -24,7 +24,9 @@ from rq import Queue, SimpleWorker
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
+from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
@@ -769,3 +771,22 @@ def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_o
         harness.services.queues.client.delete(k.WORKER_PROBLEMS_KEY)
         harness.rq.delete(k.SPARK_WORKERS_KEY)
         watching.release_all()
+
+
+def test_a_listener_keeps_its_last_ten_failures_with_their_errors(qs: QueueServer) -> None:
+    """What a listener's page lists: the newest first, the older ones gone, whatever the order
+    within one millisecond."""
+    store = ListenerStore(qs.storage)
+    tenant = f"t_{secrets.token_hex(6)}"
+    qs.put_queue(tenant, "in", "point_to_point")
+    qs.send_batch(tenant, "in", [msg(f"m{i}") for i in range(12)])
+    store.put(tenant, "picky", ListenerSpec(queue="in", process="forward", batch_size=1, settings={"to": "x"}))
+    executions, _ = store.schedule(tenant, "picky", store.get(tenant, "picky").spec,
+                                   k.TenantKeys(tenant).queue("in").destination(), "xf", 60_000)
+    assert len(executions) >= 12
+    for i, scheduled in enumerate(executions[:12]):
+        assert store.finish(tenant, "picky", scheduled, "failed", f"boom {i}")
+    listener = store.get(tenant, "picky")
+    assert listener.failures == 12
+    assert [error for _, error in listener.recent_failures] == [f"boom {i}" for i in range(11, 1, -1)]
+    assert all(at > 0 for at, _ in listener.recent_failures)

@@ -95,6 +95,8 @@ class Listener:
     failures: int
     last_error: str
     outstanding: int
+    recent_failures: tuple[tuple[float, str], ...] = ()
+    """The last ``RECENT_FAILURES`` failed executions, newest first: (epoch seconds, error)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ class ExecutionBucket:
     start: int
     executions: int
     failures: int
+
+
+RECENT_FAILURES = 10
+"""Failed executions a listener keeps with their errors (as RECENT_FAILURES in listener_finish.lua)."""
 
 
 def listener_not_found(name: str) -> NotFound:
@@ -330,7 +336,13 @@ def _listener(name: str, spec: ListenerSpec, stat: dict[bytes, bytes], outstandi
     def num(field_name: bytes) -> int:
         return int(stat.get(field_name, b"0"))
 
+    recent = []
+    for field_name, value in stat.items():
+        if field_name.startswith(b"x:"):
+            number, at, error = value.split(b"|", 2)
+            recent.append((int(number), int(at) / 1000, error.decode(errors="replace")))
     return Listener(name=name, spec=spec, state=stat.get(b"state", b"running").decode(),
                     executions=num(b"executions"), failures=num(b"failures"),
-                    last_error=stat.get(b"last_error", b"").decode(), outstanding=int(outstanding))
+                    last_error=stat.get(b"last_error", b"").decode(), outstanding=int(outstanding),
+                    recent_failures=tuple((at, error) for _, at, error in sorted(recent, reverse=True)))
 

@@ -14,6 +14,8 @@
 -- Returns 1 when the listener was waiting for this execution, else 0 (its
 -- counts then stay as they are; the caller still settles the messages).
 
+local RECENT_FAILURES = 10  -- as atomq.platform.listeners.RECENT_FAILURES
+
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if redis.call('ZREM', KEYS[3], ARGV[2]) == 0 then return 0 end
 redis.call('SREM', KEYS[4], ARGV[2])
@@ -31,8 +33,11 @@ if ARGV[3] == 'ok' then
   redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[7]) - 1)
   if state == 'error' then redis.call('HSET', KEYS[2], 'state', 'running') end
 else
-  redis.call('HINCRBY', KEYS[2], 'failures', 1)
+  local failures = redis.call('HINCRBY', KEYS[2], 'failures', 1)
   redis.call('HSET', KEYS[2], 'last_error', ARGV[4])
+  -- The last RECENT_FAILURES failures, a field each in a ring: x:<slot> = "<number>|<ms>|<error>".
+  redis.call('HSET', KEYS[2], 'x:' .. (failures % RECENT_FAILURES),
+             failures .. '|' .. now .. '|' .. string.sub(ARGV[4], 1, 2000))
   if state == 'running' then redis.call('HSET', KEYS[2], 'state', 'error') end
   if ARGV[3] == 'deferred' then
     redis.call('HSET', KEYS[2], 'retry_at', now + tonumber(ARGV[5]))
