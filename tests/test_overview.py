@@ -24,7 +24,7 @@ from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
 from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
 from atomq.tenants import TenantStore
-from atomq.workers.liveness import current_executions
+from atomq.workers.liveness import current_executions, spark_executions, spark_gone, spark_heartbeat
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 from support.in_process_node import InProcessNode
 from support.queues import msg
@@ -251,4 +251,25 @@ def test_what_each_fork_worker_runs_is_read_from_rqs_registry(valkey) -> None:  
     finally:
         worker.register_death()
         job.delete()
+        rq.close()
+
+
+def test_what_the_spark_worker_runs_comes_with_its_heartbeat(valkey) -> None:  # type: ignore[no-untyped-def]
+    """The Spark worker runs several executions side by side; its heartbeat says which, and a
+    node's master finds its own worker by host and pid in the worker's name."""
+    rq = valkey.client()
+    pid = 4_000_000 + uuid.uuid4().int % 1_000_000  # above the kernel's largest pid: no process's
+    mine, elsewhere = f"this-host:{pid}:abc123", f"other-host:{pid}:def456"
+    try:
+        spark_heartbeat(rq, mine, ["t_a/echo", "t_b/copy"])
+        spark_heartbeat(rq, elsewhere, ["t_c/x"])
+        assert spark_executions(rq, "this-host") == {pid: "t_a/echo, t_b/copy"}
+        spark_heartbeat(rq, mine, [])
+        assert pid not in spark_executions(rq, "this-host"), "idle"
+        spark_heartbeat(rq, mine, ["t_a/echo"])
+        spark_gone(rq, mine)
+        assert pid not in spark_executions(rq, "this-host"), "a worker that stopped runs nothing"
+    finally:
+        spark_gone(rq, mine)
+        spark_gone(rq, elsewhere)
         rq.close()

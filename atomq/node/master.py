@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from atomq import __version__
 from atomq.platform.connection import open_redis
 from atomq.platform.nodes import BEAT_S, NodeRecord, NodeRecords
 from atomq.platform.storage import Storage
-from atomq.workers.liveness import current_executions
+from atomq.workers.liveness import current_executions, spark_executions
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 
 if TYPE_CHECKING:
@@ -92,13 +93,13 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         """What the node's fork workers run now, from rq's registry. While rq's Redis does not
         answer, the record goes without it, and the master's loop, which must not wait, asks again
         only a minute later."""
-        if not self.node.config.workers or time.monotonic() < self._rq_quiet_until:
+        if time.monotonic() < self._rq_quiet_until:
             return {}
         if self._rq is None:
             self._rq = redis.Redis.from_url(self.node.rq_redis_url, socket_timeout=MASTER_STORE_TIMEOUT_S,
                                             socket_connect_timeout=MASTER_STORE_TIMEOUT_S)
         try:
-            return current_executions(self._rq)
+            return {**current_executions(self._rq), **spark_executions(self._rq, socket.gethostname())}
         except Exception as exc:  # the record goes without them
             self._rq_quiet_until = time.monotonic() + RQ_QUIET_S
             log.debug("cannot read what the execution workers run: %r", exc)

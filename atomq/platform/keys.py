@@ -302,6 +302,9 @@ the next execution of its listener (one at a time, on an exclusive queue) is sch
 SPARK_LISTENER_TENANTS_KEY = f"{PREFIX}:listener:spark:tenants"
 WORKER_PROBLEMS_KEY = f"{PREFIX}:workers:problems"
 SPARK_WORKERS_KEY = f"{PREFIX}:spark:workers"
+SPARK_RUNNING_KEY = f"{PREFIX}:spark:running"
+"""In rq's Redis: a Spark worker's name -> what it runs now, a JSON list of ``<tenant>/<listener>``,
+written with its heartbeat."""
 EXECUTION_SECRET_KEY = f"{PREFIX}:exec:secret"
 RQ_TENANTS_KEY = f"{PREFIX}:rq:tenants"
 

@@ -36,8 +36,8 @@ class KeptWorkerState:
     restarts: int
     problem: str = ""
     execution: str = ""
-    """What it runs now, ``<tenant>/<listener>`` ("" when idle, or for the Spark worker, whose
-    executions run side by side in its pools)."""
+    """What it runs now, ``<tenant>/<listener>`` ("" when idle); the Spark worker's executions,
+    which run side by side in its pools, joined by ", "."""
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ class SparkWorker:
         self._order: list[str] = []
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._beat_at = -liveness.SPARK_HEARTBEAT_S
+        self._running: dict[str, str] = {}
+        """Execution id -> ``<tenant>/<listener>``: what each heartbeat says it runs."""
 
     def _queues(self) -> list[Queue]:
         tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(k.RQ_TENANTS_KEY))
@@ -147,6 +149,7 @@ class SparkWorker:
             self.rq.hset(job.key, liveness.SPARK_WORKER_FIELD, self.name)  # its heartbeat vouches for the job
             self.rq.persist(job.key)
             tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
+            self._running[job.id] = f"{tenant}/{(job.kwargs or {}).get('listener', '?')}"
             self.pools.ensure(tenant, weight)
             sc = self.spark.sparkContext
             # Both are properties of this thread: its Spark jobs run in the tenant's pool, in a
@@ -162,6 +165,7 @@ class SparkWorker:
         except Exception as exc:  # the supervisor sees the execution lost; the worker goes on
             log.warning("Spark execution %s failed: %s", job.id, type(exc).__name__)
         finally:
+            self._running.pop(job.id, None)
             job.delete()
             self.slots.release()
 
@@ -190,5 +194,5 @@ class SparkWorker:
     def _heartbeat(self) -> None:
         now = time.monotonic()
         if now - self._beat_at >= liveness.SPARK_HEARTBEAT_S:
-            liveness.spark_heartbeat(self.rq, self.name)
+            liveness.spark_heartbeat(self.rq, self.name, sorted(self._running.values()))
             self._beat_at = now

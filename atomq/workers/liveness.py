@@ -63,18 +63,45 @@ def _now_ms(rq: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def spark_heartbeat(rq: redis.Redis, name: str) -> None:
-    """One heartbeat of Spark worker ``name`` (and the dead ones' entries go)."""
+def spark_heartbeat(rq: redis.Redis, name: str, running: list[str] | None = None) -> None:
+    """One heartbeat of Spark worker ``name``, with what it runs now (``<tenant>/<listener>`` each);
+    the entries of workers silent for an hour go."""
     now = _now_ms(rq)
+    gone: list[bytes] = list(rq.zrangebyscore(k.SPARK_WORKERS_KEY, "-inf", now - 3600_000))  # type: ignore[arg-type]
     with rq.pipeline(transaction=False) as pipe:
         pipe.zadd(k.SPARK_WORKERS_KEY, {name: now + int(SPARK_HEARTBEAT_TTL_S * 1000)})
-        pipe.zremrangebyscore(k.SPARK_WORKERS_KEY, "-inf", now - 3600_000)
+        pipe.hset(k.SPARK_RUNNING_KEY, name, json.dumps(running or []))
+        if gone:
+            pipe.zrem(k.SPARK_WORKERS_KEY, *gone)
+            pipe.hdel(k.SPARK_RUNNING_KEY, *gone)
         pipe.execute()
 
 
 def spark_gone(rq: redis.Redis, name: str) -> None:
     """A Spark worker that stops says so at once."""
-    rq.zrem(k.SPARK_WORKERS_KEY, name)
+    with rq.pipeline(transaction=False) as pipe:
+        pipe.zrem(k.SPARK_WORKERS_KEY, name)
+        pipe.hdel(k.SPARK_RUNNING_KEY, name)
+        pipe.execute()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def spark_executions(rq: redis.Redis, hostname: str) -> dict[int, str]:
+    """What each live Spark worker of ``hostname`` runs now, by its pid (its name is
+    ``<host>:<pid>:<random>``): ``<tenant>/<listener>`` each, joined by ", "."""
+    live = {_text(m) for m in rq.zrangebyscore(k.SPARK_WORKERS_KEY, _now_ms(rq), "+inf")}
+    out: dict[int, str] = {}
+    for raw_name, raw in rq.hgetall(k.SPARK_RUNNING_KEY).items():
+        name = _text(raw_name)
+        parts = name.split(":")
+        if name in live and len(parts) == 3 and parts[0] == hostname and parts[1].isdigit():
+            labels = json.loads(raw)
+            if labels:
+                out[int(parts[1])] = ", ".join(labels)
+    return out
 
 
 def live_spark_workers(rq: redis.Redis) -> int:

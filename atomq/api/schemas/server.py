@@ -106,7 +106,8 @@ class KeptWorkerSchema(Strict):
     restarts = fields.Integer(required=True, metadata={"description": "exits soon after a start, in a row"})
     problem = fields.String(required=True, metadata={"description": "what keeps its engine from running, or \"\""})
     execution = fields.String(required=True, metadata={
-        "description": "what a fork worker runs now, <tenant id>/<listener>, or \"\""})
+        "description": "what the worker runs now, <tenant id>/<listener> (the Spark worker's several "
+                       "joined by \", \"), or \"\""})
 
 
 class NodeSchema(Strict):
