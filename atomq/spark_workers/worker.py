@@ -113,6 +113,8 @@ class SparkWorker:
         self._beat_at = -liveness.SPARK_HEARTBEAT_S
         self._running: dict[str, str] = {}
         """Execution id -> ``<tenant>/<listener>``: what each heartbeat says it runs."""
+        self._running_lock = threading.Lock()
+        """The executions' threads change ``_running`` while the heartbeat reads it."""
 
     def _queues(self) -> list[Queue]:
         tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(k.RQ_TENANTS_KEY))
@@ -149,7 +151,8 @@ class SparkWorker:
             self.rq.hset(job.key, liveness.SPARK_WORKER_FIELD, self.name)  # its heartbeat vouches for the job
             self.rq.persist(job.key)
             tenant, weight = job.meta["tenant"], int(job.meta.get("weight", 1))
-            self._running[job.id] = f"{tenant}/{(job.kwargs or {}).get('listener', '?')}"
+            with self._running_lock:
+                self._running[job.id] = f"{tenant}/{(job.kwargs or {}).get('listener', '?')}"
             self.pools.ensure(tenant, weight)
             sc = self.spark.sparkContext
             # Both are properties of this thread: its Spark jobs run in the tenant's pool, in a
@@ -165,7 +168,8 @@ class SparkWorker:
         except Exception as exc:  # the supervisor sees the execution lost; the worker goes on
             log.warning("Spark execution %s failed: %s", job.id, type(exc).__name__)
         finally:
-            self._running.pop(job.id, None)
+            with self._running_lock:
+                self._running.pop(job.id, None)
             job.delete()
             self.slots.release()
 
@@ -194,5 +198,7 @@ class SparkWorker:
     def _heartbeat(self) -> None:
         now = time.monotonic()
         if now - self._beat_at >= liveness.SPARK_HEARTBEAT_S:
-            liveness.spark_heartbeat(self.rq, self.name, sorted(self._running.values()))
+            with self._running_lock:
+                running = sorted(self._running.values())
+            liveness.spark_heartbeat(self.rq, self.name, running)
             self._beat_at = now
