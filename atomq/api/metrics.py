@@ -143,8 +143,7 @@ def _text(families: list[Metric]) -> bytes:
 
 def exports_shared_figures(services: Services) -> bool:
     """Whether this node holds the maintenance lease (held as ``<node id>:<pid>`` by one of its processes)."""
-    holder = lease.holder(services.queues.storage, k.MAINTENANCE_LEASE)
-    return holder is not None and holder.startswith(f"{services.node_id}:")
+    return lease.holder_node(services.queues.storage, k.MAINTENANCE_LEASE) == services.node_id
 
 
 class _Capped:

@@ -72,10 +72,10 @@ class Nodes(MethodView):
         """The nodes on the store, oldest first, with the execution workers each keeps; a node
         silent for 15 s has stopped or lost the store, and its record goes after an hour."""
         storage = services().queues.storage
-        holder = lease.holder(storage, k.MAINTENANCE_LEASE)
+        lease_node = lease.holder_node(storage, k.MAINTENANCE_LEASE)
         now = time.time()
         return {"nodes": [{**dataclasses.asdict(n), "silent": n.silent_for(now) is not None,
-                           "maintenance_lease": holder is not None and holder.split(":")[0] == n.id}
+                           "maintenance_lease": n.id == lease_node}
                           for n in NodeRecords(storage).all()]}
 
 

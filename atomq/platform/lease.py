@@ -38,3 +38,10 @@ def holder(storage: Storage, name: str) -> str | None:
     """
     raw: bytes | None = storage.call(storage.client.get, k.lease_key(name))
     return None if raw is None else raw.decode()
+
+
+def holder_node(storage: Storage, name: str) -> str | None:
+    """The node whose process holds lease ``name`` (held as ``<node id>:<pid>``), or None while
+    nobody does: the node that exports the shared metrics and that the overview marks."""
+    held = holder(storage, name)
+    return None if held is None else held.partition(":")[0]

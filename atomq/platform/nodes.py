@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from atomq.platform import keys as k
 from atomq.platform.storage import Storage
+from atomq.platform.stored_form import known_fields
 
 log = logging.getLogger("atomq.nodes")
 
@@ -61,16 +62,12 @@ class NodeRecord:
         left out, so nodes of two versions (a rolling upgrade) list each other."""
         try:
             data: dict[str, Any] = json.loads(raw)
-            workers = [KeptWorkerState(**_known(KeptWorkerState, w)) for w in data.get("workers", [])]
-            return cls(**{**_known(cls, data), "workers": workers})
+            workers = [KeptWorkerState(**known_fields(KeptWorkerState, w)) for w in data.get("workers", [])]
+            return cls(**{**known_fields(cls, data), "workers": workers})
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("a node's record this version cannot read is left out: %r", exc)
             return None
 
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {name: value for name, value in data.items() if name in names}
 
 
 class NodeRecords:

@@ -37,6 +37,7 @@ from atomq.platform.listeners import STATES as LISTENER_STATES
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.queue_server import QueueServer
 from atomq.platform.storage import Storage
+from atomq.platform.stored_form import known_fields
 
 log = logging.getLogger("atomq.overview")
 
@@ -107,8 +108,7 @@ class Sample:
             data = json.loads(raw)
             tenants = {}
             for tid, t in data["tenants"].items():
-                known = {name: value for name, value in t.items() if name in TenantSample.__dataclass_fields__}
-                tenants[tid] = TenantSample(**{"name": tid, **known})
+                tenants[tid] = TenantSample(**{"name": tid, **known_fields(TenantSample, t)})
             return cls(at=float(data["at"]), read_s=float(data.get("read_s", 0.0)), tenants=tenants)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("a sample of the platform this version cannot read is left out: %r", exc)

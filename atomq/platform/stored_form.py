@@ -8,6 +8,7 @@ without a second field per document.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 from atomq.errors import InvalidInput, TooLarge
@@ -40,6 +41,14 @@ def encode_document(doc: OutgoingDocument, max_bytes: int, field: str) -> tuple[
         except (TypeError, ValueError):
             raise InvalidInput("document properties must be JSON values", field=f"{field}.properties") from None
     return raw, props
+
+
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys that are no field of dataclass ``cls``: a record another version
+    of atomq wrote, with a field this one does not have, still reads (nodes of two versions share
+    a store during a rolling upgrade)."""
+    names = {f.name for f in fields(cls)}
+    return {name: value for name, value in data.items() if name in names}
 
 
 def _decode_document(doc_id: str, raw: bytes, props: bytes) -> Document:

@@ -89,9 +89,8 @@ def home() -> Response | str:
     order = chosen_order()
     state, view, f = overview_figures(order)
     storage = services().queues.storage
-    holder = lease.holder(storage, k.MAINTENANCE_LEASE)
     return render_page("overview.html", state=state, view=view, figures=f, order=order, orders=ORDERS, shown=SHOWN,
-                   nodes=NodeRecords(storage).all(), lease_node=holder.split(":")[0] if holder else None,
+                   nodes=NodeRecords(storage).all(), lease_node=lease.holder_node(storage, k.MAINTENANCE_LEASE),
                    now=time.time(), live_url=url_for(".overview_live", sort=order))
 
 
