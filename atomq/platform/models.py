@@ -145,11 +145,17 @@ class Envelope:
                    expires_at=expires_at, **{name: env.get(short) for name, short in ENVELOPE_FIELDS})
 
     def optional_fields(self) -> dict[str, Any]:
-        """The priority, and the optional fields that are set, by name."""
+        """The priority, and the optional fields that are set, by name (spelt out: a get renders
+        it for every message, and a loop over ENVELOPE_FIELDS cost three times as much)."""
         out: dict[str, Any] = {"priority": self.priority}
         if self.expires_at is not None:
             out["expires_at"] = self.expires_at
-        out.update((name, getattr(self, name)) for name, _ in ENVELOPE_FIELDS if getattr(self, name) is not None)
+        if self.dedupe_id is not None:
+            out["dedupe_id"] = self.dedupe_id
+        if self.traceparent is not None:
+            out["traceparent"] = self.traceparent
+        if self.topic is not None:
+            out["topic"] = self.topic
         return out
 
 

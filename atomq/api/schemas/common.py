@@ -53,6 +53,27 @@ class Bool(fields.Boolean):
         return value
 
 
+class StringList(fields.List[str]):
+    """A list of strings, each checked by the validators of ``inner`` (a plain ``fields.String``).
+
+    fields.List sends every item through the inner field's whole deserialize: for
+    the 100 receipts of a get that acks, 0.25 ms a request. A list that is all strings
+    goes through the validators alone; a list that is not, or has an item they refuse,
+    goes through fields.List, so the errors are the same.
+    """
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if type(value) is list and all(type(item) is str for item in value):
+            try:
+                for check in self.inner.validators:
+                    for item in value:
+                        check(item)
+            except ma.ValidationError:
+                return super()._deserialize(value, attr, data, **kwargs)
+            return list(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class Strict(ma.Schema):
     """Unknown fields are refused: a typo in a field name is an error, not a silent default."""
 
@@ -76,12 +97,12 @@ class Selection(Strict):
     # What ``validates_schema`` checks, as the OpenAPI document states it (see atomq.api).
     ONE_OF = [{"required": ["ids"]}, {"required": ["receipts"]}]
 
-    ids = fields.List(fields.String(validate=validate.Length(1, 64)),
-                      validate=validate.Length(max=defaults.MAX_SELECTORS))
-    receipts = fields.List(fields.String(validate=validate.Regexp(RECEIPT_PATTERN),
+    ids = StringList(fields.String(validate=validate.Length(1, 64)),
+                     validate=validate.Length(max=defaults.MAX_SELECTORS))
+    receipts = StringList(fields.String(validate=validate.Regexp(RECEIPT_PATTERN),
                                          metadata={"description": "as a get wrote it: <message id>~<delivery "
                                                                   "count>"}),
-                           validate=validate.Length(max=defaults.MAX_SELECTORS))
+                         validate=validate.Length(max=defaults.MAX_SELECTORS))
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -101,8 +122,8 @@ class BulkSelector(Strict):
 
     ONE_OF = [{"required": ["ids"]}, {"required": ["all"], "properties": {"all": {"enum": [True]}}}]
 
-    ids = fields.List(fields.String(validate=validate.Length(1, 64)),
-                      validate=validate.Length(max=defaults.MAX_SELECTORS))
+    ids = StringList(fields.String(validate=validate.Length(1, 64)),
+                     validate=validate.Length(max=defaults.MAX_SELECTORS))
     all = fields.Boolean()
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 

@@ -159,6 +159,13 @@ local function hmget_batched(key, fields)
   return out
 end
 
+-- Whether any document of the tenant has properties: most tenants' have none,
+-- and then a get or an ack reads no property of each document (a call per
+-- document saved on an ack).
+local function has_props()
+  return redis.call('EXISTS', DOCP) == 1
+end
+
 -- Reads the documents of the messages live[1..] (indexes into ids, with
 -- ndocs[i] documents each) until the reply would pass `budget` bytes of
 -- documents and their properties; the first message always comes, however
@@ -185,7 +192,7 @@ local function take_within(live, ids, ndocs, budget, max_doc)
       for k = 1, ndocs[live[x]] do docs[#docs + 1] = id .. '.' .. k end
     end
     local dpart = hmget_batched(DOC, docs)
-    local ppart = hmget_batched(DOCP, docs)
+    local ppart = has_props() and hmget_batched(DOCP, docs) or {}
     local j = 0
     for x = pos, last do
       local nd = ndocs[live[x]]
@@ -316,6 +323,7 @@ local function forget(d, ids, usage, extra, dead)
   redis.call('HINCRBY', usage, 'messages', -copies)
   local refs = #docs > 0 and hmget_batched(DOCR, docs) or {}
   local keep, drop, counted = {}, {}, {}
+  local props_kept = has_props()
   for i, doc in ipairs(docs) do
     local r = tonumber(refs[i])
     if r and r > 2 then
@@ -327,20 +335,21 @@ local function forget(d, ids, usage, extra, dead)
       drop[#drop + 1] = doc
     end
     if r and not dead then
-      held = held + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+      held = held + redis.call('HSTRLEN', DOC, doc) + (props_kept and redis.call('HSTRLEN', DOCP, doc) or 0)
     end
   end
   if #keep > 0 then call_batched('HSET', DOCR, keep) end
   if #counted > 0 then call_batched('HDEL', DOCR, counted) end
   if #drop > 0 then
     for _, doc in ipairs(drop) do
-      local data, props = redis.call('HSTRLEN', DOC, doc), redis.call('HSTRLEN', DOCP, doc)
+      local data = redis.call('HSTRLEN', DOC, doc)
+      local props = props_kept and redis.call('HSTRLEN', DOCP, doc) or 0
       freed = freed + DOC_BYTES + data
       if props > 0 then freed = freed + DOC_BYTES + props end
       held = held + data + props
     end
     call_batched('HDEL', DOC, drop)
-    call_batched('HDEL', DOCP, drop)
+    if props_kept then call_batched('HDEL', DOCP, drop) end
   end
   redis.call('HINCRBY', usage, 'bytes', -freed)
   if not dead and held > 0 then redis.call('DECRBY', d.held, held) end
@@ -351,9 +360,10 @@ end
 local function message_bytes(d, id)
   local env = redis.call('HGET', d.msg, id)
   local size = #env
+  local props_kept = has_props()
   for k = 1, doc_count(env) do
     local doc = id .. '.' .. k
-    size = size + redis.call('HSTRLEN', DOC, doc) + redis.call('HSTRLEN', DOCP, doc)
+    size = size + redis.call('HSTRLEN', DOC, doc) + (props_kept and redis.call('HSTRLEN', DOCP, doc) or 0)
   end
   return size
 end
