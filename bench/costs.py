@@ -21,7 +21,8 @@ exports the store's figures as the exporting node's does.
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: message_bytes, raw_entry_bytes, message_ratio, idle_queue_bytes,
-idle_tenant_bytes, and "scale": {"<N>": {"round_ms", "scrape_ms",
+idle_tenant_bytes, message_bytes_by_structure (MEMORY USAGE of the documents,
+ready stream, all index, envelopes and states, per message), and "scale": {"<N>": {"round_ms", "scrape_ms",
 "scrape_bytes", "tenant_read_ms"}}. Exit status 1 when a check fails, 130 on Ctrl-C.
 """
 
@@ -90,6 +91,7 @@ def memory(client: redis.Redis, qs: QueueServer, tenants: TenantStore, args: arg
                 pipe.execute()
 
     message = per_item(client, n, send)
+    structures = structure_bytes(client, tenant, "held", n)
     raw = per_item(client, n, xadd)
     check(qs.get_queue(tenant, "held").depth == n and client.xlen("bench:raw") == n, "a message went missing")
     idle_queue = per_item(client, queues, lambda: [qs.put_queue(tenant, f"idle-{i}", "point_to_point")
@@ -98,7 +100,17 @@ def memory(client: redis.Redis, qs: QueueServer, tenants: TenantStore, args: arg
     qs.delete_queue(tenant, "held")
     client.delete("bench:raw")
     return {"message_bytes": round(message), "raw_entry_bytes": round(raw), "message_ratio": round(message / raw, 3),
-            "idle_queue_bytes": round(idle_queue), "idle_tenant_bytes": round(idle_tenant)}
+            "idle_queue_bytes": round(idle_queue), "idle_tenant_bytes": round(idle_tenant),
+            "message_bytes_by_structure": structures}
+
+
+def structure_bytes(client: redis.Redis, tenant: str, queue: str, n: int) -> dict[str, float]:
+    """Where a stored message's bytes are: ``MEMORY USAGE`` (all samples) of each structure a
+    waiting message of a plain queue is in, per message."""
+    d = k.TenantKeys(tenant).queue(queue).destination()
+    keys = {"documents": k.TenantKeys(tenant).doc, "ready": d.ready, "all": d.all, "envelopes": d.msg,
+            "states": d.state}
+    return {name: round((client.memory_usage(key, samples=0) or 0) / n, 1) for name, key in keys.items()}
 
 
 def timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
@@ -180,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench.status
     print(f"a stored 1 KiB message: {result['message_bytes']} bytes; a raw stream entry: {result['raw_entry_bytes']} "
           f"({result['message_ratio']}x)")
+    print("  per message, by structure: " + ", ".join(f"{name} {size} bytes"
+                                                     for name, size in result["message_bytes_by_structure"].items()))
     print(f"an idle queue: {result['idle_queue_bytes']} bytes; an idle tenant: {result['idle_tenant_bytes']} bytes")
     for count, figures in result["scale"].items():  # type: ignore[attr-defined]
         print(f"{count:>6} tenants: maintenance round {figures['round_ms']} ms, /metrics {figures['scrape_ms']} ms "
