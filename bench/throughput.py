@@ -16,6 +16,10 @@ batches of 100:
   http_consume      POST .../get {"max": 100, "ack": {"receipts": [previous batch]}},
                     4 client threads on a queue filled again (untimed), until
                     drained: one request a batch
+  client_consume    the same through atomq's Python client (AtomqClient.take
+                    with ack_receipts), 4 threads each with its own client, on
+                    the queue filled again (untimed): what a tenant's Python
+                    consumer gets, as the RabbitMQ phases use pika
   rabbitmq_send     pika, 4 threads each with its own connection: persistent
                     messages to a durable queue, publisher confirms awaited per 100
   rabbitmq_get_ack  pika, 4 consumers each with its own connection: prefetch 100,
@@ -54,12 +58,13 @@ Output: a line per phase (median msg/s and each round), per ratio and per
 aim on stdout, progress on stderr, and as the LAST stdout line one JSON
 object with raw_send, platform_send, raw_get_ack, platform_get_ack,
 platform_consume, http_send,
-http_get_ack, http_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
+http_get_ack, http_consume, client_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
 jetstream_get_ack (medians, msg/s; null when a phase did not run),
 platform_send_ratio, platform_get_ack_ratio, http_send_ratio,
 http_get_ack_ratio, http_send_vs_rabbitmq_send, http_consume_ratio,
 http_consume_vs_rabbitmq_get_ack, http_send_vs_jetstream_send,
-http_consume_vs_jetstream_get_ack, platform_consume_ratio, plus
+http_consume_vs_jetstream_get_ack, platform_consume_ratio,
+client_consume_vs_rabbitmq_get_ack, plus
 messages, batch, repeat, clients, python, valkey, rabbitmq, nats. Exit status 1
 when a correctness check fails (each get+ack phase must consume exactly the
 N messages sent, each once), 130 on Ctrl-C.
@@ -80,7 +85,7 @@ from typing import Any, Callable
 import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
+from drivers.atomq_http import HttpNode, client_consume, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_consume, platform_get_ack, platform_send
@@ -94,11 +99,11 @@ from drivers.workload import BATCH, PAYLOAD_BYTES
 
 CLIENTS = 4
 CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack", "platform_consume")
-HTTP_PHASES = ("http_send", "http_get_ack", "http_consume")
+HTTP_PHASES = ("http_send", "http_get_ack", "http_consume", "client_consume")
 AMQP_PHASES = ("rabbitmq_send", "rabbitmq_get_ack")
 NATS_PHASES = ("jetstream_send", "jetstream_get_ack")
 ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "platform_consume", "http_get_ack",
-         "http_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send", "jetstream_get_ack")
+         "http_consume", "client_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send", "jetstream_get_ack")
 RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_get_ack_ratio", "platform_get_ack", "raw_get_ack"),
           ("http_send_ratio", "http_send", "raw_send"),
@@ -108,7 +113,8 @@ RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_consume_ratio", "platform_consume", "raw_get_ack"),
           ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"),
           ("http_send_vs_jetstream_send", "http_send", "jetstream_send"),
-          ("http_consume_vs_jetstream_get_ack", "http_consume", "jetstream_get_ack"))
+          ("http_consume_vs_jetstream_get_ack", "http_consume", "jetstream_get_ack"),
+          ("client_consume_vs_rabbitmq_get_ack", "client_consume", "rabbitmq_get_ack"))
 AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.5), ("http_consume_vs_rabbitmq_get_ack", 1.5))
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -222,6 +228,12 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
             _, http_ids = http_send(node, queue, n, text, clients)
             _, delivered, acked = timed("http_consume", r, lambda: http_consume(node, queue, clients), node.valkey)
             check_drained("http_consume", node, queue, http_ids, delivered, acked)
+
+            # 7b. client_consume: filled again (untimed), drained through atomq's Python client
+            _, http_ids = http_send(node, queue, n, text, clients)
+            _, delivered, acked = timed("client_consume", r, lambda: client_consume(node, queue, clients),
+                                        node.valkey)
+            check_drained("client_consume", node, queue, http_ids, delivered, acked)
             node.delete_queue(queue)
 
         # 8. rabbitmq_send and 9. rabbitmq_get_ack, through a fresh durable queue

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from atomq.client import AtomqClient
-from atomq.errors import InvalidInput, NotFound, RateLimited, Unauthorized
+from atomq.client.transport import ca_bundle, proxy_for
+from atomq.errors import InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
 from support.served_node import AtomqServe, ServeFactory
 
 
@@ -109,3 +112,63 @@ def test_management_commands_print_tables_and_json(node) -> None:
     failed = runner.invoke(main, ["queues", "delete", "missing"], env={**env, "ATOMQ_KEY": key})
     assert failed.exit_code == 1 and "not_found" in failed.output
     run("tenants", "delete", created["id"], "--yes")
+
+
+def test_calls_share_one_keep_alive_connection(node, owner) -> None:
+    for _ in range(5):
+        owner.server()
+    pool = owner._transport._pools.connection_from_url(node.url)
+    assert (pool.num_connections, pool.num_requests) == (1, 5)
+
+
+def test_a_request_the_node_may_have_seen_is_never_sent_again() -> None:
+    """A node that takes a request and drops the connection: one attempt, and an error that says
+    the node could not be reached (as requests behaved: a send is not stored twice)."""
+    seen: list[bytes] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def drop_each() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                with conn:
+                    seen.append(conn.recv(65536))
+
+        threading.Thread(target=drop_each, daemon=True).start()
+        with AtomqClient(f"http://127.0.0.1:{port}", "aq_x", timeout=5) as c:
+            with pytest.raises(StorageError) as broken:
+                c.send_texts("q", ["once"])
+            assert broken.value.code == "unreachable"
+            with pytest.raises(StorageError):
+                c.queues()
+    assert [request.split(b" ", 2)[:2] for request in seen] == [[b"POST", b"/v1/queues/q/messages"],
+                                                                [b"GET", b"/v1/queues"]]
+
+
+def test_an_unreachable_node_and_a_body_json_cannot_hold() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: the connection is refused
+    with AtomqClient(f"http://127.0.0.1:{port}", "aq_x", timeout=5) as c:
+        with pytest.raises(StorageError) as refused:
+            c.queues()
+        assert refused.value.code == "unreachable" and f"127.0.0.1:{port}" in str(refused.value)
+        with pytest.raises(ValueError):
+            c.send("q", [{"documents": [{"data": "x"}], "properties": {"score": float("nan")}}])
+
+
+def test_the_proxy_the_environment_names_is_used_but_for_hosts_no_proxy_names(monkeypatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    for name in ("http_proxy", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert proxy_for("http://queues.example:8080") == "http://proxy.example:3128"
+    assert proxy_for("http://127.0.0.1:8080") is None
+    assert proxy_for("https://queues.example") is None, "no HTTPS_PROXY: https goes direct"
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/company-ca.pem")
+    assert ca_bundle() == "/etc/company-ca.pem"

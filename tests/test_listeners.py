@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+import requests
 from rq import Queue, SimpleWorker
 
 from atomq.api.services import Services
@@ -158,13 +159,14 @@ def test_a_redeploy_keeps_state_and_counts_and_pubsub_listeners_get_their_subscr
     api.put_queue("events", "publish_subscribe")
     api.put_queue("out")
     body = {"queue": "events", "process": "forward", "settings": {"to": "out"}}
-    status_created = api.session.put(f"{api.url}/v1/listeners/audit", json=body).status_code
+    status_created = requests.put(f"{api.url}/v1/listeners/audit", json=body, headers=api.headers, timeout=10).status_code
     assert status_created == 201
     assert [s["name"] for s in api.queue("events")["subscribers"]] == ["audit"]
     api.send_texts("events", ["e1"])
     drive(harness, tenant, lambda: api.queue("out")["depth"] == 1, "the forwarded event")
     api.request("POST", "/v1/listeners/audit/pause")
-    again = api.session.put(f"{api.url}/v1/listeners/audit", json={**body, "batch_size": 5})
+    again = requests.put(f"{api.url}/v1/listeners/audit", json={**body, "batch_size": 5}, headers=api.headers,
+                         timeout=10)
     assert again.status_code == 200
     listener = again.json()
     assert (listener["batch_size"], listener["state"], listener["executions"]) == (5, "paused", 1)

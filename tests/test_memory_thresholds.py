@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+import requests
 from redis.cluster import key_slot
 
 from atomq.errors import InvalidInput, StorageFull
@@ -101,7 +102,7 @@ def test_each_state_refuses_sends_below_its_priority_and_red_refuses_creation(se
 
         def send(*priorities: int, path: str = "/v1/queues/q/messages") -> Any:
             body = {"messages": [{"documents": [{"data": "x"}], "priority": p} for p in priorities]}
-            return api.session.post(api.url + path, json=body, timeout=10)
+            return requests.post(api.url + path, json=body, timeout=10, headers=api.headers)
 
         try:
             at("yellow")
@@ -121,10 +122,11 @@ def test_each_state_refuses_sends_below_its_priority_and_red_refuses_creation(se
             at("red")
             assert send(9).status_code == 503
             assert send(9, path="/v1/topics/t/x/messages").status_code == 503
-            new = api.session.put(api.url + "/v1/queues/new", json={"model": "point_to_point"}, timeout=10)
+            new = requests.put(api.url + "/v1/queues/new", json={"model": "point_to_point"}, timeout=10,
+                               headers=api.headers)
             assert (new.status_code, new.json()["error"]["code"]) == (503, "memory_low")
             assert api.put_queue("q", ack_timeout_s=20)["ack_timeout_s"] == 20, "an update is no creation"
-            sub = api.session.put(api.url + "/v1/queues/fanout/subscribers/new", timeout=10)
+            sub = requests.put(api.url + "/v1/queues/fanout/subscribers/new", timeout=10, headers=api.headers)
             assert (sub.status_code, sub.json()["error"]["code"]) == (503, "memory_low")
             api.request("PUT", "/v1/queues/fanout/subscribers/old")
             assert api.get("fanout", subscriber="first-get") == [], "a new subscriber's first get works"
@@ -169,7 +171,8 @@ def test_a_tenant_fills_the_store_to_red_and_consumers_drain_it_to_green(serve: 
             assert sends < 20_000, "the store never reached red"
             priority = (2, 5, 8)[sends % 3]
             body = {"messages": [{"documents": [{"data": "y" * 2048}], "priority": priority}] * 20}
-            answer = api.session.post(api.url + "/v1/queues/q/messages", json=body, timeout=10)
+            answer = requests.post(api.url + "/v1/queues/q/messages", json=body, timeout=10,
+                                   headers=api.headers)
             code = answer.json()["error"]["code"] if answer.status_code >= 400 else ""
             statuses[(answer.status_code, code)] += 1
             state = answer.headers["X-Atomq-Memory-State"]

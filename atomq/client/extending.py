@@ -35,7 +35,7 @@ class Extender(threading.Thread):
 
     def run(self) -> None:
         with AtomqClient(self.url, self.key, tenant=self.tenant) as client:
-            client.session.headers.update(self.headers)
+            client.headers.update(self.headers)
             while not self.stopped.wait(self.interval_s):
                 body = self.body()
                 if body is None:

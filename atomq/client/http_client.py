@@ -1,6 +1,6 @@
 """The client of the atomq HTTP API: one call per endpoint, errors as atomq's own.
 
-One ``requests.Session`` (keep-alive) per client. Errors come back as the
+Keep-alive connections per client (``atomq.client.transport``). Errors come back as the
 same ``atomq.errors`` classes the server raised, rebuilt from the JSON error
 body, so a caller catches ``RateLimited`` (with ``retry_after``) or
 ``NotFound`` whether it uses the library or the API.
@@ -8,26 +8,30 @@ body, so a caller catches ``RateLimited`` (with ``retry_after``) or
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
-import requests
+import orjson
 
 from atomq import defaults
 from atomq.client import wire
+from atomq.client.transport import Answer, Transport, TransportError
 from atomq.errors import AtomqError, QueueFull, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
 
 
-def error_from_response(response: requests.Response) -> AtomqError:
+def error_from_response(response: Answer) -> AtomqError:
     """The atomq error an error response carries, with its code, message and details kept: the class
     its status stands for, or the subclass of it that its code names (a 503 ``storage_full`` is a
     StorageFull, still a StorageError), so an ``except`` on the status's class catches it."""
     try:
-        body = response.json()["error"]
+        body = orjson.loads(response.data)["error"]
         code, message, details = body["code"], body["message"], dict(body.get("details") or {})
     except (ValueError, KeyError, TypeError):
-        code, message, details = "http_error", f"HTTP {response.status_code}: {response.text[:200]}", {}
-    status = response.status_code
+        text = response.data[:200].decode("utf-8", "replace")
+        code, message, details = "http_error", f"HTTP {response.status}: {text}", {}
+    status = response.status
     by_status, by_code = class_for_status(status), class_for_code(code)
     cls = by_code if by_status and by_code and issubclass(by_code, by_status) else by_status or AtomqError
     if issubclass(cls, RateLimited):
@@ -53,24 +57,25 @@ class AtomqClient:
                  timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
+        self.headers: dict[str, str] = {"Authorization": f"Bearer {key}"}
+        """Sent with every call; a caller may add its own (a trace's ``traceparent``)."""
+        self._transport = Transport(self.url)
         if tenant:
             self.act_for(tenant)
 
     def act_for(self, tenant: str) -> None:
         """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id)."""
-        self.session.headers["X-Atomq-Tenant"] = tenant
+        self.headers["X-Atomq-Tenant"] = tenant
 
     def clone(self) -> AtomqClient:
-        """Another client of the same node, key and tenant, for another thread (a session is not
-        shared between threads)."""
+        """Another client of the same node, key and tenant, with connections of its own, for
+        another thread."""
         twin = AtomqClient(self.url, timeout=self.timeout)
-        twin.session.headers.update(self.session.headers)
+        twin.headers.update(self.headers)
         return twin
 
     def close(self) -> None:
-        self.session.close()
+        self._transport.close()
 
     def __enter__(self) -> AtomqClient:
         return self
@@ -80,16 +85,25 @@ class AtomqClient:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
                 **query: Any) -> Any:
-        """One call; the decoded JSON answer (None for 204), or the atomq error it carried."""
-        params = {k: v for k, v in query.items() if v is not None} or None
+        """One call; the decoded JSON answer (None for 204), or the atomq error it carried.
+
+        The body is written by the json module with ``allow_nan=False``, so a NaN is refused here
+        (ValueError) as requests refused it, where orjson would send null; answers are read by
+        orjson (the node writes strict JSON)."""
+        params = {k: v for k, v in query.items() if v is not None}
+        url = self.url + path + (f"?{urlencode(params, doseq=True)}" if params else "")
+        headers = self.headers
+        data = None
+        if body is not None:
+            data = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+            headers = {**headers, "Content-Type": "application/json"}
         try:
-            response = self.session.request(method, self.url + path, json=body, params=params,
-                                            timeout=timeout or self.timeout)
-        except requests.RequestException as exc:
+            response = self._transport.request(method, url, data, headers, timeout or self.timeout)
+        except TransportError as exc:
             raise StorageError(f"cannot reach atomq at {self.url}: {exc}", code="unreachable") from None
-        if response.status_code >= 400:
+        if response.status >= 400:
             raise error_from_response(response)
-        return response.json() if response.content else None
+        return orjson.loads(response.data) if response.data else None
 
     def ready(self) -> Any:
         """``/v1/ready`` (no key needed): ``{"status": "ready"}``, plus ``warnings`` naming what keeps

@@ -75,7 +75,7 @@ def run(api_url: str, listener: str, execution: str, token: str,
                 tenant=tenant, listener=listener, execution=execution, queue=spec.get("queue"),
                 messages=deliveries, started_ns=started_ns, batch_taken_ns=time.time_ns()) as span:
             headers = telemetry.trace_headers()
-            client.session.headers.update(headers)
+            client.headers.update(headers)
             fresh = [InputMessage.from_api(m) for m in deliveries if not m.get("processed")]
             sender = BatchingSender(client, max_send_documents)
             outcome: dict[str, Any] = {"ok": True, "processed": [m["id"] for m in deliveries]}

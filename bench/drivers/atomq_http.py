@@ -18,6 +18,8 @@ from typing import Any
 import redis
 import requests
 
+from atomq.client import AtomqClient
+
 from .serve_node import BenchError, ServeNode, check, expect, keep_alive_session, progress
 from .workload import BATCH, PAYLOAD_BYTES, batch_dispenser, threaded_phase
 
@@ -292,6 +294,52 @@ def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], No
     seconds, parts = threaded_phase("http_consume", clients, work, on_start=on_start)
     return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
             sum(c for _, _, c in parts))
+
+
+def client_consume_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None
+                         ) -> tuple[float, list[str], int, int]:
+    """``consume_phase`` through atomq's own Python client (``AtomqClient.take`` acking the batch
+    before), one client a thread: what a tenant's Python consumer gets. Returns what
+    ``get_ack_phase`` does."""
+
+    def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
+        target = targets[i % len(targets)]
+        with AtomqClient(target.base, target.key, timeout=60) as client:
+            client.ready()  # opens its connection, untimed
+            ready()
+            delivered: list[str] = []
+            acked = calls = 0
+            previous: list[str] | None = None
+            while not stop.is_set():
+                calls += 1
+                answer = client.take(target.queue, BATCH, 0, ack_receipts=previous)
+                if previous:
+                    check(answer["acked"] == len(previous),
+                          f"client_consume: a take acking {len(previous)} receipts acked {answer['acked']}")
+                    acked += answer["acked"]
+                got = answer["messages"]
+                if not got:
+                    break
+                docs = got[0]["documents"]
+                check(len(docs) == 1 and len(docs[0].get("data", "")) == PAYLOAD_BYTES,
+                      f"delivery {got[0]['id']} does not carry one {PAYLOAD_BYTES}-character document")
+                check(all(m["delivery_count"] == 1 for m in got), "client_consume: a message was delivered twice")
+                delivered.extend(m["id"] for m in got)
+                previous = [m["receipt"] for m in got]
+            return time.perf_counter(), (delivered, acked, calls)
+
+    seconds, parts = threaded_phase("client_consume", clients, work, on_start=on_start)
+    return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
+            sum(c for _, _, c in parts))
+
+
+def client_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
+    """``client_consume_phase`` on one queue of the node: seconds, every id delivered and the count acked."""
+    on_start, report = node.cpu_report()
+    seconds, delivered, acked, calls = client_consume_phase([Target(node.base, node.tenant_key, queue)], clients,
+                                                            on_start)
+    report(seconds, calls, clients)
+    return seconds, delivered, acked
 
 
 def http_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
