@@ -11,6 +11,9 @@ that is due by then in one request. Each message carries the time it was
 due, so time spent behind schedule counts. --consumers C threads (default 2) long-poll (get up to 100,
 waiting up to a second), each get acking the batch before it; a message's
 latency is the time from when it was due to the get that returned it.
+Each thread speaks HTTP through a requests.Session, or with --client atomq
+through atomq's own Python client (AtomqClient: send_texts, take acking the
+batch before), as a tenant's Python code does.
 
 RabbitMQ, where --amqp-url answers (pika installed): the same producers
 publish persistent messages to a durable queue, one publish a message (no
@@ -25,7 +28,7 @@ them must arrive, once. Output: a line per side on stdout (achieved rate,
 p50, p90, p99, max in ms), progress on stderr, and as the LAST stdout line
 one JSON object with atomq_p50_ms, atomq_p99_ms, atomq_rate, rabbitmq_p50_ms,
 rabbitmq_p99_ms, rabbitmq_rate (null when RabbitMQ did not run), plus
-rate, producers, consumers, seconds, linger_ms, python, valkey, rabbitmq. Exit status
+rate, producers, consumers, seconds, linger_ms, client, python, valkey, rabbitmq. Exit status
 1 when a check fails, 130 on Ctrl-C.
 """
 
@@ -41,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 
+from atomq.client import AtomqClient
 from drivers.atomq_http import HttpNode
 from drivers.cli import add_http_workers, parser_from_doc
 from drivers.peers import open_peer
@@ -145,7 +149,34 @@ class Run:
                 "p99": percentile(ms, 99), "max": max(ms)}
 
 
-def atomq_side(node: HttpNode, run: Run) -> dict[str, float]:
+def atomq_side(node: HttpNode, run: Run, client: str) -> dict[str, float]:
+    return (atomq_client_side if client == "atomq" else requests_side)(node, run)
+
+
+def atomq_client_side(node: HttpNode, run: Run) -> dict[str, float]:
+    """Producers and consumers through atomq's own Python client, a client a thread."""
+
+    def producer(i: int) -> None:
+        with AtomqClient(node.base, node.tenant_key) as c:
+            c.ready()
+            run.produce(i, lambda texts: c.send_texts("latency", texts))
+
+    def consumer(i: int) -> None:
+        def loop() -> None:
+            with AtomqClient(node.base, node.tenant_key) as c:
+                previous: list[str] | None = None
+                while not run.stop_consuming.is_set():
+                    got = c.take("latency", 100, 1000, ack_receipts=previous)["messages"]
+                    at = time.perf_counter()
+                    for m in got:
+                        run.received(m["documents"][0]["data"], at)
+                    previous = [m["receipt"] for m in got] or None
+        run.consume(loop)
+
+    return run.go(producer, consumer)
+
+
+def requests_side(node: HttpNode, run: Run) -> dict[str, float]:
     url = f"{node.base}/v1/queues/latency"
 
     def producer(i: int) -> None:
@@ -219,6 +250,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--linger-ms", type=float, default=0.0, metavar="L",
                         help="an atomq producer waits L ms after a message is due and sends everything due by "
                              "then in one request (default: 0, one message a request when it keeps up)")
+    parser.add_argument("--client", choices=("requests", "atomq"), default="requests",
+                        help="what atomq's producers and consumers speak HTTP with: a requests.Session each "
+                             "(default), or atomq's own Python client (atomq.client.AtomqClient), as a "
+                             "tenant's Python code does")
     parser.add_argument("--skip-amqp", action="store_true", help="leave out RabbitMQ")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/", metavar="URL",
                         help="the RabbitMQ broker compared with (default: %(default)s)")
@@ -249,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"atomq: {args.rate:g} msg/s from {args.producers} producers, {args.consumers} consumers, "
                  f"{args.seconds:g} s")
         results["atomq"] = atomq_side(node, Run(args.rate, args.producers, args.consumers, args.seconds,
-                                                args.linger_ms / 1000))
+                                                args.linger_ms / 1000), args.client)
         amqp, why = open_peer(bench, "RabbitMQ", "--skip-amqp" if args.skip_amqp else None, Amqp.probe, args.amqp_url)
         if amqp is None:
             progress(str(why))
@@ -272,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         out[f"{side}_p99_ms"] = None if r is None else round(r["p99"], 3)
         out[f"{side}_rate"] = None if r is None else round(r["rate"])
     out.update(rate=args.rate, producers=args.producers, consumers=args.consumers, seconds=args.seconds,
-               linger_ms=args.linger_ms,
+               linger_ms=args.linger_ms, client=args.client,
                python=platform.python_version(), **versions)
     print(json.dumps(out), flush=True)
     return 0

@@ -17,10 +17,11 @@ import pytest
 import requests
 from marshmallow import fields, validate
 
-from atomq.api import create_app
+from atomq.api import create_app, render
 from atomq.api.schemas.common import StringList
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
+from atomq.platform.models import ENVELOPE_FIELDS, Delivery, Envelope
 from atomq.tenants import TenantStore
 from support.queues import FAST
 from support.served_node import ServeFactory
@@ -221,6 +222,14 @@ def test_queue_create_update_list_get_delete(acme) -> None:
     acme("PUT", "/v1/queues/bad:name", {"model": "point_to_point"}, 400)
     acme("PUT", "/v1/queues/q", {"model": "fifo"}, 400)
     acme("PUT", "/v1/queues/q", {}, 400)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in ENVELOPE_FIELDS])
+def test_a_delivery_shows_each_optional_envelope_field_that_is_set(name: str) -> None:
+    envelope = Envelope(properties={}, expires_at=1.5, **{name: "set"})
+    shown = render.message(Delivery(id="1-1", delivery_count=1, enqueued_at=0.001, envelope=envelope, documents=()))
+    assert (shown[name], shown["expires_at"], shown["priority"]) == ("set", 1.5, envelope.priority)
+    assert all(other == name or shown.get(other) is None for other, _ in ENVELOPE_FIELDS)
 
 
 def test_send_get_ack_nack_extend(acme) -> None:

@@ -19,9 +19,10 @@ from atomq import defaults
 ENVELOPE_VERSION = 1
 BARE_ENVELOPE = '{"v":1}'
 DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
-# The envelope's optional JSON fields: their names, and their short keys in the stored JSON.
+# The envelope's optional JSON fields: their names, and their short keys in the stored JSON
+# (envelope_json's fast path and Envelope.optional_fields name them too).
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))  # envelope_json's fast path names them too
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
