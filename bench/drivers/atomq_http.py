@@ -11,7 +11,8 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,31 +255,48 @@ def get_ack_phase(targets: list[Target], clients: int, on_start: Callable[[], No
             sum(c for _, _, c in parts))
 
 
-def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None
-                  ) -> tuple[float, list[str], int, int]:
-    """``clients`` threads each get (max 100) on their target's queue, each get acking the batch
-    before it (``"ack": {"receipts": [...]}``), until a get finds nothing: one request a batch.
+@contextmanager
+def batch_taker(phase: str, target: Target) -> Iterator[Callable[[list[str]], Any]]:
+    """How one consuming thread takes a batch (max 100) acking the batch before it: a requests
+    session posting the get (``http_consume``), or atomq's own Python client (``client_consume``:
+    ``AtomqClient.take``, what a tenant's Python consumer runs). Its connection is opened here,
+    before the phase is timed."""
+    if phase == "client_consume":
+        with AtomqClient(target.base, target.key, timeout=60) as client:
+            client.ready()
+            yield lambda previous: client.take(target.queue, BATCH, 0, ack_receipts=previous or None)
+        return
+    url = f"{target.base}/v1/queues/{target.queue}/get"
+    with keep_alive_session(target.base, target.key) as s:
+        def take(previous: list[str]) -> Any:
+            body: dict[str, Any] = {"max": BATCH}
+            if previous:
+                body["ack"] = {"receipts": previous}
+            return expect(s.post(url, json=body, timeout=60), 200, f"{phase}: get")
+        yield take
+
+
+def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None,
+                  phase: str = "http_consume") -> tuple[float, list[str], int, int]:
+    """``clients`` threads each take (max 100) from their target's queue, each take acking the batch
+    before it (``"ack": {"receipts": [...]}``), until one finds nothing: one request a batch,
+    through ``batch_taker(phase)``.
 
     Returns what ``get_ack_phase`` does.
     """
 
     def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
-        target = targets[i % len(targets)]
-        get_url = f"{target.base}/v1/queues/{target.queue}/get"
-        with keep_alive_session(target.base, target.key) as s:
+        with batch_taker(phase, targets[i % len(targets)]) as take:
             ready()
             delivered: list[str] = []
             acked = calls = 0
             previous: list[str] = []
             while not stop.is_set():
                 calls += 1
-                body: dict[str, Any] = {"max": BATCH}
-                if previous:
-                    body["ack"] = {"receipts": previous}
-                answer = expect(s.post(get_url, json=body, timeout=60), 200, "http_consume: get")
+                answer = take(previous)
                 if previous:
                     check(answer["acked"] == len(previous),
-                          f"http_consume: a get acking {len(previous)} receipts acked {answer['acked']}")
+                          f"{phase}: a get acking {len(previous)} receipts acked {answer['acked']}")
                     acked += answer["acked"]
                 got = answer["messages"]
                 if not got:
@@ -286,58 +304,22 @@ def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], No
                 docs = got[0]["documents"]
                 check(len(docs) == 1 and len(docs[0].get("data", "")) == PAYLOAD_BYTES,
                       f"delivery {got[0]['id']} does not carry one {PAYLOAD_BYTES}-character document")
-                check(all(m["delivery_count"] == 1 for m in got), "http_consume: a message was delivered twice")
+                check(all(m["delivery_count"] == 1 for m in got), f"{phase}: a message was delivered twice")
                 delivered.extend(m["id"] for m in got)
                 previous = [m["receipt"] for m in got]
             return time.perf_counter(), (delivered, acked, calls)
 
-    seconds, parts = threaded_phase("http_consume", clients, work, on_start=on_start)
-    return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
-            sum(c for _, _, c in parts))
-
-
-def client_consume_phase(targets: list[Target], clients: int, on_start: Callable[[], None] | None = None
-                         ) -> tuple[float, list[str], int, int]:
-    """``consume_phase`` through atomq's own Python client (``AtomqClient.take`` acking the batch
-    before), one client a thread: what a tenant's Python consumer gets. Returns what
-    ``get_ack_phase`` does."""
-
-    def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, tuple[list[str], int, int]]:
-        target = targets[i % len(targets)]
-        with AtomqClient(target.base, target.key, timeout=60) as client:
-            client.ready()  # opens its connection, untimed
-            ready()
-            delivered: list[str] = []
-            acked = calls = 0
-            previous: list[str] | None = None
-            while not stop.is_set():
-                calls += 1
-                answer = client.take(target.queue, BATCH, 0, ack_receipts=previous)
-                if previous:
-                    check(answer["acked"] == len(previous),
-                          f"client_consume: a take acking {len(previous)} receipts acked {answer['acked']}")
-                    acked += answer["acked"]
-                got = answer["messages"]
-                if not got:
-                    break
-                docs = got[0]["documents"]
-                check(len(docs) == 1 and len(docs[0].get("data", "")) == PAYLOAD_BYTES,
-                      f"delivery {got[0]['id']} does not carry one {PAYLOAD_BYTES}-character document")
-                check(all(m["delivery_count"] == 1 for m in got), "client_consume: a message was delivered twice")
-                delivered.extend(m["id"] for m in got)
-                previous = [m["receipt"] for m in got]
-            return time.perf_counter(), (delivered, acked, calls)
-
-    seconds, parts = threaded_phase("client_consume", clients, work, on_start=on_start)
+    seconds, parts = threaded_phase(phase, clients, work, on_start=on_start)
     return (seconds, [i for ids, _, _ in parts for i in ids], sum(a for _, a, _ in parts),
             sum(c for _, _, c in parts))
 
 
 def client_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
-    """``client_consume_phase`` on one queue of the node: seconds, every id delivered and the count acked."""
+    """``consume_phase`` through atomq's own client on one queue of the node: seconds, every id
+    delivered and the count acked."""
     on_start, report = node.cpu_report()
-    seconds, delivered, acked, calls = client_consume_phase([Target(node.base, node.tenant_key, queue)], clients,
-                                                            on_start)
+    seconds, delivered, acked, calls = consume_phase([Target(node.base, node.tenant_key, queue)], clients, on_start,
+                                                     phase="client_consume")
     report(seconds, calls, clients)
     return seconds, delivered, acked
 
