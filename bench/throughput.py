@@ -16,6 +16,10 @@ batches of 100:
   http_consume      POST .../get {"max": 100, "ack": {"receipts": [previous batch]}},
                     4 client threads on a queue filled again (untimed), until
                     drained: one request a batch
+  client_send       the same as http_send through atomq's Python client
+                    (AtomqClient.send), 4 threads each with its own client, into a
+                    fresh queue: what a tenant's Python producer gets, as the
+                    RabbitMQ phases use pika
   client_consume    the same through atomq's Python client (AtomqClient.take
                     with ack_receipts), 4 threads each with its own client, on
                     the queue filled again (untimed): what a tenant's Python
@@ -58,13 +62,13 @@ Output: a line per phase (median msg/s and each round), per ratio and per
 aim on stdout, progress on stderr, and as the LAST stdout line one JSON
 object with raw_send, platform_send, raw_get_ack, platform_get_ack,
 platform_consume, http_send,
-http_get_ack, http_consume, client_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
+http_get_ack, http_consume, client_send, client_consume, rabbitmq_send, rabbitmq_get_ack, jetstream_send,
 jetstream_get_ack (medians, msg/s; null when a phase did not run),
 platform_send_ratio, platform_get_ack_ratio, http_send_ratio,
 http_get_ack_ratio, http_send_vs_rabbitmq_send, http_consume_ratio,
 http_consume_vs_rabbitmq_get_ack, http_send_vs_jetstream_send,
 http_consume_vs_jetstream_get_ack, platform_consume_ratio,
-client_consume_vs_rabbitmq_get_ack, plus
+client_consume_vs_rabbitmq_get_ack, client_send_vs_rabbitmq_send, plus
 messages, batch, repeat, clients, python, valkey, rabbitmq, nats. Exit status 1
 when a correctness check fails (each get+ack phase must consume exactly the
 N messages sent, each once), 130 on Ctrl-C.
@@ -99,11 +103,12 @@ from drivers.workload import BATCH, PAYLOAD_BYTES
 
 CLIENTS = 4
 CORE_PHASES = ("raw_send", "platform_send", "raw_get_ack", "platform_get_ack", "platform_consume")
-HTTP_PHASES = ("http_send", "http_get_ack", "http_consume", "client_consume")
+HTTP_PHASES = ("http_send", "http_get_ack", "http_consume", "client_send", "client_consume")
 AMQP_PHASES = ("rabbitmq_send", "rabbitmq_get_ack")
 NATS_PHASES = ("jetstream_send", "jetstream_get_ack")
 ORDER = ("raw_send", "platform_send", "http_send", "raw_get_ack", "platform_get_ack", "platform_consume", "http_get_ack",
-         "http_consume", "client_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send", "jetstream_get_ack")
+         "http_consume", "client_send", "client_consume", "rabbitmq_send", "rabbitmq_get_ack", "jetstream_send",
+         "jetstream_get_ack")
 RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("platform_get_ack_ratio", "platform_get_ack", "raw_get_ack"),
           ("http_send_ratio", "http_send", "raw_send"),
@@ -114,7 +119,8 @@ RATIOS = (("platform_send_ratio", "platform_send", "raw_send"),
           ("http_consume_vs_rabbitmq_get_ack", "http_consume", "rabbitmq_get_ack"),
           ("http_send_vs_jetstream_send", "http_send", "jetstream_send"),
           ("http_consume_vs_jetstream_get_ack", "http_consume", "jetstream_get_ack"),
-          ("client_consume_vs_rabbitmq_get_ack", "client_consume", "rabbitmq_get_ack"))
+          ("client_consume_vs_rabbitmq_get_ack", "client_consume", "rabbitmq_get_ack"),
+          ("client_send_vs_rabbitmq_send", "client_send", "rabbitmq_send"))
 AIMS = (("http_send_ratio", 0.3), ("http_send_vs_rabbitmq_send", 2.5), ("http_consume_vs_rabbitmq_get_ack", 1.5))
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -229,8 +235,11 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
             _, delivered, acked = timed("http_consume", r, lambda: http_consume(node, queue, clients), node.valkey)
             check_drained("http_consume", node, queue, http_ids, delivered, acked)
 
-            # 7b. client_consume: filled again (untimed), drained through atomq's Python client
-            _, http_ids = http_send(node, queue, n, text, clients)
+            # 7b. client_send fills it again, client_consume drains it: through atomq's Python client
+            _, http_ids = timed("client_send", r, lambda: http_send(node, queue, n, text, clients, "client_send"),
+                                node.valkey)
+            check(len(http_ids) == n == len(set(http_ids)),
+                  f"client_send got {len(http_ids)} ids ({len(set(http_ids))} distinct) for {n} messages")
             _, delivered, acked = timed("client_consume", r, lambda: client_consume(node, queue, clients),
                                         node.valkey)
             check_drained("client_consume", node, queue, http_ids, delivered, acked)

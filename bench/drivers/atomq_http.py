@@ -187,18 +187,30 @@ class Target:
     queue: str
 
 
+@contextmanager
+def batch_sender(phase: str, target: Target) -> Iterator[Callable[[list[dict[str, Any]]], list[str]]]:
+    """How one sending thread sends a batch of messages and gets their ids: a requests session
+    posting them (``http_send``), or atomq's own Python client (``client_send``: ``AtomqClient.send``,
+    what a tenant's Python producer runs). Its connection is opened here, before the phase is timed."""
+    if phase == "client_send":
+        with AtomqClient(target.base, target.key, timeout=60) as client:
+            client.ready()
+            yield lambda messages: client.send(target.queue, messages)
+        return
+    url = f"{target.base}/v1/queues/{target.queue}/messages"
+    with keep_alive_session(target.base, target.key) as s:
+        yield lambda messages: expect(s.post(url, json={"messages": messages}, timeout=60), 201, phase)["ids"]
+
+
 def send_phase(targets: list[Target], n: int, text: str, clients: int,
-               on_start: Callable[[], None] | None = None) -> tuple[float, list[str]]:
-    """``clients`` threads, each with its own keep-alive session to ``targets[i % len(targets)]``,
-    POST 100 messages a request until n are sent between them."""
+               on_start: Callable[[], None] | None = None, phase: str = "http_send") -> tuple[float, list[str]]:
+    """``clients`` threads, each with its own keep-alive connection to ``targets[i % len(targets)]``,
+    send 100 messages a request (through ``batch_sender(phase)``) until n are sent between them."""
     messages = [{"documents": [{"data": text}]} for _ in range(BATCH)]
-    full = {"messages": messages}
     take = batch_dispenser(n)
 
     def work(i: int, ready: Callable[[], Any], stop: threading.Event) -> tuple[float, list[str]]:
-        target = targets[i % len(targets)]
-        url = f"{target.base}/v1/queues/{target.queue}/messages"
-        with keep_alive_session(target.base, target.key) as s:
+        with batch_sender(phase, targets[i % len(targets)]) as send:
             ready()
             ids: list[str] = []
             while not stop.is_set():
@@ -206,13 +218,12 @@ def send_phase(targets: list[Target], n: int, text: str, clients: int,
                 if batch is None:
                     break
                 size = batch[1]
-                body = full if size == BATCH else {"messages": messages[:size]}
-                got = expect(s.post(url, json=body, timeout=60), 201, "http_send")["ids"]
-                check(len(got) == size, f"http_send: a send of {size} answered {len(got)} ids")
+                got = send(messages if size == BATCH else messages[:size])
+                check(len(got) == size, f"{phase}: a send of {size} answered {len(got)} ids")
                 ids.extend(got)
             return time.perf_counter(), ids
 
-    seconds, parts = threaded_phase("http_send", clients, work, on_start=on_start)
+    seconds, parts = threaded_phase(phase, clients, work, on_start=on_start)
     return seconds, [i for part in parts for i in part]
 
 
@@ -332,10 +343,12 @@ def http_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[
     return seconds, delivered, acked
 
 
-def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int) -> tuple[float, list[str]]:
-    """``clients`` threads POST 100 messages a request to one queue of the node until n are sent."""
+def http_send(node: HttpNode, queue: str, n: int, text: str, clients: int,
+              phase: str = "http_send") -> tuple[float, list[str]]:
+    """``clients`` threads send 100 messages a request to one queue of the node until n are sent:
+    over requests sessions (``http_send``) or atomq's own client (``client_send``)."""
     on_start, report = node.cpu_report()
-    seconds, ids = send_phase([Target(node.base, node.tenant_key, queue)], n, text, clients, on_start)
+    seconds, ids = send_phase([Target(node.base, node.tenant_key, queue)], n, text, clients, on_start, phase)
     report(seconds, -(-n // BATCH), clients)
     return seconds, ids
 

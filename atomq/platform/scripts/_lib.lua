@@ -321,7 +321,8 @@ local function forget(d, ids, usage, extra, dead)
     end
   end
   redis.call('HINCRBY', usage, 'messages', -copies)
-  local refs = #docs > 0 and hmget_batched(DOCR, docs) or {}
+  -- No reference counts at all (a tenant whose messages each reached one queue): none to read.
+  local refs = #docs > 0 and redis.call('EXISTS', DOCR) == 1 and hmget_batched(DOCR, docs) or {}
   local keep, drop, counted = {}, {}, {}
   local props_kept = has_props()
   for i, doc in ipairs(docs) do
