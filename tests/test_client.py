@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 
 from atomq.client import AtomqClient
-from atomq.client.transport import ca_bundle, proxy_for
+from atomq.client.transport import Transport, ca_bundle, proxy_for
 from atomq.errors import InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
 from support.served_node import AtomqServe, ServeFactory
 
@@ -165,10 +167,18 @@ def test_an_unreachable_node_and_a_body_json_cannot_hold() -> None:
 def test_the_proxy_the_environment_names_is_used_but_for_hosts_no_proxy_names(monkeypatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-    for name in ("http_proxy", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+    for name in ("http_proxy", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     assert proxy_for("http://queues.example:8080") == "http://proxy.example:3128"
     assert proxy_for("http://127.0.0.1:8080") is None
     assert proxy_for("https://queues.example") is None, "no HTTPS_PROXY: https goes direct"
+    monkeypatch.setenv("ALL_PROXY", "http://ops%40corp:s3cret@gateway.example:8080")
+    assert proxy_for("https://queues.example") == "http://ops%40corp:s3cret@gateway.example:8080"
+    through = Transport("https://queues.example")._pools
+    assert isinstance(through, urllib3.ProxyManager) and through.proxy_headers == {
+        "proxy-authorization": "Basic " + base64.b64encode(b"ops@corp:s3cret").decode()}
+    monkeypatch.setenv("ALL_PROXY", "socks5://gateway.example:1080")
+    with pytest.raises(StorageError, match="proxy cannot be used"), AtomqClient("https://queues.example") as c:
+        c.queues()
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/company-ca.pem")
     assert ca_bundle() == "/etc/company-ca.pem"

@@ -6,7 +6,8 @@ orjson reading the answer (one client, one node on the same machine): the
 rest was requests' own work on each call (its hooks, prepared requests,
 cookies and adapters), which this client never uses. What requests gave the
 client is kept: the proxy the environment names (``HTTP_PROXY``,
-``HTTPS_PROXY``, ``NO_PROXY``), the CA bundle it names
+``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; a user and password in its URL
+sign in to it), the CA bundle it names
 (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``) or certifi's, no retry (a
 request that may have reached the node is never sent twice), redirects
 followed, and a keep-alive connection per thread.
@@ -18,7 +19,7 @@ import os
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import certifi
 import urllib3
@@ -40,13 +41,22 @@ class Answer:
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy the environment names for ``url``, as requests finds it: none for a host that
-    ``NO_PROXY`` names."""
+    """The proxy the environment names for ``url``, as requests finds it (``<SCHEME>_PROXY``, else
+    ``ALL_PROXY``): none for a host that ``NO_PROXY`` names."""
     parts = urlsplit(url)
-    proxy = urllib.request.getproxies().get(parts.scheme)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     return proxy
+
+
+def proxy_manager(proxy: str, **options: Any) -> urllib3.ProxyManager:
+    """A pool manager through ``proxy``, which signs in with the user and password its URL
+    carries, as requests does (urllib3 itself leaves them out)."""
+    auth = urllib3.util.parse_url(proxy).auth
+    headers = urllib3.make_headers(proxy_basic_auth=unquote(auth)) if auth else None
+    return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
 
 
 def ca_bundle() -> str:
@@ -59,10 +69,17 @@ class Transport:
     def __init__(self, url: str) -> None:
         proxy = proxy_for(url)
         options: dict[str, Any] = {"retries": NO_RETRY, "ca_certs": ca_bundle(), "maxsize": 10}
-        self._pools = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+        self._unusable: str | None = None
+        try:
+            self._pools = proxy_manager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+        except urllib3.exceptions.ProxySchemeUnknown as exc:
+            # A SOCKS proxy, say: every call fails saying so, as it did through requests without PySocks.
+            self._pools, self._unusable = urllib3.PoolManager(**options), f"the proxy cannot be used: {exc}"
 
     def request(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
                 timeout: float) -> Answer:
+        if self._unusable is not None:
+            raise TransportError(self._unusable)
         try:
             response = self._pools.request(method, url, body=body, headers=headers,
                                            timeout=Timeout(connect=timeout, read=timeout))
