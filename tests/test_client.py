@@ -7,11 +7,12 @@ import socket
 import threading
 from collections.abc import Iterator
 
+import certifi
 import pytest
 import urllib3
 
 from atomq.client import AtomqClient
-from atomq.client.transport import Transport, ca_bundle, proxy_for
+from atomq.client.transport import Transport, ca_options, proxy_for
 from atomq.errors import InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
 from support.served_node import AtomqServe, ServeFactory
 
@@ -165,20 +166,51 @@ def test_an_unreachable_node_and_a_body_json_cannot_hold() -> None:
 
 
 def test_the_proxy_the_environment_names_is_used_but_for_hosts_no_proxy_names(monkeypatch) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
-    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
     for name in ("http_proxy", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    assert proxy_for("http://queues.example:8080") == "http://proxy.example:3128"
+    monkeypatch.setenv("HTTP_PROXY", "proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1,10.0.0.0/8,queues.internal:8080")
+    assert proxy_for("http://queues.example:8080") == "http://proxy.example:3128", "no scheme: http://"
     assert proxy_for("http://127.0.0.1:8080") is None
+    assert proxy_for("http://10.1.2.3:8080") is None, "a CIDR entry of NO_PROXY"
+    assert proxy_for("http://queues.internal:8080") is None, "a host:port entry of NO_PROXY"
     assert proxy_for("https://queues.example") is None, "no HTTPS_PROXY: https goes direct"
     monkeypatch.setenv("ALL_PROXY", "http://ops%40corp:s3cret@gateway.example:8080")
     assert proxy_for("https://queues.example") == "http://ops%40corp:s3cret@gateway.example:8080"
     through = Transport("https://queues.example")._pools
     assert isinstance(through, urllib3.ProxyManager) and through.proxy_headers == {
         "proxy-authorization": "Basic " + base64.b64encode(b"ops@corp:s3cret").decode()}
-    monkeypatch.setenv("ALL_PROXY", "socks5://gateway.example:1080")
+    monkeypatch.setenv("ALL_PROXY", "socks5://gateway.example:1080")  # PySocks is not installed here
     with pytest.raises(StorageError, match="proxy cannot be used"), AtomqClient("https://queues.example") as c:
         c.queues()
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/company-ca.pem")
-    assert ca_bundle() == "/etc/company-ca.pem"
+
+
+def test_the_ca_bundle_or_directory_the_environment_names(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    assert ca_options() == {"ca_certs": certifi.where()}
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path))
+    assert ca_options() == {"ca_cert_dir": str(tmp_path)}
+    pools = Transport("https://queues.example")._pools
+    assert pools.connection_pool_kw["ca_cert_dir"] == str(tmp_path)
+
+
+def test_headers_of_the_callers_own_replace_the_clients_whatever_their_case() -> None:
+    seen: list[bytes] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def answer_once() -> None:
+            conn, _ = server.accept()
+            with conn:
+                seen.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer_once, daemon=True).start()
+        with AtomqClient(f"http://127.0.0.1:{server.getsockname()[1]}", "aq_first") as c:
+            c.headers.update({"authorization": "Bearer aq_second", "traceparent": "00-ab-cd-01"})
+            assert c.request("POST", "/v1/queues/q/ack", {"ids": ["1-1"]}) is None
+    head = seen[0].split(b"\r\n\r\n", 1)[0].lower()
+    assert head.count(b"authorization:") == 1 and b"authorization: bearer aq_second" in head
+    assert b"content-type: application/json" in head and b"traceparent: 00-ab-cd-01" in head

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+import urllib3
 
 from atomq import defaults
 from atomq.client import wire
@@ -57,8 +58,9 @@ class AtomqClient:
                  timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self.headers: dict[str, str] = {"Authorization": f"Bearer {key}"}
-        """Sent with every call; a caller may add its own (a trace's ``traceparent``)."""
+        self.headers = urllib3.HTTPHeaderDict({"Authorization": f"Bearer {key}"})
+        """Sent with every call, names matched without case; a caller may add its own (a trace's
+        ``traceparent``). What a requests-based client set on its ``session.headers`` goes here."""
         self._transport = Transport(self.url)
         if tenant:
             self.act_for(tenant)
@@ -87,16 +89,17 @@ class AtomqClient:
                 **query: Any) -> Any:
         """One call; the decoded JSON answer (None for 204), or the atomq error it carried.
 
-        The body is written by the json module with ``allow_nan=False``, so a NaN is refused here
-        (ValueError) as requests refused it, where orjson would send null; answers are read by
-        orjson (the node writes strict JSON)."""
+        The body is written by the json module with ``allow_nan=False``: a NaN or an infinity is
+        refused here with a ValueError before anything is sent (orjson would send null). Answers are
+        read by orjson (the node writes strict JSON)."""
         params = {k: v for k, v in query.items() if v is not None}
         url = self.url + path + (f"?{urlencode(params, doseq=True)}" if params else "")
         headers = self.headers
         data = None
         if body is not None:
             data = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-            headers = {**headers, "Content-Type": "application/json"}
+            headers = headers.copy()
+            headers["Content-Type"] = "application/json"
         try:
             response = self._transport.request(method, url, data, headers, timeout or self.timeout)
         except TransportError as exc:

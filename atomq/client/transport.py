@@ -5,23 +5,25 @@ A consumer's get of 100 messages that acks the batch before cost the caller
 orjson reading the answer (one client, one node on the same machine): the
 rest was requests' own work on each call (its hooks, prepared requests,
 cookies and adapters), which this client never uses. What requests gave the
-client is kept: the proxy the environment names (``HTTP_PROXY``,
-``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; a user and password in its URL
-sign in to it), the CA bundle it names
-(``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``) or certifi's, no retry (a
+client is kept: the proxy the environment names, chosen by requests' own
+rules (a user and password in its URL sign in to it; SOCKS with PySocks),
+the CA bundle or directory it names (``REQUESTS_CA_BUNDLE``,
+``CURL_CA_BUNDLE``) or certifi's, no retry (a
 request that may have reached the node is never sent twice), redirects
 followed, and a keep-alive connection per thread.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import certifi
+import requests.utils
 import urllib3
 from urllib3.util import Retry, Timeout
 
@@ -41,26 +43,35 @@ class Answer:
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy the environment names for ``url``, as requests finds it (``<SCHEME>_PROXY``, else
-    ``ALL_PROXY``): none for a host that ``NO_PROXY`` names."""
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
-        return None
-    return proxy
+    """The proxy the environment names for ``url``, chosen by requests' own rules (``<SCHEME>_PROXY``,
+    ``ALL_PROXY``, per-host entries, ``NO_PROXY`` with its CIDR and ``host:port`` entries, a proxy
+    given without a scheme read as ``http://``)."""
+    proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+    return requests.utils.prepend_scheme_if_needed(proxy, "http") if proxy else None
 
 
-def proxy_manager(proxy: str, **options: Any) -> urllib3.ProxyManager:
-    """A pool manager through ``proxy``, which signs in with the user and password its URL
-    carries, as requests does (urllib3 itself leaves them out)."""
+def proxy_manager(proxy: str, **options: Any) -> urllib3.PoolManager:
+    """A pool manager through ``proxy``. An HTTP proxy signs in with the user and password its URL
+    carries, as requests does (urllib3 itself leaves them out); a SOCKS proxy needs PySocks
+    (``pip install requests[socks]``), as it did through requests."""
+    if proxy.lower().startswith("socks"):
+        if importlib.util.find_spec("socks") is None:  # urllib3's module would warn, then fail
+            raise urllib3.exceptions.ProxySchemeUnknown(f"{urlsplit(proxy).scheme} (install PySocks)")
+        from urllib3.contrib.socks import SOCKSProxyManager
+
+        return SOCKSProxyManager(proxy, **options)
     auth = urllib3.util.parse_url(proxy).auth
     headers = urllib3.make_headers(proxy_basic_auth=unquote(auth)) if auth else None
     return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
 
 
-def ca_bundle() -> str:
-    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
+def ca_options() -> dict[str, str]:
+    """Where TLS finds the CAs it trusts: the bundle (a file) or the directory the environment
+    names (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``), else certifi's bundle."""
+    named = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if named and os.path.isdir(named):
+        return {"ca_cert_dir": named}
+    return {"ca_certs": named or certifi.where()}
 
 
 class Transport:
@@ -68,15 +79,15 @@ class Transport:
 
     def __init__(self, url: str) -> None:
         proxy = proxy_for(url)
-        options: dict[str, Any] = {"retries": NO_RETRY, "ca_certs": ca_bundle(), "maxsize": 10}
+        options: dict[str, Any] = {"retries": NO_RETRY, "maxsize": 10, **ca_options()}
         self._unusable: str | None = None
         try:
             self._pools = proxy_manager(proxy, **options) if proxy else urllib3.PoolManager(**options)
         except urllib3.exceptions.ProxySchemeUnknown as exc:
-            # A SOCKS proxy, say: every call fails saying so, as it did through requests without PySocks.
+            # A scheme no manager takes (SOCKS without PySocks): every call fails saying so, as through requests.
             self._pools, self._unusable = urllib3.PoolManager(**options), f"the proxy cannot be used: {exc}"
 
-    def request(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
+    def request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
                 timeout: float) -> Answer:
         if self._unusable is not None:
             raise TransportError(self._unusable)

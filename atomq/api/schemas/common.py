@@ -62,6 +62,11 @@ class StringList(fields.List[str]):
     goes through fields.List, so the errors are the same.
     """
 
+    def __init__(self, inner: fields.String, **kwargs: Any) -> None:
+        if type(inner) is not fields.String:
+            raise TypeError("StringList checks a plain fields.String's validators only")
+        super().__init__(inner, **kwargs)
+
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         if type(value) is list and all(type(item) is str for item in value):
             try:
