@@ -8,9 +8,9 @@ cookies and adapters), which this client never uses. What requests gave the
 client is kept: the proxy the environment names, chosen by requests' own
 rules (a user and password in its URL sign in to it; SOCKS with PySocks),
 the CA bundle or directory it names (``REQUESTS_CA_BUNDLE``,
-``CURL_CA_BUNDLE``) or certifi's, no retry (a
-request that may have reached the node is never sent twice), redirects
-followed, and a keep-alive connection per thread.
+``CURL_CA_BUNDLE``) or certifi's, no retry (a request that may have reached
+the node is never sent twice), redirects followed, and keep-alive
+connections.
 """
 
 from __future__ import annotations
