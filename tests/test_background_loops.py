@@ -33,6 +33,7 @@ from atomq.platform import QueueServer, QueueSettings
 from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard, run_loop
 from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.lease import Lease
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
@@ -210,12 +211,12 @@ def test_a_store_outage_is_a_failing_part_and_the_loops_come_back_by_themselves(
     assert not any(loop.is_alive() for loop in loops), "the loops end when told to"
 
 
-def supervisor_on(client: redis.Redis) -> Supervisor:
-    """A listener supervisor on ``client`` (its store and its rq Redis), for this node alone."""
+def supervisor_on(client: redis.Redis, holder: str = "this-node") -> Supervisor:
+    """A listener supervisor on ``client`` (its store and its rq Redis), as ``holder``."""
     queues = QueueServer(client)
     tenants = TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}")
     return Supervisor(queues, tenants.execution_tokens, client, SupervisorConfig(api_url="http://unused"),
-                      "this-node", tenants.exists)
+                      holder, tenants.exists)
 
 
 def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> None:
@@ -284,11 +285,8 @@ def test_ready_names_a_failing_loop_from_every_worker_and_recovers(serve: ServeF
     assert "maintenance works again" in node.log_path.read_text()
 
 
-def test_a_finished_execution_wakes_the_supervisor_before_its_next_tick(valkey: EmbeddedValkey) -> None:
-    """On an exclusive queue the next execution waits for the last one's slot: the supervisor,
-    between rounds, waits on the store for an execution to end, not only for its interval."""
-    client = valkey.client()
-    supervisor = supervisor_on(client)
+def counting_rounds(supervisor: Supervisor) -> threading.Semaphore:
+    """A semaphore released at the start of each of ``supervisor``'s rounds."""
     rounds = threading.Semaphore(0)
     real_round = supervisor.round
 
@@ -297,24 +295,45 @@ def test_a_finished_execution_wakes_the_supervisor_before_its_next_tick(valkey: 
         return real_round()
 
     supervisor.round = counted_round  # type: ignore[method-assign]
-    client.delete(k.LISTENER_WAKE_KEY)
+    return rounds
+
+
+def test_a_finished_execution_wakes_its_listeners_supervisor_before_its_next_tick(valkey: EmbeddedValkey) -> None:
+    """On an exclusive queue the next execution waits for the last one's slot: the supervisor that
+    holds the listener, between rounds, waits on the store for one of its executions to end, not only
+    for its interval. Every HTTP worker of every node runs a supervisor: the wake-up reaches the one
+    holding the listener's lease, never another (whose round would skip the listener)."""
+    client = valkey.client()
+    holding, other = supervisor_on(client, "node-a:1"), supervisor_on(client, "node-b:2")
+    assert Lease(holding.queues.storage, k.listener_lease_name("t_0123456789ab", "echo"), holding.holder,
+                 ttl_s=60).acquire()
+    rounds = {s.holder: counting_rounds(s) for s in (holding, other)}
+    for s in (holding, other):
+        client.delete(k.listener_wake_key(s.holder))
     stop = threading.Event()
-    loop = threading.Thread(target=supervisor.run, kwargs={"stop": stop, "interval_s": 600})
-    loop.start()
+    loops = [threading.Thread(target=s.run, kwargs={"stop": stop, "interval_s": 600}) for s in (holding, other)]
+    for loop in loops:
+        loop.start()
     try:
-        assert rounds.acquire(timeout=10), "the first round"
+        for s in (holding, other):
+            assert rounds[s.holder].acquire(timeout=10), "the first round"
         for _ in range(3):
-            supervisor.listeners.wake_supervisor()
-            assert rounds.acquire(timeout=10), "a round at the wake-up, 600 s before the next tick"
-        assert not rounds.acquire(timeout=0.3), "no round without one"
+            other.listeners.wake_supervisor("t_0123456789ab", "echo")  # from any process of any node
+            assert rounds[holding.holder].acquire(timeout=10), "a round at the wake-up, 600 s before the next tick"
+        assert not rounds[holding.holder].acquire(timeout=0.3), "no round without one"
+        assert not rounds[other.holder].acquire(timeout=0), "the supervisor that does not hold the listener sleeps on"
+        other.listeners.wake_supervisor("t_0123456789ab", "nobody-holds-it")
+        assert client.keys(f"{k.PREFIX}:listener:wake:*") == [], "nobody holds that listener: nobody is woken"
     finally:
         stop.set()
-        supervisor.listeners.wake_supervisor()  # the loop sees stop at its wake-up
-        loop.join(timeout=10)
-    assert not loop.is_alive()
-    client.delete(k.LISTENER_WAKE_KEY)
-    supervisor.listeners.wake_supervisor()
-    supervisor.listeners.wake_supervisor()
-    assert client.llen(k.LISTENER_WAKE_KEY) == 1, "wake-ups that wait for one round are one"
-    assert 0 < client.pttl(k.LISTENER_WAKE_KEY) <= 10_000, "and go when no supervisor takes them"
+        for s in (holding, other):
+            client.lpush(k.listener_wake_key(s.holder), 1)  # each loop sees stop at its wake-up
+        for loop in loops:
+            loop.join(timeout=10)
+    assert not any(loop.is_alive() for loop in loops)
+    client.delete(k.listener_wake_key(holding.holder))
+    holding.listeners.wake_supervisor("t_0123456789ab", "echo")
+    holding.listeners.wake_supervisor("t_0123456789ab", "echo")
+    assert client.llen(k.listener_wake_key(holding.holder)) == 1, "wake-ups that wait for one round are one"
+    assert 0 < client.pttl(k.listener_wake_key(holding.holder)) <= 10_000, "and go when no supervisor takes them"
     client.close()

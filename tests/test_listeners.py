@@ -27,6 +27,7 @@ from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
+from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
@@ -491,10 +492,13 @@ def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it
         assert horse.request("POST", f"{base}/start") == {"run": False, "messages": []}  # once only
         assert horse.request("POST", f"{base}/extend") == {"extended": 1}
         assert horse.send_texts("out", ["sent with a token"])
-        harness.services.queues.client.delete(k.LISTENER_WAKE_KEY)
+        holder = harness.supervisor.holder
+        assert Lease(harness.services.queues.storage, k.listener_lease_name(tenant.id, "t"), holder, 60).acquire()
+        wake = k.listener_wake_key(holder)
+        harness.services.queues.client.delete(wake)
         finished = horse.request("POST", f"{base}/finish", {"ok": True, "processed": [started["messages"][0]["id"]]})
         assert finished == {"acked": 1, "requeued": 0, "dead_lettered": 0}
-        assert harness.services.queues.client.lrange(k.LISTENER_WAKE_KEY, 0, -1) == [b"1"], "the supervisor woken"
+        assert harness.services.queues.client.lrange(wake, 0, -1) == [b"1"], "the listener's supervisor woken"
         for method, path, body in (("POST", f"{base}/finish", {"ok": True}), ("POST", f"{base}/extend", None),
                                    ("POST", "/v1/queues/out/messages", {"messages": [{"documents": [{"data": "late"}]}]})):
             with pytest.raises(Unauthorized):  # the execution is over: so is its token

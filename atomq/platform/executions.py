@@ -125,14 +125,14 @@ class Executions:
         try:
             return self._settle(tenant, name, execution, batch, ok, processed, error, retry_after_s)
         finally:
-            self._wake_supervisor()
+            self._wake_supervisor(tenant, name)
 
-    def _wake_supervisor(self) -> None:
+    def _wake_supervisor(self, tenant: str, name: str) -> None:
         """The slot this execution held is free: the supervisor schedules the next one now. A
         wake-up that fails costs only the wait for the supervisor's next tick, so it does not fail
         the finish (whose batch is settled already)."""
         try:
-            self.listeners.wake_supervisor()
+            self.listeners.wake_supervisor(tenant, name)
         except AtomqError as exc:
             log.info("could not wake the listener supervisor: %s", exc.message)
 

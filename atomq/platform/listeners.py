@@ -21,6 +21,7 @@ from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.counters import read_ring
+from atomq.platform.lease import holder as lease_holder
 from atomq.platform.names import (
     check_queue_name,
     check_subscriber_name,
@@ -251,25 +252,32 @@ class ListenerStore:
              defaults.PROCESSED_WINDOW_MS, defaults.PROCESSED_WINDOW_MAX,
              *processed]))
 
-    def wake_supervisor(self) -> None:
-        """Tells the listener supervisor that an execution ended, so its next round runs now rather
-        than at its next tick. One waiting supervisor takes it: with several nodes it may be one
-        that does not hold the listener's lease, and the holder's next tick schedules as before.
-        The list holds one entry at most and goes when no supervisor takes it (``--workers 0``)."""
+    def wake_supervisor(self, tenant: str, name: str) -> None:
+        """Tells the supervisor of listener ``name`` (the holder of its lease) that one of its
+        executions ended, so its next round runs now rather than at its next tick. Every HTTP worker
+        of every node runs a supervisor; a wake-up any of them could take would reach the one that
+        holds the listener as often as there are supervisors, and the others' rounds skip it. The
+        list holds one entry at most and goes when its supervisor does not take it (it stopped, or
+        ``--workers 0``); nobody is woken while nobody holds the lease."""
+        holder = lease_holder(self.storage, k.listener_lease_name(tenant, name))
+        if holder is None:
+            return
+        key = k.listener_wake_key(holder)
+
         def push() -> None:
             with self.storage.client.pipeline(transaction=False) as pipe:
-                pipe.lpush(k.LISTENER_WAKE_KEY, 1)
-                pipe.ltrim(k.LISTENER_WAKE_KEY, 0, 0)
-                pipe.pexpire(k.LISTENER_WAKE_KEY, WAKE_TTL_MS)
+                pipe.lpush(key, 1)
+                pipe.ltrim(key, 0, 0)
+                pipe.pexpire(key, WAKE_TTL_MS)
                 pipe.execute()
         self.storage.call(push)
 
-    def wait_for_wake(self, timeout_s: float) -> bool:
-        """Waits up to ``timeout_s`` (above 0: BLPOP's 0 is for ever) for :meth:`wake_supervisor`;
-        whether it came."""
+    def wait_for_wake(self, holder: str, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` (above 0: BLPOP's 0 is for ever) for :meth:`wake_supervisor`
+        of a listener ``holder`` supervises; whether it came."""
         if timeout_s <= 0:
             return False
-        return self.storage.call(self.storage.client.blpop, [k.LISTENER_WAKE_KEY], timeout_s) is not None
+        return self.storage.call(self.storage.client.blpop, [k.listener_wake_key(holder)], timeout_s) is not None
 
     # -- the batch of a started execution -------------------------------------------------
 

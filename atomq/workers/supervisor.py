@@ -249,7 +249,7 @@ class Supervisor:
         """Waits for the next round: ``timeout_s``, or less when an execution ends meanwhile (its slot
         is free, and on an exclusive queue the next execution waits for it)."""
         try:
-            if self.listeners.wait_for_wake(timeout_s):
+            if self.listeners.wait_for_wake(self.holder, timeout_s):
                 stop.wait(WAKE_SPACING_S)  # the executions that end meanwhile share the round
         except AtomqError:
             stop.wait(timeout_s)  # the round itself will report the store's failure
