@@ -21,8 +21,9 @@ from rq import Queue, SimpleWorker
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.platform import keys as k
-from atomq.spark_workers.processes import SPARK
+from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
 from atomq.spark_workers.worker import SparkWorker
+from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from support.in_process_node import InProcessNode
 from support.listener_processes import registered, spark_stall_first_delivery
@@ -196,3 +197,26 @@ def test_echo_service_publishes_and_keeps_its_checkpoint_alike_on_both_engines(
 def ids_of(api: AtomqClient, engine: str) -> list[str]:
     """The ids of the engine's inputs, from the messages its outputs name."""
     return sorted(json.loads(m["documents"][0]["data"])["message_id"] for m in api.browse(f"{engine}-out"))
+
+
+def test_the_batch_reaches_a_spark_process_as_a_frame_of_the_input_schema_row_per_document(spark: Any) -> None:
+    """Handed to Spark as an Arrow table: the same schema and values a process would read from rows."""
+    batch = [
+        InputMessage("1-000000000001", 2, {"k": "v"},
+                     (InputDocument(b"first", {"p": "1"}), InputDocument(b"\xff\xfe not text"))),
+        InputMessage("1-000000000002", 1, {}, (InputDocument("héllo".encode()),)),
+    ]
+    frame = batch_frame(spark, batch)
+    assert frame.schema == INPUT_SCHEMA
+    rows = sorted(frame.collect(), key=lambda r: (r["message_id"], r["document_index"]))
+    assert [r.asDict() for r in rows] == [
+        {"message_id": "1-000000000001", "delivery_count": 2, "redelivered": True, "properties": '{"k": "v"}',
+         "document_index": 0, "document_id": "1-000000000001.1", "payload": bytearray(b"first"), "text": "first",
+         "document_properties": '{"p": "1"}'},
+        {"message_id": "1-000000000001", "delivery_count": 2, "redelivered": True, "properties": '{"k": "v"}',
+         "document_index": 1, "document_id": "1-000000000001.2", "payload": bytearray(b"\xff\xfe not text"),
+         "text": None, "document_properties": "{}"},
+        {"message_id": "1-000000000002", "delivery_count": 1, "redelivered": False, "properties": "{}",
+         "document_index": 0, "document_id": "1-000000000002.1", "payload": bytearray("héllo".encode()),
+         "text": "héllo", "document_properties": "{}"},
+    ]
