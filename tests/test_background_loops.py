@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,7 +37,8 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.lease import Lease
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
-from atomq.workers.supervisor import SUPERVISION_PART, Supervisor, SupervisorConfig
+from atomq.workers import supervisor as supervision
+from atomq.workers.supervisor import SUPERVISION_PART, WAKE_SPACING_S, Supervisor, SupervisorConfig
 from support.ports import free_port
 from support.queues import msg
 from support.served_node import ServeFactory, tenant_with_messages
@@ -217,6 +219,35 @@ def supervisor_on(client: redis.Redis, holder: str = "this-node") -> Supervisor:
     tenants = TenantStore(client, f"aq_owner_{secrets.token_urlsafe(24)}")
     return Supervisor(queues, tenants.execution_tokens, client, SupervisorConfig(api_url="http://unused"),
                       holder, tenants.exists)
+
+
+def test_a_wake_up_after_a_quiet_while_gets_its_round_at_once_and_close_ones_are_spaced(
+        valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exclusive queue's one execution ends every few hundred ms: its wake-up is not held back.
+    Wake-ups that come within WAKE_SPACING_S of the last round's start wait out the rest of it."""
+    clock = [1000.0]
+    monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    client = valkey.client()
+    supervisor = supervisor_on(client, "node-c:3")
+    assert Lease(supervisor.queues.storage, k.listener_lease_name("t_0123456789ab", "one"), supervisor.holder,
+                 ttl_s=60).acquire()
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            return False
+
+    supervisor.round()
+    clock[0] += 0.005
+    supervisor.listeners.wake_supervisor("t_0123456789ab", "one")
+    supervisor._pause(Stop(), 5)
+    assert waits == [pytest.approx(WAKE_SPACING_S - 0.005)], "5 ms after a round, a wake-up waits out the spacing"
+    clock[0] += 0.3
+    supervisor.listeners.wake_supervisor("t_0123456789ab", "one")
+    supervisor._pause(Stop(), 5)
+    assert len(waits) == 1, "300 ms after the last round, a wake-up runs its round at once"
+    client.close()
 
 
 def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> None:

@@ -47,8 +47,10 @@ from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerPro
 log = logging.getLogger("atomq.supervisor")
 
 WAKE_SPACING_S = 0.02
-"""The least time between two rounds that finished executions woke: under many executions a second,
-rounds do not run back to back, and each one sees every slot freed meanwhile."""
+"""The least time between the starts of two rounds when finished executions wake the second: under
+many executions a second, rounds do not run back to back, and each one sees every slot freed
+meanwhile; a wake-up after a quieter while (the one execution of an exclusive queue that ends every
+few hundred ms) gets its round at once."""
 
 EXECUTION_FUNCTION = "atomq.workers.execution.run"
 SUPERVISION_PART = "listener supervision"
@@ -88,6 +90,7 @@ class Supervisor:
         self.spark_weight = spark_weight
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
         self._pruned_at = time.monotonic()
+        self._round_started = -WAKE_SPACING_S
         self.liveness = WorkerLiveness(rq_connection, WorkerProblems(queues.storage)) if config.worker_liveness \
             else None
 
@@ -122,7 +125,7 @@ class Supervisor:
 
     def round(self) -> int:
         """One pass over every listener; the number of executions scheduled."""
-        now = time.monotonic()
+        now = self._round_started = time.monotonic()
         scheduled = 0
         seen: set[tuple[str, str]] = set()
         tenants = self.listeners.tenants()
@@ -250,6 +253,8 @@ class Supervisor:
         is free, and on an exclusive queue the next execution waits for it)."""
         try:
             if self.listeners.wait_for_wake(self.holder, timeout_s):
-                stop.wait(WAKE_SPACING_S)  # the executions that end meanwhile share the round
+                spacing = self._round_started + WAKE_SPACING_S - time.monotonic()
+                if spacing > 0:
+                    stop.wait(spacing)  # the executions that end meanwhile share the round
         except AtomqError:
             stop.wait(timeout_s)  # the round itself will report the store's failure
