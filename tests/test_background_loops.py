@@ -224,11 +224,11 @@ def supervisor_on(client: redis.Redis, holder: str = "this-node") -> Supervisor:
 def test_a_wake_up_after_a_quiet_while_gets_its_round_at_once_and_close_ones_are_spaced(
         valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exclusive queue's one execution ends every few hundred ms: its wake-up is not held back.
-    Wake-ups that come within WAKE_SPACING_S of the last round's start wait out the rest of it."""
-    clock = [1000.0]
-    monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    A wake-up that comes within WAKE_SPACING_S of the end of the last round waits out the rest of it."""
     client = valkey.client()
     supervisor = supervisor_on(client, "node-c:3")
+    readings: list[float] = []
+    monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: readings.pop(0)))
     assert Lease(supervisor.queues.storage, k.listener_lease_name("t_0123456789ab", "one"), supervisor.holder,
                  ttl_s=60).acquire()
     waits: list[float] = []
@@ -238,15 +238,15 @@ def test_a_wake_up_after_a_quiet_while_gets_its_round_at_once_and_close_ones_are
             waits.append(timeout or 0.0)
             return False
 
-    supervisor.round()
-    clock[0] += 0.005
+    readings[:] = [1000.0, 1000.005]  # the round ended; the wake-up came 5 ms later
     supervisor.listeners.wake_supervisor("t_0123456789ab", "one")
     supervisor._pause(Stop(), 5)
     assert waits == [pytest.approx(WAKE_SPACING_S - 0.005)], "5 ms after a round, a wake-up waits out the spacing"
-    clock[0] += 0.3
+    readings[:] = [2000.0, 2000.3]  # the wake-up came 300 ms after the round ended
     supervisor.listeners.wake_supervisor("t_0123456789ab", "one")
     supervisor._pause(Stop(), 5)
     assert len(waits) == 1, "300 ms after the last round, a wake-up runs its round at once"
+    assert readings == []
     client.close()
 
 
@@ -354,7 +354,8 @@ def test_a_finished_execution_wakes_its_listeners_supervisor_before_its_next_tic
         assert not rounds[holding.holder].acquire(timeout=0.3), "no round without one"
         assert not rounds[other.holder].acquire(timeout=0), "the supervisor that does not hold the listener sleeps on"
         other.listeners.wake_supervisor("t_0123456789ab", "nobody-holds-it")
-        assert client.keys(f"{k.PREFIX}:listener:wake:*") == [], "nobody holds that listener: nobody is woken"
+        assert not client.exists(*(k.listener_wake_key(s.holder) for s in (holding, other))), \
+            "nobody holds that listener: nobody is woken"
     finally:
         stop.set()
         for s in (holding, other):

@@ -26,7 +26,7 @@ from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from support.in_process_node import InProcessNode
-from support.listener_processes import registered, spark_stall_first_delivery
+from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
 from support.queues import msg
 
 OWNER = "owner-key-for-spark-listener-tests"
@@ -104,6 +104,27 @@ def test_forward_on_spark_runs_one_execution_for_250_documents_in_3_send_request
     assert int(window) == 3
     pool = harness.worker.spark.sparkContext._jsc.sc().taskScheduler().rootPool().getSchedulableByName(tenant.id)
     assert pool is not None and pool.weight() == 2  # the tenant's FAIR pool, with its spark_weight
+
+
+def test_a_spark_process_may_return_columns_atomq_does_not_read(
+        harness: Harness, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the output columns an execution reads (queue or topic, message_id, the data and the
+    properties) are brought back from Spark: others, of any type, are left there."""
+    monkeypatch.setenv(SPARK.env, registered(extra=spark_forward_with_extra_columns))
+    SPARK.clear()
+    try:
+        api = tenant.api
+        api.put_queue("in")
+        api.put_queue("out")
+        harness.services.queues.send(tenant.id, "in", [msg(f"doc {i}") for i in range(20)])
+        api.request("PUT", "/v1/listeners/extra", {"queue": "in", "process": "extra", "engine": "spark",
+                                                   "batch_size": 20, "settings": {"to": "out"}})
+        drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/extra")["executions"] == 1,
+              "the execution")
+        assert api.request("GET", "/v1/listeners/extra")["failures"] == 0
+        assert sorted(texts(api, "out")) == sorted(f"doc {i}" for i in range(20))
+    finally:
+        SPARK.clear()
 
 
 def test_echo_service_on_spark_gives_the_fork_engines_results(harness: Harness, tenant: Tenant) -> None:

@@ -254,11 +254,14 @@ class ListenerStore:
 
     def wake_supervisor(self, tenant: str, name: str) -> None:
         """Tells the supervisor of listener ``name`` (the holder of its lease) that one of its
-        executions ended, so its next round runs now rather than at its next tick. Every HTTP worker
-        of every node runs a supervisor; a wake-up any of them could take would reach the one that
-        holds the listener as often as there are supervisors, and the others' rounds skip it. The
-        list holds one entry at most and goes when its supervisor does not take it (it stopped, or
-        ``--workers 0``); nobody is woken while nobody holds the lease."""
+        executions ended, so its next round runs now rather than at its next tick.
+
+        Every HTTP worker of every node runs a supervisor. On one list they all waited on, a
+        wake-up reached the listener's own once in as many wake-ups as there are supervisors (the
+        others' rounds skip the listener); each now waits on a list of its own. A supervisor of an
+        older atomq, during a rolling upgrade, still waits on the shared list and runs at its tick
+        until it is upgraded. The list holds one entry at most and goes when its supervisor does
+        not take it (it stopped, or ``--workers 0``); nobody is woken while nobody holds the lease."""
         holder = lease_holder(self.storage, k.listener_lease_name(tenant, name))
         if holder is None:
             return

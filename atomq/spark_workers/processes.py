@@ -158,14 +158,18 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
     try:
         outputs = process(batch_frame(spark, todo), ctx.settings)
         names = set(outputs.columns)
-        rows = outputs.toArrow().to_pylist()  # no Row object a row, as collect() makes
+        data_column = "text" if "text" in names else "payload"
+        read = [c for c in ("queue", "topic", "message_id", data_column, "properties", "document_properties")
+                if c in names]
+        # Only the columns read here go through Arrow (a process may add others Arrow cannot
+        # hold), and come back as dicts, with no Row object a row as collect() makes.
+        rows = outputs.select(*read).toArrow().to_pylist()
     except Py4JError as exc:
         raise EngineUnavailable(f"Spark failed: {type(exc).__name__}") from None
     except Exception:
         if not spark_alive(spark):
             raise EngineUnavailable("the Spark worker's SparkContext stopped during the execution") from None
         raise
-    data_column = "text" if "text" in names else "payload"
     by_id = {m.id: m for m in ctx.messages}
     for row in rows:
         source = by_id.get(row["message_id"])

@@ -47,10 +47,10 @@ from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerPro
 log = logging.getLogger("atomq.supervisor")
 
 WAKE_SPACING_S = 0.02
-"""The least time between the starts of two rounds when finished executions wake the second: under
-many executions a second, rounds do not run back to back, and each one sees every slot freed
-meanwhile; a wake-up after a quieter while (the one execution of an exclusive queue that ends every
-few hundred ms) gets its round at once."""
+"""The least rest between the end of one round and the start of the next when finished executions
+wake it: under many executions a second, rounds do not run back to back, and each one sees every slot
+freed meanwhile; a wake-up that comes later (the one execution of an exclusive queue, which ends
+every few hundred ms) gets its round at once."""
 
 EXECUTION_FUNCTION = "atomq.workers.execution.run"
 SUPERVISION_PART = "listener supervision"
@@ -90,7 +90,6 @@ class Supervisor:
         self.spark_weight = spark_weight
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
         self._pruned_at = time.monotonic()
-        self._round_started = -WAKE_SPACING_S
         self.liveness = WorkerLiveness(rq_connection, WorkerProblems(queues.storage)) if config.worker_liveness \
             else None
 
@@ -125,7 +124,7 @@ class Supervisor:
 
     def round(self) -> int:
         """One pass over every listener; the number of executions scheduled."""
-        now = self._round_started = time.monotonic()
+        now = time.monotonic()
         scheduled = 0
         seen: set[tuple[str, str]] = set()
         tenants = self.listeners.tenants()
@@ -250,10 +249,11 @@ class Supervisor:
 
     def _pause(self, stop: threading.Event, timeout_s: float) -> None:
         """Waits for the next round: ``timeout_s``, or less when an execution ends meanwhile (its slot
-        is free, and on an exclusive queue the next execution waits for it)."""
+        is free, and on an exclusive queue the next execution waits for it). Called as a round ends."""
+        round_ended = time.monotonic()
         try:
             if self.listeners.wait_for_wake(self.holder, timeout_s):
-                spacing = self._round_started + WAKE_SPACING_S - time.monotonic()
+                spacing = round_ended + WAKE_SPACING_S - time.monotonic()
                 if spacing > 0:
                     stop.wait(spacing)  # the executions that end meanwhile share the round
         except AtomqError:

@@ -73,3 +73,13 @@ def spark_stall_first_delivery(df: Any, settings: dict[str, Any]) -> Any:
 
     slow = f.udf(stall, "string", useArrow=False)
     return df.select("message_id", slow("delivery_count", "text").alias("text"), f.lit(settings["to"]).alias("queue"))
+
+
+def spark_forward_with_extra_columns(df: Any, settings: dict[str, Any]) -> Any:
+    """``forward`` on Spark, with two columns more that atomq does not read, one of them a struct
+    with two fields of one name (which Arrow cannot hold)."""
+    from pyspark.sql import functions as f
+
+    return df.select(f.lit(settings["to"]).alias("queue"), "message_id", "payload", "properties",
+                     f.struct(f.lit(1).alias("a"), f.lit(2).alias("a")).alias("twice"),
+                     f.lit("ignored").alias("note"))
