@@ -701,10 +701,12 @@ def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, 
     from atomq.platform import keys as k
     from atomq.platform.audit import recount_usage
     from atomq.platform.footprint import COPY_BYTES, DOC_BYTES, MARKER_BYTES
+    from atomq.platform.models import BARE_ENVELOPE
 
     def cost(m, copies: int) -> int:
         """What the footprint says one message costs: its copies, then its documents."""
-        return copies * (COPY_BYTES + len(f"{len(m.documents)}|{m.envelope_json()}")) + sum(
+        envelope = m.envelope_json() or BARE_ENVELOPE
+        return copies * (COPY_BYTES + len(f"{len(m.documents)}|{envelope}")) + sum(
             DOC_BYTES + 1 + len(d.data) for d in m.documents)
 
     qs.put_queue(tenant, "news", PUBSUB)

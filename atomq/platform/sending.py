@@ -262,12 +262,10 @@ class Sending:
         """Each message checked and encoded on its own (a problem is named by its place in the
         request), to be assembled into the arguments of one script or of several."""
         s = self._shared.settings
-        bare: dict[str | None, str] = {None: BARE_ENVELOPE}
+        bare: dict[str, str] = {}
         out = []
         for i, m in enumerate(messages):
             topic = None if topics is None else topics[i]
-            if topic is not None and topic not in bare:
-                bare[topic] = topic_envelope(topic)
             if not m.documents:
                 raise InvalidInput("a message refers to at least one document",
                                    field=f"messages.{i}.documents")
@@ -281,10 +279,13 @@ class Sending:
                                        field=f"messages.{i}.dedupe_id")
                 dedupe = (topic or "", m.dedupe_id)
             try:
-                envelope = m.envelope_json(topic, bare[topic])
+                envelope = m.envelope_json(topic)
             except (TypeError, ValueError):
                 raise InvalidInput("message properties must be JSON values",
                                    field=f"messages.{i}.properties") from None
+            if envelope is None:
+                envelope = BARE_ENVELOPE if topic is None else bare.get(topic) or bare.setdefault(
+                    topic, topic_envelope(topic))
             plain = m.priority is None and m.expires_at is None and m.ttl_s is None
             rest: list[Any] = [envelope, len(m.documents)]
             for j, doc in enumerate(m.documents):
