@@ -22,6 +22,7 @@ import redis
 import requests
 from rq import Queue, SimpleWorker
 
+from atomq import defaults
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
@@ -466,6 +467,31 @@ def _manual_execution(harness: Harness, tenant: Tenant, listener: str, queue: st
     (execution_id,), _ = store.schedule(tenant.id, listener, store.get(tenant.id, listener).spec,
                                         k.TenantKeys(tenant.id).queue(queue).destination(), "xmanual", 60_000)
     return execution_id, harness.services.tenants.execution_tokens.mint(tenant.id, listener, execution_id, 60)
+
+
+def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing(
+        harness: Harness, tenant: Tenant) -> None:
+    """The ids a finish says it processed are strings, at most a batch of them; a finish that
+    breaks that gets 400 naming the field, and the batch waits for a finish that does not."""
+    api = tenant.api
+    api.put_queue("in")
+    api.put_queue("out")
+    api.send_texts("in", ["x"])
+    api.request("PUT", "/v1/listeners/t", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
+    execution_id, token = _manual_execution(harness, tenant, "t", "in")
+    base = f"/v1/listeners/t/executions/{execution_id}"
+    with AtomqClient(harness.url, token) as horse:
+        started = horse.request("POST", f"{base}/start")
+        message_id = started["messages"][0]["id"]
+        for processed, field in (([message_id, 7], "1"), ([message_id] * (defaults.MAX_LISTENER_BATCH_SIZE + 1), None),
+                                 ("not a list", None)):
+            with pytest.raises(InvalidInput) as bad:
+                horse.request("POST", f"{base}/finish", {"ok": True, "processed": processed})
+            problems = bad.value.details["fields"]["json"]["processed"]
+            assert (field in problems) if field is not None else problems, problems
+        assert api.queue("in")["in_flight"] == 1, "nothing settled"
+        assert horse.request("POST", f"{base}/finish", {"ok": True, "processed": [message_id]}) == {
+            "acked": 1, "requeued": 0, "dead_lettered": 0}
 
 
 def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it_runs(

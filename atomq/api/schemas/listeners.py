@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict
+from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict, StringList
 from atomq.api.schemas.messages import DeliverySchema
 from atomq.platform.listeners import ENGINES, STATES
 
@@ -68,9 +68,9 @@ class ExecutionFinishSchema(Strict):
     retry_after_s = Number(validate=validate.Range(0, 3600), metadata={
         "description": "failed because the node refused its sends (rate limit, quota): give the batch back "
                        "without counting a failed delivery, and back off this long"})
-    processed = fields.List(fields.String(), load_default=list,
-                            validate=validate.Length(max=defaults.MAX_LISTENER_BATCH_SIZE),
-                            metadata={"description": "ids of the batch's messages it processed (ok only)"})
+    processed = StringList(fields.String(), load_default=list,
+                           validate=validate.Length(max=defaults.MAX_LISTENER_BATCH_SIZE),
+                           metadata={"description": "ids of the batch's messages it processed (ok only)"})
 
 
 class ExecutionFinishedSchema(Strict):
