@@ -300,9 +300,10 @@ LISTENER_TENANTS_KEY = f"{PREFIX}:listener:tenants"
 
 def listener_wake_key(holder: str) -> str:
     """The list one listener supervisor (``holder``: ``<node id>:<pid>``) blocks on between its rounds:
-    a finished execution pushes to the one of the supervisor that holds its listener's lease, so the
+    a finished execution pushes to the list of the supervisor that holds its listener's lease, so the
     next execution of that listener (one at a time, on an exclusive queue) is scheduled at once."""
     return f"{PREFIX}:listener:wake:{holder}"
+
 
 SPARK_LISTENER_TENANTS_KEY = f"{PREFIX}:listener:spark:tenants"
 WORKER_PROBLEMS_KEY = f"{PREFIX}:workers:problems"

@@ -117,9 +117,9 @@ echo_service.checkpointed = True  # type: ignore[attr-defined]
 def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
     """The execution's batch (the messages to process of it) as a DataFrame of :data:`INPUT_SCHEMA`.
 
-    Handed to Spark as one Arrow table, built a column at a time: from Python rows Spark would
-    pickle each row and check it against the schema, which cost about a fifth of a Spark
-    execution of 1,000 documents (BENCHMARKS.md).
+    Handed to Spark as one Arrow table, its columns made from the rows: from Python rows Spark
+    would pickle each row and check it against the schema, which (with collecting Row objects)
+    cost about a fifth of a Spark execution of 1,000 documents (BENCHMARKS.md).
     """
     rows = []
     for m in messages:
