@@ -469,16 +469,23 @@ def _manual_execution(harness: Harness, tenant: Tenant, listener: str, queue: st
     return execution_id, harness.services.tenants.execution_tokens.mint(tenant.id, listener, execution_id, 60)
 
 
-def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing(
-        harness: Harness, tenant: Tenant) -> None:
-    """The ids a finish says it processed are strings, at most a batch of them; a finish that
-    breaks that gets 400 naming the field, and the batch waits for a finish that does not."""
+def _forwarding_execution(harness: Harness, tenant: Tenant) -> tuple[str, str]:
+    """Listener ``t`` forwarding ``in`` (which holds one message, "x") to ``out``, and one execution
+    of it scheduled by hand: the execution's id and its token."""
     api = tenant.api
     api.put_queue("in")
     api.put_queue("out")
     api.send_texts("in", ["x"])
     api.request("PUT", "/v1/listeners/t", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
-    execution_id, token = _manual_execution(harness, tenant, "t", "in")
+    return _manual_execution(harness, tenant, "t", "in")
+
+
+def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing(
+        harness: Harness, tenant: Tenant) -> None:
+    """The ids a finish says it processed are strings, at most a batch of them; a finish that
+    breaks that gets 400 naming the field, and the batch waits for a finish that does not."""
+    api = tenant.api
+    execution_id, token = _forwarding_execution(harness, tenant)
     base = f"/v1/listeners/t/executions/{execution_id}"
     with AtomqClient(harness.url, token) as horse:
         started = horse.request("POST", f"{base}/start")
@@ -497,11 +504,7 @@ def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing
 def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it_runs(
         harness: Harness, tenant: Tenant) -> None:
     api = tenant.api
-    api.put_queue("in")
-    api.put_queue("out")
-    api.send_texts("in", ["x"])
-    api.request("PUT", "/v1/listeners/t", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
-    execution_id, token = _manual_execution(harness, tenant, "t", "in")
+    execution_id, token = _forwarding_execution(harness, tenant)
     base = f"/v1/listeners/t/executions/{execution_id}"
     with AtomqClient(harness.url, token) as horse:
         for method, path in (("GET", "/v1/queues"), ("GET", "/v1/listeners"),
