@@ -176,6 +176,7 @@ end
 local function take_within(live, ids, ndocs, budget, max_doc)
   local data, props = {}, {}
   local kept, used, pos = 0, 0, 1
+  local props_kept = has_props()
   while pos <= #live do
     local fit = math.floor((budget - used) / max_doc)
     local last, want = pos - 1, 0
@@ -192,7 +193,7 @@ local function take_within(live, ids, ndocs, budget, max_doc)
       for k = 1, ndocs[live[x]] do docs[#docs + 1] = id .. '.' .. k end
     end
     local dpart = hmget_batched(DOC, docs)
-    local ppart = has_props() and hmget_batched(DOCP, docs) or {}
+    local ppart = props_kept and hmget_batched(DOCP, docs) or {}
     local j = 0
     for x = pos, last do
       local nd = ndocs[live[x]]
