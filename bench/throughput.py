@@ -89,7 +89,7 @@ from typing import Any, Callable
 import redis
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from drivers.atomq_http import HttpNode, client_consume, http_consume, http_get_ack, http_send
+from drivers.atomq_http import HttpNode, http_consume, http_get_ack, http_send
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof, start_valkey
 from drivers.queue_server import platform_consume, platform_get_ack, platform_send
@@ -240,8 +240,8 @@ def run(client: redis.Redis, n: int, repeat: int, tenant: str, node: HttpNode | 
                                 node.valkey)
             check(len(http_ids) == n == len(set(http_ids)),
                   f"client_send got {len(http_ids)} ids ({len(set(http_ids))} distinct) for {n} messages")
-            _, delivered, acked = timed("client_consume", r, lambda: client_consume(node, queue, clients),
-                                        node.valkey)
+            _, delivered, acked = timed("client_consume", r,
+                                        lambda: http_consume(node, queue, clients, "client_consume"), node.valkey)
             check_drained("client_consume", node, queue, http_ids, delivered, acked)
             node.delete_queue(queue)
 

@@ -325,20 +325,13 @@ def consume_phase(targets: list[Target], clients: int, on_start: Callable[[], No
             sum(c for _, _, c in parts))
 
 
-def client_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
-    """``consume_phase`` through atomq's own client on one queue of the node: seconds, every id
-    delivered and the count acked."""
+def http_consume(node: HttpNode, queue: str, clients: int,
+                 phase: str = "http_consume") -> tuple[float, list[str], int]:
+    """``consume_phase`` on one queue of the node, over requests sessions (``http_consume``) or atomq's
+    own client (``client_consume``): seconds, every id delivered and the count acked."""
     on_start, report = node.cpu_report()
     seconds, delivered, acked, calls = consume_phase([Target(node.base, node.tenant_key, queue)], clients, on_start,
-                                                     phase="client_consume")
-    report(seconds, calls, clients)
-    return seconds, delivered, acked
-
-
-def http_consume(node: HttpNode, queue: str, clients: int) -> tuple[float, list[str], int]:
-    """``consume_phase`` on one queue of the node: seconds, every id delivered and the count acked."""
-    on_start, report = node.cpu_report()
-    seconds, delivered, acked, calls = consume_phase([Target(node.base, node.tenant_key, queue)], clients, on_start)
+                                                     phase)
     report(seconds, calls, clients)
     return seconds, delivered, acked
 
