@@ -17,9 +17,9 @@ batches of 100:
                     4 client threads on a queue filled again (untimed), until
                     drained: one request a batch
   client_send       the same as http_send through atomq's Python client
-                    (AtomqClient.send), 4 threads each with its own client, into a
-                    fresh queue: what a tenant's Python producer gets, as the
-                    RabbitMQ phases use pika
+                    (AtomqClient.send), 4 threads each with its own client, into
+                    the queue http_consume drained: what a tenant's Python
+                    producer gets, as the RabbitMQ phases use pika
   client_consume    the same through atomq's Python client (AtomqClient.take
                     with ack_receipts), 4 threads each with its own client, on
                     the queue filled again (untimed): what a tenant's Python
