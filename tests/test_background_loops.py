@@ -27,19 +27,24 @@ from typing import Any
 import pytest
 import redis
 from redis.exceptions import RedisClusterException
+from rq import Queue
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer, QueueSettings
 from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard, run_loop
+from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform import lease as leases
 from atomq.platform.lease import Lease
+from atomq.platform.listeners import ListenerSpec
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
 from atomq.tenants import TenantStore
 from atomq.workers import supervisor as supervision
 from atomq.workers.supervisor import SUPERVISION_PART, WAKE_SPACING_S, Supervisor, SupervisorConfig
 from support.ports import free_port
+from support.valkey_cluster import ValkeyCluster
 from support.queues import msg
 from support.served_node import ServeFactory, tenant_with_messages
 from support.waiting import wait_until
@@ -369,3 +374,124 @@ def test_a_finished_execution_wakes_its_listeners_supervisor_before_its_next_tic
     assert client.llen(k.listener_wake_key(holding.holder)) == 1, "wake-ups that wait for one round are one"
     assert 0 < client.pttl(k.listener_wake_key(holding.holder)) <= 10_000, "and go when no supervisor takes them"
     client.close()
+
+
+# -- a supervision round over many listeners ------------------------------------------------
+
+
+def deploy(supervisor: Supervisor, tenant: str, messages: int = 0, **spec: Any) -> None:
+    """A queue ``in`` of ``tenant`` holding ``messages``, and a listener ``l`` on it forwarding to ``out``."""
+    supervisor.queues.put_queue(tenant, "in", "point_to_point")
+    if messages:
+        supervisor.queues.send(tenant, "in", [msg(f"m{i}") for i in range(messages)])
+    supervisor.listeners.put(tenant, "l", ListenerSpec(queue="in", process="forward", settings={"to": "out"}, **spec))
+
+
+def test_a_supervision_round_takes_a_few_round_trips_however_many_listeners(
+        private_valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step of a round reads or runs what it needs for every listener at once: a call a
+    listener each made a round of 1,000 idle listeners take 0.4 s, on every HTTP worker of every
+    node, five times a second."""
+    client = private_valkey.client()
+    trips: list[bytes] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+        trips.append(command)
+        send(connection, command, check_health)
+
+    def first_round(listeners: int) -> int:
+        """The round trips of a new supervisor's first round (every lease to take) over ``listeners``."""
+        for i in range(len(supervisor_on(client).listeners.tenants()), listeners):
+            deploy(supervisor_on(client), f"t_many{i:08d}")
+        supervisor = supervisor_on(client, f"node-{listeners}:1")
+        trips.clear()
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+        try:
+            assert supervisor.round() == 0, "idle listeners: nothing to schedule"
+        finally:
+            monkeypatch.undo()
+        taken = [leases.holder(supervisor.queues.storage, k.listener_lease_name(t, "l"))
+                 for t in supervisor.listeners.tenants()]
+        assert taken == [supervisor.holder] * listeners, "the round took every listener's lease"
+        supervisor.release_all()
+        return len(trips)
+
+    assert first_round(2) == first_round(40) == 5, \
+        "the listener index, their definitions, their leases, their executions, their rounds"
+    client.close()
+
+
+def test_a_round_schedules_each_listener_as_its_queue_and_slots_say(private_valkey: EmbeddedValkey) -> None:
+    client = private_valkey.client()
+    supervisor = supervisor_on(client)
+    deploy(supervisor, "t_batches0001", messages=5, batch_size=2)
+    deploy(supervisor, "t_nothing0001")
+    deploy(supervisor, "t_paused00001", messages=4)
+    supervisor.listeners.control("t_paused00001", "l", "pause")
+    deploy(supervisor, "t_oneatatime1", messages=4, batch_size=1, max_concurrent_executions=1)
+    tenants = ["t_batches0001", "t_nothing0001", "t_paused00001", "t_oneatatime1"]
+    assert supervisor.round() == 4
+    waiting = supervisor.listeners.waiting_executions([(t, "l") for t in tenants])
+    assert [len(w) for w in waiting] == [3, 0, 0, 1]
+    assert [Queue(k.rq_queue_name(t), connection=client).count for t in tenants] == [3, 0, 0, 1]
+    assert supervisor.round() == 0, "every slot that is needed is taken"
+    client.close()
+
+
+def test_rq_failing_for_one_listener_frees_its_slots_and_the_others_are_enqueued(
+        private_valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executions of a round are scheduled together; when rq's Redis refuses one listener's
+    jobs, the others still get theirs, the refused ones give their slots back at once (not after
+    start_within_s), and the round fails as rq did (so /v1/ready names it)."""
+    client = private_valkey.client()
+    supervisor = supervisor_on(client)
+    deploy(supervisor, "t_refused0001", messages=3, batch_size=1)
+    deploy(supervisor, "t_accepted001", messages=2, batch_size=1)
+    refused = k.rq_queue_name("t_refused0001")
+    enqueue = Queue.enqueue_call
+
+    def failing(queue: Queue, *args: Any, **kwargs: Any) -> Any:
+        if queue.name == refused:
+            raise redis.ConnectionError("rq's Redis went away")
+        return enqueue(queue, *args, **kwargs)
+
+    monkeypatch.setattr(Queue, "enqueue_call", failing)
+    with pytest.raises(redis.ConnectionError):
+        supervisor.round()
+    monkeypatch.undo()
+    assert Queue(k.rq_queue_name("t_accepted001"), connection=client).count == 2
+    (gave_back, kept) = [client.zrange(k.ListenerKeys(t, "l").executions, 0, -1, withscores=True)
+                         for t in ("t_refused0001", "t_accepted001")]
+    now_ms = time.time() * 1000
+    assert len(gave_back) == 3 and all(deadline <= now_ms for _, deadline in gave_back), \
+        "the refused executions are due to be dropped at the next round"
+    assert len(kept) == 2 and all(deadline > now_ms + 60_000 for _, deadline in kept)
+    assert supervisor.round() == 3, "the next round schedules the refused listener's executions again"
+    assert Queue(refused, connection=client).count == 3
+    client.close()
+
+
+def test_a_round_over_listeners_on_every_master_of_a_cluster(valkey_cluster: ValkeyCluster,
+                                                             valkey: EmbeddedValkey) -> None:
+    """On a cluster each step of the round goes to every master at once: each listener is
+    scheduled from its own tenant's slot."""
+    store, rq = open_redis(valkey_cluster.url), valkey.client()
+    queues, tenants = QueueServer(store), TenantStore(store, f"aq_owner_{secrets.token_urlsafe(24)}")
+    supervisor = Supervisor(queues, tenants.execution_tokens, rq, SupervisorConfig(api_url="http://unused"),
+                            "cluster-node:1", tenants.exists)
+    ids = [valkey_cluster.tenant_on(master) for master in range(3)]
+    try:
+        for i, tenant in enumerate(ids):
+            deploy(supervisor, tenant, messages=i + 1, batch_size=1)
+        assert supervisor.round() == 6
+        assert [len(w) for w in supervisor.listeners.waiting_executions([(t, "l") for t in ids])] == [1, 2, 3]
+        assert [Queue(k.rq_queue_name(t), connection=rq).count for t in ids] == [1, 2, 3]
+    finally:
+        supervisor.release_all()
+        for tenant in ids:
+            supervisor.listeners.control(tenant, "l", "delete")
+            store.srem(k.LISTENER_TENANTS_KEY, tenant)  # the session's other supervisors never see them
+            Queue(k.rq_queue_name(tenant), connection=rq).delete(delete_jobs=True)
+        store.close()
+        rq.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atomq import defaults
-from atomq.errors import Conflict, InvalidInput, NotFound
+from atomq.errors import AtomqError, Conflict, InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.counters import read_ring
@@ -27,7 +27,7 @@ from atomq.platform.names import (
     check_subscriber_name,
     check_tenant_id,
 )
-from atomq.platform.storage import Storage
+from atomq.platform.storage import Storage, translate
 
 ENGINES = ("fork", "spark")
 STATES = ("running", "paused", "error", "waiting")
@@ -83,6 +83,18 @@ class ListenerSpec:
     def outstanding_cap(self) -> int:
         """Most executions scheduled at once."""
         return self.max_concurrent_executions or defaults.UNLIMITED_OUTSTANDING
+
+
+@dataclass(frozen=True)
+class ScheduleCall:
+    """One listener's supervision round (:meth:`ListenerStore.schedule`), with what it is given."""
+
+    tenant: str
+    name: str
+    spec: ListenerSpec
+    destination: k.DestinationKeys
+    id_prefix: str
+    waiting_for: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,10 +184,17 @@ class ListenerStore:
         return [_listener(name, ListenerSpec.from_json(definitions[name.encode()]), replies[2 * i], replies[2 * i + 1])
                 for i, name in enumerate(names)]
 
-    def specs(self, tenant: str) -> dict[str, ListenerSpec]:
-        """A tenant's listener definitions, by name (what a supervisor needs each round)."""
-        definitions = self.storage.call(self.storage.client.hgetall, k.tenant_listeners(tenant))
-        return {n.decode(): ListenerSpec.from_json(raw) for n, raw in definitions.items()}
+    def specs(self, tenants: Sequence[str]) -> dict[str, dict[str, ListenerSpec]]:
+        """The listener definitions of each of ``tenants``, by name, in one round trip: what a
+        supervisor needs each round."""
+        if not tenants:
+            return {}
+        pipe = self.storage.client.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.hgetall(k.tenant_listeners(tenant))
+        replies = self.storage.call(pipe.execute)
+        return {tenant: {n.decode(): ListenerSpec.from_json(raw) for n, raw in definitions.items()}
+                for tenant, definitions in zip(tenants, replies)}
 
     def tenants(self) -> list[str]:
         """Tenants that have (or had) listeners."""
@@ -218,12 +237,24 @@ class ListenerStore:
         says why no worker of the listener's engine is alive ('' when one is): the
         listener's state becomes ``waiting`` with that as its last error, or goes back
         to ``running`` once it is ''."""
-        lk = self._keys(tenant, name)
-        scheduled, lost = self.storage.run(
-            "listener_schedule",
-            lk.as_list() + [destination.ready, destination.sched, destination.ordered],
-            [name, spec.batch_size, spec.outstanding_cap, start_within_ms, id_prefix, waiting_for])
-        return [f"{id_prefix}{i:04d}" for i in range(int(scheduled))], int(lost)
+        (result,) = self.schedule_all([ScheduleCall(tenant, name, spec, destination, id_prefix, waiting_for)],
+                                      start_within_ms)
+        if isinstance(result, AtomqError):
+            raise result
+        return result
+
+    def schedule_all(self, calls: Sequence[ScheduleCall],
+                     start_within_ms: int) -> list[tuple[list[str], int] | AtomqError]:
+        """:meth:`schedule` for each of ``calls``, in one round trip (one a node on a cluster);
+        where a call failed, its error in its place."""
+        replies = self.storage.run_many("listener_schedule", [
+            ([*self._keys(c.tenant, c.name).as_list(), c.destination.ready, c.destination.sched,
+              c.destination.ordered],
+             [c.name, c.spec.batch_size, c.spec.outstanding_cap, start_within_ms, c.id_prefix, c.waiting_for])
+            for c in calls])
+        return [translate(reply) if isinstance(reply, Exception)
+                else ([f"{c.id_prefix}{i:04d}" for i in range(int(reply[0]))], int(reply[1]))
+                for c, reply in zip(calls, replies)]
 
     def start(self, tenant: str, name: str, execution: str, run_within_ms: int) -> bool:
         """Whether a scheduled execution may run now: the listener waits for it, it has
@@ -308,10 +339,15 @@ class ListenerStore:
         has_batch, score = self.storage.call(pipe.execute)
         return bool(has_batch) or score is not None
 
-    def waiting_executions(self, tenant: str, name: str) -> list[str]:
-        """The executions a listener waits for (scheduled or running)."""
-        lk = self._keys(tenant, name)
-        return [e.decode() for e in self.storage.call(self.storage.client.zrange, lk.executions, 0, -1)]
+    def waiting_executions(self, listeners: Sequence[tuple[str, str]]) -> list[list[str]]:
+        """The executions each of ``listeners`` (tenant, name) waits for (scheduled or running),
+        in one round trip."""
+        if not listeners:
+            return []
+        pipe = self.storage.client.pipeline(transaction=False)
+        for tenant, name in listeners:
+            pipe.zrange(self._keys(tenant, name).executions, 0, -1)
+        return [[e.decode() for e in ids] for ids in self.storage.call(pipe.execute)]
 
     def expire_execution(self, tenant: str, name: str, execution: str) -> None:
         """Brings an execution's deadline to now: its work horse is known to be dead (or its

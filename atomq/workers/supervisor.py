@@ -40,7 +40,7 @@ from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
 from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.platform.listeners import ListenerSpec, ListenerStore, ScheduleCall
 from atomq.tenants.execution_tokens import ExecutionTokens
 from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerProblems, silent_workers
 
@@ -95,20 +95,21 @@ class Supervisor:
 
     # -- leases ---------------------------------------------------------------------------
 
-    def _holds(self, tenant: str, name: str, now: float) -> bool:
-        """Whether we supervise this listener: the lease is tried again every third of its life."""
-        key = (tenant, name)
-        entry = self._leases.get(key)
-        if entry is None:
-            lease = Lease(self.queues.storage, k.listener_lease_name(tenant, name), self.holder,
-                          self.config.lease_ttl_s)
-            entry = (lease, 0.0, False)
-        lease, checked, held = entry
-        if now - checked >= self.config.lease_ttl_s / 3:
-            held = lease.acquire()
-            checked = now
-        self._leases[key] = (lease, checked, held)
-        return held
+    def _held(self, listeners: list[tuple[str, str]], now: float) -> list[bool]:
+        """Whether we supervise each of ``listeners``: a lease is tried again every third of its
+        life, all that are due in one round trip."""
+        due = []
+        for key in listeners:
+            entry = self._leases.get(key)
+            if entry is None:
+                lease = Lease(self.queues.storage, k.listener_lease_name(*key), self.holder, self.config.lease_ttl_s)
+                entry = self._leases[key] = (lease, 0.0, False)
+            if now - entry[1] >= self.config.lease_ttl_s / 3:
+                due.append(key)
+        if due:
+            for key, held in zip(due, Lease.acquire_all(self.queues.storage, [self._leases[key][0] for key in due])):
+                self._leases[key] = (self._leases[key][0], now, held)
+        return [self._leases[key][2] for key in listeners]
 
     def release_all(self) -> None:
         """Gives up every lease (on a clean stop), so another node takes over at once."""
@@ -123,40 +124,60 @@ class Supervisor:
     # -- rounds ---------------------------------------------------------------------------
 
     def round(self) -> int:
-        """One pass over every listener; the number of executions scheduled."""
+        """One pass over every listener; the number of executions scheduled. Each step reads or
+        runs what it needs for all the listeners at once, so a round takes a few round trips to
+        the store however many listeners there are (one a listener each, a round of 1,000 idle
+        ones took 0.4 s: BENCHMARKS.md)."""
         now = time.monotonic()
-        scheduled = 0
-        seen: set[tuple[str, str]] = set()
         tenants = self.listeners.tenants()
         if now - self._pruned_at >= self.config.prune_interval_s:
             self._prune_rq_queues(set(tenants))
             self._pruned_at = now
-        for tenant in tenants:
-            for name, spec in self.listeners.specs(tenant).items():
-                seen.add((tenant, name))
-                if not self._holds(tenant, name, now):
-                    continue
-                try:
-                    scheduled += self._supervise(tenant, name, spec)
-                except AtomqError as exc:
-                    log.warning("supervising listener %s of %s failed: %s", name, tenant, exc.code)
-        for gone in set(self._leases) - seen:
-            lease, _, held = self._leases.pop(gone)
-            if held:
+        listed = [(tenant, name, spec) for tenant, specs in self.listeners.specs(tenants).items()
+                  for name, spec in specs.items()]
+        held = self._held([(tenant, name) for tenant, name, _ in listed], now)
+        scheduled = self._supervise([entry for entry, ours in zip(listed, held) if ours])
+        for gone in set(self._leases) - {(tenant, name) for tenant, name, _ in listed}:
+            lease, _, ours = self._leases.pop(gone)
+            if ours:
                 lease.release()
         return scheduled
 
-    def _supervise(self, tenant: str, name: str, spec: ListenerSpec) -> int:
-        self._notice_dead_work_horses(tenant, name)
-        destination = k.TenantKeys(tenant).queue(spec.queue).destination(spec.subscriber)
-        waiting_for = self.liveness.waiting_for(spec.engine) if self.liveness is not None else ""
-        ids, lost = self.listeners.schedule(tenant, name, spec, destination, f"x{uuid.uuid4().hex[:24]}",
-                                            self.config.start_within_s * 1000, waiting_for)
-        if lost:
-            log.warning("listener %s of %s: %d execution(s) lost", name, tenant, lost)
-        if ids:
-            self._enqueue(tenant, name, ids, spec.engine)
-        return len(ids)
+    def _supervise(self, listeners: list[tuple[str, str, ListenerSpec]]) -> int:
+        if not listeners:
+            return 0
+        for (tenant, name, _), waiting in zip(listeners, self.listeners.waiting_executions(
+                [(tenant, name) for tenant, name, _ in listeners])):
+            if waiting:
+                try:
+                    self._notice_dead_work_horses(tenant, name, waiting)
+                except AtomqError as exc:
+                    log.warning("supervising listener %s of %s failed: %s", name, tenant, exc.code)
+        calls = [ScheduleCall(tenant, name, spec, k.TenantKeys(tenant).queue(spec.queue).destination(spec.subscriber),
+                              f"x{uuid.uuid4().hex[:24]}",
+                              self.liveness.waiting_for(spec.engine) if self.liveness is not None else "")
+                 for tenant, name, spec in listeners]
+        scheduled = 0
+        rq_failure: redis.RedisError | None = None
+        for call, result in zip(calls, self.listeners.schedule_all(calls, self.config.start_within_s * 1000)):
+            try:
+                if isinstance(result, AtomqError):
+                    raise result
+                ids, lost = result
+                if lost:
+                    log.warning("listener %s of %s: %d execution(s) lost", call.name, call.tenant, lost)
+                if ids:
+                    self._enqueue(call.tenant, call.name, ids, call.spec.engine)
+                scheduled += len(ids)
+            except AtomqError as exc:
+                log.warning("supervising listener %s of %s failed: %s", call.name, call.tenant, exc.code)
+            except redis.RedisError as exc:
+                # Each listener's executions were scheduled with the others': each gets its enqueue
+                # (one that fails frees its slots), and the round then fails as rq's Redis did.
+                rq_failure = rq_failure or exc
+        if rq_failure is not None:
+            raise rq_failure
+        return scheduled
 
     def _enqueue(self, tenant: str, name: str, execution_ids: list[str], engine: str) -> None:
         """One rq job per execution on the tenant's rq queue of the listener's engine; if rq's
@@ -197,15 +218,12 @@ class Supervisor:
                     Queue(queue_name, connection=self.rq).delete(delete_jobs=True)
                 self.rq.srem(k.RQ_TENANTS_KEY, tenant)
 
-    def _notice_dead_work_horses(self, tenant: str, name: str) -> None:
+    def _notice_dead_work_horses(self, tenant: str, name: str, waiting: list[str]) -> None:
         """Executions whose rq job failed or vanished, or whose worker went silent, count as
         over now, not at their deadline: a started one's work horse died (killed, out of
         memory, timed out, or gone with its worker and machine) and counts as lost; one that
         never started (its job failed before taking a batch, or rq dropped it) just frees its
-        slot."""
-        waiting = self.listeners.waiting_executions(tenant, name)
-        if not waiting:
-            return
+        slot. ``waiting``: the executions the listener waits for."""
         with self.rq.pipeline(transaction=False) as pipe:
             for execution in waiting:
                 pipe.hmget(Job.key_for(execution), ["status", "worker_name", SPARK_WORKER_FIELD])
