@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What the store and a node pay as the work grows: memory per message, per idle queue and per idle
-tenant, and a maintenance round and a /metrics scrape against the number of tenants.
+tenant, and a maintenance round, a /metrics scrape and a listener supervisor's round against the
+number of tenants.
 
 An embedded Valkey of its own (AOF on, as `atomq serve` runs it) in a
 temporary directory, and the app in this process on it (the node's own
@@ -18,12 +19,18 @@ exports the store's figures as the exporting node's does.
             GET /metrics with the owner key (the scrape's size too; past
             its wait it serves the last tenants' figures read), and of
             one read of the tenants' figures that a scrape serves
+  supervision
+            for each N of --tenants: N tenants with one idle listener
+            each (its queue empty); the median of --repeat of a listener
+            supervisor's round (`Supervisor.round`, as every HTTP worker of
+            every node runs it five times a second), after the first one,
+            which takes the listeners' leases, wall and CPU of this process
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: message_bytes, raw_entry_bytes, message_ratio, idle_queue_bytes,
 idle_tenant_bytes, message_bytes_by_structure (MEMORY USAGE of the documents,
 ready stream, all index, envelopes and states, per message), and "scale": {"<N>": {"round_ms", "scrape_ms",
-"scrape_bytes", "tenant_read_ms"}}. Exit status 1 when a check fails, 130 on Ctrl-C.
+"scrape_bytes", "tenant_read_ms"}}, "supervision": {"<N>": {"round_ms", "round_cpu_ms"}}. Exit status 1 when a check fails, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -50,8 +57,10 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, Queue
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.lease import Lease
+from atomq.platform.listeners import ListenerSpec
 from atomq.platform.maintenance import maintain_all
 from atomq.tenants import TenantStore
+from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from drivers.cli import parser_from_doc
 from drivers.run_exit import BenchRun
 from drivers.serve_node import check, progress
@@ -153,6 +162,34 @@ def scale(services: Services, http: object, counts: list[int], repeat: int) -> d
     return out
 
 
+def supervision(client: redis.Redis, qs: QueueServer, tenants: TenantStore, counts: list[int],
+                repeat: int) -> dict[str, dict[str, float]]:
+    supervisor = Supervisor(qs, tenants.execution_tokens, client, SupervisorConfig(api_url="http://unused"),
+                            f"bench:{os.getpid()}", tenants.exists)
+    spec = ListenerSpec(queue="in", process="forward", settings={"to": "out"})
+    out: dict[str, dict[str, float]] = {}
+    made = 0
+    for count in counts:
+        progress(f"  {count} tenants of one idle listener: making {count - made} more")
+        for _ in range(made, count):
+            tenant = f"t_{uuid.uuid4().hex[:12]}"  # a listener needs no tenant record to be supervised
+            qs.put_queue(tenant, "in", "point_to_point")
+            supervisor.listeners.put(tenant, "listener", spec)
+        made = count
+        check(supervisor.round() == 0, "a round scheduled executions for idle listeners")
+        cpu: list[float] = []
+
+        def supervised() -> None:
+            started = time.process_time()
+            check(supervisor.round() == 0, "a round scheduled executions for idle listeners")
+            cpu.append((time.process_time() - started) * 1e3)
+
+        round_ms, _ = timed_ms(supervised, repeat)
+        out[str(count)] = {"round_ms": round(round_ms, 1), "round_cpu_ms": round(statistics.median(cpu), 1)}
+        progress(f"    a supervisor's round {round_ms:.1f} ms, {statistics.median(cpu):.1f} ms of CPU")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = parser_from_doc(__doc__ or "")
     parser.add_argument("--messages", type=int, default=20_000, metavar="N", help="messages (default: 20000)")
@@ -188,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         check(Lease(qs.storage, k.MAINTENANCE_LEASE, f"{services.node_id}:{os.getpid()}", 3600).acquire(),
               "the maintenance lease is taken")
         result["scale"] = scale(services, create_app(services).test_client(), counts, args.repeat)
+        progress("supervision")
+        client, qs, tenants = store("supervision")
+        result["supervision"] = supervision(client, qs, tenants, counts, args.repeat)
     if bench.status is not None:
         return bench.status
     print(f"a stored 1 KiB message: {result['message_bytes']} bytes; a raw stream entry: {result['raw_entry_bytes']} "
@@ -198,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     for count, figures in result["scale"].items():  # type: ignore[attr-defined]
         print(f"{count:>6} tenants: maintenance round {figures['round_ms']} ms, /metrics {figures['scrape_ms']} ms "
               f"({figures['scrape_bytes']} bytes), a read of the tenants' figures {figures['tenant_read_ms']} ms")
+    for count, figures in result["supervision"].items():  # type: ignore[attr-defined]
+        print(f"{count:>6} idle listeners: a supervisor's round {figures['round_ms']} ms "
+              f"({figures['round_cpu_ms']} ms of CPU)")
     print(json.dumps(result), flush=True)
     return 0
 
