@@ -259,18 +259,18 @@ def test_the_supervisor_outlives_a_cluster_exception(valkey: EmbeddedValkey) -> 
     """redis-py's cluster client raises RedisClusterException, which is not a RedisError."""
     client = valkey.client()
     supervisor = supervisor_on(client)
-    real_tenants = supervisor.listeners.tenants
+    real_index = supervisor.listeners.index
     outage = threading.Event()
     outage.set()
     rounds: list[float] = []
 
-    def tenants() -> list[str]:
+    def index() -> tuple[list[str], bytes | None]:
         rounds.append(time.monotonic())
         if outage.is_set():
             raise RedisClusterException("ClusterDownError: The cluster is down")
-        return real_tenants()
+        return real_index()
 
-    supervisor.listeners.tenants = tenants  # type: ignore[method-assign]
+    supervisor.listeners.index = index  # type: ignore[method-assign]
     health = HealthBoard()
     stop = threading.Event()
     loop = threading.Thread(target=supervisor.run, kwargs={"stop": stop, "interval_s": 0.01, "health": health,
@@ -419,6 +419,56 @@ def test_a_supervision_round_takes_a_few_round_trips_however_many_listeners(
 
     assert first_round(2) == first_round(40) == 5, \
         "the listener index, their definitions, their leases, their executions, their rounds"
+    supervisor = supervisor_on(client, "node-later:1")
+    supervisor.round()
+    trips.clear()
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    try:
+        supervisor.round()
+    finally:
+        monkeypatch.undo()
+    assert len(trips) == 3, "no definition changed and no lease is due: the index, the executions, the rounds"
+    client.close()
+
+
+def test_a_supervisor_reads_the_definitions_again_when_a_listener_is_deployed_or_deleted(
+        private_valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between changes it goes on with what it read; a change whose version did not move (its
+    writer died in between, or runs an older atomq) is seen within DEFINITIONS_REFRESH_S."""
+    client = private_valkey.client()
+    supervisor, other = supervisor_on(client), supervisor_on(client, "another-node:1")
+    deploy(supervisor, "t_first000001", batch_size=1)
+    assert supervisor.round() == 0
+    deploy(other, "t_second00001", messages=2, batch_size=1)
+    assert supervisor.round() == 2, "deployed from another node: scheduled at the next round"
+    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_second00001", "l")) == supervisor.holder
+    other.listeners.control("t_second00001", "l", "delete")
+    supervisor.round()
+    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_second00001", "l")) is None, \
+        "deleted: its lease is given up at the next round"
+
+    supervisor.queues.send("t_first000001", "in", [msg(f"m{i}") for i in range(4)])
+    quietly = ListenerSpec(queue="in", process="forward", settings={"to": "out"}, batch_size=4)
+    client.hset(k.tenant_listeners("t_first000001"), "l", quietly.to_json())  # as an atomq without the version
+    clock = [time.monotonic()]
+    monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    assert supervisor.round() == 4, "the definition it read: batches of 1"
+    supervisor.listeners.control("t_first000001", "l", "restart")  # frees the slots; not a new definition
+    clock[0] += supervision.DEFINITIONS_REFRESH_S
+    assert supervisor.round() == 1, "read again after DEFINITIONS_REFRESH_S: one batch of 4"
+
+    client.config_set("maxmemory", 1)  # the store refuses the version's INCR; a delete, which frees, still works
+    try:
+        other.listeners.control("t_first000001", "l", "delete")
+    finally:
+        client.config_set("maxmemory", 0)
+    assert not client.hexists(k.tenant_listeners("t_first000001"), "l")
+    supervisor.round()
+    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_first000001", "l")) is not None
+    clock[0] += supervision.DEFINITIONS_REFRESH_S
+    supervisor.round()
+    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_first000001", "l")) is None, \
+        "the delete whose version did not move is seen at the periodic reading"
     client.close()
 
 

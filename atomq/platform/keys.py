@@ -296,6 +296,9 @@ def tenant_api_keys(tenant: str) -> str:
 
 
 LISTENER_TENANTS_KEY = f"{PREFIX}:listener:tenants"
+LISTENERS_VERSION_KEY = f"{PREFIX}:listener:version"
+"""A counter that goes up after every deploy and delete of a listener of any tenant: a supervisor
+reads the listeners' definitions again only when it moved (or every ``DEFINITIONS_REFRESH_S``)."""
 
 
 def listener_wake_key(holder: str) -> str:

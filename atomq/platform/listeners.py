@@ -12,6 +12,7 @@ known here: the caller checks them (``atomq.workers.processes``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from atomq.platform.names import (
     check_tenant_id,
 )
 from atomq.platform.storage import Storage, translate
+
+log = logging.getLogger("atomq.listeners")
 
 ENGINES = ("fork", "spark")
 STATES = ("running", "paused", "error", "waiting")
@@ -145,12 +148,14 @@ class ListenerStore:
         self.storage.call(self.storage.client.sadd, k.LISTENER_TENANTS_KEY, tenant)
         if spec.engine == "spark":
             self.storage.call(self.storage.client.sadd, k.SPARK_LISTENER_TENANTS_KEY, tenant)
-        return bool(self.storage.run(
+        created = bool(self.storage.run(
             "listener_put", [*lk.as_list(), lk.spark_count],
             [name, spec.to_json(), defaults.MAX_LISTENERS_PER_TENANT, spec.engine],
             errors={"TOOMANY": lambda _: Conflict(
                 f"a tenant has at most {defaults.MAX_LISTENERS_PER_TENANT} listeners",
                 limit=defaults.MAX_LISTENERS_PER_TENANT)}))
+        self._changed()
+        return created
 
     def get(self, tenant: str, name: str) -> Listener:
         lk = self._keys(tenant, name)
@@ -198,7 +203,7 @@ class ListenerStore:
 
     def tenants(self) -> list[str]:
         """Tenants that have (or had) listeners."""
-        return sorted(t.decode() for t in self.storage.call(self.storage.client.smembers, k.LISTENER_TENANTS_KEY))
+        return self.index()[0]
 
     def spark_listener_count(self) -> int:
         """How many Spark listeners exist, over every tenant: a node starts its Spark
@@ -229,6 +234,28 @@ class ListenerStore:
         lk = self._keys(tenant, name)
         self.storage.run("listener_control", [*lk.as_list(), lk.spark_count], [name, action],
                          errors={"NOLISTENER": lambda _: listener_not_found(name)})
+        if action == "delete":
+            self._changed()
+
+    def _changed(self) -> None:
+        """Moves the definitions' version, after the change, so that a supervisor that read the
+        version before it reads the definitions again. The change is made: when the version
+        cannot move (the store at its maxmemory refuses the INCR that a delete, which frees
+        memory, needs; or this process dies first) the supervisors' periodic reading finds it."""
+        try:
+            self.storage.call(self.storage.client.incr, k.LISTENERS_VERSION_KEY)
+        except AtomqError as exc:
+            log.info("the listeners' version did not move (%s): supervisors see the change at their next "
+                     "periodic reading", exc.message)
+
+    def index(self) -> tuple[list[str], bytes | None]:
+        """The tenants that have (or had) listeners, and the version of the definitions
+        (``keys.LISTENERS_VERSION_KEY``), in one round trip."""
+        pipe = self.storage.client.pipeline(transaction=False)
+        pipe.smembers(k.LISTENER_TENANTS_KEY)
+        pipe.get(k.LISTENERS_VERSION_KEY)
+        tenants, version = self.storage.call(pipe.execute)
+        return sorted(t.decode() for t in tenants), version
 
     def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
                  id_prefix: str, start_within_ms: int, waiting_for: str = "") -> tuple[list[str], int]:

@@ -52,6 +52,11 @@ wake it: under many executions a second, rounds do not run back to back, and eac
 freed meanwhile; a wake-up that comes later (the one execution of an exclusive queue, which ends
 every few hundred ms) gets its round at once."""
 
+DEFINITIONS_REFRESH_S = 5.0
+"""How long a supervisor goes on with the listeners' definitions it read while their version stays
+the same (``keys.LISTENERS_VERSION_KEY``): the bound on how late it sees a change that did not move
+the version."""
+
 EXECUTION_FUNCTION = "atomq.workers.execution.run"
 SUPERVISION_PART = "listener supervision"
 """The name ``/v1/ready`` gives the supervisor's loop when it fails."""
@@ -74,6 +79,16 @@ class SupervisorConfig:
     that runs the executions itself, in its own process, does not)."""
 
 
+@dataclass(frozen=True)
+class Definitions:
+    """Every listener's definition as a supervisor read them, and when and at what version."""
+
+    tenants: list[str]
+    version: bytes | None
+    read_at: float
+    listed: list[tuple[str, str, ListenerSpec]]
+
+
 class Supervisor:
     """Supervises the listeners whose leases this holder wins."""
 
@@ -89,6 +104,7 @@ class Supervisor:
         self.tenant_exists = tenant_exists
         self.spark_weight = spark_weight
         self._leases: dict[tuple[str, str], tuple[Lease, float, bool]] = {}
+        self._definitions: Definitions | None = None
         self._pruned_at = time.monotonic()
         self.liveness = WorkerLiveness(rq_connection, WorkerProblems(queues.storage)) if config.worker_liveness \
             else None
@@ -129,12 +145,11 @@ class Supervisor:
         the store however many listeners there are (one a listener each, a round of 1,000 idle
         ones took 0.4 s: BENCHMARKS.md)."""
         now = time.monotonic()
-        tenants = self.listeners.tenants()
+        tenants, version = self.listeners.index()
         if now - self._pruned_at >= self.config.prune_interval_s:
             self._prune_rq_queues(set(tenants))
             self._pruned_at = now
-        listed = [(tenant, name, spec) for tenant, specs in self.listeners.specs(tenants).items()
-                  for name, spec in specs.items()]
+        listed = self._listed(tenants, version, now)
         held = self._held([(tenant, name) for tenant, name, _ in listed], now)
         scheduled = self._supervise([entry for entry, ours in zip(listed, held) if ours])
         for gone in set(self._leases) - {(tenant, name) for tenant, name, _ in listed}:
@@ -142,6 +157,19 @@ class Supervisor:
             if ours:
                 lease.release()
         return scheduled
+
+    def _listed(self, tenants: list[str], version: bytes | None, now: float) -> list[tuple[str, str, ListenerSpec]]:
+        """Every listener with its definition: read again only when a listener was deployed or
+        deleted since (the version moved), the tenants changed, or ``DEFINITIONS_REFRESH_S``
+        passed (a change whose version did not move: its writer died in between, or runs an
+        atomq that keeps no version)."""
+        read = self._definitions
+        if read is None or (read.tenants, read.version) != (tenants, version) or \
+                now - read.read_at >= DEFINITIONS_REFRESH_S:
+            read = self._definitions = Definitions(tenants, version, now, [
+                (tenant, name, spec) for tenant, specs in self.listeners.specs(tenants).items()
+                for name, spec in specs.items()])
+        return read.listed
 
     def _supervise(self, listeners: list[tuple[str, str, ListenerSpec]]) -> int:
         if not listeners:
