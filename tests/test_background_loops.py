@@ -393,41 +393,41 @@ def test_a_supervision_round_takes_a_few_round_trips_however_many_listeners(
     listener each made a round of 1,000 idle listeners take 0.4 s, on every HTTP worker of every
     node, five times a second."""
     client = private_valkey.client()
-    trips: list[bytes] = []
     send = redis.connection.AbstractConnection.send_packed_command
 
-    def counted(connection: Any, command: Any, check_health: bool = True) -> None:
-        trips.append(command)
-        send(connection, command, check_health)
+    def round_trips(supervisor: Supervisor) -> int:
+        """The round trips of one round of ``supervisor`` over idle listeners (it schedules nothing)."""
+        trips: list[bytes] = []
+
+        def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+            trips.append(command)
+            send(connection, command, check_health)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+        try:
+            assert supervisor.round() == 0, "idle listeners: nothing to schedule"
+        finally:
+            monkeypatch.undo()
+        return len(trips)
 
     def first_round(listeners: int) -> int:
         """The round trips of a new supervisor's first round (every lease to take) over ``listeners``."""
         for i in range(len(supervisor_on(client).listeners.tenants()), listeners):
             deploy(supervisor_on(client), f"t_many{i:08d}")
         supervisor = supervisor_on(client, f"node-{listeners}:1")
-        trips.clear()
-        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-        try:
-            assert supervisor.round() == 0, "idle listeners: nothing to schedule"
-        finally:
-            monkeypatch.undo()
+        trips = round_trips(supervisor)
         taken = [leases.holder(supervisor.queues.storage, k.listener_lease_name(t, "l"))
                  for t in supervisor.listeners.tenants()]
         assert taken == [supervisor.holder] * listeners, "the round took every listener's lease"
         supervisor.release_all()
-        return len(trips)
+        return trips
 
     assert first_round(2) == first_round(40) == 5, \
         "the listener index, their definitions, their leases, their executions, their rounds"
     supervisor = supervisor_on(client, "node-later:1")
     supervisor.round()
-    trips.clear()
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-    try:
-        supervisor.round()
-    finally:
-        monkeypatch.undo()
-    assert len(trips) == 3, "no definition changed and no lease is due: the index, the executions, the rounds"
+    assert round_trips(supervisor) == 3, \
+        "no definition changed and no lease is due: the index, the executions, the rounds"
     client.close()
 
 

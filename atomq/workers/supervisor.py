@@ -161,8 +161,8 @@ class Supervisor:
     def _listed(self, tenants: list[str], version: bytes | None, now: float) -> list[tuple[str, str, ListenerSpec]]:
         """Every listener with its definition: read again only when a listener was deployed or
         deleted since (the version moved), the tenants changed, or ``DEFINITIONS_REFRESH_S``
-        passed (a change whose version did not move: its writer died in between, or runs an
-        atomq that keeps no version)."""
+        passed (for a change whose version did not move: see ``ListenerStore._changed``; an
+        older atomq moves none)."""
         read = self._definitions
         if read is None or (read.tenants, read.version) != (tenants, version) or \
                 now - read.read_at >= DEFINITIONS_REFRESH_S:
