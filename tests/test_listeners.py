@@ -29,7 +29,7 @@ from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauth
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.platform.listeners import ListenerSpec, ListenerStore, ScheduleCall
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
@@ -464,8 +464,9 @@ def test_a_refused_flush_fails_the_execution_and_its_retry_stores_each_output_on
 def _manual_execution(harness: Harness, tenant: Tenant, listener: str, queue: str) -> tuple[str, str]:
     """Schedules one execution by hand, as a supervisor round would; its id and token."""
     store = harness.supervisor.listeners
-    (execution_id,), _ = store.schedule(tenant.id, listener, store.get(tenant.id, listener).spec,
-                                        k.TenantKeys(tenant.id).queue(queue).destination(), "xmanual", 60_000)
+    ((execution_id,), _), = store.schedule_all([ScheduleCall(
+        tenant.id, listener, store.get(tenant.id, listener).spec, k.TenantKeys(tenant.id).queue(queue).destination(),
+        "xmanual")], 60_000)
     return execution_id, harness.services.tenants.execution_tokens.mint(tenant.id, listener, execution_id, 60)
 
 
@@ -816,8 +817,8 @@ def test_a_listener_keeps_its_last_ten_failures_with_their_errors(qs: QueueServe
     qs.put_queue(tenant, "in", "point_to_point")
     qs.send_batch(tenant, "in", [msg(f"m{i}") for i in range(12)])
     store.put(tenant, "picky", ListenerSpec(queue="in", process="forward", batch_size=1, settings={"to": "x"}))
-    executions, _ = store.schedule(tenant, "picky", store.get(tenant, "picky").spec,
-                                   k.TenantKeys(tenant).queue("in").destination(), "xf", 60_000)
+    (executions, _), = store.schedule_all([ScheduleCall(tenant, "picky", store.get(tenant, "picky").spec,
+                                                        k.TenantKeys(tenant).queue("in").destination(), "xf")], 60_000)
     assert len(executions) >= 12
     for i, scheduled in enumerate(executions[:12]):
         assert store.finish(tenant, "picky", scheduled, "failed", f"boom {i}")

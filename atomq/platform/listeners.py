@@ -90,7 +90,7 @@ class ListenerSpec:
 
 @dataclass(frozen=True)
 class ScheduleCall:
-    """One listener's supervision round (:meth:`ListenerStore.schedule`), with what it is given."""
+    """One listener's supervision round (:meth:`ListenerStore.schedule_all`), with what it is given."""
 
     tenant: str
     name: str
@@ -257,23 +257,14 @@ class ListenerStore:
         tenants, version = self.storage.call(pipe.execute)
         return sorted(t.decode() for t in tenants), version
 
-    def schedule(self, tenant: str, name: str, spec: ListenerSpec, destination: k.DestinationKeys,
-                 id_prefix: str, start_within_ms: int, waiting_for: str = "") -> tuple[list[str], int]:
-        """One supervision round: the ids of the executions it scheduled (``id_prefix``
-        and a 4-digit number), and how many executions it found lost. ``waiting_for``
-        says why no worker of the listener's engine is alive ('' when one is): the
-        listener's state becomes ``waiting`` with that as its last error, or goes back
-        to ``running`` once it is ''."""
-        (result,) = self.schedule_all([ScheduleCall(tenant, name, spec, destination, id_prefix, waiting_for)],
-                                      start_within_ms)
-        if isinstance(result, AtomqError):
-            raise result
-        return result
-
     def schedule_all(self, calls: Sequence[ScheduleCall],
                      start_within_ms: int) -> list[tuple[list[str], int] | AtomqError]:
-        """:meth:`schedule` for each of ``calls``, in one round trip (one a node on a cluster);
-        where a call failed, its error in its place."""
+        """One supervision round of each listener of ``calls``, all in one round trip (one a node
+        on a cluster): the ids of the executions it scheduled (the call's ``id_prefix`` and a
+        4-digit number) and how many executions it found lost, or where it failed its error.
+        A call's ``waiting_for`` says why no worker of the listener's engine is alive ('' when
+        one is): the listener's state becomes ``waiting`` with that as its last error, or goes
+        back to ``running`` once it is ''."""
         replies = self.storage.run_many("listener_schedule", [
             ([*self._keys(c.tenant, c.name).as_list(), c.destination.ready, c.destination.sched,
               c.destination.ordered],
