@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.at_exit(shutil.rmtree, directory, ignore_errors=True)
 
         def store(name: str) -> tuple[redis.Redis, QueueServer, TenantStore]:
-            """A Valkey of its own for each part, so that neither part's data is in the other's figures."""
+            """A Valkey of its own for each part, so that no part's data is in another's figures."""
             server = EmbeddedValkey(directory / name)
             bench.at_exit(server.stop)
             server.start()
