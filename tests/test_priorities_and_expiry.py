@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from atomq import defaults
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
@@ -85,6 +86,25 @@ def test_a_priority_outside_0_to_9_is_refused(qs: QueueServer, tenant: str) -> N
             qs.send(tenant, "q", [m("x", bad)])  # type: ignore[arg-type]
         assert err.value.details["field"] == "messages.0.priority"
     assert qs.get_queue(tenant, "q").depth == 0
+
+
+def test_the_latest_expiry_a_send_takes_reads_back_to_the_millisecond(qs: QueueServer, tenant: str) -> None:
+    """An expiry of 10^14 ms or more (after the year 5138) has 15 digits, past the 14 that Lua
+    prints a number with: written into the envelope's head as "2.534023007995e+14", it made every
+    browse and get of the message fail."""
+    qs.put_queue(tenant, "q", P2P)
+    latest = defaults.LATEST_TIME_S - 0.001
+    (far,) = qs.send(tenant, "q", [m("far", 7, expires_at=latest)])
+    (browsed,) = browse_all(qs, tenant, "q")
+    assert (browsed.id, browsed.envelope.expires_at, browsed.envelope.priority) == (far, latest, 7)
+    (got,) = qs.get(tenant, "q")
+    assert (got.id, got.envelope.expires_at) == (far, latest)
+    qs.nack(tenant, "q", receipts=[got.receipt])  # the redelivery reads its priority and expiry back in the scripts
+    wait_until(lambda: redelivery_due(qs, tenant), 5, "the redelivery")
+    (again,) = qs.get(tenant, "q")
+    assert (again.id, again.delivery_count, again.envelope.expires_at) == (far, 2, latest)
+    qs.ack(tenant, "q", receipts=[again.receipt])
+    assert_audit_clean(qs.client, tenant)
 
 
 @pytest.mark.parametrize("timing", [{"ttl_s": 0.2}, {"expires_at": "soon"}, {"queue": 0.2}])

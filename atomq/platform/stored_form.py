@@ -78,7 +78,7 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
             parts = head.split(b",")
             head, priority = parts[0], int(parts[1])
             if len(parts) > 2:
-                expires_at = int(parts[2]) / 1000
+                expires_at = float(parts[2]) / 1000  # float: a head written before 15-digit expiries were formatted
         envelope = Envelope.from_json(env, priority, expires_at)
         ndocs = int(head)
         if ndocs == 1:  # the common case, without building a generator

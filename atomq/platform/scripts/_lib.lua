@@ -73,14 +73,18 @@ end
 local DEFAULT_PRIORITY = 4
 
 -- The document count, priority and expiry (ms, nil for none) of an envelope.
+-- An expiry past 10^14 ms may have been written in Lua's exponent notation
+-- (before make_head formatted it): it reads too, to 14 digits.
 local function env_head(e)
-  local n, p, x = string.match(e, '^(%d+),?(%d*),?(%d*)|')
+  local n, p, x = string.match(e, '^(%d+),?(%d*),?([^|]*)|')
   return tonumber(n), tonumber(p) or DEFAULT_PRIORITY, tonumber(x)
 end
 
--- The head of a new envelope (see env_head).
+-- The head of a new envelope (see env_head). The expiry is formatted, not
+-- concatenated: Lua writes a number with 14 digits at most, and one of 15
+-- (from 10^14 ms, after the year 5138) as "2.534023007995e+14".
 local function make_head(ndocs, priority, expiry)
-  if expiry then return ndocs .. ',' .. priority .. ',' .. expiry end
+  if expiry then return ndocs .. ',' .. priority .. ',' .. string.format('%.0f', expiry) end
   if priority ~= DEFAULT_PRIORITY then return ndocs .. ',' .. priority end
   return tostring(ndocs)
 end
