@@ -534,7 +534,7 @@ def test_a_round_over_listeners_on_every_master_of_a_cluster(valkey_cluster: Val
     try:
         for i, tenant in enumerate(ids):
             deploy(supervisor, tenant, messages=i + 1, batch_size=1)
-        assert supervisor.round() == 6
+        supervisor.round()  # the session's cluster may hold other tests' listeners too: each is checked alone
         assert [len(w) for w in supervisor.listeners.waiting_executions([(t, "l") for t in ids])] == [1, 2, 3]
         assert [Queue(k.rq_queue_name(t), connection=rq).count for t in ids] == [1, 2, 3]
     finally:
