@@ -21,12 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomq.errors import AtomqError, Conflict, InvalidInput
-from atomq.platform.listeners import (
-    ExecutionBatch,
-    Listener,
-    ListenerSpec,
-    ListenerStore,
-)
+from atomq.platform.execution_batches import ExecutionBatch, ExecutionBatches
+from atomq.platform.listeners import Listener, ListenerSpec, ListenerStore
 from atomq.platform.models import Delivery, QueueModel
 from atomq.platform.queue_server import QueueServer
 
@@ -63,6 +59,7 @@ class Executions:
     def __init__(self, queues: QueueServer, listeners: ListenerStore, run_within_ms: int) -> None:
         self.queues = queues
         self.listeners = listeners
+        self.batches = ExecutionBatches(listeners.storage)
         self.run_within_ms = run_within_ms
 
     def deploy(self, tenant: str, name: str, queue: str, subscriber: str | None, **spec: Any) -> bool:
@@ -99,7 +96,7 @@ class Executions:
         if not got:
             self.listeners.finish(tenant, name, execution, "empty")
             return None
-        self.listeners.record_batch(tenant, execution, ExecutionBatch(
+        self.batches.record(tenant, execution, ExecutionBatch(
             listener=name, queue=spec.queue, subscriber=spec.subscriber, ids=tuple(m.id for m in got),
             receipts=tuple(m.receipt for m in got), ack_timeout_s=queue.ack_timeout_s), self.run_within_ms)
         processed = self.listeners.processed(tenant, name, [m.id for m in got if m.redelivered])
@@ -108,7 +105,7 @@ class Executions:
 
     def extend(self, tenant: str, execution: str) -> int:
         """Moves the batch's ack deadline a full ack time-out ahead; how many messages it moved."""
-        batch = self.listeners.batch(tenant, execution)
+        batch = self.batches.get(tenant, execution)
         if batch is None:
             raise Conflict("the execution has no batch: it has not started or has finished", execution=execution)
         return self.queues.extend(tenant, batch.queue, receipts=list(batch.receipts), subscriber=batch.subscriber,
@@ -118,7 +115,7 @@ class Executions:
                error: str = "", retry_after_s: float | None = None) -> Settled:
         """Settles the execution's batch, once: acked when ``ok``, given back after
         ``retry_after_s`` when deferred, else nacked with ``error`` as the reason."""
-        batch = self.listeners.take_batch(tenant, execution)
+        batch = self.batches.take(tenant, execution)
         if batch is None:
             raise Conflict("the execution has no batch to settle: it has not started or has finished",
                            execution=execution)

@@ -331,23 +331,6 @@ class ListenerStore:
             return False
         return self.storage.call(self.storage.client.blpop, [k.listener_wake_key(holder)], timeout_s) is not None
 
-    # -- the batch of a started execution -------------------------------------------------
-
-    def record_batch(self, tenant: str, execution: str, batch: ExecutionBatch, ttl_ms: int) -> None:
-        """Keeps what a started execution took, for its extend and its finish."""
-        self.storage.call(self.storage.client.set, k.execution_record(check_tenant_id(tenant), execution),
-                          batch.to_json(), px=ttl_ms)
-
-    def batch(self, tenant: str, execution: str) -> ExecutionBatch | None:
-        raw = self.storage.call(self.storage.client.get, k.execution_record(check_tenant_id(tenant), execution))
-        return None if raw is None else ExecutionBatch.from_json(raw)
-
-    def take_batch(self, tenant: str, execution: str) -> ExecutionBatch | None:
-        """The batch of a started execution, removed: only its first finish settles it."""
-        raw = self.storage.call(self.storage.client.getdel,
-                                k.execution_record(check_tenant_id(tenant), execution))
-        return None if raw is None else ExecutionBatch.from_json(raw)
-
     def execution_alive(self, tenant: str, name: str, execution: str) -> bool:
         """Whether an execution is scheduled, running or has a batch to settle (its token works only then)."""
         lk = self._keys(tenant, name)
@@ -372,29 +355,6 @@ class ListenerStore:
         job never started), so the next round counts it lost (or just frees its slot)."""
         lk = self._keys(tenant, name)
         self.storage.call(self.storage.client.zadd, lk.executions, {execution: 0}, xx=True)
-
-
-@dataclass(frozen=True)
-class ExecutionBatch:
-    """What a started execution took: settled on that queue, whatever became of its listener."""
-
-    listener: str
-    queue: str
-    subscriber: str | None
-    ids: tuple[str, ...]
-    receipts: tuple[str, ...]
-    ack_timeout_s: float
-
-    def to_json(self) -> str:
-        return json.dumps({"listener": self.listener, "queue": self.queue, "subscriber": self.subscriber,
-                           "ids": self.ids, "receipts": self.receipts, "ack_timeout_s": self.ack_timeout_s},
-                          separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> ExecutionBatch:
-        data = json.loads(raw)
-        return cls(listener=data["listener"], queue=data["queue"], subscriber=data["subscriber"],
-                   ids=tuple(data["ids"]), receipts=tuple(data["receipts"]), ack_timeout_s=data["ack_timeout_s"])
 
 
 def _listener(name: str, spec: ListenerSpec, stat: dict[bytes, bytes], outstanding: int) -> Listener:

@@ -39,6 +39,7 @@ from atomq.errors import AtomqError, InvalidInput, NotFound
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
+from atomq.platform.execution_batches import ExecutionBatches
 from atomq.platform.lease import Lease
 from atomq.platform.listeners import ListenerSpec, ListenerStore, ScheduleCall
 from atomq.tenants.execution_tokens import ExecutionTokens
@@ -97,6 +98,7 @@ class Supervisor:
                  spark_weight: Callable[[str], int] = lambda tenant: 1) -> None:
         self.queues = queues
         self.listeners = ListenerStore(queues.storage)
+        self.batches = ExecutionBatches(queues.storage)
         self.tokens = tokens
         self.rq = rq_connection
         self.config = config
@@ -272,7 +274,7 @@ class Supervisor:
         """The batch of an execution whose work horse died fails now, not at its ack deadline:
         its messages come back after the redelivery delay, at their place, before later ones
         on an exclusive queue (a consumer's checkpoint relies on that order)."""
-        batch = self.listeners.take_batch(tenant, execution)
+        batch = self.batches.take(tenant, execution)
         if batch is None:
             return
         try:
