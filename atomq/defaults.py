@@ -128,6 +128,14 @@ REDELIVERY_DELAYS_S: tuple[float, ...] = (1, 2, 3, 5, 8, 24)
 """Quick retries for a passing failure, then longer ones that let a dependency recover."""
 DEDUPE_WINDOW_S = 300
 """Five minutes: longer than a client's retries of one send and than ``EXECUTION_TIMEOUT_S``."""
+IDEMPOTENCY_WINDOW_S = _DAY_S
+"""How long a send's Idempotency-Key answers with what the send stored: a client retrying through an
+outage of hours still stores once. Each key costs the tenant ~150 bytes of its quota for that long."""
+MAX_IDEMPOTENCY_KEY_CHARS = 128
+REQUEST_TOKEN_WINDOW_S = 300
+"""How long the record of a send without an Idempotency-Key is kept, under a token the node made:
+longer than the store client's own retries of one call (redis-py's 10 tries, each up to the 15 s
+socket time-out, with back-off between them)."""
 DOCUMENT_RETENTION_S = 7 * _DAY_S
 """A week: a consumer away for a weekend finds its messages; an abandoned queue does not grow for ever."""
 MAX_DOCUMENT_BYTES = _MIB

@@ -117,6 +117,14 @@ class StorageError(AtomqError):
     retry_after = 5
 
 
+class OutcomeUnknown(StorageError):
+    """The store did not answer a write in time: it may have stored it or not. A retry with the same
+    Idempotency-Key is safe: it answers with what the first stored, or stores it now."""
+
+    code = "outcome_unknown"
+    retry_after = 1
+
+
 class StorageFull(StorageError):
     """Redis reached its ``maxmemory`` and refuses writes (it never evicts our keys)."""
 

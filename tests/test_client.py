@@ -13,7 +13,7 @@ import urllib3
 
 from atomq.client import AtomqClient
 from atomq.client.transport import Transport, ca_options, proxy_for
-from atomq.errors import InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
+from atomq.errors import Conflict, InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
 from support.served_node import AtomqServe, ServeFactory
 
 
@@ -214,3 +214,80 @@ def test_headers_of_the_callers_own_replace_the_clients_whatever_their_case() ->
     head = seen[0].split(b"\r\n\r\n", 1)[0].lower()
     assert head.count(b"authorization:") == 1 and b"authorization: bearer aq_second" in head
     assert b"content-type: application/json" in head and b"traceparent: 00-ab-cd-01" in head
+
+
+class AnswerLosingProxy:
+    """A loopback HTTP proxy in front of the node that forwards each request and its answer, but
+    drops the answer of the first send (the node stored it; the client hears nothing), as a load
+    balancer cut off mid-answer does."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.removeprefix("http://").partition(":")
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.dropped = 0
+        self.keys: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _message(stream: socket.socket) -> bytes:
+        """One HTTP message (head and a Content-Length body) read off ``stream``; b"" at its end."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = stream.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            body += stream.recv(65536)
+        return head + b"\r\n\r\n" + body
+
+    def _relay(self, conn: socket.socket) -> None:
+        with conn, socket.create_connection(self.target) as upstream:
+            while request := self._message(conn):
+                upstream.sendall(request)
+                answer = self._message(upstream)
+                head = request.split(b"\r\n\r\n", 1)[0].decode()
+                if head.startswith("POST") and "/messages" in head.split("\r\n")[0]:
+                    self.keys.append(next(line.split(":", 1)[1].strip() for line in head.split("\r\n")
+                                          if line.lower().startswith("idempotency-key:")))
+                    if not self.dropped:
+                        self.dropped += 1
+                        return
+                conn.sendall(answer)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_send_whose_answer_was_lost_is_tried_again_and_stored_once(node, owner) -> None:
+    tenant = owner.create_tenant("lost-answers")
+    proxy = AnswerLosingProxy(node.url)
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as direct, AtomqClient(proxy.url, tenant["api_key"]) as c:
+            direct.put_queue("orders", topics=["orders/>"])
+            ids = c.send_texts("orders", ["a", "b", "c"])
+            assert proxy.dropped == 1 and len(proxy.keys) == 2 and proxy.keys[0] == proxy.keys[1]
+            assert [m["id"] for m in direct.browse("orders")] == ids
+            published = c.publish("orders/x", [{"documents": [{"data": "p"}]}], idempotency_key="pub-1")
+            assert published == direct.publish("orders/x", [{"documents": [{"data": "p"}]}], idempotency_key="pub-1")
+            assert published["queues"] == ["orders"]
+            with pytest.raises(Conflict) as reused:
+                direct.send("orders", [{"documents": [{"data": "p"}]}], idempotency_key="pub-1")
+            assert reused.value.code == "idempotency_key_reused"
+            assert direct.queue("orders")["depth"] == 4
+    finally:
+        proxy.close()
+        owner.delete_tenant(tenant["id"])

@@ -45,6 +45,20 @@ TENANT_HEADER = {
 }
 
 
+IDEMPOTENCY_HEADER = {
+    "in": "header", "name": "Idempotency-Key", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[ -~]+$"},
+    "description": "1 to 128 printable ASCII characters naming this request: for a day, a repeat with the same "
+                   "key stores nothing more and answers what the first stored (409 idempotency_key_reused with "
+                   "another body). Retry a 503 outcome_unknown with it",
+}
+
+
+def idempotency_key() -> str | None:
+    """The request's Idempotency-Key header, checked by the send it names (``RequestToken``)."""
+    return request.headers.get("Idempotency-Key")
+
+
 Decorated = TypeVar("Decorated", bound=Callable[..., Any])
 
 
@@ -121,11 +135,13 @@ def with_memory_state(response: Response) -> Response:
     return response
 
 SEND_REFUSALS = {
+    409: "idempotency_key_reused: the Idempotency-Key named another request within its day",
     413: "a message over its queue's max_message_bytes, or a send over the server's limits on documents",
     429: "a rate-limit window is full, or a flow_control queue stayed full (queue_full) for flow_control_wait_ms "
          "(Retry-After)",
     503: "memory_low: the memory state refuses the send's lowest priority; not_durable: a sync queue's send was "
-         "stored but not synced in time (details.ids; retry with the same dedupe_id). Retry-After",
+         "stored but not synced in time (details.ids; retry with the same dedupe_id); outcome_unknown: the store did "
+         "not answer in time and the send may be stored (retry with the same Idempotency-Key). Retry-After",
     507: "quota_exceeded: the tenant's disk quota; queue_full: a queue's limit (details: limit, max, count); "
          "server_full: the server's limits",
 }

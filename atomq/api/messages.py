@@ -9,7 +9,15 @@ from flask.views import MethodView
 
 from atomq.api import links, render, strict_json
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, send_refusals, services, with_memory_state
+from atomq.api.blueprint import (
+    IDEMPOTENCY_HEADER,
+    SEND_HEADERS,
+    ApiBlueprint,
+    idempotency_key,
+    send_refusals,
+    services,
+    with_memory_state,
+)
 from atomq.api.schemas.common import BulkSelector, PageArgs, Selector
 from atomq.api.schemas.messages import (
     AckedSchema,
@@ -50,7 +58,8 @@ def json_body() -> Any:
 
 @blp.route("/<qname:name>/messages")
 class Messages(MethodView):
-    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}})
+    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}},
+             parameters=[IDEMPOTENCY_HEADER])
     @blp.response(201, SendResultSchema, headers=SEND_HEADERS)
     @send_refusals(blp)
     @blp.doc(**links.AFTER_SEND)
@@ -65,7 +74,7 @@ class Messages(MethodView):
         tenant = current_tenant()
         messages = parse_send(json_body())
         stamp_traceparents(messages)
-        sent = s.send(tenant, name, messages, request.content_length or 0)
+        sent = s.send(tenant, name, messages, request.content_length or 0, idempotency_key())
         out: dict[str, Any] = {"ids": sent.ids}
         if sent.dropped:
             out["dropped"] = sent.dropped

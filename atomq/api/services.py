@@ -117,23 +117,25 @@ class Services:
         """
         return self._total_usage.get()
 
-    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Sent:
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], incoming_bytes: int,
+             idempotency_key: str | None = None) -> Sent:
         """Admits a send and stores it, all or nothing: the node's window, the tenant's window, the
         memory state (by the send's lowest priority), the server's limits (``incoming_bytes``
         against what all tenants store), the tenant's quota, then the store, which holds the
         queue's limits. A refused send takes no room in either window and counts as refused by
-        its reason."""
-        return self._admitted(tenant, incoming_bytes, messages,
-                              lambda quota: self.queues.send_batch(tenant, queue, messages, quota_bytes=quota))
+        its reason. ``idempotency_key``: see ``Sending.send_batch``."""
+        return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.send_batch(
+            tenant, queue, messages, quota_bytes=quota, idempotency_key=idempotency_key))
 
-    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int) -> Published:
+    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int,
+                idempotency_key: str | None = None) -> Published:
         """Admits a publish as a send (one counted request, the same windows, limits and quota) and
         stores it in every queue its topic matches, or in none."""
-        return self._admitted(tenant, incoming_bytes, messages,
-                              lambda quota: self.queues.publish(tenant, topic, messages, quota_bytes=quota))
+        return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.publish(
+            tenant, topic, messages, quota_bytes=quota, idempotency_key=idempotency_key))
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
-                     incoming_bytes: int) -> PublishedMany:
+                     incoming_bytes: int, idempotency_key: str | None = None) -> PublishedMany:
         """Admits a publish of each message to its own topic as one send (see :meth:`publish`). A
         refusal after some groups of messages were stored (``Sending.publish_many``) names them in
         the error's ``details.ids`` (null for a message not stored), so the sender knows what a
@@ -141,7 +143,7 @@ class Services:
         progress = PublishedMany(ids=[None] * len(messages))
         try:
             return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.publish_many(
-                tenant, topics, messages, quota_bytes=quota, progress=progress))
+                tenant, topics, messages, quota_bytes=quota, progress=progress, idempotency_key=idempotency_key))
         except AtomqError as exc:
             if progress.stored:
                 exc.details["ids"] = progress.ids

@@ -11,7 +11,15 @@ from flask.views import MethodView
 from atomq import defaults
 from atomq.api import render
 from atomq.api.auth import current_tenant
-from atomq.api.blueprint import SEND_HEADERS, ApiBlueprint, send_refusals, services, with_memory_state
+from atomq.api.blueprint import (
+    IDEMPOTENCY_HEADER,
+    SEND_HEADERS,
+    ApiBlueprint,
+    idempotency_key,
+    send_refusals,
+    services,
+    with_memory_state,
+)
 from atomq.api.messages import json_body
 from atomq.api.schemas.messages import PublishManyResultSchema, PublishManySchema, PublishResultSchema, SendSchema
 from atomq.api.send_body import parse_publish_many, parse_send
@@ -27,7 +35,8 @@ class TopicMessages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}},
              parameters=[{"in": "path", "name": "topic", "required": True,
                           "schema": {"type": "string", "pattern": TOPIC_PATTERN, "maxLength": defaults.MAX_TOPIC_CHARS},
-                          "description": "levels [A-Za-z0-9._-]+ joined by '/', sent as they are (not escaped)"}])
+                          "description": "levels [A-Za-z0-9._-]+ joined by '/', sent as they are (not escaped)"},
+                         IDEMPOTENCY_HEADER])
     @blp.response(201, PublishResultSchema, headers=SEND_HEADERS)
     @send_refusals(blp)
     def post(self, topic: str) -> Response:
@@ -39,13 +48,15 @@ class TopicMessages(MethodView):
         check_topic(topic)
         messages = parse_send(json_body())
         stamp_traceparents(messages)
-        published = services().publish(current_tenant(), topic, messages, request.content_length or 0)
+        published = services().publish(current_tenant(), topic, messages, request.content_length or 0,
+                                        idempotency_key())
         return _created({"ids": published.ids, "queues": published.queues}, published.dropped)
 
 
 @blp.route("/messages")
 class ManyTopicsMessages(MethodView):
-    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": PublishManySchema}}})
+    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": PublishManySchema}}},
+             parameters=[IDEMPOTENCY_HEADER])
     @blp.response(201, PublishManyResultSchema, headers=SEND_HEADERS)
     @send_refusals(blp)
     def post(self) -> Response:
@@ -61,7 +72,8 @@ class ManyTopicsMessages(MethodView):
         """
         topics, messages = parse_publish_many(json_body())
         stamp_traceparents(messages)
-        published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0)
+        published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0,
+                                             idempotency_key())
         return _created({"ids": published.ids, "topics": published.topics}, published.dropped)
 
 

@@ -9,6 +9,8 @@ body, so a caller catches ``RateLimited`` (with ``retry_after``) or
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -19,7 +21,16 @@ import urllib3
 from atomq import defaults
 from atomq.client import wire
 from atomq.client.transport import Answer, Transport, TransportError
-from atomq.errors import AtomqError, QueueFull, QuotaExceeded, RateLimited, StorageError, class_for_code, class_for_status
+from atomq.errors import (
+    AtomqError,
+    QueueFull,
+    QuotaExceeded,
+    RateLimited,
+    StorageError,
+    StorageFull,
+    class_for_code,
+    class_for_status,
+)
 
 
 def error_from_response(response: Answer) -> AtomqError:
@@ -35,13 +46,18 @@ def error_from_response(response: Answer) -> AtomqError:
     status = response.status
     by_status, by_code = class_for_status(status), class_for_code(code)
     cls = by_code if by_status and by_code and issubclass(by_code, by_status) else by_status or AtomqError
-    if issubclass(cls, RateLimited):
+    if issubclass(cls, (RateLimited, StorageError)):
         details["retry_after"] = int(response.headers.get("Retry-After") or details.get("retry_after", 1))
     elif issubclass(cls, QuotaExceeded) and not issubclass(cls, QueueFull):
         details["limit"], details["used"] = int(details.get("limit", 0)), int(details.get("used", 0))
     error = cls(message, code=code, **details)
     error.http_status = status
     return error
+
+
+_TRIED_AGAIN = frozenset({"outcome_unknown", "storage_unavailable", "unreachable"})
+"""The refusals a send is tried again after: the store or the node did not answer (memory_low and
+not_durable, also 503s, are the caller's to judge)."""
 
 
 class AtomqClient:
@@ -52,12 +68,16 @@ class AtomqClient:
         key: a tenant's API key, or the owner key.
         tenant: with the owner key, the tenant whose queues the calls act on.
         timeout: seconds per request (a blocking get adds its own wait).
+        send_tries: how often a send or publish is tried while its outcome is unknown or the store
+            unavailable (a 503 but memory_low and not_durable, or no answer from the node): each
+            try carries the same Idempotency-Key, so the node stores it once.
     """
 
     def __init__(self, url: str = defaults.NODE_URL, key: str = "", *, tenant: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, send_tries: int = 3) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.send_tries = send_tries
         self.headers = urllib3.HTTPHeaderDict({"Authorization": f"Bearer {key}"})
         """Sent with every call, names matched without case; a caller may add its own (a trace's
         ``traceparent``). What a requests-based client set on its ``session.headers`` goes here."""
@@ -72,7 +92,7 @@ class AtomqClient:
     def clone(self) -> AtomqClient:
         """Another client of the same node, key and tenant, with connections of its own, for
         another thread."""
-        twin = AtomqClient(self.url, timeout=self.timeout)
+        twin = AtomqClient(self.url, timeout=self.timeout, send_tries=self.send_tries)
         twin.headers.update(self.headers)
         return twin
 
@@ -86,7 +106,7 @@ class AtomqClient:
         self.close()
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
-                **query: Any) -> Any:
+                headers: dict[str, str] | None = None, **query: Any) -> Any:
         """One call; the decoded JSON answer (None for 204), or the atomq error it carried.
 
         The body is written by the json module with ``allow_nan=False``: a NaN or an infinity is
@@ -94,14 +114,16 @@ class AtomqClient:
         read by orjson (the node writes strict JSON)."""
         params = {k: v for k, v in query.items() if v is not None}
         url = self.url + path + (f"?{urlencode(params, doseq=True)}" if params else "")
-        headers = self.headers
+        sent_headers = self.headers
         data = None
+        if body is not None or headers:
+            sent_headers = sent_headers.copy()
+            sent_headers.update(headers or {})
         if body is not None:
             data = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-            headers = headers.copy()
-            headers["Content-Type"] = "application/json"
+            sent_headers["Content-Type"] = "application/json"
         try:
-            response = self._transport.request(method, url, data, headers, timeout or self.timeout)
+            response = self._transport.request(method, url, data, sent_headers, timeout or self.timeout)
         except TransportError as exc:
             raise StorageError(f"cannot reach atomq at {self.url}: {exc}", code="unreachable") from None
         if response.status >= 400:
@@ -212,26 +234,45 @@ class AtomqClient:
 
     # -- messages ------------------------------------------------------------------------
 
-    def send(self, queue: str, messages: Sequence[dict[str, Any]]) -> list[str]:
+    def send(self, queue: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> list[str]:
         """Sends messages in the API's shape (``{"documents": [{"data": ...}], ...}``); their ids."""
-        return self.send_batch(queue, messages)["ids"]  # type: ignore[no-any-return]
+        return self.send_batch(queue, messages, idempotency_key=idempotency_key)["ids"]  # type: ignore[no-any-return]
 
-    def send_batch(self, queue: str, messages: Sequence[dict[str, Any]]) -> Any:
+    def send_batch(self, queue: str, messages: Sequence[dict[str, Any]], *,
+                   idempotency_key: str | None = None) -> Any:
         """Sends messages (as :meth:`send`); the whole answer: ``{"ids": [...]}``, with ``"dropped"``
-        when the queue's overflow dropped waiting messages to make room."""
-        return self.request("POST", f"/v1/queues/{queue}/messages", {"messages": list(messages)})
+        when the queue's overflow dropped waiting messages to make room. Stored once however often
+        it is tried (``send_tries``), under ``idempotency_key`` or one made for the call: the same
+        key given again within a day answers what the first send stored."""
+        return self._stored_once(f"/v1/queues/{queue}/messages", messages, idempotency_key)
 
-    def publish(self, topic: str, messages: Sequence[dict[str, Any]]) -> Any:
+    def publish(self, topic: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
         """Publishes messages (in a send's shape) to a topic: ``{"ids": [...], "queues": [...]}``,
-        the queues whose topic patterns matched."""
-        return self.request("POST", f"/v1/topics/{topic}/messages", {"messages": list(messages)})
+        the queues whose topic patterns matched. Stored once, as :meth:`send_batch`."""
+        return self._stored_once(f"/v1/topics/{topic}/messages", messages, idempotency_key)
 
-    def publish_many(self, messages: Sequence[dict[str, Any]]) -> Any:
+    def publish_many(self, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
         """Publishes each message (in a send's shape, with its ``"topic"``) to its own topic, in one
         request: ``{"ids": [...], "topics": {topic: [queues]}}``, an id null where no queue attracts
         the message's topic. Messages whose topics reach the same queues are stored all or nothing
-        together; a refusal's ``details.ids`` names what was stored before it."""
-        return self.request("POST", "/v1/topics/messages", {"messages": list(messages)})
+        together; a refusal's ``details.ids`` names what was stored before it. Stored once, as
+        :meth:`send_batch`."""
+        return self._stored_once("/v1/topics/messages", messages, idempotency_key)
+
+    def _stored_once(self, path: str, messages: Sequence[dict[str, Any]], key: str | None) -> Any:
+        """POSTs a send under an Idempotency-Key, tried again while its outcome is unknown (503
+        outcome_unknown, or no answer from the node) or the store unavailable, after the wait the
+        node asked for: the key makes each try after the first answer what the first stored."""
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+        body = {"messages": list(messages)}
+        for tries_left in range(max(1, self.send_tries) - 1, -1, -1):
+            try:
+                return self.request("POST", path, body, headers=headers)
+            except StorageError as exc:
+                if not tries_left or isinstance(exc, StorageFull) or exc.code not in _TRIED_AGAIN:
+                    raise
+                time.sleep(min(float(exc.details.get("retry_after", 1)), 5.0))
+
 
     def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
         """One message of one text document per text."""

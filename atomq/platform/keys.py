@@ -83,6 +83,11 @@ class TenantKeys:
         digest = hashlib.sha1(f"{topic}\0{dedupe_id}".encode("utf-8")).hexdigest()
         return f"{self._p}:tdd:{digest}"
 
+    def request_record(self, token: str) -> str:
+        """What a send stored, found again by its request's token (``sending.RequestToken``): hashed,
+        since a client's Idempotency-Key may hold any printable character."""
+        return f"{self._p}:req:{hashlib.sha1(token.encode('utf-8')).hexdigest()}"
+
     @property
     def oldest(self) -> str:
         return f"{self._p}:oldest"

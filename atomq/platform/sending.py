@@ -9,9 +9,11 @@ the write.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import uuid
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from atomq import defaults
 from atomq.errors import (
@@ -20,6 +22,7 @@ from atomq.errors import (
     InvalidInput,
     NotDurable,
     NotFound,
+    OutcomeUnknown,
     QueueFull,
     QuotaExceeded,
     TooLarge,
@@ -41,6 +44,50 @@ class _QuotaRefused(AtomqError):
 
 class _StaleTopics(AtomqError):
     """The send script saw another version of the topic patterns than the caller matched with."""
+
+
+@dataclass(frozen=True)
+class RequestToken:
+    """What makes a send store once however often it is tried. Every script call of a send carries
+    its request's token and writes what it stored in the request's record under it; a call that
+    finds its answer there (the store's client retried it after a time-out, or the sender retried
+    the request) stores nothing again and answers the same ids.
+
+    ``key``: the sender's Idempotency-Key, kept for ``defaults.IDEMPOTENCY_WINDOW_S`` and bound to
+    the body it came with; None for a request without one, whose token the node makes and keeps
+    only while the store's client may retry a call (``defaults.REQUEST_TOKEN_WINDOW_S``)."""
+
+    token: str
+    key: str | None
+
+    @classmethod
+    def of(cls, key: str | None) -> RequestToken:
+        """The token of a request with Idempotency-Key ``key`` (checked), or of one without (None)."""
+        if key is None:
+            return cls("\0" + uuid.uuid4().hex, None)  # no key holds a NUL: a made token is no key's
+        most = defaults.MAX_IDEMPOTENCY_KEY_CHARS
+        if not isinstance(key, str) or not 0 < len(key) <= most or not all(" " <= c <= "~" for c in key):
+            raise InvalidInput(f"an Idempotency-Key is 1 to {most} printable ASCII characters",
+                               field="Idempotency-Key")
+        return cls(key, key)
+
+    @property
+    def window_ms(self) -> int:
+        return 1000 * (defaults.REQUEST_TOKEN_WINDOW_S if self.key is None else defaults.IDEMPOTENCY_WINDOW_S)
+
+    def digest(self, *parts: Iterable[Any]) -> str:
+        """What binds a key to its request: a digest of the request as the scripts take it ('' for a
+        token the node made, which no other request carries)."""
+        if self.key is None:
+            return ""
+        h = hashlib.sha256()
+        for part in parts:
+            for item in part:
+                data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+                h.update(b"%d:" % len(data))
+                h.update(data)
+            h.update(b";")
+        return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -96,12 +143,13 @@ class Sending:
         self._management = management
         self._topics = topics
 
-    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> list[str]:
+    def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
+             idempotency_key: str | None = None) -> list[str]:
         """Stores a batch of messages, all or nothing; returns their ids in order (see :meth:`send_batch`)."""
-        return self.send_batch(tenant, queue, messages, quota_bytes).ids
+        return self.send_batch(tenant, queue, messages, quota_bytes, idempotency_key).ids
 
     def send_batch(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage],
-                   quota_bytes: int = 0) -> Sent:
+                   quota_bytes: int = 0, idempotency_key: str | None = None) -> Sent:
         """Stores a batch of messages, all or nothing.
 
         A message whose ``dedupe_id`` was sent to this queue within the
@@ -111,13 +159,20 @@ class Sending:
         would pass one of the queue's limits is refused whole (QueueFull), unless
         the queue's overflow drops waiting messages to make room; a message over
         the queue's ``max_message_bytes`` refuses it (TooLarge).
+
+        With ``idempotency_key``, a repeat of the send within ``defaults.IDEMPOTENCY_WINDOW_S``
+        stores nothing and answers what the first stored; the same key with another batch is a
+        Conflict (``idempotency_key_reused``). A send whose answer the store lost raises
+        OutcomeUnknown: sent again with the same key, it is stored once.
         """
         tk, qk = queue_keys(tenant, queue)
+        token = RequestToken.of(idempotency_key)
         args_tail, dedupe_ids = self._encode_batch(messages)
         dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
+        call = _Call(token, token.digest(["send", queue], args_tail), _positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
-                return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes)
+                return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes, call)
             except NotFound:
                 self._routes.forget(tenant, queue)
                 raise
@@ -125,17 +180,21 @@ class Sending:
                 continue
         raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
 
-    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0) -> Published:
+    def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
+                idempotency_key: str | None = None) -> Published:
         """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
         or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
-        de-duplication window stores nothing again and answers with its original id."""
+        de-duplication window stores nothing again and answers with its original id;
+        ``idempotency_key`` as in :meth:`send_batch`."""
         check_topic(topic)
-        done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes)
+        done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes,
+                                 idempotency_key=idempotency_key)
         # One group: every message stored, or (no queue attracts the topic) none.
         return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped)
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
-                     quota_bytes: int = 0, progress: PublishedMany | None = None) -> PublishedMany:
+                     quota_bytes: int = 0, progress: PublishedMany | None = None,
+                     idempotency_key: str | None = None) -> PublishedMany:
         """Publishes each message to its own topic (``topics[i]`` for ``messages[i]``) in as few
         steps as the queues they reach allow: the messages whose topics reach the same queues are
         stored together, all or nothing, in one script, which is what lets an execution whose every
@@ -144,8 +203,10 @@ class Sending:
         groups stored before it stored (``progress`` says which), so such a request is retried with
         its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`. A queue keeps the
         order of the messages of each topic; messages of topics that reach different sets of queues
-        are stored group by group, so a queue that two such groups reach gets them group by group."""
+        are stored group by group, so a queue that two such groups reach gets them group by group.
+        ``idempotency_key`` as in :meth:`send_batch`: a repeat stores only what no try stored yet."""
         tk = k.TenantKeys(check_tenant_id(tenant))
+        token = RequestToken.of(idempotency_key)
         if len(topics) != len(messages):
             raise InvalidInput("one topic a message", field="messages")
         first: dict[str, int] = {}
@@ -156,6 +217,9 @@ class Sending:
         self._check_batch_size(messages)
         encoded = self._encode_each(messages, topics)
         done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
+        digest = token.digest(["publish", *topics], *(e.digest_parts() for e in encoded))
+        if token.key is not None:
+            self._recall(tk, token, digest, done)
         refresh = False
         for _ in range(MAX_ROUTE_RETRIES):
             version, matcher = self._topics.matcher(tenant, refresh)
@@ -170,9 +234,11 @@ class Sending:
             try:
                 for queues, positions in groups.items():
                     args_tail, dedupe_ids = _assembled([encoded[i] for i in positions])
+                    call = _Call(token, digest, _positions_field(positions))
                     try:
                         sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t",
-                                           [tk.topic_dedupe(t, d) for t, d in dedupe_ids], args_tail, quota_bytes)
+                                           [tk.topic_dedupe(t, d) for t, d in dedupe_ids], args_tail, quota_bytes,
+                                           call)
                     except NotDurable as exc:
                         # Stored, not synced in time (its ids, when known): the other groups go on, and
                         # the publish answers as a send would, not_durable, once all are stored.
@@ -192,9 +258,25 @@ class Sending:
                            topic=topics[0])
         raise Conflict("the queues attracting the topics kept changing during the publish; try again")
 
+    def _recall(self, tk: k.TenantKeys, token: RequestToken, digest: str, done: PublishedMany) -> None:
+        """Marks in ``done`` what earlier tries of a publish with an Idempotency-Key stored, so this
+        try stores only the rest, also where its messages group otherwise than theirs did (a queue
+        attracting a topic was added in between). Refuses a key used for another body (409)."""
+        record = self._shared.storage.call(self._shared.storage.client.hgetall, tk.request_record(token.token))
+        stored_digest = record.pop(b"#b", None)
+        if stored_digest is not None and stored_digest.decode() != digest:
+            raise _key_reused(token)
+        for name, answer in record.items():
+            field_name = name.decode()
+            if field_name.startswith("p"):
+                sent = _stored_answer(answer)
+                done.record(_positions_of(field_name), sent.ids, sent.dropped)
+
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
-               marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int) -> Sent:
-        keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns]
+               marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int,
+               call: _Call) -> Sent:
+        keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns,
+                tk.request_record(call.token.token)]
         route_args: list[Any] = []
         for qk in targets:
             model, expected, subs = self._routes.route(tk.tenant, qk.name, qk, refresh)
@@ -208,8 +290,9 @@ class Sending:
         keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
         settings = self._shared.settings
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
-                marker_gen, *route_args, *args_tail[1:]]
+                marker_gen, call.field, call.digest, call.token.window_ms, *route_args, *args_tail[1:]]
         errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
+                  "IDEMREUSED": lambda _: _key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
                   "QUEUEFULL": lambda words: _queue_full(targets, words),
                   "TOOBIG": lambda words: _message_too_big(targets, words)}
@@ -218,16 +301,21 @@ class Sending:
         try:
             if sync:
                 reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
-                                                    settings.sync_timeout_ms)
+                                                    settings.sync_timeout_ms, writes_once=True)
             else:
-                reply = storage.run("send", keys, args, errors)
+                reply = storage.run("send", keys, args, errors, writes_once=True)
+        except OutcomeUnknown as exc:
+            raise _outcome_unknown(exc, call.token) from None
         except _QuotaRefused:
             used = self._management.usage(tk.tenant)["stored_bytes"]
             raise QuotaExceeded(
                 f"the tenant's disk quota is {quota_bytes} bytes and {used} are stored: "
                 "this send would pass it; ack or delete messages first",
                 limit=quota_bytes, used=used) from None
-        sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
+        if int(reply[0]) < 0:
+            sent = _stored_answer(reply[1])
+        else:
+            sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
         if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
             raise NotDurable(
                 f"the send was stored but not synced to "
@@ -305,6 +393,73 @@ class _Encoded:
     """",<priority>,<expiry ms>,<ttl ms>" for a message that sets any, else ""."""
     rest: list[Any]
     """The envelope, the number of documents, and each document's data and properties."""
+
+    def digest_parts(self) -> list[Any]:
+        """What the message is, for a request's digest (``RequestToken.digest``)."""
+        return [*(self.dedupe or ("", "")), self.timing, *self.rest]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One script call of a send: its request's token and digest, and its field in the request's
+    record (``_positions_field``)."""
+
+    token: RequestToken
+    digest: str
+    field: str
+
+
+def _positions_field(positions: Iterable[int]) -> str:
+    """A script call's field in its request's record: ``p`` then the positions of its messages in
+    the request as ranges (``p0-99``, ``p3,7-9``), so a repeat of the call finds it, and a publish
+    retried by its sender knows which of its messages a try stored."""
+    ranges: list[list[int]] = []
+    for i in positions:
+        if ranges and ranges[-1][1] == i - 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return "p" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def _positions_of(field_name: str) -> list[int]:
+    """The positions a record's field names (``_positions_field``)."""
+    out: list[int] = []
+    for part in field_name[1:].split(","):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+def _stored_answer(answer: bytes) -> Sent:
+    """What a call stored, from its answer in the request's record (send.lua:
+    ``<dropped>|<stamp>|<sequence>|`` then an original id or a run ``+<n>`` of new ids a part)."""
+    dropped, stamp, seq, parts = answer.decode().split("|", 3)
+    ids: list[str] = []
+    n = int(seq)
+    for part in parts.split(",") if parts else []:
+        if part.startswith("+"):
+            for n in range(n + 1, n + 1 + int(part[1:])):
+                ids.append(f"{stamp}-{n:012d}")
+        else:
+            ids.append(part)
+    return Sent(ids=ids, dropped=int(dropped))
+
+
+def _key_reused(token: RequestToken) -> Conflict:
+    return Conflict(f"Idempotency-Key {token.key!r} was used for another request within "
+                    f"{defaults.IDEMPOTENCY_WINDOW_S // 3600} hours: a key names one request; make a new one "
+                    "for a new request", code="idempotency_key_reused", idempotency_key=token.key)
+
+
+def _outcome_unknown(exc: OutcomeUnknown, token: RequestToken) -> OutcomeUnknown:
+    """The store's lost answer, with what the sender can do about it."""
+    if token.key is not None:
+        advice = "send it again with the same Idempotency-Key: it is then stored once"
+    else:
+        advice = ("it had no Idempotency-Key, so a repeat cannot be told from a new send: browse the queue before "
+                  "sending it again, and give sends an Idempotency-Key")
+    return OutcomeUnknown(f"{exc.message}; {advice}", idempotency_key=token.key, **exc.details)
 
 
 def _assembled(encoded: Sequence[_Encoded]) -> tuple[list[Any], list[tuple[str, str]]]:

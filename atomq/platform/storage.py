@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import redis
 from redis.exceptions import RedisClusterException
 
-from atomq.errors import AtomqError, NotDurable, StorageError, StorageFull
+from atomq.errors import AtomqError, NotDurable, OutcomeUnknown, StorageError, StorageFull
 from atomq.platform.connection import RedisClient
 from atomq.platform.scripts import ScriptLibrary
 
@@ -25,6 +25,10 @@ ErrorMap = Mapping[str, Callable[[list[str]], AtomqError]]
 STORE_ERRORS: tuple[type[Exception], ...] = (
     redis.RedisError, RedisClusterException, builtins.ConnectionError, builtins.TimeoutError)
 """Everything a call to the store may raise when the store, not the caller, failed."""
+MAYBE_RAN: tuple[type[Exception], ...] = (
+    redis.ConnectionError, redis.TimeoutError, builtins.ConnectionError, builtins.TimeoutError)
+"""What a call raises when the store may have run it and its answer was lost (a time-out, a
+connection cut after the call was sent), as opposed to a refusal that says it did not run."""
 
 
 def script_code(exc: redis.ResponseError) -> str:
@@ -40,14 +44,17 @@ class Storage:
         self.client = client
         self.scripts = ScriptLibrary(client)
 
-    def run(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None = None) -> Any:
-        """Runs script ``name``; error codes in ``errors`` raise the mapped error."""
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None = None, *,
+            writes_once: bool = False) -> Any:
+        """Runs script ``name``; error codes in ``errors`` raise the mapped error. ``writes_once``:
+        the script recognises a repeat of itself (a request token), and a lost answer raises
+        OutcomeUnknown rather than StorageError, since it may have stored what it was given."""
         try:
             return self.scripts(name, keys, args)
         except redis.ResponseError as exc:
             raise script_error(exc, errors) from None
         except STORE_ERRORS as exc:
-            raise translate(exc) from None
+            raise translate(exc, writes_once) from None
 
     @property
     def is_cluster(self) -> bool:
@@ -93,7 +100,7 @@ class Storage:
                 replies[i] = self._unless_missing(reply, name, *calls[i])
         return replies
 
-    def _execute(self, pipe: Any) -> list[Any]:
+    def _execute(self, pipe: Any, writes_once: bool = False) -> list[Any]:
         """The replies of a pipeline sent to one node (errors in place). On a cluster, a node that
         fails, or no longer holds the slot (MOVED or ASK: nothing ran there), makes the client read
         the slot map again, so that the next call goes where the slot is now; this one fails with
@@ -102,7 +109,7 @@ class Storage:
             replies: list[Any] = pipe.execute(raise_on_error=False)
         except STORE_ERRORS as exc:
             self._reread_slots()
-            raise translate(exc) from None
+            raise translate(exc, writes_once) from None
         moved = next((r for r in replies if isinstance(r, redis.exceptions.AskError)), None)
         if moved is not None:
             self._reread_slots()
@@ -144,25 +151,26 @@ class Storage:
                 for (_, _, _, errors), reply in zip(calls, replies)]
 
     def run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None,
-                    replicas: int, timeout_ms: int) -> tuple[Any, list[int]]:
+                    replicas: int, timeout_ms: int, *, writes_once: bool = False) -> tuple[Any, list[int]]:
         """Runs script ``name`` (as :meth:`run`), then waits on the same connection until what it
         wrote is synced to the append-only file, locally and on ``replicas`` replicas, for at most
         ``timeout_ms``: Valkey's WAITAOF, which waits for the writes of its own connection only, so
         both go in one pipeline. On a cluster the pipeline goes to the node of the keys' slot (the
         cluster client would send WAITAOF to a default node). Returns the script's reply and
-        WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out)."""
+        WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out).
+        ``writes_once`` as in :meth:`run`."""
         try:
             client = self._client_of(self._node_of(keys[0]))
             for attempt in range(2):
                 pipe = client.pipeline(transaction=False)
                 self.scripts.queue(pipe, name, keys, args)
                 pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
-                reply, synced = self._execute(pipe)
+                reply, synced = self._execute(pipe, writes_once)
                 if not isinstance(reply, redis.exceptions.NoScriptError) or attempt:
                     break
                 self.scripts.load_all(client)  # the script did not run: loaded, it runs again
         except STORE_ERRORS as exc:
-            raise translate(exc) from None
+            raise translate(exc, writes_once) from None
         if isinstance(reply, redis.ResponseError):
             raise script_error(reply, errors)
         if isinstance(synced, redis.ResponseError) and "appendonly" in str(synced):
@@ -189,9 +197,13 @@ def script_error(exc: redis.ResponseError, errors: ErrorMap | None) -> AtomqErro
     return translate(exc)
 
 
-def translate(exc: Exception) -> StorageError:
-    """One of :data:`STORE_ERRORS` as an atomq StorageError."""
+def translate(exc: Exception, writes_once: bool = False) -> StorageError:
+    """One of :data:`STORE_ERRORS` as an atomq StorageError; with ``writes_once`` (a call that
+    recognises its own repeat), a lost answer as OutcomeUnknown."""
     text = str(exc)
+    if writes_once and isinstance(exc, MAYBE_RAN):
+        return OutcomeUnknown(f"the store did not answer in time ({type(exc).__name__}: {text}), so what was "
+                              "sent may or may not be stored", redis_error=type(exc).__name__)
     # A command answers "OOM ..."; a script whose first write may grow memory, "command not allowed
     # when used memory > 'maxmemory'".
     if isinstance(exc, redis.ResponseError) and (text.startswith("OOM") or "> 'maxmemory'" in text):

@@ -44,9 +44,9 @@ class InProcessApp:
 
     def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
              key: str | None = "tenant", content_type: str | None = "application/json",
-             address: str = "127.0.0.1") -> Any:
+             address: str = "127.0.0.1", headers: dict[str, str] | None = None) -> Any:
         """The response; ``raw`` is sent as the body as it is, else ``body`` as JSON."""
-        headers = {}
+        headers = dict(headers or {})
         if key is not None:
             headers["Authorization"] = f"Bearer {self.key if key == 'tenant' else key}"
         if content_type is not None:

@@ -3,7 +3,9 @@
 -- KEYS[1..4]   doc, docp, docr, and the first queue's cfg
 -- KEYS[5]      seq (the tenant's message counter)
 -- KEYS[6]      the tenant's topic patterns (hash; field #v its version)
--- KEYS[7..]    per queue: cfg, subs (subscriber set; checked through cfg.subv),
+-- KEYS[7]      the request's record (hash: field #b the body's digest, #n the repeats answered,
+--              and per stored script call its field, ARGV[7], holding its answer)
+-- KEYS[8..]    per queue: cfg, subs (subscriber set; checked through cfg.subv),
 --              then DEST_KEYS keys per destination of it; after the queues the
 --              de-duplication markers, then the tenant's due index, its index of
 --              oldest messages, its marker ledger and (last) its usage hash
@@ -14,7 +16,12 @@
 -- ARGV[5]      the tenant's disk quota in bytes (0: none)
 -- ARGV[6]      the generation de-duplication markers belong to ('' for the
 --              queue's own: a marker of a removed queue's life does not answer)
--- ARGV[7..]    per queue: the route the caller read ("<model>|<generation>|<subscriber
+-- ARGV[7]      this call's field in the request's record (the positions of its messages in
+--              the request)
+-- ARGV[8]      the digest of the request's body ('' when the node made the request's token:
+--              no other request can carry it, and its record is not counted in the usage)
+-- ARGV[9]      how long the record is kept, in ms
+-- ARGV[10..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
 --              version>", no subscriber version for point-to-point, then "|sync" for a
 --              queue whose sends wait for the disk), its number of
 --              destinations, and each destination's name in the indexes of due and
@@ -36,6 +43,13 @@
 -- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota.
 -- Everything is read and checked before the first write: a refused batch
 -- changes nothing.
+-- A call whose field the request's record holds was stored before (a retry by
+-- the store's client after a time-out, or the client's retry with the same
+-- Idempotency-Key): it stores nothing and returns {-1, the stored answer}; a
+-- record whose body digest is another's refuses with IDEMREUSED. A stored call
+-- writes its answer there: "<dropped>|<stamp>|<sequence before the first new
+-- id>|" then, per message in order, its original id, or "+<n>" for a run of n
+-- new ids (stamp-sequence, one after the other).
 -- Destination limits (queue settings max_messages, max_bytes: copies neither
 -- acked nor dead, and their message_bytes) hold per destination. A batch that
 -- would pass one is refused whole with QUEUEFULL <queue index> <setting>
@@ -48,6 +62,16 @@
 -- index> <bytes> <max>. The reply is then {dropped, ids...}: the number of
 -- messages dropped to make room, then the ids.
 
+local RECORD, record_field, digest = KEYS[7], ARGV[7], ARGV[8]
+local earlier = redis.call('HMGET', RECORD, '#b', record_field)
+if earlier[1] and earlier[1] ~= digest then
+  return redis.error_reply('IDEMREUSED the request\'s key was used for another body')
+end
+if earlier[2] then
+  -- A write, so that a wait for the disk after this call covers the first one's writes.
+  redis.call('HINCRBY', RECORD, '#n', 1)
+  return {-1, earlier[2]}
+end
 if ARGV[1] ~= '' and (redis.call('HGET', KEYS[6], '#v') or '0') ~= ARGV[1] then
   return redis.error_reply('STALETOPICS the topic patterns changed')
 end
@@ -56,7 +80,7 @@ local window = tonumber(ARGV[3])
 local nmsg = tonumber(ARGV[4])
 local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
-local kpos, apos, copies = 7, 7, 0
+local kpos, apos, copies = 8, 10, 0
 local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
@@ -104,6 +128,16 @@ local function expiry_in(qd, x)
 end
 
 local OVERFLOW_REASON = 'overflow'
+
+-- Counts bytes that leave by themselves at until_ms (a de-duplication marker, the
+-- request's record) in the usage hash's markers, and in the ledger's bucket the
+-- maintenance takes them off at (due.lua): buckets of a 32nd of their window (at
+-- least 1 s), so the ledger holds ~33 fields a window.
+local function ledger_add(ledger, usage, until_ms, window_ms, bytes)
+  local width = math.max(1000, math.floor(window_ms / 32))
+  redis.call('HINCRBY', ledger, (math.floor(until_ms / width) + 1) * width, bytes)
+  redis.call('HINCRBY', usage, 'markers', bytes)
+end
 
 -- The oldest waiting (ready or scheduled) messages of destination d in send
 -- order, of priority p only when p is given (`sched`: the scheduled ones by
@@ -287,6 +321,8 @@ local ids = {}
 local marker_bytes = 0
 local doc_args, docp_args, docr_args, all_args = {}, {}, {}, {}
 local fresh = {}          -- the stored messages' indexes, in order
+local is_new = {}         -- message index -> true for a message this call stores
+local seq_before = seq
 for m = 1, nmsg do
   pos = starts[m]
   local dd = dds[m]
@@ -301,6 +337,7 @@ for m = 1, nmsg do
     local s = tostring(seq)
     local id = stamp .. '-' .. string.rep('0', 12 - #s) .. s
     ids[m] = id
+    is_new[m] = true
     if dd > 0 then
       local key, value = KEYS[dd_base + dd], marker_gen .. '|' .. id
       redis.call('SET', key, value, 'PX', window)
@@ -382,13 +419,7 @@ if #fresh > 0 then
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
   redis.call('HINCRBY', USAGE, 'messages', #fresh * copies)
 end
-if marker_bytes > 0 then
-  -- Buckets of a 32nd of the window (at least 1 s), so the ledger holds ~33 fields.
-  local width = math.max(1000, math.floor(window / 32))
-  local expiry = (math.floor((now + window) / width) + 1) * width
-  redis.call('HINCRBY', LEDGER, expiry, marker_bytes)
-  redis.call('HINCRBY', USAGE, 'markers', marker_bytes)
-end
+if marker_bytes > 0 then ledger_add(LEDGER, USAGE, now + window, window, marker_bytes) end
 local dropped = 0
 for _, plan in ipairs(drops) do
   local d, qd, gone, n = plan.d, plan.qd, {}, 0
@@ -416,5 +447,29 @@ end
 -- wait for the disk after a call that wrote nothing returns at once: this write makes the caller's
 -- wait cover everything stored before it, the originals included.
 if sync then redis.call('HINCRBY', queues[1].cfg, 'n:sync_sends', 1) end
+local answer, run = {dropped .. '|' .. stamp .. '|' .. seq_before .. '|'}, 0
+for m = 1, nmsg do
+  if is_new[m] then
+    run = run + 1
+  else
+    if run > 0 then answer[#answer + 1] = '+' .. run .. ',' end
+    run = 0
+    answer[#answer + 1] = ids[m] .. ','
+  end
+end
+if run > 0 then answer[#answer + 1] = '+' .. run end
+local stored = table.concat(answer)
+local record_ms = tonumber(ARGV[9])
+local fields = {record_field, stored}
+if digest ~= '' then
+  fields[3], fields[4] = '#b', digest
+end
+redis.call('HSET', RECORD, unpack(fields))
+redis.call('PEXPIRE', RECORD, record_ms)
+if digest ~= '' then
+  -- A sender's key counts against its quota as a de-duplication marker does, until it expires;
+  -- the node's own token, kept minutes, is the node's cost.
+  ledger_add(LEDGER, USAGE, now + record_ms, record_ms, MARKER_BYTES + #RECORD + #record_field + #stored + #digest)
+end
 table.insert(ids, 1, dropped)
 return ids
