@@ -161,6 +161,10 @@ MAX_REPLY_BYTES = 16 * _MIB
 a tenant stored. A single message bigger than this still comes alone."""
 MAX_QUEUES_PER_TENANT = 1000
 """Every tenant's queues share one store and one maintenance loop."""
+MAX_COPIES_PER_REQUEST = 100_000
+"""Message copies one send may store (messages x the queues they reach x their subscribers): a
+publish to a topic a thousand queues attract made a million copies in one script, and the store
+answered BUSY to every tenant for seconds."""
 
 # The server settings every node shares (``ServerSettings``) and their bounds.
 
@@ -211,6 +215,7 @@ LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
     "max_documents_per_send": (1, 100_000),
     "max_reply_bytes": (64 * _KIB, 256 * _MIB),
     "max_queues_per_tenant": (1, 1_000_000),
+    "max_copies_per_request": (1, 10_000_000),
 }
 """The bounds of the limits on one tenant's weight (what each means: ``QueueSettings``): each
 bounds what one script call or one tenant makes the shared store and the node hold."""

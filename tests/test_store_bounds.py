@@ -13,10 +13,11 @@ import dataclasses
 
 import pytest
 
-from atomq.errors import Conflict
+from atomq.errors import Conflict, TooLarge
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
+from support.in_process_app import InProcessApp, error_of
 from support.queues import FAST, browse_all, dead_all, msg
 from support.waiting import wait_until
 
@@ -192,3 +193,53 @@ def test_a_tenants_big_purge_spreads_over_rounds_and_holds_up_no_one(qs, tenant)
     assert small.get_queue(tenant, "old").depth == 0, "the next round finished the purge"
     for t in (tenant, other):
         assert audit_tenant(qs.client, t) == []
+
+
+def few_copies(qs: QueueServer, copies: int) -> QueueServer:
+    return QueueServer(qs.client, dataclasses.replace(FAST, max_copies_per_request=copies))
+
+
+def assert_too_many_copies(call, copies: int, most: int) -> None:
+    with pytest.raises(TooLarge) as refused:
+        call()
+    assert refused.value.code == "too_many_copies" and refused.value.details == {"copies": copies, "max": most}
+
+
+def test_a_request_stores_at_most_its_copies_counted_before_any_write(qs, tenant) -> None:
+    """Copies are messages x queues reached x subscribers: a publish to a topic many queues attract,
+    or a send to a queue of many subscribers, multiplies one request's work on the shared store."""
+    small = few_copies(qs, 6)
+    small.put_queue(tenant, "jobs", P2P)
+    small.put_queue(tenant, "news", "publish_subscribe")
+    for s in ("a", "b", "c"):
+        small.put_subscriber(tenant, "news", s)
+    for q in ("eu", "us", "all"):
+        small.put_queue(tenant, q, P2P, topics=[f"orders/{q}/>", "orders/all"])
+    assert_too_many_copies(lambda: small.send(tenant, "jobs", [msg(str(i)) for i in range(7)]), 7, 6)
+    assert len(small.send(tenant, "jobs", [msg(str(i)) for i in range(6)])) == 6
+    assert_too_many_copies(lambda: small.send(tenant, "news", [msg("1"), msg("2"), msg("3")]), 9, 6)
+    assert len(small.send(tenant, "news", [msg("1"), msg("2")])) == 2
+    assert_too_many_copies(lambda: small.publish(tenant, "orders/all", [msg("1"), msg("2"), msg("3")]), 9, 6)
+    # Each message to its own topic: 1 + 1 + 3 + 3 copies in three groups, refused before the first.
+    topics = ["orders/eu/1", "orders/us/2", "orders/all", "orders/all"]
+    assert_too_many_copies(lambda: small.publish_many(tenant, topics, [msg(t) for t in topics]), 8, 6)
+    assert [small.get_queue(tenant, q).depth for q in ("eu", "us", "all")] == [0, 0, 0]
+    assert small.publish_many(tenant, topics[:3], [msg(t) for t in topics[:3]]).ids.count(None) == 0
+
+
+def test_the_copies_a_request_may_store_are_a_server_setting_and_a_counted_413(valkey) -> None:
+    with InProcessApp(valkey.client()) as app:
+        assert app.owner("GET", "/v1/server").get_json()["max_copies_per_request"] == 100_000
+        for bad in (0, 10_000_001, "many"):
+            refused = app.owner("PATCH", "/v1/server", {"max_copies_per_request": bad})
+            assert "max_copies_per_request" in error_of(refused, 400)["details"]["fields"]["json"]
+        assert app.owner("PATCH", "/v1/server", {"max_copies_per_request": 2}).status_code == 200
+        try:
+            refused = app.call("POST", "/v1/queues/orders/messages",
+                               {"messages": [{"documents": [{"data": str(i)}]} for i in range(3)]})
+            error = error_of(refused, 413)
+            assert error["code"] == "too_many_copies" and error["details"] == {"copies": 3, "max": 2}
+            assert app.services.queues.get_queue(app.tenant, "orders").depth == 0
+            assert app.services.queues.counters.refusals(app.tenant)["too_many_copies"] == 1
+        finally:
+            app.owner("PATCH", "/v1/server", {"max_copies_per_request": 100_000})

@@ -136,7 +136,8 @@ def with_memory_state(response: Response) -> Response:
 
 SEND_REFUSALS = {
     409: "idempotency_key_reused: the Idempotency-Key named another request within its day",
-    413: "a message over its queue's max_message_bytes, or a send over the server's limits on documents",
+    413: "a message over its queue's max_message_bytes, a send over the server's limits on documents, or "
+         "too_many_copies: more message copies than max_copies_per_request (details: copies, max)",
     429: "a rate-limit window is full, or a flow_control queue stayed full (queue_full) for flow_control_wait_ms "
          "(Retry-After)",
     503: "memory_low: the memory state refuses the send's lowest priority; not_durable: a sync queue's send was "

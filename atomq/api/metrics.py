@@ -83,6 +83,8 @@ REFUSAL_COUNTERS = {
     "server_full": ("atomq_sends_server_full", "Sends refused by the server's limits on stored bytes and "
                                                "messages (507)"),
     "memory_low": ("atomq_sends_memory_low", "Sends refused by the memory state (503)"),
+    "too_many_copies": ("atomq_sends_too_many_copies", "Sends that would store more message copies than "
+                        "max_copies_per_request (413)"),
     "not_durable": ("atomq_sends_not_durable", "Sends to a sync queue not synced to disk (or replicas) in "
                                                "time: stored, answered 503"),
 }

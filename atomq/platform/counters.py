@@ -25,12 +25,14 @@ from atomq.platform.storage import Storage
 QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts",
                 "expired", "superseded", "dropped")
 """The per-queue totals the scripts keep, in the order ``queue_totals`` reads them."""
-REFUSALS = ("rate_limited", "quota_rejected", "queue_full", "server_full", "memory_low", "not_durable")
+REFUSALS = ("rate_limited", "quota_rejected", "queue_full", "server_full", "memory_low", "not_durable",
+            "too_many_copies")
 """The per-tenant totals of refused sends, by reason: a rate-limit window, the tenant's disk
 quota, a queue's limit (or a flow_control queue that stayed full), the server's limits, the
 memory state, and sends to a sync queue not synced in time (stored, but answered 503)."""
 REFUSAL_BY_CODE = {"rate_limited": "rate_limited", "quota_exceeded": "quota_rejected", "queue_full": "queue_full",
-                   "server_full": "server_full", "memory_low": "memory_low", "not_durable": "not_durable"}
+                   "server_full": "server_full", "memory_low": "memory_low", "not_durable": "not_durable",
+                   "too_many_copies": "too_many_copies"}
 """Each refusing error's code and the total it counts in."""
 RATE_BUCKET_S = 10
 RATE_SLOTS = 32

@@ -52,6 +52,9 @@ class QueueSettings:
             answers: a reply is built whole in the store's single thread, in the
             client buffer and in a web worker, so it must not grow with what a
             tenant stored. A single message bigger than this still comes alone.
+        max_copies_per_request: most message copies one send or publish stores
+            (messages x queues reached x subscribers), counted before it writes:
+            one request's work on the shared store stays bounded.
         max_queues_per_tenant: most queue components of one tenant; every
             tenant's queues share one store and one maintenance loop.
         sync_min_replicas: replicas that must hold a send to a ``sync`` queue before
@@ -74,6 +77,7 @@ class QueueSettings:
     max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
     max_reply_bytes: int = defaults.MAX_REPLY_BYTES
     max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
+    max_copies_per_request: int = defaults.MAX_COPIES_PER_REQUEST
     sync_min_replicas: int = defaults.MIN_REPLICAS
     sync_timeout_ms: int = defaults.SYNC_TIMEOUT_MS
     _delays_arg: str = field(init=False, repr=False, compare=False)

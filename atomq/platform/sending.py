@@ -172,6 +172,7 @@ class Sending:
         call = _Call(token, token.digest(["send", queue], args_tail), _positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
+                self._check_copies(len(messages) * self._destinations(tk, [queue], refresh))
                 return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes, call)
             except NotFound:
                 self._routes.forget(tenant, queue)
@@ -232,6 +233,8 @@ class Sending:
                 if i not in done.stored and reach[topic]:
                     groups.setdefault(tuple(reach[topic]), []).append(i)
             try:
+                self._check_copies(sum(len(positions) * self._destinations(tk, queues, refresh)
+                                       for queues, positions in groups.items()))
                 for queues, positions in groups.items():
                     args_tail, dedupe_ids = _assembled([encoded[i] for i in positions])
                     call = _Call(token, digest, _positions_field(positions))
@@ -257,6 +260,25 @@ class Sending:
             raise Conflict("the queues attracting the topic kept changing during the publish; try again",
                            topic=topics[0])
         raise Conflict("the queues attracting the topics kept changing during the publish; try again")
+
+    def _destinations(self, tk: k.TenantKeys, queues: Sequence[str], refresh: bool) -> int:
+        """How many destinations a copy of a message sent to ``queues`` goes to: one a
+        point-to-point queue, one a subscriber of a publish/subscribe queue (the routes' cache)."""
+        total = 0
+        for queue in queues:
+            model, _, subs = self._routes.route(tk.tenant, queue, tk.queue(queue), refresh)
+            total += 1 if model == QueueModel.POINT_TO_POINT.value else len(subs)
+        return total
+
+    def _check_copies(self, copies: int) -> None:
+        """Refuses, before anything is written, a request that would store more message copies than
+        one request may: its work on the shared store must stay bounded whatever the tenant's
+        queues multiply it by."""
+        most = self._shared.settings.max_copies_per_request
+        if copies > most:
+            raise TooLarge(f"this request would store {copies} message copies (its messages x the queues they reach "
+                           f"x their subscribers) and one request stores at most {most} (max_copies_per_request): "
+                           "send fewer messages a request", code="too_many_copies", copies=copies, max=most)
 
     def _recall(self, tk: k.TenantKeys, token: RequestToken, digest: str, done: PublishedMany) -> None:
         """Marks in ``done`` what earlier tries of a publish with an Idempotency-Key stored, so this

@@ -53,7 +53,8 @@ class ServerSettings:
         rate_limit_window_s: length of a rate-limit window (0, 1 day].
         document_retention_s: documents (and their messages) older than this are purged (0, 10 years].
         dedupe_window_s: how long a dedupe id answers with its original message id (0, 7 days].
-        max_documents_per_message, max_documents_per_send, max_reply_bytes, max_queues_per_tenant:
+        max_documents_per_message, max_documents_per_send, max_reply_bytes, max_queues_per_tenant,
+        max_copies_per_request:
             the limits on one tenant's weight, as ``QueueSettings`` describes them (``defaults.LIMIT_BOUNDS``).
     """
 
@@ -72,6 +73,7 @@ class ServerSettings:
     max_documents_per_send: int = defaults.MAX_DOCUMENTS_PER_SEND
     max_reply_bytes: int = defaults.MAX_REPLY_BYTES
     max_queues_per_tenant: int = defaults.MAX_QUEUES_PER_TENANT
+    max_copies_per_request: int = defaults.MAX_COPIES_PER_REQUEST
 
     def __post_init__(self) -> None:
         for name in ("incoming_rate_limit_per_minute", "max_disk_bytes", "max_messages"):

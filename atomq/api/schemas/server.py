@@ -64,6 +64,9 @@ class ServerSchema(Strict):
         "description": "most document bytes a get, browse or dead-letter page answers (a single bigger "
                        "message still comes alone)"})
     max_queues_per_tenant = fields.Integer(required=True)
+    max_copies_per_request = fields.Integer(required=True, metadata={
+        "description": "most message copies one send or publish stores (messages x queues reached x "
+                       "subscribers); past it 413 too_many_copies, nothing stored"})
 
 
 def _limit(name: str) -> Int:
@@ -95,6 +98,7 @@ class ServerPatchSchema(Strict):
     max_documents_per_send = _limit("max_documents_per_send")
     max_reply_bytes = _limit("max_reply_bytes")
     max_queues_per_tenant = _limit("max_queues_per_tenant")
+    max_copies_per_request = _limit("max_copies_per_request")
 
 
 class KeptWorkerSchema(Strict):
