@@ -10,6 +10,7 @@ Valkey); the 405 also against a served node (several gunicorn workers).
 from __future__ import annotations
 
 import logging
+import socket
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,3 +332,54 @@ def test_served_invented_methods_get_405_with_allow(served: AtomqServe) -> None:
         assert response.status_code == 405, (method, response.status_code, response.text)
         assert set(response.json()["error"]) == {"code", "message", "details"}
         assert "GET" in response.headers["Allow"]
+
+
+def test_served_chunked_bodies_over_the_limit_get_413(served: AtomqServe) -> None:
+    """No Content-Length: the node reads up to its limit; a byte past it is a 413, not a cut body
+    handed to the JSON parser (which answered 400 "not valid JSON")."""
+    owner = {"Authorization": f"Bearer {served.owner_key}"}
+    tenant = requests.post(served.url + "/v1/tenants", json={"name": "chunky"}, headers=owner, timeout=10).json()
+    headers = {"Authorization": f"Bearer {tenant['api_key']}", "Content-Type": "application/json"}
+    made = requests.put(served.url + "/v1/queues/big", json={"model": "point_to_point"}, headers=headers, timeout=10)
+    assert made.status_code in (200, 201), made.text
+
+    def chunks(size: int) -> Iterator[bytes]:
+        yield b'{"messages": [{"documents": [{"data": "'
+        for _ in range(size // 65536):
+            yield b"x" * 65536
+        yield b'"}]}]}'
+
+    over = requests.post(served.url + "/v1/queues/big/messages", data=chunks(11 * 1024 * 1024), headers=headers,
+                         timeout=30)
+    assert over.status_code == 413 and over.json()["error"]["code"] == "too_large", over.text[:300]
+    under = requests.post(served.url + "/v1/queues/big/messages", data=chunks(65536), headers=headers, timeout=30)
+    assert under.status_code == 201, under.text[:300]
+
+
+@pytest.mark.parametrize("path", ["/v1/topics//a/messages", "/v1/topics/a//b/messages", "/v1/topics/a/b//messages"])
+def test_an_empty_level_in_a_topic_path_gets_400(app: InProcessApp, path: str) -> None:
+    """Not a 308 to the path with the slashes merged, which is another topic."""
+    error = error_of(app.call("POST", path, send_body()), 400)
+    assert error["details"]["field"] == "topic"
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"GET /v1/que ues HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET /v1/queues HTTP/1.1\r\nHost: x\r\nX-Bad: a\rb\r\n\r\n", 400),
+    (b"POST /v1/queues/a/messages HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+    (b"GET /v1/queues?" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+], ids=["space in the path", "CR in a header", "negative length", "URI too long"])
+def test_served_refusals_of_the_http_server_itself_have_the_error_shape(
+        served: AtomqServe, request_bytes: bytes, status: int) -> None:
+    """gunicorn refuses these before the app sees them; its own HTML page became the JSON shape."""
+    host, _, port = served.url.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(request_bytes)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == str(status).encode(), answer[:300]
+    assert b"content-type: application/json" in head.lower()
+    error = strict_loads(body)["error"]
+    assert set(error) == {"code", "message", "details"} and error["code"] in ("invalid_input", "uri_too_long")

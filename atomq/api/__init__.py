@@ -27,7 +27,7 @@ from atomq.api import (
     tenants,
     topics,
 )
-from atomq.api.blueprint import NameConverter
+from atomq.api.blueprint import NameConverter, TopicConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
 from atomq.api.latency import LatencyRecorder
@@ -62,7 +62,11 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     app.config.update(config or {})
     telemetry.instrument_app(app)  # first: the request's span is current in every hook after it
     app.extensions["atomq"] = services
+    # A path is taken as it is sent: werkzeug's default merges "//" with a 308 to another path,
+    # which sent /v1/topics//a/messages to topic "a" instead of refusing the empty level.
+    app.url_map.merge_slashes = False
     app.url_map.converters["qname"] = NameConverter
+    app.url_map.converters["topic"] = TopicConverter
     latency = LatencyRecorder(services.queues.storage)
     latency.install(app)
     app.extensions["atomq_latency"] = latency
@@ -73,6 +77,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         "bearer": {"type": "http", "scheme": "bearer", "description": "aq_<key id>_<secret>, or the owner key"}}},
         "security": [{"bearer": []}]})
     api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
+    api.register_converter(TopicConverter, lambda converter: dict(TopicConverter.DOC))
     for module in (health, server, tenants, queues, messages, topics, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)

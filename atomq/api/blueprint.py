@@ -14,7 +14,7 @@ from flask import Request, Response, current_app, g, request
 from flask_smorest import Blueprint
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
-from werkzeug.routing import BaseConverter
+from werkzeug.routing import BaseConverter, PathConverter
 
 from atomq.api.schemas.common import NAME_PATTERN, ErrorSchema
 from atomq.api.services import Services
@@ -26,6 +26,16 @@ class NameConverter(BaseConverter):
     so that a name breaking the rule reaches the view and gets a 400 that says why."""
 
     DOC = {"type": "string", "pattern": NAME_PATTERN}
+
+
+class TopicConverter(PathConverter):
+    """A topic in a path: everything up to the route's next part, empty levels included, so that
+    ``/v1/topics//a/messages`` reaches the view and gets a 400 naming the topic's rule (werkzeug's
+    path converter refuses a leading "/", a 404 that says nothing of why)."""
+
+    regex = ".+?"
+    part_isolating = False  # werkzeug infers it from a "/" in the regex, which this one has not
+    DOC = {"type": "string"}
 
 
 class Parser(FlaskParser):

@@ -30,7 +30,7 @@ blp = ApiBlueprint("topics", __name__, url_prefix="/v1/topics", description="Top
 blp.after_request(with_memory_state)
 
 
-@blp.route("/<path:topic>/messages")
+@blp.route("/<topic:topic>/messages")
 class TopicMessages(MethodView):
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": SendSchema}}},
              parameters=[{"in": "path", "name": "topic", "required": True,

@@ -24,6 +24,7 @@ from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
+from atomq.node import refusals
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
 from atomq.node.worker_loops import start_loops, stop_loops
@@ -60,6 +61,10 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
     """gunicorn's threaded worker that also ends long-polls when told to stop."""
 
     loops: tuple[list[threading.Thread], threading.Event] | None = None
+
+    def init_process(self) -> None:
+        refusals.install()
+        super().init_process()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
