@@ -166,14 +166,14 @@ def test_tenant_lifecycle_and_keys(owner, http) -> None:
     first = Client(http, created["api_key"])
     extra = owner("POST", f"/v1/tenants/{tid}/keys", status=201)
     second = Client(http, extra["api_key"])
-    assert first("GET", "/v1/queues", status=200) == second("GET", "/v1/queues", status=200) == {"queues": []}
+    assert first("GET", "/v1/queues", status=200) == second("GET", "/v1/queues", status=200) == {"queues": [], "next": None}
     owner("DELETE", f"/v1/tenants/{tid}/keys/{extra['key_id']}", status=204)
     second("GET", "/v1/queues", status=401)
     first("GET", "/v1/queues", status=200)
     taken = owner("POST", "/v1/tenants", {"name": "lifecycle"}, 409)["error"]
     assert (taken["code"], taken["details"]) == ("name_taken", {"name": "lifecycle", "tenant": tid})
     assert [t["id"] for t in owner("GET", "/v1/tenants?name=lifecycle", status=200)["tenants"]] == [tid]
-    assert owner("GET", "/v1/tenants?name=nobody", status=200) == {"tenants": []}
+    assert owner("GET", "/v1/tenants?name=nobody", status=200) == {"tenants": [], "next": None}
     twin = owner("POST", "/v1/tenants", {"name": "lifecycle-2"}, 201)
     assert owner("PATCH", f"/v1/tenants/{twin['id']}", {"name": "lifecycle"}, 409)["error"]["code"] == "name_taken"
     owner("DELETE", f"/v1/tenants/{twin['id']}", status=204)
@@ -417,7 +417,7 @@ def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
         ("DELETE", "/v1/queues/secret", None),
     ):
         assert other(method, path, body, 404)["error"]["code"] == "not_found", (method, path)
-    assert other("GET", "/v1/queues", status=200) == {"queues": []}
+    assert other("GET", "/v1/queues", status=200) == {"queues": [], "next": None}
     other("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
     assert other("POST", "/v1/queues/secret/ack", {"ids": [msg_id]}, 200) == {"acked": 0}
     assert other("POST", "/v1/queues/secret/get", {}, 200) == {"messages": []}

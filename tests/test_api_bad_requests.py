@@ -383,3 +383,42 @@ def test_served_refusals_of_the_http_server_itself_have_the_error_shape(
     assert b"content-type: application/json" in head.lower()
     error = strict_loads(body)["error"]
     assert set(error) == {"code", "message", "details"} and error["code"] in ("invalid_input", "uri_too_long")
+
+
+def _pages(app: InProcessApp, path: str, member: str, limit: int, as_owner: bool = False) -> list[list[str]]:
+    """Every page of a list, each as its items' names (ids for tenants)."""
+    call = app.owner if as_owner else app.call
+    pages, after = [], None
+    while True:
+        query = f"?limit={limit}" + (f"&after={after}" if after else "")
+        answer = call("GET", path + query)
+        assert answer.status_code == 200, answer.data
+        body = strict_loads(answer.data)
+        pages.append([item.get("name") if member != "tenants" else item["id"] for item in body[member]])
+        after = body["next"]
+        if after is None:
+            return pages
+
+
+def test_every_list_takes_limit_and_after_and_answers_next(valkey: EmbeddedValkey) -> None:
+    with InProcessApp(valkey.client()) as app:
+        for name in ("c", "a", "e", "b"):
+            assert app.call("PUT", f"/v1/queues/{name}", {"model": "point_to_point"}).status_code == 201
+        # The app's own queues news and orders come after them.
+        assert _pages(app, "/v1/queues", "queues", 2) == [["a", "b"], ["c", "e"], ["news", "orders"]]
+        assert _pages(app, "/v1/queues", "queues", 1000) == [["a", "b", "c", "e", "news", "orders"]]
+        for name in ("l2", "l1", "l3"):
+            made = app.call("PUT", f"/v1/listeners/{name}", {"queue": "a", "process": "forward",
+                                                             "settings": {"to": "b"}})
+            assert made.status_code == 201, made.data
+        assert _pages(app, "/v1/listeners", "listeners", 2) == [["l1", "l2"], ["l3"]]
+        tenants = [app.tenant] + [strict_loads(app.owner("POST", "/v1/tenants", {"name": f"lister-{i}"}).data)["id"]
+                                  for i in range(3)]
+        try:
+            listed = [t for page in _pages(app, "/v1/tenants", "tenants", 2, as_owner=True) for t in page]
+            assert [t for t in listed if t in tenants] == tenants, "oldest first, each once"
+            for bad in ("limit=0", "limit=1001", "after="):
+                assert error_of(app.call("GET", f"/v1/queues?{bad}"), 400)
+        finally:
+            for tenant in tenants[1:]:
+                app.owner("DELETE", f"/v1/tenants/{tenant}")

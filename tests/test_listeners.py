@@ -137,7 +137,7 @@ def test_deploy_checks_the_process_its_settings_and_the_queue(tenant: Tenant) ->
         api.request("PUT", "/v1/listeners/l1", {"queue": "in", "process": "forward", "batch_size": 0,
                                                 "settings": {"to": "x"}})
     assert "batch_size" in json.dumps(batch.value.details)
-    assert api.request("GET", "/v1/listeners") == {"listeners": []}
+    assert api.request("GET", "/v1/listeners") == {"listeners": [], "next": None}
 
 
 def test_deploy_checks_the_queue_and_the_subscriber_before_the_rest_of_the_definition(tenant: Tenant) -> None:
@@ -595,7 +595,7 @@ def test_another_tenants_listener_names_are_not_found(harness: Harness, tenant: 
     api.request("PUT", "/v1/listeners/mine", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
     other = harness.owner.create_tenant("other")
     with AtomqClient(harness.url, other["api_key"]) as stranger:
-        assert stranger.request("GET", "/v1/listeners") == {"listeners": []}
+        assert stranger.request("GET", "/v1/listeners") == {"listeners": [], "next": None}
         for method, path in (("GET", "/v1/listeners/mine"), ("POST", "/v1/listeners/mine/pause"),
                              ("POST", "/v1/listeners/mine/resume"), ("POST", "/v1/listeners/mine/restart"),
                              ("DELETE", "/v1/listeners/mine")):

@@ -18,6 +18,7 @@ from flask.views import MethodView
 from atomq.api import render
 from atomq.api.auth import current_tenant, principal
 from atomq.api.blueprint import ApiBlueprint, services
+from atomq.api.schemas.common import ListArgs
 from atomq.api.schemas.listeners import (
     ExecutionFinishedSchema,
     ExecutionFinishSchema,
@@ -46,11 +47,14 @@ def listener_json(listener: Listener) -> dict[str, Any]:
 
 @blp.route("")
 class Listeners(MethodView):
+    @blp.arguments(ListArgs, location="query")
     @blp.response(200, ListenerListSchema)
-    def get(self) -> Response:
-        """The tenant's listeners with their state and counts."""
-        listeners = services().listeners.of_tenant(current_tenant())
-        return render.json_response({"listeners": [listener_json(listener) for listener in listeners]})
+    def get(self, args: dict[str, Any]) -> Response:
+        """The tenant's listeners with their state and counts, by name, a page at a time."""
+        limit = args["limit"]
+        listeners = services().listeners.of_tenant(current_tenant(), limit + 1, args.get("after"))
+        return render.json_response({"listeners": [listener_json(listener) for listener in listeners[:limit]],
+                                     "next": listeners[limit - 1].name if len(listeners) > limit else None})
 
 
 @blp.route("/<qname:name>")

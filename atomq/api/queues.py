@@ -10,7 +10,7 @@ from flask.views import MethodView
 from atomq.api import links, render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.schemas.common import ErrorSchema
+from atomq.api.schemas.common import ErrorSchema, ListArgs
 from atomq.api.schemas.queues import QueueListSchema, QueuePutSchema, QueueSchema
 from atomq.api.services import Services
 from atomq.errors import NotFound
@@ -27,10 +27,14 @@ QUEUE_SETTINGS = ("max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expi
 
 @blp.route("")
 class Queues(MethodView):
+    @blp.arguments(ListArgs, location="query")
     @blp.response(200, QueueListSchema)
-    def get(self) -> Response:
-        """The tenant's queues with their counts."""
-        return render.json_response({"queues": [render.queue(q) for q in services().queues.list_queues(current_tenant())]})
+    def get(self, args: dict[str, Any]) -> Response:
+        """The tenant's queues with their counts, by name, a page at a time."""
+        limit = args["limit"]
+        queues = services().queues.list_queues(current_tenant(), limit + 1, args.get("after"))
+        return render.json_response({"queues": [render.queue(q) for q in queues[:limit]],
+                                     "next": queues[limit - 1].name if len(queues) > limit else None})
 
 
 @blp.route("/<qname:name>")

@@ -21,6 +21,7 @@ from atomq.api.schemas.tenants import (
     TenantSchema,
     TenantUsageSchema,
 )
+from atomq.tenants import Tenant
 
 blp = ApiBlueprint("tenants", __name__, url_prefix="/v1/tenants", description="Tenants (owner key)")
 
@@ -47,12 +48,14 @@ class Tenants(MethodView):
     @blp.arguments(TenantListArgs, location="query")
     @blp.response(200, TenantListSchema)
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Every tenant, or the one of a name."""
+        """The tenants, oldest first, a page at a time; or the one of a name."""
         store = services().tenants
         if "name" in args:
             named = store.named(args["name"])
-            return {"tenants": [] if named is None else [asdict(named)]}
-        return {"tenants": [asdict(t) for t in store.list()]}
+            return {"tenants": [] if named is None else [asdict(named)], "next": None}
+        after, limit = args.get("after"), args["limit"]
+        rest = [t for t in store.list() if after is None or _cursor(t) > after]
+        return {"tenants": [asdict(t) for t in rest[:limit]], "next": _cursor(rest[limit - 1]) if len(rest) > limit else None}
 
 
 @blp.route("/<tenant_id>")
@@ -91,3 +94,9 @@ class KeyById(MethodView):
     def delete(self, tenant_id: str, key_id: str) -> None:
         """Revokes a key; it stops working at once on every node."""
         services().tenants.revoke_key(tenant_id, key_id)
+
+
+def _cursor(tenant: Tenant) -> str:
+    """A tenant's place in the list, oldest first: its creation time (fixed width, so the text
+    sorts as the time does) and its id."""
+    return f"{tenant.created_at:017.6f}_{tenant.id}"

@@ -147,8 +147,19 @@ class AtomqClient:
                                                     "spark_weight": spark_weight})
 
     def tenants(self, name: str | None = None) -> list[Any]:
-        """Every tenant, or (``name``) the one of that name: a list of one, or empty."""
-        return self.request("GET", "/v1/tenants", name=name)["tenants"]  # type: ignore[no-any-return]
+        """Every tenant, oldest first, or (``name``) the one of that name: a list of one, or empty."""
+        return self._whole_list("/v1/tenants", "tenants", name=name)
+
+    def _whole_list(self, path: str, member: str, **query: Any) -> list[Any]:
+        """Every item of a list the node answers a page at a time."""
+        items: list[Any] = []
+        after = None
+        while True:
+            page = self.request("GET", path, after=after, **query)
+            items += page[member]
+            after = page.get("next")
+            if after is None:
+                return items
 
     def tenant(self, tenant_id: str) -> Any:
         return self.request("GET", f"/v1/tenants/{tenant_id}")
@@ -186,7 +197,7 @@ class AtomqClient:
         return self.request("PUT", f"/v1/queues/{name}", {"model": model, **settings})
 
     def queues(self) -> list[Any]:
-        return self.request("GET", "/v1/queues")["queues"]  # type: ignore[no-any-return]
+        return self._whole_list("/v1/queues", "queues")
 
     def queue(self, name: str) -> Any:
         return self.request("GET", f"/v1/queues/{name}")
@@ -215,7 +226,7 @@ class AtomqClient:
         return self.request("PUT", f"/v1/listeners/{name}", body)
 
     def listeners(self) -> list[Any]:
-        return self.request("GET", "/v1/listeners")["listeners"]  # type: ignore[no-any-return]
+        return self._whole_list("/v1/listeners", "listeners")
 
     def listener(self, name: str) -> Any:
         return self.request("GET", f"/v1/listeners/{name}")

@@ -238,10 +238,14 @@ class Components:
             out.append(counts)
         return out
 
-    def list_queues(self, tenant: str) -> list[QueueInfo]:
+    def list_queues(self, tenant: str, limit: int | None = None, after: str | None = None) -> list[QueueInfo]:
+        """The tenant's queues by name: those after ``after``, at most ``limit`` of them (all without),
+        so a page reads the figures of its own queues only."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         names = sorted(n.decode() for n in self._shared.storage.call(self._shared.client.smembers, tk.queues))
-        return self._queue_infos(tenant, names)  # a queue removed while listing is left out
+        if after is not None:
+            names = [n for n in names if n > after]
+        return self._queue_infos(tenant, names[:limit])  # a queue removed while listing is left out
 
     def delete_queue(self, tenant: str, name: str) -> None:
         """Removes a queue with its messages, dead letters and subscribers.

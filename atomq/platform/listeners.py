@@ -175,11 +175,11 @@ class ListenerStore:
         return [ExecutionBucket(start=start, executions=n["e"], failures=n["f"])
                 for start, n in read_ring(self.storage, lk.stat, "ef", buckets)]
 
-    def of_tenant(self, tenant: str) -> list[Listener]:
-        """Every listener of a tenant, by name."""
+    def of_tenant(self, tenant: str, limit: int | None = None, after: str | None = None) -> list[Listener]:
+        """The listeners of a tenant by name: those after ``after``, at most ``limit`` (all without)."""
         check_tenant_id(tenant)
         definitions = self.storage.call(self.storage.client.hgetall, k.tenant_listeners(tenant))
-        names = sorted(n.decode() for n in definitions)
+        names = sorted(n for n in (d.decode() for d in definitions) if after is None or n > after)[:limit]
         pipe = self.storage.client.pipeline(transaction=False)
         for name in names:
             lk = k.ListenerKeys(tenant, name)

@@ -138,6 +138,18 @@ class BulkSelector(Strict):
             raise ma.ValidationError("give either ids or all: true", "ids")
 
 
+class ListArgs(Strict):
+    """A page of a list (queues, tenants, listeners): ``next`` of one page is ``after`` of the next."""
+
+    limit = fields.Integer(load_default=defaults.MAX_PAGE_LIMIT, validate=validate.Range(1, defaults.MAX_PAGE_LIMIT),
+                           metadata={"description": "most items on the page"})
+    after = fields.String(validate=validate.Length(1, 128), metadata={
+        "description": "the ``next`` of the page before: this page starts after it"})
+
+
+NEXT_DOC = {"description": "the ``after`` of the next page; null on the last"}
+
+
 class PageArgs(Strict):
     limit = fields.Integer(load_default=defaults.PAGE_LIMIT,  # a query string: text
                            validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import NAME_PATTERN, Int, Number, Strict, StringList
+from atomq.api.schemas.common import NAME_PATTERN, NEXT_DOC, Int, Number, Strict, StringList
 from atomq.api.schemas.messages import DeliverySchema
 from atomq.platform.listeners import ENGINES, STATES
 
@@ -47,6 +47,7 @@ class ListenerSchema(Strict):
 
 class ListenerListSchema(Strict):
     listeners = fields.List(fields.Nested(ListenerSchema), required=True)
+    next = fields.String(required=True, allow_none=True, metadata=NEXT_DOC)
 
 
 class ExecutionDeliverySchema(DeliverySchema):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import Bool, Int, Number, Strict
+from atomq.api.schemas.common import NEXT_DOC, Bool, Int, Number, Strict
 from atomq.platform.models import Durability, Overflow
 from atomq.platform.topics import PATTERN_PATTERN
 
@@ -130,3 +130,4 @@ class QueueSchema(CountsSchema):
 
 class QueueListSchema(Strict):
     queues = fields.List(fields.Nested(QueueSchema), required=True)
+    next = fields.String(required=True, allow_none=True, metadata=NEXT_DOC)

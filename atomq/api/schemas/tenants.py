@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import Int, Strict
+from atomq.api.schemas.common import NEXT_DOC, Int, ListArgs, Strict
 
 _limit = validate.Range(0, defaults.MAX_EXACT_INT)
 _NAME_DOC = {"description": "1 to 128 printable characters (Python's str.isprintable: no control, format, "
@@ -47,13 +47,14 @@ class TenantCreatedSchema(TenantSchema):
     api_key = fields.String(required=True, metadata={"description": "shown only in this response"})
 
 
-class TenantListArgs(Strict):
+class TenantListArgs(ListArgs):
     name = fields.String(metadata={"description": "only the tenant of this name (names are unique): a list of one, "
                                                   "or empty"})
 
 
 class TenantListSchema(Strict):
     tenants = fields.List(fields.Nested(TenantSchema), required=True)
+    next = fields.String(required=True, allow_none=True, metadata=NEXT_DOC)
 
 
 class KeyCreatedSchema(Strict):
