@@ -3,8 +3,8 @@
 Every request but the public ones presents ``Authorization: Bearer <key>``;
 the key is resolved on every request (nothing is cached), so a revoked key
 stops working at once on every node. The owner acts for a tenant with the
-``X-Atomq-Tenant`` header. An address whose keys keep failing is refused
-for a while before its key is looked at (``atomq.api.key_checks``). A request
+``X-Atomq-Tenant`` header. A key that keeps failing from an address is refused
+there for a while before it is looked at (``atomq.api.key_checks``). A request
 for no route, or with a method its route does not take, gets its 404 or 405
 without a key: the routes are public in the OpenAPI document.
 """
@@ -50,12 +50,13 @@ def authenticate() -> None:
     services = current_app.extensions["atomq"]
     throttle = current_app.extensions["atomq_key_checks"]
     address = request.remote_addr or ""
-    throttle.check(address)
+    if presented:
+        throttle.check(address, presented)
     try:
         g.principal = services.tenants.authenticate(presented)
     except Unauthorized:
         if presented and not is_execution_token(presented):
-            throttle.failed(address)
+            throttle.failed(address, presented)
         raise
     grant = g.principal.execution
     if grant is not None:

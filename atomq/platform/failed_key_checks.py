@@ -1,4 +1,4 @@
-"""Failed key checks counted per client address and node, in windows that expire with them.
+"""Failed key checks counted per client address, key id and node, in windows that expire with them.
 
 Kept in Redis (``keys.failed_key_checks``) rather than in a process, so every
 HTTP worker process of a node adds to the same count; a window starts with
@@ -20,10 +20,11 @@ class FailedKeyChecks:
         self._storage = storage
         self._node_id = node_id
 
-    def count(self, address: str, window_s: int) -> tuple[int, int]:
-        """Counts one failure of ``address``, starting a window of ``window_s`` if none is open:
-        the failures in the window so far and the milliseconds it has left (atomically)."""
-        key = k.failed_key_checks(self._node_id, address)
+    def count(self, address: str, key_id: str, window_s: int) -> tuple[int, int]:
+        """Counts one failure of ``address`` with key id ``key_id``, starting a window of
+        ``window_s`` if none is open: the failures in the window so far and the milliseconds it
+        has left (atomically)."""
+        key = k.failed_key_checks(self._node_id, address, key_id)
         pipe = self._storage.client.pipeline(transaction=True)
         pipe.set(key, 0, ex=window_s, nx=True)
         pipe.incr(key)

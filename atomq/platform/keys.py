@@ -255,9 +255,10 @@ def node_rate_window(node_id: str) -> str:
     return f"{PREFIX}:rl:node:{node_id}"
 
 
-def failed_key_checks(node_id: str, address: str) -> str:
-    """The count of failed key checks from one client address (IPv4 or IPv6) through one node."""
-    return f"{PREFIX}:keyfail:{node_id}:{address}"
+def failed_key_checks(node_id: str, address: str, key_id: str) -> str:
+    """The count of failed checks of one key id (``key_checks.guessed_key_id``) from one client
+    address (IPv4 or IPv6) through one node."""
+    return f"{PREFIX}:keyfail:{node_id}:{address}|{key_id}"
 
 
 def tenant_rate_window(tenant: str, node_id: str) -> str:

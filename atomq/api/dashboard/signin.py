@@ -15,16 +15,17 @@ victim's browser into a session of the attacker's key.
 
 from __future__ import annotations
 
-from flask import make_response, redirect, render_template, request, url_for
+from flask import current_app, make_response, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.sessions import SESSION_COOKIE, SIGNIN_COOKIE
-from atomq.errors import Forbidden, Unauthorized
+from atomq.errors import Forbidden, RateLimited, Unauthorized
 from atomq.tenants import api_keys
 from atomq.tenants.dashboard_sessions import new_token
+from atomq.tenants.execution_tokens import is_execution_token
 
 
 def _form(error: str | None = None, status: int = 200) -> Response:
@@ -46,11 +47,21 @@ def signin_submit() -> Response:
     if not expected or not access.tokens_match(request.form.get("csrf_token"), expected):
         raise Forbidden("the sign-in form expired or came from another site: open the sign-in page again")
     key = request.form.get("key", "").strip()
+    throttle, address = current_app.extensions["atomq_key_checks"], request.remote_addr or ""
+    try:
+        if key:
+            throttle.check(address, key)
+    except RateLimited as exc:
+        response = _form(f"Too many keys that did not work were tried from here: {exc.message}.", 429)
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
     try:
         principal = services().tenants.authenticate(key)
     except Unauthorized:
         principal = None
     if principal is None or principal.execution is not None:
+        if key and not is_execution_token(key):
+            throttle.failed(address, key)
         return _form("That key does not work. Sign in with the owner's key or a tenant's API key.", 401)
     store = access.sessions()
     previous = store.load(request.cookies.get(SESSION_COOKIE))
