@@ -826,3 +826,31 @@ def test_a_listener_keeps_its_last_ten_failures_with_their_errors(qs: QueueServe
     assert listener.failures == 12
     assert [error for _, error in listener.recent_failures] == [f"boom {i}" for i in range(11, 1, -1)]
     assert all(at > 0 for at, _ in listener.recent_failures)
+
+
+def test_a_worker_that_starts_is_seen_at_the_next_round_not_seconds_later(valkey) -> None:
+    """Liveness is read again every 0.1 s while an engine has no worker (and every 2 s while it has
+    one): in a node's first seconds its listeners read "waiting" no longer than a round after its
+    workers start, not after they ran the listeners' executions. The clock is the test's."""
+    from rq import Worker
+
+    from atomq.platform.storage import Storage
+    from atomq.workers import liveness
+
+    rq = valkey.client(db=9)  # a registry of rq workers of this test's own
+    now = [1000.0]
+    watch = liveness.WorkerLiveness(rq, liveness.WorkerProblems(Storage(rq)), clock=lambda: now[0])
+    try:
+        assert watch.waiting_for("fork") == liveness.FORK_MISSING
+        worker = Worker([Queue(k.rq_queue_name("t_000000000abc"), connection=rq)], connection=rq, name="starting")
+        worker.register_birth()
+        now[0] += liveness.MISSING_RECHECK_S
+        assert watch.waiting_for("fork") == ""
+        worker.register_death()
+        now[0] += liveness.CHECK_INTERVAL_S / 2
+        assert watch.waiting_for("fork") == "", "while a worker lives, what was read stands for 2 s"
+        now[0] += liveness.CHECK_INTERVAL_S / 2
+        assert watch.waiting_for("fork") == liveness.FORK_MISSING
+    finally:
+        rq.flushdb()
+        rq.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -48,7 +49,10 @@ SPARK_HEARTBEAT_TTL_S = 20.0
 PROBLEM_STALE_S = 180.0
 """A node rewrites its record of a problem every minute; an older one is a dead node's."""
 CHECK_INTERVAL_S = 2.0
-"""How long a supervisor reuses what it read: rounds run every 0.2 s."""
+"""How long a supervisor reuses what it read while every engine has a live worker: rounds run
+every 0.2 s."""
+MISSING_RECHECK_S = 0.1
+"""How long it reuses what it read while an engine has none: a round's listeners share one read."""
 
 SPARK_STARTING = "no Spark worker is running yet"
 """How the reason of a Spark listener begins while a node's Spark worker starts (not a failure)."""
@@ -223,21 +227,29 @@ def _problem(engine: str, raw: bytes) -> WorkerProblem | None:
 
 
 class WorkerLiveness:
-    """Why each engine's listeners wait ('' when a worker of that engine is alive), read
-    at most every ``CHECK_INTERVAL_S``."""
+    """Why each engine's listeners wait ('' when a worker of that engine is alive), read at most
+    every ``check_interval_s`` while the engine asked about has a worker, and every
+    ``MISSING_RECHECK_S`` while it has none: a worker that starts (a node's, in its first seconds)
+    is seen at the next round, not seconds after it ran a listener's execution that still read
+    "waiting"."""
 
-    def __init__(self, rq: redis.Redis, problems: WorkerProblems, check_interval_s: float = CHECK_INTERVAL_S) -> None:
+    def __init__(self, rq: redis.Redis, problems: WorkerProblems, check_interval_s: float = CHECK_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rq = rq
         self.problems = problems
         self.check_interval_s = check_interval_s
+        self._clock = clock
         self._reasons: dict[str, str] = {}
-        self._read_at = -check_interval_s
+        self._read_at: float | None = None
 
     def waiting_for(self, engine: str) -> str:
         """Why a listener of ``engine`` waits, or ''. When rq's Redis or the store cannot
         be read, the last answer stands (the supervision round reports the error)."""
-        now = time.monotonic()
-        if now - self._read_at >= self.check_interval_s:
+        now = self._clock()
+        interval = self.check_interval_s
+        if self._reasons.get(engine):
+            interval = min(interval, MISSING_RECHECK_S)
+        if self._read_at is None or now - self._read_at >= interval:
             self._read_at = now
             try:
                 self._reasons = {"fork": self._fork(), "spark": self._spark()}
