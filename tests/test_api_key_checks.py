@@ -22,7 +22,7 @@ from atomq.errors import InvalidInput
 from atomq.node.owner_key import MIN_OWNER_KEY_CHARS, OWNER_KEY_ENV, load_owner_key
 from atomq.platform import keys as k
 from atomq.platform.embedded import EmbeddedValkey
-from support.in_process_app import OWNER_KEY, InProcessApp, error_of
+from support.in_process_app import InProcessApp, error_of
 from support.ports import free_port
 from support.processes import REPO
 from support.served_node import AtomqServe, ServeFactory
