@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 import requests
 
+from atomq import defaults
 from atomq.api import create_app, strict_json
 from atomq.api.latency import KNOWN_METHODS, OTHER_METHOD
 from atomq.api.services import LongPollLimiter, Services
@@ -385,9 +387,8 @@ def test_served_refusals_of_the_http_server_itself_have_the_error_shape(
     assert set(error) == {"code", "message", "details"} and error["code"] in ("invalid_input", "uri_too_long")
 
 
-def _pages(app: InProcessApp, path: str, member: str, limit: int, as_owner: bool = False) -> list[list[str]]:
+def _pages(call: Any, path: str, member: str, limit: int) -> list[list[str]]:
     """Every page of a list, each as its items' names (ids for tenants)."""
-    call = app.owner if as_owner else app.call
     pages, after = [], None
     while True:
         query = f"?limit={limit}" + (f"&after={after}" if after else "")
@@ -400,25 +401,68 @@ def _pages(app: InProcessApp, path: str, member: str, limit: int, as_owner: bool
             return pages
 
 
-def test_every_list_takes_limit_and_after_and_answers_next(valkey: EmbeddedValkey) -> None:
-    with InProcessApp(valkey.client()) as app:
+def test_every_list_takes_limit_and_after_and_answers_next(app: InProcessApp) -> None:
+    made = [strict_loads(app.owner("POST", "/v1/tenants", {"name": f"lister-{i}"}).data) for i in range(3)]
+    tenants = [t["id"] for t in made]
+
+    def call(method: str, path: str, body: Any = None) -> Any:
+        return app.call(method, path, body, key=made[0]["api_key"])
+
+    try:
         for name in ("c", "a", "e", "b"):
-            assert app.call("PUT", f"/v1/queues/{name}", {"model": "point_to_point"}).status_code == 201
-        # The app's own queues news and orders come after them.
-        assert _pages(app, "/v1/queues", "queues", 2) == [["a", "b"], ["c", "e"], ["news", "orders"]]
-        assert _pages(app, "/v1/queues", "queues", 1000) == [["a", "b", "c", "e", "news", "orders"]]
+            assert call("PUT", f"/v1/queues/{name}", {"model": "point_to_point"}).status_code == 201
+        assert _pages(call, "/v1/queues", "queues", 3) == [["a", "b", "c"], ["e"]]
+        assert _pages(call, "/v1/queues", "queues", 2) == [["a", "b"], ["c", "e"]]
+        assert _pages(call, "/v1/queues", "queues", 1000) == [["a", "b", "c", "e"]]
         for name in ("l2", "l1", "l3"):
-            made = app.call("PUT", f"/v1/listeners/{name}", {"queue": "a", "process": "forward",
-                                                             "settings": {"to": "b"}})
-            assert made.status_code == 201, made.data
-        assert _pages(app, "/v1/listeners", "listeners", 2) == [["l1", "l2"], ["l3"]]
-        tenants = [app.tenant] + [strict_loads(app.owner("POST", "/v1/tenants", {"name": f"lister-{i}"}).data)["id"]
-                                  for i in range(3)]
-        try:
-            listed = [t for page in _pages(app, "/v1/tenants", "tenants", 2, as_owner=True) for t in page]
-            assert [t for t in listed if t in tenants] == tenants, "oldest first, each once"
-            for bad in ("limit=0", "limit=1001", "after="):
-                assert error_of(app.call("GET", f"/v1/queues?{bad}"), 400)
-        finally:
-            for tenant in tenants[1:]:
-                app.owner("DELETE", f"/v1/tenants/{tenant}")
+            deployed = call("PUT", f"/v1/listeners/{name}", {"queue": "a", "process": "forward",
+                                                              "settings": {"to": "b"}})
+            assert deployed.status_code == 201, deployed.data
+        assert _pages(call, "/v1/listeners", "listeners", 2) == [["l1", "l2"], ["l3"]]
+        listed = [t for page in _pages(app.owner, "/v1/tenants", "tenants", 2) for t in page]
+        assert [t for t in listed if t in tenants] == tenants, "oldest first, each once"
+        for bad in ("limit=0", "limit=1001", "after="):
+            error_of(call("GET", f"/v1/queues?{bad}"), 400)
+    finally:
+        for tenant in tenants:
+            app.owner("DELETE", f"/v1/tenants/{tenant}")
+
+
+def test_served_slow_clients_hold_no_thread_the_tenants_need(served: AtomqServe) -> None:
+    """More connections than the node has threads send their heads a line a second and never a
+    key: a tenant's sends are still answered (each within the client's usual time-out), since a
+    thread takes a request only once its head is in."""
+    owner = {"Authorization": f"Bearer {served.owner_key}"}
+    tenant = requests.post(served.url + "/v1/tenants", json={"name": "bystander"}, headers=owner, timeout=10).json()
+    headers = {"Authorization": f"Bearer {tenant['api_key']}"}
+    assert requests.put(served.url + "/v1/queues/q", json={"model": "point_to_point"}, headers=headers,
+                        timeout=10).status_code == 201
+    host, _, port = served.url.removeprefix("http://").partition(":")
+    slow = [socket.create_connection((host, int(port)), timeout=10)
+            for _ in range(2 * defaults.THREADS * served.http_workers)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        for conn in slow:
+            conn.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")
+        while not stop.wait(0.5):
+            for conn in slow:
+                try:
+                    conn.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass
+
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        with requests.Session() as session:
+            for i in range(20):
+                sent = session.post(served.url + "/v1/queues/q/messages", headers=headers, timeout=10,
+                                    json={"messages": [{"documents": [{"data": str(i)}]}]})
+                assert sent.status_code == 201, sent.text
+    finally:
+        stop.set()
+        trickler.join()
+        for conn in slow:
+            conn.close()
+    assert requests.get(served.url + "/v1/queues/q", headers=headers, timeout=10).json()["depth"] == 20

@@ -124,9 +124,10 @@ def test_calls_share_one_keep_alive_connection(node, owner) -> None:
     assert (pool.num_connections, pool.num_requests) == (1, 5)
 
 
-def test_a_request_the_node_may_have_seen_is_never_sent_again() -> None:
-    """A node that takes a request and drops the connection: one attempt, and an error that says
-    the node could not be reached (as requests behaved: a send is not stored twice)."""
+def test_a_request_the_node_may_have_seen_is_sent_again_only_as_a_send_under_its_key() -> None:
+    """A node that takes a request and drops the connection: a send is tried ``send_tries`` times,
+    each under the same Idempotency-Key (the node stores it once), then an error that says the node
+    could not be reached; any other request is sent once."""
     seen: list[bytes] = []
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -149,8 +150,10 @@ def test_a_request_the_node_may_have_seen_is_never_sent_again() -> None:
             assert broken.value.code == "unreachable"
             with pytest.raises(StorageError):
                 c.queues()
-    assert [request.split(b" ", 2)[:2] for request in seen] == [[b"POST", b"/v1/queues/q/messages"],
-                                                                [b"GET", b"/v1/queues"]]
+    assert [request.split(b" ", 2)[:2] for request in seen] == [[b"POST", b"/v1/queues/q/messages"]] * 3 + [
+        [b"GET", b"/v1/queues"]]
+    keys = {line for request in seen[:3] for line in request.split(b"\r\n") if line.lower().startswith(b"idempotency-key:")}
+    assert len(keys) == 1
 
 
 def test_an_unreachable_node_and_a_body_json_cannot_hold() -> None:

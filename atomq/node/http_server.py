@@ -17,6 +17,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
+from gunicorn.workers.gthread import _DEFER as DEFER  # what handle() answers to send a connection back to the poller
 from gunicorn.workers.gthread import ThreadWorker
 
 from atomq import defaults, telemetry
@@ -24,7 +25,7 @@ from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
-from atomq.node import refusals
+from atomq.node import refusals, slow_clients
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
 from atomq.node.worker_loops import start_loops, stop_loops
@@ -65,6 +66,19 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
     def init_process(self) -> None:
         refusals.install()
         super().init_process()
+
+    def handle(self, conn: Any) -> Any:
+        """A thread parses a request only once its head is in (``slow_clients``); until then the
+        connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
+        if self.cfg.is_ssl or self.cfg.http2_cleartext != "off" or conn.is_http2:
+            return super().handle(conn)
+        conn.init()
+        ready = slow_clients.head_is_buffered(conn)
+        if ready is None:
+            return False  # answered 408: gunicorn closes it
+        if not ready:
+            return DEFER
+        return super().handle(conn)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
