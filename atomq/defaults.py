@@ -115,6 +115,9 @@ MAX_TOPIC_CHARS = 250
 """Solace's bound on a topic: room for a dozen levels of names, a published topic is stored with every copy."""
 MAX_TOPICS_PER_QUEUE = 100
 """A publish matches against every pattern of the tenant (cached); a queue needs a handful."""
+MAX_TOPIC_PATTERNS_PER_TENANT = 10_000
+"""Every HTTP worker keeps a matcher of a publishing tenant's patterns: 10,000 patterns of the longest
+(250 characters) take it about 20 MiB and a second to build."""
 LATEST_TIME_S = 253_402_300_799.0
 """9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 MAX_TRACEPARENT_CHARS = 256

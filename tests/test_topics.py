@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomq.errors import InvalidInput, NotDurable, QueueFull, QuotaExceeded, TooLarge
+from atomq import defaults
+from atomq.errors import Conflict, InvalidInput, NotDurable, QueueFull, QuotaExceeded, TooLarge
 from atomq.platform import PublishedMany, QueueServer
+from atomq.platform import keys as k
 from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
 from support.audit import assert_audit_clean
 from support.queues import FAST, browse_all, msg
@@ -78,16 +80,16 @@ _pattern_levels = st.sampled_from(["a", "ab", "b", "*", "a*", "ab*"])
 
 @st.composite
 def _patterns(draw: st.DrawFn) -> str:
-    levels = draw(st.lists(_pattern_levels, min_size=0, max_size=3))
+    levels = draw(st.lists(_pattern_levels, min_size=0, max_size=6))  # deep: runs of levels split and share
     if draw(st.booleans()) or not levels:
         levels.append(">")
     return "/".join(levels)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["q1", "q2", "q3", "q4"]), st.lists(_patterns(), min_size=1, max_size=3),
-                       max_size=4),
-       st.lists(_levels, min_size=1, max_size=4).map("/".join))
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.sampled_from(["q1", "q2", "q3", "q4", "q5"]), st.lists(_patterns(), min_size=1, max_size=6),
+                       max_size=5),
+       st.lists(_levels, min_size=1, max_size=7).map("/".join))
 def test_the_trie_matches_what_a_regular_expression_per_pattern_matches(patterns, topic) -> None:
     expected = sorted(q for q, ps in patterns.items() if any(_regex(p).fullmatch(topic) for p in ps))
     assert TopicMatcher(patterns).match(topic) == expected
@@ -270,3 +272,29 @@ def test_a_group_stored_but_not_synced_does_not_stop_the_others(valkey, tenant: 
         qs.publish_many(tenant, ["ledger/1", "log/1", "ledger/2"], [msg("a"), msg("b"), msg("c")], progress=progress)
     assert (qs.get_queue(tenant, "ledger").depth, qs.get_queue(tenant, "log").depth) == (2, 1), "nothing twice"
     client.close()
+
+
+def test_a_tenants_queues_attract_a_bounded_number_of_patterns_together(
+        qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each HTTP worker keeps a matcher of them; the count is kept with the patterns, so a change
+    is judged without reading them all, and a removed queue gives its patterns back."""
+    monkeypatch.setattr(defaults, "MAX_TOPIC_PATTERNS_PER_TENANT", 5)
+    qs.put_queue(tenant, "a", "point_to_point", topics=["a/1", "a/2", "a/3"])
+    qs.put_queue(tenant, "b", "point_to_point", topics=["b/1", "b/2"])
+    with pytest.raises(Conflict) as refused:
+        qs.put_queue(tenant, "c", "point_to_point", topics=["c/1"])
+    assert refused.value.code == "too_many_topic_patterns" and refused.value.details["limit"] == 5
+    with pytest.raises(Conflict):
+        qs.put_queue(tenant, "b", "point_to_point", topics=["b/1", "b/2", "b/3"])
+    assert qs.get_queue(tenant, "b").topics == ("b/1", "b/2")
+    qs.put_queue(tenant, "b", "point_to_point", topics=["b/9"])  # fewer is always taken
+    qs.put_queue(tenant, "c", "point_to_point", topics=["c/1"])
+    qs.delete_queue(tenant, "a")
+    qs.put_queue(tenant, "d", "point_to_point", topics=["d/1", "d/2", "d/3"])
+    assert qs.publish(tenant, "d/2", [msg("x")]).queues == ["d"]
+    assert int(qs.client.hget(k.TenantKeys(tenant).topic_patterns, "#n")) == 5
+    qs.client.hdel(k.TenantKeys(tenant).topic_patterns, "#n")  # as an older atomq left it: counted once
+    with pytest.raises(Conflict):
+        qs.put_queue(tenant, "e", "point_to_point", topics=["e/1"])
+    qs.put_queue(tenant, "c", "point_to_point", topics=[])
+    assert int(qs.client.hget(k.TenantKeys(tenant).topic_patterns, "#n")) == 4

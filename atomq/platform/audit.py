@@ -8,6 +8,8 @@ for a request path.
 
 from __future__ import annotations
 
+import json
+
 from collections import Counter
 from typing import Any
 
@@ -194,4 +196,9 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
     counted = recount_usage(r, tenant)
     if kept != counted:
         problems.append(f"usage counters say {kept}, the data holds {counted}")
+    patterns = r.hgetall(tk.topic_patterns)
+    total = patterns.pop(b"#n", None)
+    held = sum(len(json.loads(v)) for f, v in patterns.items() if not f.startswith(b"#"))
+    if total is not None and int(total) != held:
+        problems.append(f"the count of topic patterns says {int(total)}, the queues attract {held}")
     return problems

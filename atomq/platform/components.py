@@ -99,7 +99,7 @@ class Components:
             "queue_put",
             docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns],
             [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
-             self._shared.settings.max_queues_per_tenant, patterns, *named],
+             self._shared.settings.max_queues_per_tenant, patterns, defaults.MAX_TOPIC_PATTERNS_PER_TENANT, *named],
             errors={
                 "CONFLICT": lambda _: Conflict(
                     "the model of a queue that holds messages or subscribers cannot change", queue=name
@@ -110,6 +110,10 @@ class Components:
                 "LASTVALUEPUBSUB": lambda _: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
+                "TOOMANYPATTERNS": lambda words: Conflict(
+                    f"a tenant's queues attract at most {defaults.MAX_TOPIC_PATTERNS_PER_TENANT} topic patterns "
+                    f"together, and these would make {words[0]}: remove patterns from its queues first",
+                    code="too_many_topic_patterns", limit=defaults.MAX_TOPIC_PATTERNS_PER_TENANT, field="topics"),
                 "TOOMANYQUEUES": lambda _: Conflict(
                     f"a tenant has at most {self._shared.settings.max_queues_per_tenant} queues: delete one first",
                     code="too_many_queues", limit=self._shared.settings.max_queues_per_tenant),

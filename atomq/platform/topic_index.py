@@ -39,7 +39,9 @@ class TopicIndex:
         raw = self._shared.storage.call(self._shared.client.hgetall, k.TenantKeys(tenant).topic_patterns)
         fields = {name.decode(): value.decode() for name, value in raw.items()}
         version = fields.pop(VERSION_FIELD, "0")
-        entry = (version, TopicMatcher({queue: json.loads(ps) for queue, ps in fields.items()}))
+        # Fields of the hash's own start with '#' (no queue name does): #n counts the patterns.
+        entry = (version, TopicMatcher({queue: json.loads(ps) for queue, ps in fields.items()
+                                        if not queue.startswith("#")}))
         with self._lock:
             if len(self._matchers) > MAX_CACHED_TENANTS:
                 self._matchers.clear()

@@ -4,14 +4,14 @@ A topic is levels joined by ``/``. In a pattern a level ``*`` matches exactly
 one level, ``abc*`` one level starting with ``abc``, and ``>`` as the last
 level one or more levels. Matching walks a trie of the patterns by level, as
 RabbitMQ keeps its topic bindings, so a publish costs what the levels of its
-topic cost, not what every pattern of the tenant costs.
+topic cost, not what every pattern of the tenant costs; runs of levels no two
+patterns share are one edge, so the trie costs what the patterns' text does.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from atomq import defaults
 from atomq.errors import InvalidInput
@@ -53,19 +53,49 @@ def check_patterns(value: object, field: str = "topics") -> tuple[str, ...]:
     return tuple(dict.fromkeys(check_pattern(p, field) for p in value))
 
 
-@dataclass
 class _Node:
-    exact: dict[str, _Node] = field(default_factory=dict)
-    prefixed: list[tuple[str, _Node]] = field(default_factory=list)
-    any_one: _Node | None = None
-    ending: set[str] = field(default_factory=set)
-    """Queues whose pattern ends here."""
-    rest: set[str] = field(default_factory=set)
-    """Queues whose pattern has ``>`` after this level: one or more levels more."""
+    """A place in the trie: the edges that leave it, and the queues whose pattern ends here."""
+
+    __slots__ = ("literal", "wild", "ending", "rest")
+
+    def __init__(self) -> None:
+        self.literal: dict[str, _Edge] = {}
+        """Edges whose first level is a name, by that name."""
+        self.wild: list[_Edge] = []
+        """Edges whose first level is ``*`` or ``abc*``."""
+        self.ending: set[str] = set()
+        """Queues whose pattern ends here."""
+        self.rest: set[str] = set()
+        """Queues whose pattern has ``>`` after this level: one or more levels more."""
+
+    def wild_edge(self, first: str) -> _Edge | None:
+        """The edge whose run starts with the wildcard level ``first``."""
+        return next((e for e in self.wild if e.levels[0] == first), None)
+
+
+class _Edge:
+    """A run of pattern levels (names, ``*``, ``abc*``) each matching one topic level, and where it
+    leads: a run that no other pattern shares is one edge, however many levels it has."""
+
+    __slots__ = ("levels", "node")
+
+    def __init__(self, levels: tuple[str, ...], node: _Node) -> None:
+        self.levels = levels
+        self.node = node
+
+
+def _matches(pattern_level: str, level: str) -> bool:
+    if pattern_level.endswith("*"):  # '*' or 'abc*': a topic level holds no '*'
+        return level.startswith(pattern_level[:-1])
+    return pattern_level == level
 
 
 class TopicMatcher:
-    """The patterns of one tenant's queues; read by many threads, never changed after it is built."""
+    """The patterns of one tenant's queues; read by many threads, never changed after it is built.
+
+    A trie on levels whose runs of levels that no two patterns share are one edge each (a radix
+    tree): memory and build time grow with the patterns' text, not with a node a level, which a
+    tenant's 12,000 patterns of 120 levels made 1.5 million nodes, a gigabyte and 30 s a worker."""
 
     def __init__(self, patterns: Mapping[str, Iterable[str]]) -> None:
         self._root = _Node()
@@ -75,44 +105,57 @@ class TopicMatcher:
                 self._add(queue, p)
 
     def _add(self, queue: str, pattern: str) -> None:
-        node = self._root
-        for level in pattern.split("/"):
-            if level == ">":
-                node.rest.add(queue)
-                return
-            if level == "*":
-                node.any_one = node.any_one or _Node()
-                node = node.any_one
-            elif level.endswith("*"):
-                prefix = level[:-1]
-                child = next((n for p, n in node.prefixed if p == prefix), None)
-                if child is None:
-                    child = _Node()
-                    node.prefixed.append((prefix, child))
-                node = child
-            else:
-                node = node.exact.setdefault(level, _Node())
-        node.ending.add(queue)
+        levels = pattern.split("/")
+        rest = levels[-1] == ">"
+        if rest:
+            levels.pop()
+        node, i = self._root, 0
+        while i < len(levels):
+            first = levels[i]
+            edge = node.wild_edge(first) if first.endswith("*") else node.literal.get(first)
+            if edge is None:
+                edge = _Edge(tuple(levels[i:]), _Node())
+                if first.endswith("*"):
+                    node.wild.append(edge)
+                else:
+                    node.literal[first] = edge
+                node, i = edge.node, len(levels)
+                break
+            shared = 1
+            while shared < len(edge.levels) and i + shared < len(levels) and \
+                    edge.levels[shared] == levels[i + shared]:
+                shared += 1
+            if shared < len(edge.levels):  # the new pattern leaves this run part way: split it there
+                middle = _Node()
+                tail = _Edge(edge.levels[shared:], edge.node)
+                if tail.levels[0].endswith("*"):
+                    middle.wild.append(tail)
+                else:
+                    middle.literal[tail.levels[0]] = tail
+                edge.levels, edge.node = edge.levels[:shared], middle
+            node, i = edge.node, i + shared
+        (node.rest if rest else node.ending).add(queue)
 
     def match(self, topic: str) -> list[str]:
         """The queues, sorted, with a pattern that matches ``topic`` (each once)."""
         levels = topic.split("/")
+        count = len(levels)
         found: set[str] = set()
-        frontier = [self._root]
-        for i, level in enumerate(levels):
-            following: list[_Node] = []
-            for node in frontier:
-                found |= node.rest  # '>' takes this level and every one after it
-                child = node.exact.get(level)
-                if child is not None:
-                    following.append(child)
-                if node.any_one is not None:
-                    following.append(node.any_one)
-                following.extend(n for p, n in node.prefixed if level.startswith(p))
-            frontier = following
-            if not frontier:
-                break
-        else:
-            for node in frontier:
+        todo = [(self._root, 0)]
+        while todo:
+            node, i = todo.pop()
+            if i == count:
                 found |= node.ending
+                continue
+            found |= node.rest  # '>' takes this level and every one after it
+            level = levels[i]
+            edges = [e for e in node.wild if _matches(e.levels[0], level)]
+            exact = node.literal.get(level)
+            if exact is not None:
+                edges.append(exact)
+            for edge in edges:
+                run = edge.levels
+                end = i + len(run)
+                if end <= count and all(_matches(p, t) for p, t in zip(run[1:], levels[i + 1:end])):
+                    todo.append((edge.node, end))
         return sorted(found)

@@ -9,11 +9,14 @@
 -- ARGV[3..4]   max_redeliveries, ack_timeout_ms of a new queue that names neither
 -- ARGV[5]      most queues the tenant may have
 -- ARGV[6]      the queue's topic patterns as a JSON list, "[]" for none, "" to keep them
--- ARGV[7..]    more settings to store, field and value pairs (those a caller names;
+-- ARGV[7]      most topic patterns the tenant's queues may attract together
+-- ARGV[8..]    more settings to store, field and value pairs (those a caller names;
 --              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
 -- that holds messages or subscribers, LASTVALUEPUBSUB or EXCLUSIVEPUBSUB for a
--- publish/subscribe queue that would be a last-value or exclusive queue, TOOMANYQUEUES for a new queue past ARGV[5].
+-- publish/subscribe queue that would be a last-value or exclusive queue, TOOMANYQUEUES for a new queue past ARGV[5],
+-- TOOMANYPATTERNS <total> when the tenant's queues would attract more patterns than ARGV[7]
+-- (their count is kept in the patterns hash's #n, counted once where an older atomq kept none).
 -- The generation tells one life of a name from the next: routes and
 -- de-duplication markers of a removed queue never apply to its successor.
 
@@ -30,7 +33,7 @@ end
 -- the setting or the queue keeps it.
 local kept = redis.call('HMGET', CFG, 'lv', 'access')
 local last_value, access = kept[1], kept[2]
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   if ARGV[i] == 'lv' then last_value = ARGV[i + 1] end
   if ARGV[i] == 'access' then access = ARGV[i + 1] end
 end
@@ -40,15 +43,38 @@ end
 if ARGV[2] == 'publish_subscribe' and access == 'exclusive' then
   return redis.error_reply('EXCLUSIVEPUBSUB an exclusive queue is point-to-point')
 end
+-- A JSON list of patterns holds no comma but between them (a pattern has none).
+local function pattern_count(list)
+  if list == '[]' then return 0 end
+  local _, commas = string.gsub(list, ',', ',')
+  return commas + 1
+end
+local held_patterns = redis.call('HGET', KEYS[9], ARGV[1]) or '[]'
+local patterns_total
+if ARGV[6] ~= '' and held_patterns ~= ARGV[6] then
+  patterns_total = tonumber(redis.call('HGET', KEYS[9], '#n') or '-1')
+  if patterns_total < 0 then
+    patterns_total = 0
+    local all = redis.call('HGETALL', KEYS[9])
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, 1) ~= '#' then patterns_total = patterns_total + pattern_count(all[i + 1]) end
+    end
+  end
+  patterns_total = patterns_total - pattern_count(held_patterns) + pattern_count(ARGV[6])
+  if patterns_total > tonumber(ARGV[7]) and pattern_count(ARGV[6]) > pattern_count(held_patterns) then
+    return redis.error_reply('TOOMANYPATTERNS ' .. patterns_total)
+  end
+end
 redis.call('HSET', CFG, 'model', ARGV[2])
 if not model then redis.call('HSET', CFG, 'max_redeliveries', ARGV[3], 'ack_timeout_ms', ARGV[4]) end
-if #ARGV > 6 then redis.call('HSET', CFG, unpack(ARGV, 7)) end
-if ARGV[6] ~= '' and (redis.call('HGET', KEYS[9], ARGV[1]) or '[]') ~= ARGV[6] then
+if #ARGV > 7 then redis.call('HSET', CFG, unpack(ARGV, 8)) end
+if patterns_total then
   if ARGV[6] == '[]' then
     redis.call('HDEL', KEYS[9], ARGV[1])
   else
     redis.call('HSET', KEYS[9], ARGV[1], ARGV[6])
   end
+  redis.call('HSET', KEYS[9], '#n', patterns_total)
   redis.call('HINCRBY', KEYS[9], '#v', 1)
 end
 if model then return 0 end

@@ -28,7 +28,16 @@ if ARGV[1] == 'queue' then
   end
   redis.call('DEL', CFG, KEYS[6])
   redis.call('SREM', KEYS[5], ARGV[2])
-  if redis.call('HDEL', KEYS[10], ARGV[2]) == 1 then redis.call('HINCRBY', KEYS[10], '#v', 1) end
+  local held = redis.call('HGET', KEYS[10], ARGV[2])
+  if held then
+    redis.call('HDEL', KEYS[10], ARGV[2])
+    redis.call('HINCRBY', KEYS[10], '#v', 1)
+    local total = tonumber(redis.call('HGET', KEYS[10], '#n') or '-1')
+    if total >= 0 and held ~= '[]' then
+      local _, commas = string.gsub(held, ',', ',')  -- the patterns it held: see queue_put.lua
+      redis.call('HSET', KEYS[10], '#n', math.max(0, total - commas - 1))
+    end
+  end
 else
   if redis.call('SREM', KEYS[6], ARGV[2]) == 0 then return 0 end
   redis.call('HINCRBY', CFG, 'subv', 1)
