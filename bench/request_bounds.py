@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Request bounds: what one tenant's heaviest legal request costs the others.
+
+Four parts (--parts, default all), each on a store or node of its own:
+
+  scripts   an embedded Valkey (AOF everysec) and the library in this
+            process: each script at the bounds a request may reach, timed
+            by the store itself (SLOWLOG, every call logged); the longest
+            call of --repeat runs (default 3) of each case: a send of 1,000
+            messages of 1 KiB; of 1,000 messages of 10 documents of 900 B
+            (the request size's bound); a publish of 1,000 messages to a
+            topic 100 queues attract and a send of 1,000 to a queue of 100
+            subscribers (100,000 copies each, max_copies_per_request); a get,
+            an ack, a nack and a browse page of 1,000 (their bounds); a
+            delete of 10,000 waiting messages (in chunks); a queue's patterns
+            changed when 10,000 are counted afresh (a store an older atomq
+            left)
+  bystander the same store: a bystander tenant's one-message sends, one
+            every 10 ms from a process of their own, for --seconds (default
+            10) alone, then while another tenant's process publishes the
+            heaviest legal publish (100,000 copies) back to back; latency
+            p50, p99 and max of each phase
+  matcher   the topic matcher in this process: build time, memory
+            (tracemalloc) and one match, at 100 patterns and at the
+            tenant's most (10,000 of 250 characters, 120 levels, every
+            other level '*')
+  slow      one `atomq serve` (2 HTTP workers): a tenant's one-message
+            sends over a keep-alive session, one every 50 ms for --seconds,
+            alone and while 1,000 connections send a header line each half
+            second and never finish their heads; p50, p99, max and how many
+            were answered 201
+
+Output: lines on stdout, progress on stderr, and as the LAST stdout line one
+JSON object: "scripts": {case: longest ms}, "bystander": {phase: {p50_ms,
+p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
+match_ms}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
+Exit status 1 when a check fails, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import socket
+import statistics
+import string
+import sys
+import threading
+import time
+import tracemalloc
+from typing import Any
+
+import redis
+import requests
+
+from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform import keys as k
+from atomq.platform.topics import TopicMatcher
+from drivers.cli import parser_from_doc
+from drivers.embedded import start_valkey
+from drivers.run_exit import BenchRun
+from drivers.serve_node import ServeNode, check, expect, progress
+
+PARTS = ("scripts", "bystander", "matcher", "slow")
+KIB = b"x" * 1024
+HEAVY, BYSTANDER = "t_000000bea7y0", "t_00000b7s7and"
+
+
+def one_kib(n: int, docs: int = 1, size: int = 1024) -> list[OutgoingMessage]:
+    return [OutgoingMessage(documents=tuple(OutgoingDocument(b"x" * size) for _ in range(docs))) for _ in range(n)]
+
+
+def longest_script_ms(client: redis.Redis, run: Any) -> float:
+    """The longest script call the store logged while ``run()`` ran, in ms."""
+    client.slowlog_reset()
+    run()
+    entries = client.slowlog_get(100_000)
+    durations = [e["duration"] for e in entries if (e["command"] or b"").split(b" ", 1)[0].upper() == b"EVALSHA"]
+    check(bool(durations), "the store logged no script")
+    return max(durations) / 1000
+
+
+def script_cases(qs: QueueServer) -> dict[str, Any]:
+    """Each case's setup (untimed) and its timed run."""
+    t = HEAVY
+    fan_topic = "fan/all"
+
+    def fan_out() -> None:
+        for q in range(100):
+            qs.put_queue(t, f"fan{q}", "point_to_point", topics=[fan_topic])
+
+    def subscribed() -> None:
+        qs.put_queue(t, "news", "publish_subscribe")
+        for s in range(100):
+            qs.put_subscriber(t, "news", f"s{s}")
+
+    def waiting(n: int) -> None:
+        qs.put_queue(t, "work", "point_to_point")
+        qs.delete_messages(t, "work", all=True)
+        for _ in range(n // 1000):
+            qs.send(t, "work", one_kib(1000))
+
+    def patterns() -> None:
+        for q in range(100):
+            qs.delete_queue(t, f"fan{q}") if f"fan{q}" in names() else None
+        for q in range(100):
+            qs.put_queue(t, f"pat{q}", "point_to_point", topics=[f"p/{q}/{i}/*/>" for i in range(100)])
+        qs.client.hdel(k.TenantKeys(t).topic_patterns, "#n")
+
+    def names() -> set[str]:
+        return {q.name for q in qs.list_queues(t)}
+
+    taken: dict[str, list[str]] = {}
+    return {
+        "send_1000x1KiB": (lambda: waiting(0), lambda: qs.send(t, "work", one_kib(1000))),
+        "send_1000x10docs": (lambda: waiting(0), lambda: qs.send(t, "work", one_kib(1000, 10, 900))),
+        "publish_100000_copies": (fan_out, lambda: qs.publish(t, fan_topic, one_kib(1000))),
+        "send_pubsub_100000_copies": (subscribed, lambda: qs.send(t, "news", one_kib(1000))),
+        "get_1000": (lambda: waiting(1000),
+                     lambda: taken.__setitem__("r", [d.receipt for d in qs.get(t, "work", max_messages=1000)])),
+        "ack_1000": (lambda: taken.__setitem__("r", [d.receipt for d in (waiting(1000) or qs.get(
+            t, "work", max_messages=1000))]), lambda: qs.ack(t, "work", receipts=taken["r"])),
+        "nack_1000": (lambda: taken.__setitem__("r", [d.receipt for d in (waiting(1000) or qs.get(
+            t, "work", max_messages=1000))]), lambda: qs.nack(t, "work", receipts=taken["r"], reason="bench")),
+        "browse_1000": (lambda: waiting(1000), lambda: qs.browse(t, "work", limit=1000)),
+        "delete_10000_waiting": (lambda: waiting(10_000), lambda: qs.delete_messages(t, "work", all=True)),
+        "patterns_recounted_10000": (patterns, lambda: qs.put_queue(t, "pat0", "point_to_point", topics=["p/x"])),
+    }
+
+
+def run_scripts(qs: QueueServer, repeat: int) -> dict[str, float]:
+    client = qs.client
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 100_000)
+    out: dict[str, float] = {}
+    for case, (setup, timed) in script_cases(qs).items():
+        runs = []
+        for _ in range(repeat):
+            setup()
+            runs.append(longest_script_ms(client, timed))
+        out[case] = max(runs)
+        progress(f"  {case}: longest script {out[case]:.1f} ms")
+    client.config_set("slowlog-log-slower-than", 10_000)
+    return out
+
+
+def latencies(ms: list[float]) -> dict[str, Any]:
+    ordered = sorted(ms)
+    return {"p50_ms": round(statistics.median(ordered), 2),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+            "max_ms": round(ordered[-1], 2), "sends": len(ordered)}
+
+
+def bystander_sends(url: str, seconds: float, out: Any) -> None:
+    """A process of its own: one one-message send every 10 ms, each timed."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    qs.put_queue(BYSTANDER, "mine", "point_to_point")
+    timings = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        qs.send(BYSTANDER, "mine", one_kib(1))
+        timings.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.01)
+    out.put(timings)
+
+
+def heavy_publishes(url: str, stop: Any) -> None:
+    """A process of its own: the heaviest legal publish, back to back, its queues emptied between."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    for q in range(100):
+        qs.put_queue(HEAVY, f"heavy{q}", "point_to_point", topics=["heavy/all"])
+    batch = one_kib(1000)
+    while not stop.is_set():
+        qs.publish(HEAVY, "heavy/all", batch)
+        for q in range(100):
+            qs.delete_messages(HEAVY, f"heavy{q}", all=True)
+
+
+def run_bystander(url: str, seconds: float) -> dict[str, Any]:
+    ctx = mp.get_context("fork")
+    out: dict[str, Any] = {}
+    for phase in ("alone", "heaviest_publish"):
+        stop, results = ctx.Event(), ctx.Queue()
+        heavy = ctx.Process(target=heavy_publishes, args=(url, stop)) if phase != "alone" else None
+        if heavy is not None:
+            heavy.start()
+            time.sleep(2)  # its queues made and its first publishes under way
+        sender = ctx.Process(target=bystander_sends, args=(url, seconds, results))
+        sender.start()
+        timings = results.get(timeout=seconds + 120)
+        sender.join(30)
+        if heavy is not None:
+            stop.set()
+            heavy.join(120)
+            check(heavy.exitcode == 0, "the heavy publisher failed")
+        out[phase] = latencies(timings)
+        progress(f"  {phase}: {out[phase]}")
+    return out
+
+
+def run_matcher() -> dict[str, Any]:
+    rng = random.Random(1)
+    out: dict[str, Any] = {}
+
+    def deep() -> str:
+        return "/".join("*" if i % 2 else rng.choice(string.ascii_lowercase) for i in range(120))[:250].rstrip("/")
+
+    for count in (100, 10_000):
+        patterns = {f"q{q}": [deep() for _ in range(count // 100)] for q in range(100)}
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        matcher = TopicMatcher(patterns)
+        build = time.perf_counter() - t0
+        mib = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
+        topic = "/".join(rng.choice(string.ascii_lowercase) for _ in range(120))
+        t0 = time.perf_counter()
+        matcher.match(topic)
+        out[str(count)] = {"build_ms": round(build * 1000, 1), "mib": round(mib, 1),
+                           "match_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        progress(f"  {count} patterns: {out[str(count)]}")
+    return out
+
+
+def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
+    node = ServeNode("atomq-bench-bounds-", 2)
+    bench.at_exit(node.stop)
+    node.start()
+    owner = {"Authorization": f"Bearer {node.owner_key}"}
+    tenant = expect(requests.post(f"{node.base}/v1/tenants", json={"name": "steady"}, headers=owner, timeout=10),
+                    201, "creating the tenant")
+    headers = {"Authorization": f"Bearer {tenant['api_key']}"}
+    expect(requests.put(f"{node.base}/v1/queues/q", json={"model": "point_to_point"}, headers=headers, timeout=10),
+           201, "creating the queue")
+    out: dict[str, Any] = {}
+    for phase in ("alone", "1000_slow_connections"):
+        slow: list[socket.socket] = []
+        stop = threading.Event()
+        trickler = None
+        if phase != "alone":
+            for _ in range(1000):
+                conn = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+                conn.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")
+                slow.append(conn)
+
+            def trickle() -> None:
+                while not stop.wait(0.5):
+                    for c in slow:
+                        try:
+                            c.sendall(b"X-Slow: 1\r\n")
+                        except OSError:
+                            pass
+
+            trickler = threading.Thread(target=trickle)
+            trickler.start()
+        timings, answered = [], 0
+        with requests.Session() as session:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                try:
+                    r = session.post(f"{node.base}/v1/queues/q/messages", headers=headers, timeout=30,
+                                     json={"messages": [{"documents": [{"data": "x" * 1024}]}]})
+                    answered += r.status_code == 201
+                except requests.RequestException:
+                    pass
+                timings.append((time.perf_counter() - t0) * 1000)
+                time.sleep(0.05)
+        stop.set()
+        if trickler is not None:
+            trickler.join()
+        for c in slow:
+            c.close()
+        out[phase] = {**latencies(timings), "answered": answered}
+        progress(f"  {phase}: {out[phase]}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = parser_from_doc(__doc__ or "")
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, of: " + ", ".join(PARTS))
+    parser.add_argument("--repeat", type=int, default=3, metavar="R", help="runs of each script case")
+    parser.add_argument("--seconds", type=float, default=10.0, metavar="S", help="length of each timed phase")
+    args = parser.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    if not parts or any(p not in PARTS for p in parts) or args.repeat < 1 or args.seconds <= 0:
+        parser.error(f"--parts takes some of {', '.join(PARTS)}; --repeat and --seconds must be positive")
+    results: dict[str, Any] = {}
+    with BenchRun() as bench:
+        if "scripts" in parts or "bystander" in parts:
+            client, version = start_valkey(bench, HEAVY)
+            url = "unix://:{password}@{path}".format(
+                password=client.connection_pool.connection_kwargs["password"],
+                path=client.connection_pool.connection_kwargs["path"])
+            if "scripts" in parts:
+                progress(f"scripts at their bounds (Valkey {version})")
+                results["scripts"] = run_scripts(QueueServer(client), args.repeat)
+            if "bystander" in parts:
+                progress("a bystander's sends, alone and beside the heaviest legal publish")
+                results["bystander"] = run_bystander(url, args.seconds)
+        if "matcher" in parts:
+            progress("the topic matcher at 100 and 10,000 patterns")
+            results["matcher"] = run_matcher()
+        if "slow" in parts:
+            progress("a tenant's sends, alone and beside 1,000 slow connections")
+            results["slow"] = run_slow(args.seconds, bench)
+    if bench.status is not None:
+        return bench.status
+    for part, figures in results.items():
+        for case, value in figures.items():
+            print(f"{part:<10} {case:<28} {value}")
+    print(json.dumps({**results, "cpus": os.cpu_count()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
