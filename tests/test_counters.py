@@ -6,13 +6,15 @@ redelivery schedule: 0.05, 0.1, 0.15 s).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from atomq.errors import QueueFull, QuotaExceeded, RateLimited
+from atomq.errors import QueueFull, QuotaExceeded, RateLimited, TooLarge
 from atomq.platform import QueueServer
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.counters import MAX_RATE_BUCKETS, RATE_BUCKET_S
-from support.queues import msg
+from support.queues import FAST, msg
 
 
 def totals(qs: QueueServer, tenant: str, queue: str) -> dict[str, int]:
@@ -108,7 +110,10 @@ def test_refused_sends_count_per_tenant(qs: QueueServer, tenant: str) -> None:
     limiter = RateLimiter(qs.storage, "n_third")
     with pytest.raises(QueueFull):
         send()
+    with pytest.raises(TooLarge), qs.counters.counting_refusals(tenant):
+        QueueServer(qs.client, dataclasses.replace(FAST, max_copies_per_request=1)).send(
+            tenant, "orders", [msg("a"), msg("b")])
     assert qs.counters.refusals(tenant) == {"rate_limited": 1, "quota_rejected": 2, "queue_full": 1,
                                             "server_full": 0, "memory_low": 0,
-                                            "not_durable": 0}
+                                            "not_durable": 0, "too_many_copies": 1}
     assert totals(qs, tenant, "orders")["sent"] == 1

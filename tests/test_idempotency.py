@@ -24,6 +24,7 @@ from atomq.errors import Conflict, InvalidInput, OutcomeUnknown
 from atomq.platform import QueueServer
 from atomq.platform.connection import open_redis
 from atomq.platform.embedded import EmbeddedValkey
+from support.audit import assert_audit_clean
 from support.in_process_app import InProcessApp, error_of, send_body, strict_loads
 from support.ports import free_port
 from support.queues import FAST, msg
@@ -106,12 +107,15 @@ def test_a_keyed_send_counts_against_the_quota_while_its_key_is_kept(qs: QueueSe
 
 @pytest.fixture
 def paused_store(tmp_path: Path) -> Iterator[EmbeddedValkey]:
-    """A Valkey of this test's own, which it pauses; continued whatever the test did."""
+    """A Valkey of this test's own, which it pauses; continued whatever the test did, and then its
+    tenants pass the audit."""
     server = EmbeddedValkey(tmp_path / "valkey", port=free_port())
     server.start()
     yield server
     assert server.pid is not None
     os.kill(server.pid, signal.SIGCONT)
+    with server.client() as client:
+        assert_audit_clean(client)
     server.stop()
 
 

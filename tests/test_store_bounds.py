@@ -10,6 +10,7 @@ Run on the real Valkey and on fakeredis.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -243,3 +244,36 @@ def test_the_copies_a_request_may_store_are_a_server_setting_and_a_counted_413(v
             assert app.services.queues.counters.refusals(app.tenant)["too_many_copies"] == 1
         finally:
             app.owner("PATCH", "/v1/server", {"max_copies_per_request": 100_000})
+
+
+def test_the_servers_message_limit_holds_under_racing_sends(valkey) -> None:
+    """Each tenant's usage is in its own slot and a node sums them every few seconds: judged by that
+    sum alone, 120 sends racing for room for 50 were all taken. Each now reserves its copies first.
+    (80 threads: as many as a node's two HTTP workers serve at once, within the client's pool.)"""
+    with InProcessApp(valkey.client()) as app:
+        room = 30
+        held = app.services.queues.total_usage()["messages"]
+        assert app.owner("PATCH", "/v1/server", {"max_messages": held + room}).status_code == 200
+        statuses: list[int] = []
+        start = threading.Barrier(80)
+
+        def send_one() -> None:
+            http = app.app.test_client()
+            start.wait()
+            answer = http.post("/v1/queues/orders/messages", json={"messages": [{"documents": [{"data": "x"}]}]},
+                               headers={"Authorization": f"Bearer {app.key}"})
+            statuses.append(answer.status_code)
+
+        try:
+            threads = [threading.Thread(target=send_one) for _ in range(80)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            accepted = statuses.count(201)
+            assert set(statuses) <= {201, 507} and len(statuses) == 80
+            assert 0 < accepted <= room, accepted
+            assert app.services.queues.get_queue(app.tenant, "orders").depth == accepted
+            assert app.services.queues.total_usage()["messages"] <= held + room
+        finally:
+            app.owner("PATCH", "/v1/server", {"max_messages": 0})

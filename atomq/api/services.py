@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from atomq import defaults
-from atomq.errors import AtomqError, MemoryLow, NotFound, QueueFull, QuotaExceeded, RateLimited, StorageFull
+from atomq.errors import AtomqError, MemoryLow, NotFound, QueueFull, RateLimited, StorageFull
 from atomq.platform import OutgoingMessage, Overflow, Published, PublishedMany, QueueServer, Sent
 from atomq.platform.executions import Executions
 from atomq.platform.listeners import ListenerStore
 from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
 from atomq.platform.rate_limit import RateLimiter
 from atomq.platform.refreshed import Refreshed
+from atomq.platform.sending import Admit
+from atomq.platform.server_limits import reserve_room
 from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
 from atomq.platform.streams import StreamConsumers
 from atomq.tenants import TenantStore
@@ -124,15 +126,15 @@ class Services:
         against what all tenants store), the tenant's quota, then the store, which holds the
         queue's limits. A refused send takes no room in either window and counts as refused by
         its reason. ``idempotency_key``: see ``Sending.send_batch``."""
-        return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.send_batch(
-            tenant, queue, messages, quota_bytes=quota, idempotency_key=idempotency_key))
+        return self._admitted(tenant, incoming_bytes, messages, lambda quota, admit: self.queues.send_batch(
+            tenant, queue, messages, quota_bytes=quota, idempotency_key=idempotency_key, admit=admit))
 
     def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], incoming_bytes: int,
                 idempotency_key: str | None = None) -> Published:
         """Admits a publish as a send (one counted request, the same windows, limits and quota) and
         stores it in every queue its topic matches, or in none."""
-        return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.publish(
-            tenant, topic, messages, quota_bytes=quota, idempotency_key=idempotency_key))
+        return self._admitted(tenant, incoming_bytes, messages, lambda quota, admit: self.queues.publish(
+            tenant, topic, messages, quota_bytes=quota, idempotency_key=idempotency_key, admit=admit))
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
                      incoming_bytes: int, idempotency_key: str | None = None) -> PublishedMany:
@@ -142,16 +144,18 @@ class Services:
         retry with the same dedupe ids recognises."""
         progress = PublishedMany(ids=[None] * len(messages))
         try:
-            return self._admitted(tenant, incoming_bytes, messages, lambda quota: self.queues.publish_many(
-                tenant, topics, messages, quota_bytes=quota, progress=progress, idempotency_key=idempotency_key))
+            return self._admitted(tenant, incoming_bytes, messages, lambda quota, admit: self.queues.publish_many(
+                tenant, topics, messages, quota_bytes=quota, progress=progress, idempotency_key=idempotency_key,
+                admit=admit))
         except AtomqError as exc:
             if progress.stored:
                 exc.details["ids"] = progress.ids
             raise
 
     def _admitted(self, tenant: str, incoming_bytes: int, messages: Sequence[OutgoingMessage],
-                  store: Callable[[int], Stored]) -> Stored:
-        """Runs ``store`` (given the tenant's quota) once the send it makes is admitted (see :meth:`send`)."""
+                  store: Callable[[int, Admit | None], Stored]) -> Stored:
+        """Runs ``store`` (given the tenant's quota, and what admits the copies it is about to make
+        under the server's limits) once the send it makes is admitted (see :meth:`send`)."""
         settings = self.current_settings()
         rate_limit, quota = self.attachments(tenant)
         with self.queues.counters.counting_refusals(tenant), self.rate_limits.send(
@@ -159,14 +163,14 @@ class Services:
             lowest = min(defaults.DEFAULT_PRIORITY if m.priority is None else m.priority for m in messages) \
                 if messages else defaults.DEFAULT_PRIORITY
             self.check_memory("this send", lowest, tenant)
-            self._check_server_limits(settings, incoming_bytes)
+            admit = self._server_room(settings, incoming_bytes)
             try:
                 try:
-                    return store(quota)
+                    return store(quota, admit)
                 except QueueFull as full:
                     if not _waits_for_room(full):
                         raise
-                    return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota))
+                    return self._held_until_room(full, settings.flow_control_wait_ms, lambda: store(quota, admit))
             except StorageFull:
                 # The store reached its maxmemory before this node's reading said red.
                 raise MemoryLow("the store is at its memory limit: sends are refused until consumers free "
@@ -191,21 +195,20 @@ class Services:
             raise MemoryLow(f"the store's memory state is {state} ({refusal_rule(state)}), so {what} is refused "
                             "until consumers free memory", memory_state=state, priority=REFUSED_BELOW[state])
 
-    def _check_server_limits(self, settings: ServerSettings, incoming_bytes: int) -> None:
+    def _server_room(self, settings: ServerSettings, incoming_bytes: int) -> Admit | None:
+        """What admits a send's copies under the server's limits, reserving room for them once
+        (a send held for room tries again on the same reservation); None while no limit is set."""
         if not settings.max_disk_bytes and not settings.max_messages:
-            return
-        stored = self.total_usage()
-        used = stored["stored_bytes"]
-        if settings.max_disk_bytes and used + incoming_bytes > settings.max_disk_bytes:
-            raise QuotaExceeded(
-                f"the server stores at most {settings.max_disk_bytes} bytes and holds {used}: "
-                "this send would pass it", code="server_full", limit=settings.max_disk_bytes, used=used,
-                scope="server", setting="max_disk_bytes")
-        if settings.max_messages and stored["messages"] >= settings.max_messages:
-            raise QuotaExceeded(
-                f"the server stores at most {settings.max_messages} message copies and holds "
-                f"{stored['messages']}: consume or delete messages first", code="server_full",
-                limit=settings.max_messages, used=stored["messages"], scope="server", setting="max_messages")
+            return None
+        reserved = False
+
+        def admit(copies: int) -> None:
+            nonlocal reserved
+            if not reserved:
+                reserve_room(self.queues.storage, copies, incoming_bytes, self.total_usage(),
+                             settings.max_messages, settings.max_disk_bytes)
+                reserved = True
+        return admit
 
     def _held_until_room(self, full: QueueFull, wait_ms: int, store: Callable[[], Stored]) -> Stored:
         """Tries ``store`` again until its queue has room, for at most ``wait_ms``: a

@@ -227,6 +227,9 @@ DEST_KEY_COUNT = 13
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
+SERVER_RESERVATIONS_KEY = f"{PREFIX}:server:reserved"
+"""Hash ``<100 ms bucket>:m`` / ``:b`` -> message copies / bytes sends reserved under the server's limits
+(``atomq.platform.server_limits``)."""
 NODES_SETUP_KEY = f"{PREFIX}:nodes:setup"
 """What every node on the store must share (``atomq.node.shared_setup``): ``owner`` -> the owner key's
 SHA-256, ``rq`` -> the identity of the rq Redis."""

@@ -197,7 +197,9 @@ class Management:
 
     def total_usage(self) -> dict[str, int]:
         """What all tenants store, their usage counters summed: ``stored_bytes`` and ``messages``
-        (message copies, dead letters included)."""
+        (message copies, dead letters included), and ``read_at_ms``, the store's time before the
+        first was read."""
+        seconds, micros = self._shared.storage.call(self._shared.client.time)
         tenants = self._components.tenants()
         pipe = self._shared.client.pipeline(transaction=False)
         for tenant in tenants:
@@ -206,4 +208,4 @@ class Management:
         for b, m, n in self._shared.storage.call(pipe.execute):
             stored += int(b or 0) + int(m or 0)
             messages += int(n or 0)
-        return {"stored_bytes": stored, "messages": messages}
+        return {"stored_bytes": stored, "messages": messages, "read_at_ms": int(seconds) * 1000 + int(micros) // 1000}

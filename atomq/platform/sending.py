@@ -13,7 +13,7 @@ import hashlib
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from atomq import defaults
 from atomq.errors import (
@@ -36,6 +36,10 @@ from atomq.platform.shared import Shared, queue_keys, queue_not_found
 from atomq.platform.topic_index import TopicIndex
 from atomq.platform.topics import check_topic
 from atomq.platform.stored_form import encode_document
+
+
+Admit = Callable[[int], None]
+"""Given the message copies a send is about to store, before it writes; raises to refuse it."""
 
 
 class _QuotaRefused(AtomqError):
@@ -149,7 +153,7 @@ class Sending:
         return self.send_batch(tenant, queue, messages, quota_bytes, idempotency_key).ids
 
     def send_batch(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage],
-                   quota_bytes: int = 0, idempotency_key: str | None = None) -> Sent:
+                   quota_bytes: int = 0, idempotency_key: str | None = None, admit: Admit | None = None) -> Sent:
         """Stores a batch of messages, all or nothing.
 
         A message whose ``dedupe_id`` was sent to this queue within the
@@ -163,7 +167,9 @@ class Sending:
         With ``idempotency_key``, a repeat of the send within ``defaults.IDEMPOTENCY_WINDOW_S``
         stores nothing and answers what the first stored; the same key with another batch is a
         Conflict (``idempotency_key_reused``). A send whose answer the store lost raises
-        OutcomeUnknown: sent again with the same key, it is stored once.
+        OutcomeUnknown: sent again with the same key, it is stored once. ``admit`` is given the
+        message copies the send is about to store, before anything is written, and may refuse it
+        (the server's limits: ``atomq.platform.server_limits``).
         """
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
@@ -172,7 +178,7 @@ class Sending:
         call = _Call(token, token.digest(["send", queue], args_tail), _positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
-                self._check_copies(len(messages) * self._destinations(tk, [queue], refresh))
+                self._admit(len(messages) * self._destinations(tk, [queue], refresh), admit)
                 return self._store(tk, [qk], refresh, "", "", dedupe_keys, args_tail, quota_bytes, call)
             except NotFound:
                 self._routes.forget(tenant, queue)
@@ -182,20 +188,20 @@ class Sending:
         raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
 
     def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
-                idempotency_key: str | None = None) -> Published:
+                idempotency_key: str | None = None, admit: Admit | None = None) -> Published:
         """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
         or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
         de-duplication window stores nothing again and answers with its original id;
-        ``idempotency_key`` as in :meth:`send_batch`."""
+        ``idempotency_key`` and ``admit`` as in :meth:`send_batch`."""
         check_topic(topic)
         done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes,
-                                 idempotency_key=idempotency_key)
+                                 idempotency_key=idempotency_key, admit=admit)
         # One group: every message stored, or (no queue attracts the topic) none.
         return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped)
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
                      quota_bytes: int = 0, progress: PublishedMany | None = None,
-                     idempotency_key: str | None = None) -> PublishedMany:
+                     idempotency_key: str | None = None, admit: Admit | None = None) -> PublishedMany:
         """Publishes each message to its own topic (``topics[i]`` for ``messages[i]``) in as few
         steps as the queues they reach allow: the messages whose topics reach the same queues are
         stored together, all or nothing, in one script, which is what lets an execution whose every
@@ -205,7 +211,8 @@ class Sending:
         its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`. A queue keeps the
         order of the messages of each topic; messages of topics that reach different sets of queues
         are stored group by group, so a queue that two such groups reach gets them group by group.
-        ``idempotency_key`` as in :meth:`send_batch`: a repeat stores only what no try stored yet."""
+        ``idempotency_key`` and ``admit`` as in :meth:`send_batch`: a repeat stores only what no try
+        stored yet."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         token = RequestToken.of(idempotency_key)
         if len(topics) != len(messages):
@@ -233,8 +240,8 @@ class Sending:
                 if i not in done.stored and reach[topic]:
                     groups.setdefault(tuple(reach[topic]), []).append(i)
             try:
-                self._check_copies(sum(len(positions) * self._destinations(tk, queues, refresh)
-                                       for queues, positions in groups.items()))
+                self._admit(sum(len(positions) * self._destinations(tk, queues, refresh)
+                                for queues, positions in groups.items()), admit)
                 for queues, positions in groups.items():
                     args_tail, dedupe_ids = _assembled([encoded[i] for i in positions])
                     call = _Call(token, digest, _positions_field(positions))
@@ -270,15 +277,17 @@ class Sending:
             total += 1 if model == QueueModel.POINT_TO_POINT.value else len(subs)
         return total
 
-    def _check_copies(self, copies: int) -> None:
+    def _admit(self, copies: int, admit: Admit | None) -> None:
         """Refuses, before anything is written, a request that would store more message copies than
-        one request may: its work on the shared store must stay bounded whatever the tenant's
-        queues multiply it by."""
+        one request may (its work on the shared store must stay bounded whatever the tenant's
+        queues multiply it by), then gives the copies to ``admit``."""
         most = self._shared.settings.max_copies_per_request
         if copies > most:
             raise TooLarge(f"this request would store {copies} message copies (its messages x the queues they reach "
                            f"x their subscribers) and one request stores at most {most} (max_copies_per_request): "
                            "send fewer messages a request", code="too_many_copies", copies=copies, max=most)
+        if admit is not None:
+            admit(copies)
 
     def _recall(self, tk: k.TenantKeys, token: RequestToken, digest: str, done: PublishedMany) -> None:
         """Marks in ``done`` what earlier tries of a publish with an Idempotency-Key stored, so this

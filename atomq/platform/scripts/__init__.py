@@ -41,6 +41,7 @@ NAMES = (
     "listener_finish",
     "memory_state",
     "refusal",
+    "reserve",
 )
 
 
