@@ -25,6 +25,7 @@ from atomq.platform import keys as k
 from atomq.platform.audit import audit_tenant
 from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.format_version import FORMAT_VERSION
+from atomq.platform.shared import manage_record
 from support.processes import pid_running
 from support.queues import FAST, browse_all, counts, dead_all, msg
 from support.waiting import wait_until
@@ -334,8 +335,8 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeyp
     chunks: list[int] = []
 
     def one_chunk_then_crash(tk, base, d, action, mode, bound="", budget=None):
-        count, _ = qs.storage.run("manage", base + d.as_list() + [tk.usage],
-                                  [action, mode, bound, qs.settings.chunk_size])
+        count, _ = qs.storage.run("manage", base + d.as_list() + [tk.usage, manage_record(tk)],
+                                  [action, mode, bound, qs.settings.chunk_size, 60_000])
         chunks.append(int(count))
         raise SimulatedCrash()
 

@@ -140,10 +140,11 @@ class ScriptSends:
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
 
 
-def paused_while(pid: int, sends: ScriptSends, call: Callable[[], Any]) -> Any:
+def paused_while(pid: int, sends: ScriptSends, call: Callable[[], Any], at: tuple[Any, str] | None = None) -> Any:
     """Runs ``call`` with the store (process ``pid``) stopped until the client has sent its script
     and, that try timed out, begun another on a new connection; then lets the store go on, which
-    runs the first try's script waiting in its input, and the retry's."""
+    runs the first try's script waiting in its input, and the retry's. With ``at`` (a ``Storage``
+    and a script's name), the store stops just as that script is run: the reads before it answer."""
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -152,7 +153,20 @@ def paused_while(pid: int, sends: ScriptSends, call: Callable[[], Any]) -> Any:
         except Exception as exc:  # handed to the test
             result["error"] = exc
 
-    os.kill(pid, signal.SIGSTOP)
+    sends.count = sends.after_first = 0
+    if at is None:
+        os.kill(pid, signal.SIGSTOP)
+    else:
+        storage, script = at
+        original = storage.run
+
+        def stopping(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == script:
+                storage.run = original
+                os.kill(pid, signal.SIGSTOP)
+            return original(name, *args, **kwargs)
+
+        storage.run = stopping
     worker = threading.Thread(target=run)
     try:
         worker.start()
@@ -202,6 +216,53 @@ def test_a_publish_to_many_topics_is_stored_once_through_the_clients_retries(
     for q in range(5):
         held = [m.id for m in qs.browse(tenant, f"q{q}", limit=100).items]
         assert held == [done.ids[i] for i in range(40) if i % 5 == q] + done.ids[40:]
+
+
+def check_get_and_settle_once(qs: QueueServer, tenant: str, pid: int, sends: ScriptSends) -> None:
+    """A get, an ack, a nack and a resend each sent again by the store's client after a time-out:
+    the get answers the deliveries it made (none counts a delivery nobody got), and each settles
+    what it names once and answers as it did."""
+    qs.put_queue(tenant, "orders", "point_to_point", max_redeliveries=0)
+    ids = qs.send(tenant, "orders", [msg(str(i)) for i in range(6)])
+    got = paused_while(pid, sends, lambda: qs.get(tenant, "orders", max_messages=4))
+    assert sends.count >= 2
+    assert [d.id for d in got] == ids[:4] and [d.delivery_count for d in got] == [1] * 4
+    info = qs.get_queue(tenant, "orders")
+    assert (info.depth, info.in_flight) == (2, 4)
+    assert paused_while(pid, sends, lambda: qs.ack(tenant, "orders", receipts=[d.receipt for d in got[:2]])) == 2
+    nacked = paused_while(pid, sends, lambda: qs.nack(tenant, "orders", receipts=[d.receipt for d in got[2:]],
+                                                      reason="bad"))
+    assert (nacked.requeued, nacked.dead_lettered) == (0, 2)
+    assert paused_while(pid, sends, lambda: qs.resend_dead_letters(tenant, "orders", ids=ids[2:4]),
+                        at=(qs.storage, "manage")) == 2
+    info = qs.get_queue(tenant, "orders")
+    assert (info.depth, info.in_flight, info.dead_letters) == (4, 0, 0)
+    rest = qs.get(tenant, "orders", max_messages=10)
+    assert sorted(d.id for d in rest) == sorted(ids[2:]) and qs.ack(tenant, "orders", ids=[d.id for d in rest]) == 4
+    assert qs.get_queue(tenant, "orders").depth == 0
+
+
+def test_a_get_an_ack_a_nack_and_a_resend_sent_again_by_the_stores_client_act_once(
+        paused_store: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = paused_store.client(socket_timeout=0.2)
+    qs = QueueServer(client, FAST)
+    assert paused_store.pid is not None
+    check_get_and_settle_once(qs, "t_000000000004", paused_store.pid, ScriptSends(monkeypatch))
+    client.close()
+
+
+def test_a_get_and_settles_on_the_cluster_act_once_through_the_clients_retries(
+        valkey_cluster: ValkeyCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    tenant = valkey_cluster.tenant_on(2)
+    client = open_redis(valkey_cluster.url, socket_timeout=0.2)
+    qs = QueueServer(client, FAST)
+    port = next(p for p, first, last in valkey_cluster.masters()
+                if first <= redis.cluster.key_slot(tenant.encode()) <= last)
+    try:
+        check_get_and_settle_once(qs, tenant, valkey_cluster.processes[port].pid, ScriptSends(monkeypatch))
+    finally:
+        qs.delete_queue(tenant, "orders")
+        client.close()
 
 
 def test_a_send_on_the_cluster_is_stored_once_through_the_clients_retries(

@@ -55,8 +55,10 @@ def test_the_settle_script_itself_counts_one_delivery_once(qs, tenant, queue) ->
     (d,) = qs.get(tenant, queue)
     tk, qk = queue_keys(tenant, queue)
     dest = qk.destination()
-    done, _ = qs.storage.run("settle", docs_and_config(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage],
-                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "", "", "", 1,
+    record = tk.request_record("settle-test")
+    done, _ = qs.storage.run("settle", docs_and_config(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage, tk.due,
+                                                                                  record],
+                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "", "", "", 1, 60_000,
                               f"{d.id}~1", f"{d.id}~01", f"{d.id}~001"])
     assert done == 1
     usage = qs.usage(tenant)

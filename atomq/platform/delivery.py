@@ -9,6 +9,7 @@ so a consumer that was too slow cannot settle the redelivery another now holds.
 from __future__ import annotations
 
 import threading
+import uuid
 import time
 from typing import Any, Sequence
 
@@ -84,9 +85,11 @@ class Deliveries:
         check_integer_range(max_messages, "max", 1, s.max_get)
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
-        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due]
+        # The call's record lets a repeat of it by the store's client answer what it delivered.
+        record = tk.request_record(f"\0get{uuid.uuid4().hex}")
+        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
-                d.member, consumer or "", s.max_consumers]
+                d.member, consumer or "", s.max_consumers, defaults.REQUEST_TOKEN_WINDOW_S * 1000]
         get: tuple[str, list[str], list[Any], Any] = ("get", keys, args, self._shared.queue_errors(queue))
         settle = None
         if ack_ids is not None or ack_receipts is not None:
@@ -198,9 +201,11 @@ class Deliveries:
         tk, qk = queue_keys(tenant, queue)
         d = qk.destination(subscriber)
         s = self._shared.settings
-        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due],
+        # The call's record lets a repeat of it by the store's client answer what it settled.
+        record = tk.request_record(f"\0settle{uuid.uuid4().hex}")
+        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
-                 *items],
+                 defaults.REQUEST_TOKEN_WINDOW_S * 1000, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                     f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue,
                     subscriber=subscriber)))

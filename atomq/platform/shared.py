@@ -11,8 +11,10 @@ change, and every part sees the new ones at once.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
@@ -102,8 +104,9 @@ class Shared:
         total, cursor = 0, bound
         while budget is None or budget.take():
             count, nxt = self.storage.run(
-                "manage", base + d.as_list() + [tk.usage],
-                [action, mode, cursor, self.settings.chunk_size, *([] if extra is None else [extra])]
+                "manage", base + d.as_list() + [tk.usage, manage_record(tk)],
+                [action, mode, cursor, self.settings.chunk_size, defaults.REQUEST_TOKEN_WINDOW_S * 1000,
+                 *([] if extra is None else [extra])]
             )
             total += int(count)
             if not nxt or (mode == "older" and not count):
@@ -111,3 +114,9 @@ class Shared:
             if mode in ("chunk", "reason"):
                 cursor = nxt.decode()
         return total
+
+
+def manage_record(tk: k.TenantKeys) -> str:
+    """A manage call's record (``scripts/manage.lua``), so that a repeat of it by the store's client
+    answers what it did rather than acting on the next messages."""
+    return tk.request_record(f"\0manage{uuid.uuid4().hex}")

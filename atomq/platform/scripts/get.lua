@@ -5,6 +5,7 @@
 -- KEYS[EXTRA]     subs (publish/subscribe: the subscriber is created on its first get)
 -- KEYS[EXTRA + 1] the tenant's usage hash (ack time-outs may dead-letter)
 -- KEYS[EXTRA + 2] the tenant's due index
+-- KEYS[EXTRA + 3] this call's record: what it delivered, "<active>|<id>,<delivery count>;..."
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -14,6 +15,7 @@
 -- ARGV[7]      the destination's name in the due index
 -- ARGV[8]      the consumer ("" for none: required by an exclusive queue, ignored by others)
 -- ARGV[9]      most consumers an exclusive queue may have
+-- ARGV[10]     how long the record is kept, in ms
 -- Returns {n, wake, last_id, last_wake_id, active, then per message: id, delivery count,
 --          envelope, then per document: data, properties ("" = none)}.
 -- active: 1 the consumer is the exclusive queue's active one, 0 a standby
@@ -23,6 +25,44 @@
 -- wake: ms until the next scheduled redelivery, ack deadline or expiry (-1 = none);
 -- last_id, last_wake_id: the ready and wake streams' last ids, to block on
 -- when nothing was delivered.
+-- A call whose record exists ran before (the store's client sent it again after a
+-- time-out): it answers the deliveries it made then that are still in flight as
+-- it made them, and changes nothing, so no message counts a delivery nobody got.
+
+local RECORD = KEYS[EXTRA + 2 + 1]
+local held = redis.call('GET', RECORD)
+if held then
+  local bar = string.find(held, '|', 1, true)
+  local out = {0, -1, '0-0', '0-0', tonumber(string.sub(held, 1, bar - 1))}
+  local d = dest_at(5)
+  local live, ids, counts, ndocs, envs = {}, {}, {}, {}, {}
+  for id, dc in string.gmatch(string.sub(held, bar + 1), '([^,;]+),(%d+)') do
+    local s = redis.call('HGET', d.state, id)
+    local env = redis.call('HGET', d.msg, id)
+    if s and env then
+      local count, _, where = parse_state(s)
+      if where == 'f' and count == tonumber(dc) then
+        local n = #ids + 1
+        ids[n], counts[n], envs[n], ndocs[n] = id, count, env, doc_count(env)
+        live[#live + 1] = n
+      end
+    end
+  end
+  local kept, data, props = take_within(live, ids, ndocs, math.huge, tonumber(ARGV[6]))
+  out[1] = kept
+  local j = 0
+  for x = 1, kept do
+    local i = live[x]
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3] = ids[i], counts[i], envs[i]
+    for _ = 1, ndocs[i] do
+      j = j + 1
+      o = #out
+      out[o + 1], out[o + 2] = data[j] or '', props[j] or ''
+    end
+  end
+  return out
+end
 
 local q = require_queue()
 if q.err then return q end
@@ -198,4 +238,7 @@ for x = 1, kept do
 end
 count('delivered', kept)
 count('redelivered', redelivered)
+local record = {}
+for x = 1, kept do record[x] = ids[live[x]] .. ',' .. counts[live[x]] end
+redis.call('SET', RECORD, active .. '|' .. table.concat(record, ';'), 'PX', tonumber(ARGV[10]))
 return out
