@@ -122,6 +122,12 @@ class ValkeyCluster:
             slots = c.execute_command("CLUSTER", "SLOTS")
         return sorted((int(entry[2][1]), int(entry[0]), int(entry[1])) for entry in slots)
 
+    def master_pid_of(self, tenant: str) -> int:
+        """The pid of the master that holds ``tenant``'s slot."""
+        slot = key_slot(tenant.encode())
+        port = next(p for p, first, last in self.masters() if first <= slot <= last)
+        return self.processes[port].pid
+
     def tenant_on(self, master: int) -> str:
         """A fresh tenant id whose keys live on master number ``master`` (0-based, by port)."""
         _, first, last = self.masters()[master % MASTERS]
