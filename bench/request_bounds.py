@@ -65,7 +65,7 @@ from drivers.serve_node import ServeNode, check, expect, progress
 
 PARTS = ("scripts", "bystander", "matcher", "slow")
 KIB = b"x" * 1024
-HEAVY, BYSTANDER = "t_000000bea7y0", "t_00000b7s7and"
+HEAVY, PUBLISHER, BYSTANDER = "t_000000bea7y0", "t_0000publ1sh", "t_00000b7s7and"
 
 
 def one_kib(n: int, docs: int = 1, size: int = 1024) -> list[OutgoingMessage]:
@@ -171,12 +171,12 @@ def heavy_publishes(url: str, stop: Any) -> None:
     """A process of its own: the heaviest legal publish, back to back, its queues emptied between."""
     qs = QueueServer(redis.Redis.from_url(url))
     for q in range(100):
-        qs.put_queue(HEAVY, f"heavy{q}", "point_to_point", topics=["heavy/all"])
+        qs.put_queue(PUBLISHER, f"heavy{q}", "point_to_point", topics=["heavy/all"])
     batch = one_kib(1000)
     while not stop.is_set():
-        qs.publish(HEAVY, "heavy/all", batch)
+        qs.publish(PUBLISHER, "heavy/all", batch)
         for q in range(100):
-            qs.delete_messages(HEAVY, f"heavy{q}", all=True)
+            qs.delete_messages(PUBLISHER, f"heavy{q}", all=True)
 
 
 def run_bystander(url: str, seconds: float) -> dict[str, Any]:
