@@ -405,3 +405,16 @@ def test_the_server_settings_are_shown_and_changed(node: AtomqServe) -> None:
     finally:
         ok("server", "update", "--set", f"dedupe_window_s={shown['dedupe_window_s']}",
            "--set", f"redelivery_delays_s={json.dumps(shown['redelivery_delays_s'])}")
+
+
+def test_a_send_run_again_with_its_idempotency_key_stores_nothing_twice(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "ledger", "--topic", "ledger/>")
+    first = json.loads(ok("send", "ledger", "a", "b", "--idempotency-key", "import-2026-11-27", "--json"))
+    again = json.loads(ok("send", "ledger", "a", "b", "--idempotency-key", "import-2026-11-27", "--json"))
+    assert again["ids"] == first["ids"] and len(first["ids"]) == 2
+    published = json.loads(ok("publish", "ledger/x", "c", "--idempotency-key", "pub-1", "--json"))
+    assert json.loads(ok("publish", "ledger/x", "c", "--idempotency-key", "pub-1", "--json")) == published
+    assert json.loads(ok("queues", "show", "ledger", "--json"))["depth"] == 3
+    reused = run("send", "ledger", "other", "--idempotency-key", "import-2026-11-27", env=tenant_env)
+    assert reused.returncode != 0 and "Idempotency-Key" in reused.stderr, reused.stderr

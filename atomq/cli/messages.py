@@ -29,6 +29,10 @@ _timing_options = [
     click.option("--ttl", "ttl_s", type=click.FloatRange(0, defaults.MAX_MESSAGE_TTL_S, min_open=True),
                  help="Seconds until each message expires (then it is dead-lettered or discarded, as its "
                       "queue says)."),
+    click.option("--idempotency-key", metavar="KEY",
+                 help="Names this command's sends (request N of it is KEY/N): run again with the same KEY "
+                      "within a day, it stores nothing twice and prints the same ids. Without it each "
+                      "request still has a key of its own, so a retry after a lost answer stores once."),
 ]
 
 
@@ -47,19 +51,24 @@ def _batches(texts: tuple[str, ...], properties: dict[str, str] | None, priority
         yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s) for t in batch]
 
 
+def _request_key(key: str | None, n: int) -> str | None:
+    """The Idempotency-Key of request ``n`` of a command given ``--idempotency-key``."""
+    return None if key is None else f"{key}/{n}"
+
+
 @click.command()
 @click.argument("queue")
 @click.argument("texts", nargs=-1)
 @timing_options
 @connection_options
 def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[str, str] | None,
-         priority: int | None, ttl_s: float | None) -> None:
+         priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
     """Send one message per TEXT (or per line of standard input when none is given)."""
     ids: list[str] = []
     dropped = 0
     progress = Progress(f"sending to {queue}", "messages")
-    for batch in _batches(texts, properties, priority, ttl_s):
-        sent = c.send_batch(queue, batch)
+    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
+        sent = c.send_batch(queue, batch, idempotency_key=_request_key(idempotency_key, n))
         ids += sent["ids"]
         dropped += sent.get("dropped", 0)
         progress.update(len(ids))
@@ -75,14 +84,14 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
 @timing_options
 @connection_options
 def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict[str, str] | None,
-            priority: int | None, ttl_s: float | None) -> None:
+            priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
     """Publish one message per TEXT (or per line of standard input) to TOPIC: it reaches every queue
     whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none."""
     ids: list[str] = []
     reached: set[str] = set()
     progress = Progress(f"publishing to {topic}", "messages")
-    for batch in _batches(texts, properties, priority, ttl_s):
-        published = c.publish(topic, batch)
+    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
+        published = c.publish(topic, batch, idempotency_key=_request_key(idempotency_key, n))
         ids += published["ids"]
         reached.update(published["queues"])
         progress.update(len(ids))
