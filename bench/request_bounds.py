@@ -26,9 +26,11 @@ Four parts (--parts, default all), each on a store or node of its own:
             other level '*')
   slow      one `atomq serve` (2 HTTP workers): a tenant's one-message
             sends over a keep-alive session, one every 50 ms for --seconds,
-            alone and while 1,000 connections send a header line each half
-            second and never finish their heads; p50, p99, max and how many
-            were answered 201
+            alone and while 1,000 connections from another address
+            (127.0.0.2) send a header line each half second and never
+            finish their heads; p50, p99, max and how many were answered
+            201, and how many of the 1,000 the node took (the rest it
+            refuses: a bound per address)
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: "scripts": {case: longest ms}, "bystander": {phase: {p50_ms,
@@ -242,8 +244,11 @@ def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
         trickler = None
         if phase != "alone":
             for _ in range(1000):
-                conn = socket.create_connection(("127.0.0.1", node.port), timeout=10)
-                conn.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")
+                conn = socket.create_connection(("127.0.0.1", node.port), timeout=10, source_address=("127.0.0.2", 0))
+                try:
+                    conn.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")
+                except OSError:
+                    pass  # refused at once: past the address's bound
                 slow.append(conn)
 
             def trickle() -> None:
@@ -272,9 +277,19 @@ def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
         stop.set()
         if trickler is not None:
             trickler.join()
+        fates = {"refused_503": 0, "timed_out_408": 0, "open": 0}
         for c in slow:
+            c.setblocking(False)
+            try:
+                head = c.recv(200)
+            except BlockingIOError:
+                head = None
+            except OSError:
+                head = b"HTTP/1.1 503"  # reset after the refusal
+            fates["open" if head is None else "refused_503" if head.startswith(b"HTTP/1.1 503")
+                  else "timed_out_408"] += 1
             c.close()
-        out[phase] = {**latencies(timings), "answered": answered}
+        out[phase] = {**latencies(timings), "answered": answered, **({"slow": fates} if slow else {})}
         progress(f"  {phase}: {out[phase]}")
     return out
 

@@ -31,10 +31,12 @@ from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
 from atomq.platform.queue_settings import QueueSettings
 from atomq.platform.storage import Storage
+from atomq.node import slow_clients
 from atomq.tenants import TenantStore
 from support.in_process_app import OWNER_KEY, InProcessApp, error_of, send_body, strict_loads
 from support.ports import free_port
 from support.served_node import AtomqServe, ServeFactory
+from support.waiting import wait_until
 
 
 def named_fields(error: dict[str, Any]) -> set[str]:
@@ -466,3 +468,39 @@ def test_served_slow_clients_hold_no_thread_the_tenants_need(served: AtomqServe)
         for conn in slow:
             conn.close()
     assert requests.get(served.url + "/v1/queues/q", headers=headers, timeout=10).json()["depth"] == 20
+
+
+def test_served_connections_of_one_address_are_bounded_and_free_again_once_closed(serve: ServeFactory) -> None:
+    """An address past its bound gets a 503 in the error shape for its next connection; another address
+    is served; the idle connections the node times out free their address's room."""
+    served = serve(http_workers=1)
+    host, _, port = served.url.removeprefix("http://").partition(":")
+
+    def health(source: str, request: bool = True) -> bytes:
+        with socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0)) as conn:
+            if request:  # a refused connection is answered as it is taken: it sends nothing, so it reads it all
+                conn.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+            return answer
+
+    idle = [socket.create_connection((host, int(port)), timeout=10)
+            for _ in range(slow_clients.MAX_CONNECTIONS_PER_ADDRESS)]
+    try:
+        refused = health("127.0.0.1", request=False)
+        head, _, body = refused.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), refused[:200]
+        assert strict_loads(body)["error"]["code"] == "too_many_connections"
+        assert health("127.0.0.2").startswith(b"HTTP/1.1 200")
+        # The node closes connections that send nothing within its keep-alive time; their room comes back.
+        def served_again() -> bool:
+            try:
+                return health("127.0.0.1").startswith(b"HTTP/1.1 200")
+            except OSError:  # still refused: the refusal may reset a connection that sent its request
+                return False
+
+        wait_until(served_again, 30, "the idle connections to be closed")
+    finally:
+        for conn in idle:
+            conn.close()

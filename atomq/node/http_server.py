@@ -9,9 +9,11 @@ services after the fork (``Node.load``), then runs its background loops
 
 from __future__ import annotations
 
+import errno
 import math
 import threading
 import uuid
+from collections import Counter
 from typing import Any
 
 from flask import Flask
@@ -62,10 +64,30 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
     """gunicorn's threaded worker that also ends long-polls when told to stop."""
 
     loops: tuple[list[threading.Thread], threading.Event] | None = None
+    open_by_address: Counter[str]
 
     def init_process(self) -> None:
         refusals.install()
+        self.open_by_address = Counter()
         super().init_process()
+
+    def accept(self, listener: Any) -> None:
+        """gunicorn's accept, with the connections of one client address bounded
+        (``slow_clients.MAX_CONNECTIONS_PER_ADDRESS``); it runs in the worker's main thread, as
+        every close does, so the count needs no lock."""
+        try:
+            sock, client = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        if self.open_by_address[slow_clients.address_of(client)] >= slow_clients.MAX_CONNECTIONS_PER_ADDRESS:
+            slow_clients.refuse_connection(sock)
+            return
+        self.nr_conns += 1
+        sock.setblocking(True)
+        self.enqueue_req(slow_clients.CountedConn(self.cfg, sock, client, listener.getsockname(),
+                                                  self.open_by_address))
 
     def handle(self, conn: Any) -> Any:
         """A thread parses a request only once its head is in (``slow_clients``); until then the
