@@ -9,11 +9,9 @@ the write.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from atomq import defaults
 from atomq.errors import (
@@ -32,6 +30,15 @@ from atomq.platform.management import Management
 from atomq.platform.models import BARE_ENVELOPE, DEFAULT_PRIORITY, OutgoingMessage, QueueModel, topic_envelope
 from atomq.platform.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.names import check_tenant_id
+from atomq.platform.request_records import (
+    RecordedCall,
+    RequestToken,
+    key_reused,
+    outcome_unknown,
+    positions_field,
+    positions_of,
+    stored_answer,
+)
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
 from atomq.platform.topic_index import TopicIndex
 from atomq.platform.topics import check_topic
@@ -48,50 +55,6 @@ class _QuotaRefused(AtomqError):
 
 class _StaleTopics(AtomqError):
     """The send script saw another version of the topic patterns than the caller matched with."""
-
-
-@dataclass(frozen=True)
-class RequestToken:
-    """What makes a send store once however often it is tried. Every script call of a send carries
-    its request's token and writes what it stored in the request's record under it; a call that
-    finds its answer there (the store's client retried it after a time-out, or the sender retried
-    the request) stores nothing again and answers the same ids.
-
-    ``key``: the sender's Idempotency-Key, kept for ``defaults.IDEMPOTENCY_WINDOW_S`` and bound to
-    the body it came with; None for a request without one, whose token the node makes and keeps
-    only while the store's client may retry a call (``defaults.REQUEST_TOKEN_WINDOW_S``)."""
-
-    token: str
-    key: str | None
-
-    @classmethod
-    def of(cls, key: str | None) -> RequestToken:
-        """The token of a request with Idempotency-Key ``key`` (checked), or of one without (None)."""
-        if key is None:
-            return cls("\0" + uuid.uuid4().hex, None)  # no key holds a NUL: a made token is no key's
-        most = defaults.MAX_IDEMPOTENCY_KEY_CHARS
-        if not isinstance(key, str) or not 0 < len(key) <= most or not all(" " <= c <= "~" for c in key):
-            raise InvalidInput(f"an Idempotency-Key is 1 to {most} printable ASCII characters",
-                               field="Idempotency-Key")
-        return cls(key, key)
-
-    @property
-    def window_ms(self) -> int:
-        return 1000 * (defaults.REQUEST_TOKEN_WINDOW_S if self.key is None else defaults.IDEMPOTENCY_WINDOW_S)
-
-    def digest(self, *parts: Iterable[Any]) -> str:
-        """What binds a key to its request: a digest of the request as the scripts take it ('' for a
-        token the node made, which no other request carries)."""
-        if self.key is None:
-            return ""
-        h = hashlib.sha256()
-        for part in parts:
-            for item in part:
-                data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-                h.update(b"%d:" % len(data))
-                h.update(data)
-            h.update(b";")
-        return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -175,7 +138,7 @@ class Sending:
         token = RequestToken.of(idempotency_key)
         args_tail, dedupe_ids = self._encode_batch(messages)
         dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
-        call = _Call(token, token.digest(["send", queue], args_tail), _positions_field(range(len(messages))))
+        call = RecordedCall(token, token.digest(["send", queue], args_tail), positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
             try:
                 self._admit(len(messages) * self._destinations(tk, [queue], refresh), admit)
@@ -244,7 +207,7 @@ class Sending:
                                 for queues, positions in groups.items()), admit)
                 for queues, positions in groups.items():
                     args_tail, dedupe_ids = _assembled([encoded[i] for i in positions])
-                    call = _Call(token, digest, _positions_field(positions))
+                    call = RecordedCall(token, digest, positions_field(positions))
                     try:
                         sent = self._store(tk, [tk.queue(q) for q in queues], refresh, version, "t",
                                            [tk.topic_dedupe(t, d) for t, d in dedupe_ids], args_tail, quota_bytes,
@@ -296,16 +259,16 @@ class Sending:
         record = self._shared.storage.call(self._shared.storage.client.hgetall, tk.request_record(token.token))
         stored_digest = record.pop(b"#b", None)
         if stored_digest is not None and stored_digest.decode() != digest:
-            raise _key_reused(token)
+            raise key_reused(token)
         for name, answer in record.items():
             field_name = name.decode()
             if field_name.startswith("p"):
-                sent = _stored_answer(answer)
-                done.record(_positions_of(field_name), sent.ids, sent.dropped)
+                ids, dropped = stored_answer(answer)
+                done.record(positions_of(field_name), ids, dropped)
 
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
                marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int,
-               call: _Call) -> Sent:
+               call: RecordedCall) -> Sent:
         keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns,
                 tk.request_record(call.token.token)]
         route_args: list[Any] = []
@@ -323,7 +286,7 @@ class Sending:
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
                 marker_gen, call.field, call.digest, call.token.window_ms, *route_args, *args_tail[1:]]
         errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
-                  "IDEMREUSED": lambda _: _key_reused(call.token),
+                  "IDEMREUSED": lambda _: key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
                   "QUEUEFULL": lambda words: _queue_full(targets, words),
                   "TOOBIG": lambda words: _message_too_big(targets, words)}
@@ -336,7 +299,7 @@ class Sending:
             else:
                 reply = storage.run("send", keys, args, errors, writes_once=True)
         except OutcomeUnknown as exc:
-            raise _outcome_unknown(exc, call.token) from None
+            raise outcome_unknown(exc, call.token) from None
         except _QuotaRefused:
             used = self._management.usage(tk.tenant)["stored_bytes"]
             raise QuotaExceeded(
@@ -344,7 +307,7 @@ class Sending:
                 "this send would pass it; ack or delete messages first",
                 limit=quota_bytes, used=used) from None
         if int(reply[0]) < 0:
-            sent = _stored_answer(reply[1])
+            sent = Sent(*stored_answer(reply[1]))
         else:
             sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
         if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
@@ -428,69 +391,6 @@ class _Encoded:
     def digest_parts(self) -> list[Any]:
         """What the message is, for a request's digest (``RequestToken.digest``)."""
         return [*(self.dedupe or ("", "")), self.timing, *self.rest]
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One script call of a send: its request's token and digest, and its field in the request's
-    record (``_positions_field``)."""
-
-    token: RequestToken
-    digest: str
-    field: str
-
-
-def _positions_field(positions: Iterable[int]) -> str:
-    """A script call's field in its request's record: ``p`` then the positions of its messages in
-    the request as ranges (``p0-99``, ``p3,7-9``), so a repeat of the call finds it, and a publish
-    retried by its sender knows which of its messages a try stored."""
-    ranges: list[list[int]] = []
-    for i in positions:
-        if ranges and ranges[-1][1] == i - 1:
-            ranges[-1][1] = i
-        else:
-            ranges.append([i, i])
-    return "p" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
-
-
-def _positions_of(field_name: str) -> list[int]:
-    """The positions a record's field names (``_positions_field``)."""
-    out: list[int] = []
-    for part in field_name[1:].split(","):
-        first, _, last = part.partition("-")
-        out.extend(range(int(first), int(last or first) + 1))
-    return out
-
-
-def _stored_answer(answer: bytes) -> Sent:
-    """What a call stored, from its answer in the request's record (send.lua:
-    ``<dropped>|<stamp>|<sequence>|`` then an original id or a run ``+<n>`` of new ids a part)."""
-    dropped, stamp, seq, parts = answer.decode().split("|", 3)
-    ids: list[str] = []
-    n = int(seq)
-    for part in parts.split(",") if parts else []:
-        if part.startswith("+"):
-            for n in range(n + 1, n + 1 + int(part[1:])):
-                ids.append(f"{stamp}-{n:012d}")
-        else:
-            ids.append(part)
-    return Sent(ids=ids, dropped=int(dropped))
-
-
-def _key_reused(token: RequestToken) -> Conflict:
-    return Conflict(f"Idempotency-Key {token.key!r} was used for another request within "
-                    f"{defaults.IDEMPOTENCY_WINDOW_S // 3600} hours: a key names one request; make a new one "
-                    "for a new request", code="idempotency_key_reused", idempotency_key=token.key)
-
-
-def _outcome_unknown(exc: OutcomeUnknown, token: RequestToken) -> OutcomeUnknown:
-    """The store's lost answer, with what the sender can do about it."""
-    if token.key is not None:
-        advice = "send it again with the same Idempotency-Key: it is then stored once"
-    else:
-        advice = ("it had no Idempotency-Key, so a repeat cannot be told from a new send: browse the queue before "
-                  "sending it again, and give sends an Idempotency-Key")
-    return OutcomeUnknown(f"{exc.message}; {advice}", idempotency_key=token.key, **exc.details)
 
 
 def _assembled(encoded: Sequence[_Encoded]) -> tuple[list[Any], list[tuple[str, str]]]:
