@@ -44,10 +44,13 @@ def secret_of(api_key: str) -> str:
 
 
 def every_stored_byte_string(client: redis.Redis) -> Iterator[bytes]:
-    """Every key name and every value (members, fields, scores, entries) on the server."""
+    """Every key name and every value (members, fields, scores, entries) on the server. A key that
+    expired between the scan and its read (a request's record, a de-duplication marker) holds nothing."""
     for key in client.scan_iter(count=1000):
         yield key
         kind = client.type(key)
+        if kind == b"none":
+            continue
         if kind == b"string":
             yield client.get(key)
         elif kind == b"hash":
