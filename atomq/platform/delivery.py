@@ -9,7 +9,6 @@ so a consumer that was too slow cannot settle the redelivery another now holds.
 from __future__ import annotations
 
 import threading
-import uuid
 import time
 from typing import Any, Sequence
 
@@ -19,6 +18,7 @@ from atomq.integer_range import check_integer_range
 from atomq.platform.components import Components
 from atomq.platform.models import Delivery, NackResult, Taken
 from atomq.platform.names import check_consumer_name, check_receipts, check_subscriber_name
+from atomq.platform.request_records import CALL_RECORD_MS, made_token
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
 from atomq.platform.stored_form import decode_messages
 
@@ -86,10 +86,10 @@ class Deliveries:
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
         # The call's record lets a repeat of it by the store's client answer what it delivered.
-        record = tk.request_record(f"\0get{uuid.uuid4().hex}")
+        record = tk.request_record(made_token("get"))
         keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
-                d.member, consumer or "", s.max_consumers, defaults.REQUEST_TOKEN_WINDOW_S * 1000]
+                d.member, consumer or "", s.max_consumers, CALL_RECORD_MS]
         get: tuple[str, list[str], list[Any], Any] = ("get", keys, args, self._shared.queue_errors(queue))
         settle = None
         if ack_ids is not None or ack_receipts is not None:
@@ -202,10 +202,10 @@ class Deliveries:
         d = qk.destination(subscriber)
         s = self._shared.settings
         # The call's record lets a repeat of it by the store's client answer what it settled.
-        record = tk.request_record(f"\0settle{uuid.uuid4().hex}")
+        record = tk.request_record(made_token("settle"))
         return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
-                 defaults.REQUEST_TOKEN_WINDOW_S * 1000, *items],
+                 CALL_RECORD_MS, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                     f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue,
                     subscriber=subscriber)))

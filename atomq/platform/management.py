@@ -17,6 +17,7 @@ from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
 from atomq.platform.models import BrowsedMessage, DeadLetter, InFlight, Page, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
+from atomq.platform.request_records import CALL_RECORD_MS
 from atomq.platform.routes import Routes
 from atomq.platform.shared import Shared, docs_and_config, manage_record, queue_keys, queue_not_found
 from atomq.platform.stored_form import decode_messages
@@ -179,7 +180,7 @@ class Management:
                     chunk = list(ids[start : start + self._shared.settings.chunk_size])
                     total += int(self._shared.storage.run(
                         "manage", docs_and_config(tk, qk) + d.as_list() + [tk.usage, manage_record(tk)],
-                        [action, "ids", "", 0, defaults.REQUEST_TOKEN_WINDOW_S * 1000, *chunk])[0])
+                        [action, "ids", "", 0, CALL_RECORD_MS, *chunk])[0])
             elif reason is not None:
                 total += self._shared.drain(tk, docs_and_config(tk, qk), d, action, "reason", extra=reason)
             else:

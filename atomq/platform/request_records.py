@@ -18,6 +18,16 @@ from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, OutcomeUnknown
 
 
+CALL_RECORD_MS = defaults.REQUEST_TOKEN_WINDOW_S * 1000
+"""How long the record of a call under a token the node made is kept: past the store client's retries."""
+
+
+def made_token(kind: str = "") -> str:
+    """A token the node makes for a request or a call (``kind`` names which): no sender's key holds a
+    NUL, so a made token is never a key's."""
+    return f"\0{kind}{uuid.uuid4().hex}"
+
+
 @dataclass(frozen=True)
 class RequestToken:
     """What makes a send store once however often it is tried. Every script call of a send carries
@@ -36,7 +46,7 @@ class RequestToken:
     def of(cls, key: str | None) -> RequestToken:
         """The token of a request with Idempotency-Key ``key`` (checked), or of one without (None)."""
         if key is None:
-            return cls("\0" + uuid.uuid4().hex, None)  # no key holds a NUL: a made token is no key's
+            return cls(made_token(), None)
         most = defaults.MAX_IDEMPOTENCY_KEY_CHARS
         if not isinstance(key, str) or not 0 < len(key) <= most or not all(" " <= c <= "~" for c in key):
             raise InvalidInput(f"an Idempotency-Key is 1 to {most} printable ASCII characters",
@@ -45,7 +55,7 @@ class RequestToken:
 
     @property
     def window_ms(self) -> int:
-        return 1000 * (defaults.REQUEST_TOKEN_WINDOW_S if self.key is None else defaults.IDEMPOTENCY_WINDOW_S)
+        return CALL_RECORD_MS if self.key is None else 1000 * defaults.IDEMPOTENCY_WINDOW_S
 
     def digest(self, *parts: Iterable[Any]) -> str:
         """What binds a key to its request: a digest of the request as the scripts take it ('' for a

@@ -11,15 +11,14 @@ change, and every part sees the new ones at once.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
 from atomq.platform.names import check_queue_name, check_tenant_id
 from atomq.platform.queue_settings import QueueSettings
+from atomq.platform.request_records import CALL_RECORD_MS, made_token
 from atomq.platform.storage import Storage
 
 
@@ -105,7 +104,7 @@ class Shared:
         while budget is None or budget.take():
             count, nxt = self.storage.run(
                 "manage", base + d.as_list() + [tk.usage, manage_record(tk)],
-                [action, mode, cursor, self.settings.chunk_size, defaults.REQUEST_TOKEN_WINDOW_S * 1000,
+                [action, mode, cursor, self.settings.chunk_size, CALL_RECORD_MS,
                  *([] if extra is None else [extra])]
             )
             total += int(count)
@@ -119,4 +118,4 @@ class Shared:
 def manage_record(tk: k.TenantKeys) -> str:
     """A manage call's record (``scripts/manage.lua``), so that a repeat of it by the store's client
     answers what it did rather than acting on the next messages."""
-    return tk.request_record(f"\0manage{uuid.uuid4().hex}")
+    return tk.request_record(made_token("manage"))
