@@ -373,6 +373,39 @@ def test_browse_delete_and_dead_letter_management(acme) -> None:
     acme("GET", "/v1/queues/jobs/messages", status=400, limit=0)
 
 
+def test_browse_by_state_names_who_holds_each_delivery_and_since_when(acme, owner, other) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "ack_timeout_s": 30}, 201)
+    ids = send(acme, "jobs", *[f"m{i}" for i in range(5)])
+    acme("POST", "/v1/queues/jobs/get", {"max": 1, "consumer": "worker-1"}, 200)
+    acme("POST", "/v1/queues/jobs/get", {"max": 1}, 200)
+    tenant = owner("GET", "/v1/tenants?name=acme", status=200)["tenants"][0]["id"]
+    as_acme = Client(acme.transport, owner.key, tenant=tenant)
+    as_acme("POST", "/v1/queues/jobs/get", {"max": 1}, 200)
+    page = acme("GET", "/v1/queues/jobs/messages", status=200, state="in_flight", limit=2)
+    rest = acme("GET", "/v1/queues/jobs/messages", status=200, state="in_flight", limit=2, after=page["next"])
+    held = page["messages"] + rest["messages"]
+    key_id = acme.key.removeprefix("aq_").split("_", 1)[0]
+    assert [(m["id"], m["state"], m["holder"]) for m in held] == [
+        (ids[0], "in_flight", "worker-1"), (ids[1], "in_flight", f"key:{key_id}"), (ids[2], "in_flight", "owner")]
+    assert rest["next"] is None
+    assert all(m["enqueued_at"] <= m["delivered_at"] < m["deadline"] for m in held)
+    ready = acme("GET", "/v1/queues/jobs/messages", status=200, state="ready")["messages"]
+    assert [(m["id"], "holder" in m) for m in ready] == [(ids[3], False), (ids[4], False)]
+    assert acme("GET", "/v1/queues/jobs/messages", status=200, state="scheduled") == {"messages": [], "next": None}
+    error = acme("GET", "/v1/queues/jobs/messages", status=400, state="dead")["error"]
+    assert error["code"] == "invalid_input" and "state" in str(error["details"])
+    assert "ready" in str(error) and "in_flight" in str(error) and "scheduled" in str(error)
+    acme("POST", "/v1/queues/jobs/release", {"ids": [ids[0]]}, 200)
+    acme("POST", "/v1/queues/jobs/ack", {"ids": [ids[1]]}, 200)
+    left = acme("GET", "/v1/queues/jobs/messages", status=200, state="in_flight")["messages"]
+    assert [m["id"] for m in left] == [ids[2]]
+    other_id = owner("GET", "/v1/tenants?name=other", status=200)["tenants"][0]["id"]
+    as_other = Client(acme.transport, owner.key, tenant=other_id)
+    assert as_other("GET", "/v1/queues/jobs/messages", status=404, state="in_flight")["error"]["code"] == "not_found"
+    other("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
+    assert as_other("GET", "/v1/queues/jobs/messages", status=200, state="in_flight") == {"messages": [], "next": None}
+
+
 def test_publish_subscribe_over_http(acme) -> None:
     acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
     acme("PUT", "/v1/queues/news/subscribers/a", status=201)

@@ -328,6 +328,31 @@ def test_deliveries_are_acked_nacked_extended_and_released_by_id_or_receipt(tena
     assert "broken" in ok("dead-letters", "list", "work")
 
 
+def test_browse_by_state_finds_the_deliveries_stuck_in_flight_to_release(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "work", "--ack-timeout", "600")
+    ok("send", "work", "one", "two", "three", "four")
+    (first,) = json.loads(ok("get", "work", "--max", "1", "--consumer", "worker-1", "--json"))
+    (second,) = json.loads(ok("get", "work", "--max", "1", "--json"))
+    lines = ok("browse", "work", "--state", "in_flight").splitlines()
+    assert lines[0].split() == ["ID", "HOLDER", "HELD", "FOR", "ACK", "DUE", "DELIVERY"]
+    key_id = tenant_env["ATOMQ_KEY"].removeprefix("aq_").split("_", 1)[0]
+    rows = [line.split() for line in lines[1:]]
+    assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [
+        (first["id"], "worker-1", "in", "1"), (second["id"], f"key:{key_id}", "in", "1")]
+    assert all(r[2].endswith("s") for r in rows), "held for seconds"
+    (only,) = json.loads(ok("browse", "work", "--state", "in_flight", "--limit", "1", "--json"))
+    assert (only["id"], only["holder"], only["state"]) == (first["id"], "worker-1", "in_flight")
+    assert only["delivered_at"] < only["deadline"]
+    ready = json.loads(ok("browse", "work", "--state", "ready", "--json"))
+    assert [m["documents"][0]["data"] for m in ready] == ["three", "four"]
+    bad = run("browse", "work", "--state", "dead", env=tenant_env)
+    assert bad.returncode == 2 and all(s in bad.stderr for s in ("ready", "in_flight", "scheduled"))
+    assert "RELEASED" in ok("release", "work", *[r[0] for r in rows])
+    assert ok("browse", "work", "--state", "in_flight").splitlines()[1:] == []
+    assert len(json.loads(ok("browse", "work", "--state", "ready", "--json"))) == 4
+
+
 def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
         node: AtomqServe, tenant_env: dict[str, str]) -> None:
     owner_env = {"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""}

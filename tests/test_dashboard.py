@@ -386,6 +386,8 @@ def test_an_operator_frees_a_delivery_stuck_in_flight(page: Page, node: InProces
     stuck = page.locator("#in-flight-form tbody tr")
     expect(stuck).to_have_count(2)
     expect(stuck.first).to_contain_text(re.compile(r"UTC \(in [45] minutes"))
+    expect(stuck.first.locator("td").nth(1)).to_have_text("gone")
+    expect(stuck.first.locator("td").nth(2)).to_contain_text(re.compile(r"UTC \(\d+ s ago\)"))
     expect(page.get_by_text("whichever consumer holds them")).to_be_visible()
     expect(page.locator("#oldest")).to_have_text(re.compile(r"^\d+ s \(sent \d{4}-\d\d-\d\d [\d:]+ UTC\)$"))
     page.get_by_role("checkbox", name=f"Select delivery {first}").check()

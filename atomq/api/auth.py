@@ -94,3 +94,11 @@ def current_tenant() -> str:
         raise NotFound(f"tenant {tenant!r} does not exist", tenant=tenant)
     g.atomq_tenant = tenant  # the request's tenant for its latency and log records
     return tenant
+
+
+def request_holder() -> str:
+    """Who a get made by this request leaves holding its deliveries when it names no consumer:
+    ``key:<key id>`` for a tenant's API key (the id is no secret and is the tenant's own), else
+    ``owner`` (the runtime owner acting for the tenant)."""
+    key_id = principal().key_id
+    return f"key:{key_id}" if key_id else "owner"

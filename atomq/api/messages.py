@@ -8,7 +8,7 @@ from flask import Response, request
 from flask.views import MethodView
 
 from atomq.api import links, render, strict_json
-from atomq.api.auth import current_tenant
+from atomq.api.auth import current_tenant, request_holder
 from atomq.api.blueprint import (
     IDEMPOTENCY_HEADER,
     SEND_HEADERS,
@@ -18,9 +18,10 @@ from atomq.api.blueprint import (
     services,
     with_memory_state,
 )
-from atomq.api.schemas.common import BulkSelector, PageArgs, Selector
+from atomq.api.schemas.common import BulkSelector, Selector
 from atomq.api.schemas.messages import (
     AckedSchema,
+    BrowseArgs,
     BrowsePageSchema,
     DeletedSchema,
     DeliveriesSchema,
@@ -80,12 +81,15 @@ class Messages(MethodView):
             out["dropped"] = sent.dropped
         return render.json_response(out, 201)
 
-    @blp.arguments(PageArgs, location="query")
+    @blp.arguments(BrowseArgs, location="query")
     @blp.response(200, BrowsePageSchema)
     def get(self, args: dict[str, Any], name: str) -> Response:
-        """Browses waiting and in-flight messages without consuming them."""
+        """Browses waiting and in-flight messages without consuming them; ``state`` lists one state
+        only. A message in flight says who holds it (``holder``), since when (``delivered_at``) and
+        until when (``deadline``): what an operator needs to find a delivery stuck with a consumer
+        that is gone, and release it."""
         page = services().queues.browse(current_tenant(), name, args["limit"], args.get("after"),
-                                        args.get("subscriber"))
+                                        args.get("subscriber"), args.get("state"))
         return render.json_response({"messages": [render.message(m) for m in page.items], "next": page.next})
 
     @blp.arguments(BulkSelector)
@@ -109,7 +113,7 @@ class Get(MethodView):
         with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
             taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
                                   consumer=body.get("consumer"), ack_ids=ack.get("ids"),
-                                  ack_receipts=ack.get("receipts"))
+                                  ack_receipts=ack.get("receipts"), holder=request_holder())
         out: dict[str, Any] = {"messages": [render.message(m) for m in taken.deliveries]}
         if taken.active is not None:
             out["active"] = taken.active

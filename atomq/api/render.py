@@ -16,7 +16,7 @@ from flask import Response
 
 from atomq.api import strict_json
 from atomq.client import wire
-from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, QueueInfo
+from atomq.platform import BrowsedMessage, DeadLetter, Delivery, Message, MessageState, QueueInfo
 
 TOTALS = ("sent", "delivered", "acked", "nacked", "dead_lettered", "expired", "superseded", "dropped")
 """The queue totals of the contract (the scripts keep a few more; /metrics has them all)."""
@@ -48,6 +48,10 @@ def message(m: Message) -> dict[str, Any]:
     elif isinstance(m, BrowsedMessage):
         out["state"] = m.state.value
         out["failed_deliveries"] = m.failed_deliveries
+        if m.state is MessageState.IN_FLIGHT:
+            out["holder"] = m.holder
+            out["delivered_at"] = m.delivered_at
+            out["deadline"] = m.deadline
     elif isinstance(m, DeadLetter):
         out["reason"] = m.reason
         out["failed_deliveries"] = m.failed_deliveries

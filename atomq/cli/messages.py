@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import click
 from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.options import name_value_pairs
-from atomq.cli.output import emit
+from atomq.cli.output import emit, span
 from atomq.cli.progress import Progress
 from atomq.client import AtomqClient, wire
 
@@ -131,13 +132,39 @@ def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber:
                for m in got], ("ID", "DELIVERY", "DOCUMENTS"))
 
 
+BROWSE_STATES = ("ready", "in_flight", "scheduled")
+
+
 @click.command()
 @click.argument("queue")
+@click.option("--state", type=click.Choice(BROWSE_STATES),
+              help="Only the messages in this state. With in_flight the table says who holds each delivery "
+                   "(the --consumer its get named, else key:<key id> of the API key that got it, or owner; "
+                   "'-' when nobody was named), how long it has been held, and when its ack is due.")
+@click.option("--limit", type=click.IntRange(1), metavar="N", help="At most N messages (default: every one).")
 @click.option("--subscriber", help="For a publish/subscribe queue.")
 @connection_options
-def browse(c: AtomqClient, queue: str, subscriber: str | None) -> None:
+def browse(c: AtomqClient, queue: str, state: str | None, limit: int | None, subscriber: str | None) -> None:
     """List the messages of QUEUE waiting or in flight, without consuming them (a last-value
-    queue's current values, say)."""
-    data = list(c.browse(queue, subscriber))
+    queue's current values, say).
+
+    To find deliveries stuck with a consumer that is gone: `atomq browse QUEUE --state in_flight`,
+    then `atomq release QUEUE ID...` gives them back at once."""
+    pages = c.browse(queue, subscriber, limit=min(limit or defaults.PAGE_LIMIT, defaults.MAX_PAGE_LIMIT),
+                     state=state)
+    data = list(itertools.islice(pages, limit))
+    if state == "in_flight":
+        now = time.time()
+        emit(data, [(m["id"], m["holder"] or "-", "-" if m["delivered_at"] is None else span(now - m["delivered_at"]),
+                     _due(m["deadline"], now), m["delivery_count"]) for m in data],
+             ("ID", "HOLDER", "HELD FOR", "ACK DUE", "DELIVERY"))
+        return
     emit(data, [(m["id"], m["state"], m["priority"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
                 for m in data], ("ID", "STATE", "PRIORITY", "DOCUMENTS"))
+
+
+def _due(deadline: float | None, now: float) -> str:
+    """An ack deadline against this machine's clock: ``in 25s``, ``overdue 3s``."""
+    if deadline is None:
+        return "-"
+    return f"in {span(deadline - now)}" if deadline >= now else f"overdue {span(now - deadline)}"

@@ -26,3 +26,14 @@ def all_matched(asked: int, done: int, what: str) -> None:
     so that a script notices a typo, or a message settled or gone meanwhile."""
     if done < asked:
         raise click.ClickException(f"{asked - done} of the {asked} ids matched nothing ({done} {what})")
+
+
+def span(value: float) -> str:
+    """A length of time in its largest whole units: ``3d 4h``, ``2h 5m``, ``42s``."""
+    seconds = int(value)
+    days, hours, minutes = seconds // 86400, seconds % 86400 // 3600, seconds % 3600 // 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds % 60}s" if minutes else f"{seconds}s"

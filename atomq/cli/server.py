@@ -11,7 +11,7 @@ import click
 
 from atomq.cli.connection import connection_options
 from atomq.cli.options import name_value_pairs
-from atomq.cli.output import emit
+from atomq.cli.output import emit, span
 from atomq.client import AtomqClient
 from atomq.platform.overview import TENANT_ORDERS
 
@@ -71,7 +71,7 @@ def server_nodes(c: AtomqClient) -> None:
     nodes = c.nodes()
     now = time.time()
     emit(nodes, [(n["id"] + (" *" if n["maintenance_lease"] else ""), n["url"], n["version"],
-                  _seconds(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
+                  span(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
                   ", ".join(_worker(w) for w in n["workers"]) or "none")
                  for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "HEARD", "WORKERS"))
 
@@ -112,14 +112,3 @@ def _stored(t: dict[str, Any]) -> str:
     if not t["disk_quota_bytes"]:
         return f"{t['stored_bytes']:,} B"
     return f"{t['stored_bytes']:,} B ({100 * t['stored_bytes'] / t['disk_quota_bytes']:.0f}% of quota)"
-
-
-def _seconds(value: float) -> str:
-    """An uptime in its largest whole units: ``3d 4h``, ``2h 5m``, ``42s``."""
-    seconds = int(value)
-    days, hours, minutes = seconds // 86400, seconds % 86400 // 3600, seconds % 3600 // 60
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {seconds % 60}s" if minutes else f"{seconds}s"

@@ -355,9 +355,12 @@ class AtomqClient:
             if after is None:
                 return
 
-    def browse(self, queue: str, subscriber: str | None = None, limit: int = defaults.PAGE_LIMIT) -> Iterator[Any]:
-        """Every waiting and in-flight message, page by page, without consuming them."""
-        return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit)
+    def browse(self, queue: str, subscriber: str | None = None, limit: int = defaults.PAGE_LIMIT,
+               state: str | None = None) -> Iterator[Any]:
+        """Every waiting and in-flight message (only those in ``state``: ready, in_flight or
+        scheduled, when set), page by page, without consuming them. A message in flight carries
+        ``holder``, ``delivered_at`` and ``deadline``: who holds it, since when, until when."""
+        return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit, state=state)
 
     def dead_letters(self, queue: str, subscriber: str | None = None,
                      limit: int = defaults.PAGE_LIMIT, reason: str | None = None) -> Iterator[Any]:

@@ -9,6 +9,7 @@ for a request path.
 from __future__ import annotations
 
 import json
+import re
 
 from collections import Counter
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 from atomq.platform import keys as k
 from atomq.platform.connection import RedisClient
 from atomq.platform.footprint import COPY_BYTES, DOC_BYTES, LAST_VALUE_BYTES
+
+IN_FLIGHT_DETAIL = re.compile(r"[0-9]{1,15},[A-Za-z0-9._:-]{0,160}")
+"""What follows the ``f`` of an in-flight state: ``<since ms>,<holder>`` (nothing in format 6)."""
 
 
 def _index_problems(r: Any, tk: k.TenantKeys, d: k.DestinationKeys) -> list[str]:
@@ -160,6 +164,8 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
                 problems.append(f"{d.base}: {msg_id} is ready but not at {entry}")
             if tag == "d" and dead.get(entry) != msg_id:
                 problems.append(f"{d.base}: {msg_id} is dead but not at {entry}")
+            if tag == "f" and entry and not IN_FLIGHT_DETAIL.fullmatch(entry):
+                problems.append(f"{d.base}: {msg_id} is in flight with a malformed holder and time {entry!r}")
         if set(ready.values()) != seen["r"] or len(ready) != len(seen["r"]):
             problems.append(f"{d.base}: ready stream and states disagree")
         if set(dead.values()) != seen["d"] or len(dead) != len(seen["d"]):

@@ -8,6 +8,7 @@ so a consumer that was too slow cannot settle the redelivery another now holds.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Sequence
@@ -21,6 +22,18 @@ from atomq.platform.names import check_consumer_name, check_receipts, check_subs
 from atomq.platform.request_records import CALL_RECORD_MS, made_token
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
 from atomq.platform.stored_form import decode_messages
+
+
+HOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,159}")
+"""Who holds a delivery, as its in-flight state keeps it: a consumer's name, or what the caller
+says made the get (``key:<key id>``, ``owner``); never a ',' or a '|', which end the state's parts."""
+
+
+def check_holder(holder: str) -> str:
+    if not isinstance(holder, str) or not HOLDER.fullmatch(holder):
+        raise InvalidInput("holder must start with a letter or digit and contain only letters, digits, "
+                           "'.', '_', ':' and '-', at most 160 characters", field="holder")
+    return holder
 
 
 def check_ids(values: Sequence[str], field: str) -> None:
@@ -47,6 +60,7 @@ class Deliveries:
         subscriber: str | None = None,
         stop: threading.Event | None = None,
         consumer: str | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         """Delivers up to ``max_messages`` ready messages, waiting up to ``wait_ms`` for the first.
 
@@ -55,7 +69,8 @@ class Deliveries:
         A wait ends early, empty, within a second of ``stop`` being set.
         ``consumer`` names the caller: required on an exclusive queue (see ``take``).
         """
-        return self.take(tenant, queue, max_messages, wait_ms, subscriber, stop, consumer).deliveries
+        return self.take(tenant, queue, max_messages, wait_ms, subscriber, stop, consumer,
+                         holder=holder).deliveries
 
     def take(
         self,
@@ -68,6 +83,7 @@ class Deliveries:
         consumer: str | None = None,
         ack_ids: Sequence[str] | None = None,
         ack_receipts: Sequence[str] | None = None,
+        holder: str | None = None,
     ) -> Taken:
         """A get that also says, on an exclusive queue, whether ``consumer`` is the active one:
         only the active consumer gets messages; a standby waits its turn (its get answers empty,
@@ -75,12 +91,19 @@ class Deliveries:
 
         With ``ack_ids`` or ``ack_receipts`` it first acks those (the previous batch, as a
         consumer loop does), in the same round trip to the store as its first look for messages:
-        one call a batch instead of two. ``Taken.acked`` says how many it acked."""
+        one call a batch instead of two. ``Taken.acked`` says how many it acked.
+
+        Each delivery keeps, until it is settled, when it was made and who holds it: ``consumer``
+        when given, else ``holder`` (what the caller knows made the get: an API key's id, say),
+        else nobody named; ``in_flight`` and ``browse`` show them, so an operator can tell a
+        delivery stuck with a consumer that is gone."""
         tk, qk = queue_keys(tenant, queue)
         if subscriber is not None:
             check_subscriber_name(subscriber)
         if consumer is not None:
             check_consumer_name(consumer)
+        if holder is not None:
+            check_holder(holder)
         s = self._shared.settings
         check_integer_range(max_messages, "max", 1, s.max_get)
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
@@ -89,7 +112,7 @@ class Deliveries:
         record = tk.request_record(made_token("get"))
         keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
-                d.member, consumer or "", s.max_consumers, CALL_RECORD_MS]
+                d.member, consumer or "", s.max_consumers, CALL_RECORD_MS, consumer or holder or ""]
         get: tuple[str, list[str], list[Any], Any] = ("get", keys, args, self._shared.queue_errors(queue))
         settle = None
         if ack_ids is not None or ack_receipts is not None:

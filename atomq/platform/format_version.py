@@ -12,7 +12,7 @@ from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.connection import RedisClient
 from atomq.platform.keys import FORMAT_VERSION_KEY
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 """1: the first. 2: usage counts the store's per-message bookkeeping (``atomq.platform.footprint``),
 and the maintenance works from per-tenant indexes of due destinations: data of format 1 has its
 usage recounted and its indexes built (``QueueServer``) before a node serves it. 3: an envelope's
@@ -24,7 +24,10 @@ recount of usage counts them for data of format 3 (``audit.repair_usage``). 5: t
 entries are spread over 256 hashes (``keys.api_key_table``) instead of one, which an older atomq
 would not find; ``TenantStore`` moves them on start. 6: a new API key's id names its tenant and its
 entry is in the tenant's own slot (``keys.api_key_table``), which an older atomq would refuse as
-malformed; the entries of older keys stay where they are and keep working."""
+malformed; the entries of older keys stay where they are and keep working. 7: a delivery's in-flight
+state keeps when it was made and who holds it (``f<since ms>,<holder>``, see ``_lib.lua``), which an
+older atomq would not take for in flight (it could not ack it); a bare ``f`` of format 6 reads as
+a delivery of unknown holder and time."""
 
 
 def check_format(client: RedisClient) -> int:

@@ -15,16 +15,29 @@ from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
-from atomq.platform.models import BrowsedMessage, DeadLetter, InFlight, Page, QueueModel
+from atomq.platform.models import BrowsedMessage, DeadLetter, InFlight, MessageState, Page, QueueModel
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.request_records import CALL_RECORD_MS
 from atomq.platform.routes import Routes
 from atomq.platform.shared import Shared, docs_and_config, manage_record, queue_keys, queue_not_found
-from atomq.platform.stored_form import decode_messages
+from atomq.platform.stored_form import decode_messages, in_flight_detail
 
 
 OLDEST_SCHEDULED = 100
 """The scheduled messages due first that ``oldest_waiting`` looks at."""
+
+
+BROWSE_TAGS = {MessageState.READY: "r", MessageState.IN_FLIGHT: "f", MessageState.SCHEDULED: "s"}
+"""The states a browse selects by, as browse.lua's state view names them."""
+
+
+def check_browse_state(state: object) -> MessageState:
+    """A state to browse by: ready, in_flight or scheduled (dead letters have their own list)."""
+    for known in BROWSE_TAGS:
+        if state == known.value:
+            return known
+    raise InvalidInput(f"state must be one of {', '.join(s.value for s in BROWSE_TAGS)}; "
+                       f"{str(state)[:40]!r} is not one", field="state")
 
 
 def check_reason(reason: object) -> str:
@@ -65,9 +78,15 @@ class Management:
         return tk, qk, [qk.destination(subscriber)]
 
     def browse(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT, after: str | None = None,
-               subscriber: str | None = None) -> Page:
-        """Messages waiting or in flight, with their state, without consuming them."""
-        return self._list("queued", BrowsedMessage, tenant, queue, limit, after, subscriber)
+               subscriber: str | None = None, state: MessageState | str | None = None) -> Page:
+        """Messages waiting or in flight, with their state, without consuming them; with ``state``
+        (ready, in_flight or scheduled), only those in it: a page holds ``limit`` of them while
+        there are (it ends early, with ``next``, only where a scan of very many others stops).
+        A message in flight says who holds it, since when and until when."""
+        if state is None:
+            return self._list("queued", BrowsedMessage, tenant, queue, limit, after, subscriber)
+        return self._list("state", BrowsedMessage, tenant, queue, limit, after, subscriber,
+                          BROWSE_TAGS[check_browse_state(state)])
 
     def dead_letters(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT, after: str | None = None,
                      subscriber: str | None = None, reason: str | None = None) -> Page:
@@ -90,10 +109,11 @@ class Management:
         states = storage.call(storage.client.hmget, d.state, [member for member, _ in ranked])
         out = []
         for (member, deadline_ms), state in zip(ranked, states):
-            parts = state.split(b"|") if state else []
-            if len(parts) == 3 and parts[2] == b"f":  # else settled between the two reads
-                out.append(InFlight(id=member.decode(), deadline=deadline_ms / 1000, delivery_count=int(parts[0]),
-                                    failed_deliveries=int(parts[1])))
+            dc, fails, where = state.decode().split("|", 2) if state else ("", "", "")
+            if where[:1] == "f":  # else settled between the two reads
+                delivered_at, holder = in_flight_detail(where)
+                out.append(InFlight(id=member.decode(), deadline=deadline_ms / 1000, delivery_count=int(dc),
+                                    failed_deliveries=int(fails), holder=holder, delivered_at=delivered_at))
         return out
 
     def oldest_waiting(self, tenant: str, queue: str, subscriber: str | None = None) -> float | None:

@@ -197,8 +197,18 @@ class Delivery(Message):
 
 @dataclass(slots=True)
 class BrowsedMessage(Message):
+    """A message as a browse shows it; the last three are set only while it is in flight."""
+
     state: MessageState = MessageState.READY
     failed_deliveries: int = 0
+    holder: str | None = None
+    """Who holds the delivery: the get's consumer, else what made the get (``key:<key id>``,
+    ``owner``); None when nobody was named, or for a delivery made before atomq kept it."""
+    delivered_at: float | None = None
+    """When the delivery was made (epoch seconds; an extension does not move it); None for a
+    delivery made before atomq kept it."""
+    deadline: float | None = None
+    """When its ack is due (epoch seconds), as extensions moved it."""
 
 
 @dataclass(slots=True)
@@ -210,12 +220,17 @@ class DeadLetter(Message):
 
 @dataclass(frozen=True)
 class InFlight:
-    """A delivery under way: whose ack is due by ``deadline`` (epoch seconds)."""
+    """A delivery under way: whose ack is due by ``deadline`` (epoch seconds), made at
+    ``delivered_at`` to ``holder``."""
 
     id: str
     deadline: float
     delivery_count: int
     failed_deliveries: int
+    holder: str | None = None
+    """As ``BrowsedMessage.holder``."""
+    delivered_at: float | None = None
+    """As ``BrowsedMessage.delivered_at``."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from atomq.platform.models import (
     Delivery,
     Document,
     Envelope,
+    MessageState,
     OutgoingDocument,
 )
 
@@ -56,13 +57,22 @@ def _decode_document(doc_id: str, raw: bytes, props: bytes) -> Document:
     return Document(id=doc_id, data=data, properties=json.loads(props) if props else {})
 
 
+def in_flight_detail(where: str) -> tuple[float | None, str | None]:
+    """When a delivery was made and who holds it, from its in-flight state's ``where``
+    (``f<since ms>,<holder>``); None for what it does not say (a bare ``f``, written before
+    atomq kept them, or an empty holder)."""
+    since, _, holder = where[1:].partition(",")
+    return (int(since) / 1000 if since else None), (holder or None)
+
+
 def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[Any]:
     """Messages from a get or browse script reply, starting at ``reply[pos]``.
 
     Layouts (see get.lua and browse.lua): a delivery is id, delivery count,
     envelope, then data and properties per document; a browsed message or
     dead letter has its state (``count|failures|where``) in place of the
-    count, and a dead letter ends with reason and time. The envelope is
+    count, a dead letter ends with reason and time, and a browsed message
+    in flight with its ack deadline in ms. The envelope is
     ``<head>|<JSON>``, the head ``<document count>[,<priority>[,<expiry ms>]]``;
     document ids are ``<message id>.<k>`` and a message id starts with its
     send time in ms, so neither travels.
@@ -100,6 +110,12 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
         if cls is DeadLetter:
             out.append(DeadLetter(**common, reason=reply[pos].decode(), dead_lettered_at=int(reply[pos + 1]) / 1000))
             pos += 2
+        elif where[:1] == "f":
+            delivered_at, holder = in_flight_detail(where)
+            deadline = float(reply[pos]) / 1000 if reply[pos] else None
+            pos += 1
+            out.append(BrowsedMessage(**common, state=MessageState.IN_FLIGHT, holder=holder,
+                                      delivered_at=delivered_at, deadline=deadline))
         else:
             out.append(BrowsedMessage(**common, state=STATE_BY_TAG[where[:1]]))
     return out

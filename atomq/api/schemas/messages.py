@@ -18,6 +18,7 @@ from atomq.api.schemas.common import (
     SUBSCRIBER_DOC,
     Int,
     Number,
+    PageArgs,
     Selection,
     Selector,
     Strict,
@@ -131,9 +132,28 @@ class DeliverySchema(MessageSchema):
     receipt = fields.String(required=True)
 
 
+BROWSE_STATES = ["ready", "in_flight", "scheduled"]
+IN_FLIGHT_ONLY = "; present only on a message in flight"
+
+
 class BrowsedMessageSchema(MessageSchema):
-    state = fields.String(required=True, validate=validate.OneOf(["ready", "in_flight", "scheduled"]))
+    state = fields.String(required=True, validate=validate.OneOf(BROWSE_STATES))
     failed_deliveries = fields.Integer(required=True)
+    holder = fields.String(allow_none=True, metadata={"description": (
+        "who holds the delivery: the consumer its get named, else key:<key id> of the API key that made "
+        "the get, or owner; null when nobody was named or the delivery was made before atomq kept it"
+        + IN_FLIGHT_ONLY)})
+    delivered_at = fields.Float(allow_none=True, metadata={"description": (
+        "when the delivery was made, in seconds since the epoch (an extend does not move it); null for a "
+        "delivery made before atomq kept it" + IN_FLIGHT_ONLY)})
+    deadline = fields.Float(allow_none=True, metadata={"description": (
+        "when its ack is due, in seconds since the epoch, as extends moved it; past it, the delivery "
+        "fails at the next sweep" + IN_FLIGHT_ONLY)})
+
+
+class BrowseArgs(PageArgs):
+    state = fields.String(validate=validate.OneOf(BROWSE_STATES), metadata={"description": (
+        "only the messages in this state; a page still holds `limit` of them while there are more")})
 
 
 class DeadLetterSchema(MessageSchema):

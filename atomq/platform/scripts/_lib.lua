@@ -7,8 +7,10 @@
 -- #active -> the active one), held (the bytes of the copies it holds that are
 -- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
 -- State value: "<delivery count>|<failures>|<where>", where is
---   r<stream id> ready on the stream, z ready in rz, f in flight,
---   s scheduled, d<stream id> dead.
+--   r<stream id> ready on the stream, z ready in rz, f<since>,<holder> in flight
+--   since <since> (ms, when the get delivered it) with <holder> (who got it, see
+--   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead.
+--   No part holds a '|': the first "|f" of a state marks one in flight.
 -- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
 -- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
 -- when it is not the default or an expiry follows.
@@ -131,6 +133,19 @@ end
 
 local function fmt_state(dc, fails, where)
   return dc .. '|' .. fails .. '|' .. where
+end
+
+-- The state of a delivery made at `now` (ms) to `holder`.
+local function flight_state(dc, fails, now, holder)
+  return dc .. '|' .. fails .. '|f' .. string.format('%.0f', now) .. ',' .. holder
+end
+
+-- Whether a state (or its where part) is in flight.
+local function in_flight_state(s)
+  return string.find(s, '|f', 1, true) ~= nil
+end
+local function in_flight_where(where)
+  return string.byte(where) == 102
 end
 
 -- Only the document count is read here; the caller parses the rest.
@@ -389,7 +404,7 @@ local function last_value_arrives(d, id, key, usage, cfg)
   if old and old ~= id then
     local s = redis.call('HGET', d.state, old)
     local where = s and select(3, parse_state(s))
-    if where == 'f' then
+    if where and in_flight_where(where) then
       redis.call('HSET', d.lv, 'i:' .. old, 'x' .. key)
     elseif where and string.sub(where, 1, 1) ~= 'd' then
       unlink(d, old, where)
@@ -517,7 +532,7 @@ local function expire_due(d, q, now, limit, usage)
   for i, id in ipairs(ids) do
     local s = states[i]
     local where = s and string.sub(s, string.find(s, '|', string.find(s, '|', 1, true) + 1, true) + 1)
-    if not s or where == 'f' or string.sub(where, 1, 1) == 'd' then
+    if not s or in_flight_where(where) or string.sub(where, 1, 1) == 'd' then
       redis.call('ZREM', d.exp, id)
     else
       local dc, fails = parse_state(s)

@@ -4,13 +4,19 @@
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
 --              | dead-reason (the dead letters given the reason ARGV[6])
+--              | state (the queued messages in state ARGV[6]: r ready, f in flight, s scheduled)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- ARGV[4]      most document bytes in the page (a first message bigger than that comes
 --              alone; the page ends early, with a cursor, at the first that does not fit)
 -- ARGV[5]      the largest document a send accepts (bounds what one read may fetch)
 -- Returns {next cursor or "", n, then per message: id, state, envelope, then
---          per document: data, properties; then for dead letters: reason, dead-lettered ms}.
+--          per document: data, properties; then for dead letters: reason, dead-lettered ms,
+--          and for a message in flight: its ack deadline ms}.
+-- The views but ids scan the destination's messages in id order, at most about ten
+-- pages' worth a call: a page ends early, with a cursor, where the scan stops. The in
+-- flight and scheduled states are read from their own sets instead while those hold no
+-- more than that, so their pages are exact however many other messages wait.
 
 local q = require_queue()
 if q.err then return q end
@@ -22,6 +28,7 @@ local start = '-'
 if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 
 local picked, wheres = {}, {}
+local budget = limit * 10 + 100
 local scanned, last = 0, nil
 local more = false
 if ARGV[1] == 'ids' and #ARGV > 5 then
@@ -35,10 +42,53 @@ if ARGV[1] == 'ids' and #ARGV > 5 then
       wheres[#wheres + 1] = s
     end
   end
-  scanned = limit * 10 + 100  -- no scan
+  scanned = budget  -- no scan
 end
--- Bounded scan: skips messages of the other view, never reads more than ~10 pages.
-while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
+local only_tag = ARGV[1] == 'state' and ARGV[6] or nil
+local by_set = ({f = d.inflight, s = d.sched})[only_tag or '']
+local by_set_read = false
+if by_set and redis.call('ZCARD', by_set) <= budget then
+  -- The state's members after the cursor, in the id order of d.all: ids are "<ms>-<seq>"
+  -- of fixed widths, so comparing the two numbers is comparing the ids.
+  local function id_key(id)
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    return {tonumber(ms) or -1, tonumber(seq) or -1}
+  end
+  local function before(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] < y[2]) end
+  local after = ARGV[3] ~= '' and id_key(ARGV[3]) or nil
+  local members, keys = {}, {}
+  for _, id in ipairs(redis.call('ZRANGE', by_set, 0, -1)) do
+    local key = id_key(id)
+    if not after or before(after, key) then
+      members[#members + 1] = id
+      keys[id] = key
+    end
+  end
+  table.sort(members, function(x, y) return before(keys[x], keys[y]) end)
+  local page = {}
+  for i = 1, math.min(limit, #members) do page[i] = members[i] end
+  local states = #page > 0 and redis.call('HMGET', d.state, unpack(page)) or {}
+  for i, id in ipairs(page) do
+    if states[i] then  -- always, while the set and the states agree
+      picked[#picked + 1] = id
+      wheres[#wheres + 1] = states[i]
+    end
+  end
+  if #members > limit then more, last = true, members[limit] end
+  scanned = budget  -- no scan
+  by_set_read = true
+end
+local function wanted(s)
+  local is_dead = string.find(s, '|d', 1, true) ~= nil
+  if only_tag then
+    local tag = string.sub(select(3, parse_state(s)), 1, 1)
+    return tag == only_tag or (only_tag == 'r' and tag == 'z')
+  end
+  return is_dead == dead_view and (not only_reason
+    or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason)
+end
+-- Bounded scan: skips messages of the other views, never reads more than ~10 pages.
+while ARGV[1] ~= 'ids' and #picked < limit and scanned < budget do
   local ids = redis.call('ZRANGE', d.all, start, '+', 'BYLEX', 'LIMIT', 0, limit)
   if #ids == 0 then break end
   local states = redis.call('HMGET', d.state, unpack(ids))
@@ -47,9 +97,7 @@ while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
     last = id
     local s = states[i]
     if s then
-      local is_dead = string.find(s, '|d', 1, true) ~= nil
-      if is_dead == dead_view and (not only_reason
-          or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason) then
+      if wanted(s) then
         picked[#picked + 1] = id
         wheres[#wheres + 1] = s
         if #picked == limit then break end
@@ -59,8 +107,27 @@ while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
   start = '(' .. last
   if #ids < limit then break end
 end
-if ARGV[1] ~= 'ids' and last and #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0 then
-  more = true
+if ARGV[1] ~= 'ids' and not by_set_read and last then
+  if #picked < limit then
+    -- The scan stopped at its bound or at the end: more while any message follows.
+    more = #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0
+  else
+    -- A full page: more only while another message of the view follows (or the rest of the
+    -- scan's bound does not reach far enough to tell), so the last page is not an empty one.
+    local from = '(' .. last
+    while scanned < budget do
+      local ids = redis.call('ZRANGE', d.all, from, '+', 'BYLEX', 'LIMIT', 0, limit)
+      if #ids == 0 then break end
+      local states = redis.call('HMGET', d.state, unpack(ids))
+      for i = 1, #ids do
+        scanned = scanned + 1
+        if states[i] and wanted(states[i]) then more = true break end
+      end
+      if more or #ids < limit then break end
+      from = '(' .. ids[#ids]
+    end
+    if scanned >= budget then more = true end
+  end
 end
 
 local out = {more and last or '', #picked}
@@ -91,6 +158,8 @@ for i = 1, kept do
     local where = string.sub(wheres[i], string.find(wheres[i], '|d', 1, true) + 1)
     out[#out + 1] = dead_reason(d, where)
     out[#out + 1] = tonumber(string.sub(where, 2, string.find(where, '-', 1, true) - 1))
+  elseif in_flight_state(wheres[i]) then
+    out[#out + 1] = redis.call('ZSCORE', d.inflight, id) or ''
   end
 end
 return out

@@ -16,6 +16,8 @@
 -- ARGV[8]      the consumer ("" for none: required by an exclusive queue, ignored by others)
 -- ARGV[9]      most consumers an exclusive queue may have
 -- ARGV[10]     how long the record is kept, in ms
+-- ARGV[11]     who the deliveries are held by, kept in their state until they are settled: the
+--              consumer when the get names one, else what the caller says made it (see Deliveries.take)
 -- Returns {n, wake, last_id, last_wake_id, active, then per message: id, delivery count,
 --          envelope, then per document: data, properties ("" = none)}.
 -- active: 1 the consumer is the exclusive queue's active one, 0 a standby
@@ -41,7 +43,7 @@ if held then
     local env = redis.call('HGET', d.msg, id)
     if s and env then
       local count, _, where = parse_state(s)
-      if where == 'f' and count == tonumber(dc) then
+      if in_flight_where(where) and count == tonumber(dc) then
         local n = #ids + 1
         ids[n], counts[n], envs[n], ndocs[n] = id, count, env, doc_count(env)
         live[#live + 1] = n
@@ -216,7 +218,7 @@ local state_args, flight_args = {}, {}
 for x = 1, kept do
   local i = live[x]
   state_args[#state_args + 1] = ids[i]
-  state_args[#state_args + 1] = counts[i] .. '|' .. fails[i] .. '|f'
+  state_args[#state_args + 1] = flight_state(counts[i], fails[i], now, ARGV[11])
   flight_args[#flight_args + 1] = deadline
   flight_args[#flight_args + 1] = ids[i]
 end

@@ -58,8 +58,8 @@ local function settle()
   local hits, hit_dc, hit_fails, taken = {}, {}, {}, {}
   for i, id in ipairs(ids) do
     local s = states[i]
-    -- In flight ends in "|f"; the counts are parsed only where a receipt or a nack needs them.
-    if s and not taken[id] and string.byte(s, -1) == 102 and string.byte(s, -2) == 124 then
+    -- The counts are parsed only where a receipt or a nack needs them.
+    if s and not taken[id] and in_flight_state(s) then
       local dc, fails = 0, 0
       if wants[i] or action == 'nack' or action == 'release' then dc, fails = parse_state(s) end
       -- One call settles a message once, however many selectors name it.
