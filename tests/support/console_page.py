@@ -25,13 +25,13 @@ FENCE = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 IDS = {
     "tenant": re.compile(r"t_[0-9a-f]{12}"),
     "node": re.compile(r"n_[0-9a-f]{12}"),
-    "message": re.compile(r"\d{13}-\d{9}"),
+    "message": re.compile(r"\d{13}-\d{12}"),
 }
 """Ids the node makes: each one on the page stands for one id of the run, the same everywhere."""
 
 KINDS = {
     "url": re.compile(r"https?://127\.0\.0\.1:\d+/?"),
-    "duration": re.compile(r"\d+(\.\d+)?(ms|s|m|h)|(\d+h)?\d+m(\d+s)?"),
+    "duration": re.compile(r"(\d+(\.\d+)?(ms|d|h|m|s))+"),
     "rate": re.compile(r"\d+(\.\d+)?/s"),
     "key": re.compile(r"aq_[0-9a-f]{28}_[A-Za-z0-9_-]{20,}"),
     "version": re.compile(r"\d+\.\d+\.\d+"),
@@ -117,10 +117,16 @@ def _lines_match(shown: list[str], printed: list[str], ids: dict[str, str]) -> b
 
 SIZE = re.compile(r"(\d[\d,]*) B\b")
 """A size in bytes, "18,291 B": one token of the kind "size"."""
+SPAN = re.compile(r"\b\d+[dhm](\s+\d+[hms])\b")
+"""A length of time in two units, "4m 12s": one token of the kind "duration", as "42s" is."""
+
+
+def _tokens(line: str) -> list[str]:
+    return SPAN.sub(lambda m: m.group(0).replace(" ", ""), SIZE.sub(r"\1_B", line)).split()
 
 
 def _line_matches(shown: str, printed: str, ids: dict[str, str]) -> bool:
-    expected, got = SIZE.sub(r"\1_B", shown).split(), SIZE.sub(r"\1_B", printed).split()
+    expected, got = _tokens(shown), _tokens(printed)
     return len(expected) == len(got) and all(_token_matches(e, g, ids) for e, g in zip(expected, got))
 
 
