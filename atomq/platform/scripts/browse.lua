@@ -37,30 +37,38 @@ if ARGV[1] == 'ids' and #ARGV > 5 then
   end
   scanned = limit * 10 + 100  -- no scan
 end
--- Bounded scan: skips messages of the other view, never reads more than ~10 pages.
-while ARGV[1] ~= 'ids' and #picked < limit and scanned < limit * 10 + 100 do
-  local ids = redis.call('ZRANGE', d.all, start, '+', 'BYLEX', 'LIMIT', 0, limit)
-  if #ids == 0 then break end
-  local states = redis.call('HMGET', d.state, unpack(ids))
+-- Bounded scan: skips messages of the other view, never reads more than ~10 pages. It looks one
+-- match past the page, so a page that holds the last match says nothing follows.
+local budget, batch, ended = limit * 10 + 100, limit + 1, false
+while ARGV[1] ~= 'ids' and not more and scanned < budget do
+  local ids = redis.call('ZRANGE', d.all, start, '+', 'BYLEX', 'LIMIT', 0, batch)
+  local states = #ids > 0 and redis.call('HMGET', d.state, unpack(ids)) or {}
   for i, id in ipairs(ids) do
-    scanned = scanned + 1
-    last = id
     local s = states[i]
     if s then
       local is_dead = string.find(s, '|d', 1, true) ~= nil
       if is_dead == dead_view and (not only_reason
           or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason) then
+        if #picked == limit then
+          more = true
+          break
+        end
         picked[#picked + 1] = id
         wheres[#wheres + 1] = s
-        if #picked == limit then break end
       end
     end
+    scanned = scanned + 1
+    last = id
+  end
+  if #ids < batch then
+    ended = true
+    break
   end
   start = '(' .. last
-  if #ids < limit then break end
 end
-if ARGV[1] ~= 'ids' and last and #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0 then
-  more = true
+if ARGV[1] ~= 'ids' and not more and not ended and last then
+  -- The budget ran out first: more follows when anything does (the next page skips what does not match).
+  more = #redis.call('ZRANGE', d.all, '(' .. last, '+', 'BYLEX', 'LIMIT', 0, 1) > 0
 end
 
 local out = {more and last or '', #picked}
