@@ -407,6 +407,7 @@ def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
         ("DELETE", "/v1/queues/secret/messages", {"ids": [msg_id]}),
         ("DELETE", "/v1/queues/secret/messages", {"all": True}),
         ("GET", "/v1/queues/secret/dead-letters", None),
+        ("GET", "/v1/queues/secret/dead-letters/reasons", None),
         ("POST", "/v1/queues/secret/dead-letters/resend", {"all": True}),
         ("DELETE", "/v1/queues/secret/dead-letters", {"ids": [msg_id]}),
         ("POST", "/v1/queues/secret/messages", {"messages": [{"documents": [{"data": "x"}]}]}),
@@ -747,6 +748,9 @@ def test_dead_letters_by_reason_over_http(acme) -> None:
     got = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
     assert [m["id"] for m in got] == nacked, "the expired are never delivered"
     acme("POST", "/v1/queues/jobs/nack", {"ids": nacked, "reason": "bad input"}, 200)
+    assert acme("GET", "/v1/queues/jobs/dead-letters/reasons", status=200) == {
+        "reasons": [{"reason": "expired", "count": 3}, {"reason": "bad input", "count": 2}],
+        "counted": 5, "complete": True}
     page = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", limit=2)
     assert [m["id"] for m in page["messages"]] == expired[:2] and page["next"]
     rest = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", after=page["next"])
