@@ -440,6 +440,7 @@ def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
         ("DELETE", "/v1/queues/secret/messages", {"ids": [msg_id]}),
         ("DELETE", "/v1/queues/secret/messages", {"all": True}),
         ("GET", "/v1/queues/secret/dead-letters", None),
+        ("GET", "/v1/queues/secret/dead-letters/reasons", None),
         ("POST", "/v1/queues/secret/dead-letters/resend", {"all": True}),
         ("DELETE", "/v1/queues/secret/dead-letters", {"ids": [msg_id]}),
         ("POST", "/v1/queues/secret/messages", {"messages": [{"documents": [{"data": "x"}]}]}),
@@ -780,6 +781,9 @@ def test_dead_letters_by_reason_over_http(acme) -> None:
     got = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
     assert [m["id"] for m in got] == nacked, "the expired are never delivered"
     acme("POST", "/v1/queues/jobs/nack", {"ids": nacked, "reason": "bad input"}, 200)
+    assert acme("GET", "/v1/queues/jobs/dead-letters/reasons", status=200) == {
+        "reasons": [{"reason": "expired", "count": 3}, {"reason": "bad input", "count": 2}],
+        "counted": 5, "complete": True}
     page = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", limit=2)
     assert [m["id"] for m in page["messages"]] == expired[:2] and page["next"]
     rest = acme("GET", "/v1/queues/jobs/dead-letters", status=200, reason="expired", after=page["next"])
@@ -792,6 +796,44 @@ def test_dead_letters_by_reason_over_http(acme) -> None:
     assert acme("GET", "/v1/queues/jobs", status=200)["dead_letters"] == 0
     again = acme("POST", "/v1/queues/jobs/get", {"max": 10}, 200)["messages"]
     assert [m["id"] for m in again] == expired and all("expires_at" not in m for m in again)
+
+
+def test_a_page_that_holds_the_last_item_has_no_next(acme, owner) -> None:
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 0}, 201)
+    first = send(acme, "jobs", *[f"m{i}" for i in range(5)])
+    acme("POST", "/v1/queues/jobs/get", {"max": 5}, 200)
+    acme("POST", "/v1/queues/jobs/release", {"ids": first[:2]}, 200)
+    acme("POST", "/v1/queues/jobs/nack", {"ids": first[2:], "reason": "bad input"}, 200)
+    later = send(acme, "jobs", "n1", "n2")  # queued, dead, queued: each view skips the other's
+
+    def pages(path: str, limit: int, **query: Any) -> list[tuple[list[str], bool]]:
+        out, after = [], None
+        while True:
+            page = acme("GET", path, status=200, limit=limit, after=after, **query)
+            out.append(([m["id"] for m in page["messages"]], page["next"] is not None))
+            if (after := page["next"]) is None:
+                return out
+
+    queued = first[:2] + later
+    assert pages("/v1/queues/jobs/messages", 4) == [(queued, False)], "one page of all four, nothing next"
+    assert pages("/v1/queues/jobs/messages", 2) == [(queued[:2], True), (queued[2:], False)]
+    assert pages("/v1/queues/jobs/messages", 5) == [(queued, False)]
+    for query in ({}, {"reason": "bad input"}):
+        assert pages("/v1/queues/jobs/dead-letters", 3, **query) == [(first[2:], False)], query
+        assert pages("/v1/queues/jobs/dead-letters", 2, **query) == [(first[2:4], True), (first[4:], False)], query
+    assert pages("/v1/queues/jobs/dead-letters", 3, reason="expired") == [([], False)]
+
+    acme("PUT", "/v1/queues/other", {"model": "point_to_point"}, 201)
+    for name in ("a", "b"):
+        acme("PUT", f"/v1/listeners/{name}", {"queue": "jobs", "process": "forward", "settings": {"to": "other"}}, 201)
+    assert acme("GET", "/v1/queues", status=200, limit=2)["next"] is None
+    assert acme("GET", "/v1/queues", status=200, limit=1)["next"] == "jobs"
+    assert acme("GET", "/v1/listeners", status=200, limit=2)["next"] is None
+    assert acme("GET", "/v1/listeners", status=200, limit=1)["next"] is not None
+    tenants = owner("GET", "/v1/tenants", status=200, limit=1000)
+    assert tenants["next"] is None
+    exact = owner("GET", "/v1/tenants", status=200, limit=len(tenants["tenants"]))
+    assert (exact["tenants"], exact["next"]) == (tenants["tenants"], None)
 
 
 def test_a_last_value_queue_over_http(acme) -> None:

@@ -208,6 +208,7 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
     expired = json.loads(ok("dead-letters", "list", "jobs", "--reason", "expired", "--json"))
     assert [m["reason"] for m in expired] == ["expired"]
     assert "bad input" in ok("dead-letters", "list", "jobs")
+    assert ok("dead-letters", "reasons", "jobs").splitlines() == ["COUNT  REASON", "1      bad input", "1      expired"]
     both = run("dead-letters", "resend", "jobs", got["id"], "--reason", "expired", env=tenant_env)
     assert both.returncode == 2 and "not both" in both.stderr
     assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}

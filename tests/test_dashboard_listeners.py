@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect
+from playwright.sync_api import Browser, ConsoleMessage, Locator, Page, Response, expect
 
 from atomq.workers import processes
 from atomq.workers.liveness import FORK_MISSING
@@ -59,7 +59,7 @@ def failing_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     processes.FORK.clear()
 
 
-def test_the_listener_page_shows_its_definition_and_only_the_controls_that_apply(
+def test_the_listener_page_shows_its_definition_and_enables_the_controls_that_apply(
         page: Page, node: InProcessNode, tenant: TenantUser) -> None:
     tenant.api.put_queue("in")
     tenant.api.put_queue("out")
@@ -80,27 +80,27 @@ def test_the_listener_page_shows_its_definition_and_only_the_controls_that_apply
     expect(page.locator("#execution-chart svg polyline")).to_have_count(2)
 
     pause, resume = (page.get_by_role("button", name=n, exact=True) for n in ("Pause", "Resume"))
-    expect(pause).to_be_visible()
-    expect(resume).to_have_count(0)
+    expect(pause).to_be_enabled()
+    expect(resume).to_be_disabled()
     pause.click()
     expect(page.get_by_role("status")).to_have_text("Paused the listener fwd.")
     expect(page.get_by_role("heading", name="Listener fwd")).to_be_visible()
     expect(page.locator("#state")).to_have_text("paused")
-    expect(resume).to_be_visible()
-    expect(pause).to_have_count(0)
+    expect(resume).to_be_enabled()
+    expect(pause).to_be_disabled()
     assert tenant.api.listener("fwd")["state"] == "paused"
     screenshot(page, "dashboard-listener-paused.png")
 
     page.get_by_role("link", name=tenant.name).click()
-    expect(page.get_by_role("button", name="Resume listener fwd")).to_be_visible()
-    expect(page.get_by_role("button", name="Pause listener fwd")).to_have_count(0)
+    expect(page.get_by_role("button", name="Resume listener fwd")).to_be_enabled()
+    expect(page.get_by_role("button", name="Pause listener fwd")).to_be_disabled()
     page.get_by_role("link", name="fwd", exact=True).click()
 
     resume.click()
     expect(page.get_by_role("status")).to_have_text("Resumed the listener fwd.")
     expect(page.locator("#state")).to_have_text("running")
-    expect(pause).to_be_visible()
-    expect(resume).to_have_count(0)
+    expect(pause).to_be_enabled()
+    expect(resume).to_be_disabled()
     screenshot(page, "dashboard-listener.png")
 
 
@@ -124,8 +124,8 @@ def test_a_failed_listener_says_why_and_restarts(page: Page, node: InProcessNode
     buckets = live["execution_rates"]
     assert (sum(b["executions"] for b in buckets), sum(b["failures"] for b in buckets)) == (1, 1), \
         "the one failed execution, in the chart's buckets"
-    expect(page.get_by_role("button", name="Restart", exact=True)).to_be_visible()
-    expect(page.get_by_role("button", name="Resume", exact=True)).to_have_count(0)
+    expect(page.get_by_role("button", name="Restart", exact=True)).to_be_enabled()
+    expect(page.get_by_role("button", name="Resume", exact=True)).to_be_disabled()
     screenshot(page, "dashboard-listener-error.png")
 
     page.get_by_role("button", name="Restart", exact=True).click()
@@ -134,6 +134,36 @@ def test_a_failed_listener_says_why_and_restarts(page: Page, node: InProcessNode
     expect(reason).to_have_count(0)
     expect(page.locator("#last-error")).to_have_text("-")
     expect(page.locator("#failures")).to_have_text("1")
+
+
+def test_the_controls_keep_their_order_whatever_the_listeners_state(page: Page, node: InProcessNode,
+                                                                    tenant: TenantUser, failing_process: str) -> None:
+    tenant.api.put_queue("in")
+    tenant.api.put_queue("out")
+    tenant.api.put_queue("jobs", max_redeliveries=0)
+    tenant.api.put_listener("fwd", "in", "forward", settings={"to": "out"})
+    tenant.api.put_listener("held", "in", "forward", settings={"to": "out"})
+    tenant.api.pause_listener("held")
+    tenant.api.put_listener("picky", "jobs", failing_process)
+    tenant.api.send_texts("jobs", ["rejected"])
+    run_executions(node, tenant.id, lambda: tenant.api.listener("picky")["state"] == "error", "a failed execution")
+    offered = {"fwd": ("running", [True, False, True]), "held": ("paused", [False, True, False]),
+               "picky": ("error", [True, False, True])}
+    sign_in(page, node, tenant.key)
+
+    def controls(buttons: Locator) -> tuple[list[str], list[bool]]:
+        expect(buttons).to_have_count(3)
+        return buttons.all_inner_texts(), [b.is_enabled() for b in buttons.all()]
+
+    for name, (state, enabled) in offered.items():
+        row = page.locator("table#listeners tbody tr", has=page.get_by_role("link", name=name, exact=True))
+        expect(row.locator('[data-live$=".state"]')).to_have_text(state)
+        assert controls(row.get_by_role("button")) == (["Pause", "Resume", "Restart"], enabled), name
+    for name, (state, enabled) in offered.items():
+        page.goto(listener_url(node, tenant.id, name))
+        expect(page.locator("#state")).to_have_text(state)
+        assert controls(page.locator("#controls").get_by_role("button")) == (["Pause", "Resume", "Restart"],
+                                                                             enabled), name
 
 
 def test_a_waiting_listener_says_what_is_missing(page: Page, node: InProcessNode, tenant: TenantUser) -> None:
@@ -150,8 +180,8 @@ def test_a_waiting_listener_says_what_is_missing(page: Page, node: InProcessNode
     page.goto(listener_url(node, tenant.id, "fwd"))
     expect(page.locator("#state")).to_have_text("waiting")
     expect(page.get_by_role("row", name=re.compile("^Why it waits"))).to_contain_text(FORK_MISSING)
-    expect(page.get_by_role("button", name="Pause", exact=True)).to_be_visible()
-    expect(page.get_by_role("button", name="Resume", exact=True)).to_have_count(0)
+    expect(page.get_by_role("button", name="Pause", exact=True)).to_be_enabled()
+    expect(page.get_by_role("button", name="Resume", exact=True)).to_be_disabled()
     screenshot(page, "dashboard-listener-waiting.png")
 
 

@@ -13,7 +13,9 @@ import pytest
 import redis
 
 from atomq.errors import Conflict, InvalidInput, NotFound, StorageError, TooLarge
-from atomq.platform import MessageState, OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform import (DeadLetterReasons, MessageState, OutgoingDocument, OutgoingMessage, QueueServer,
+                            ReasonCount)
+from atomq.platform import management
 from atomq.platform.audit import audit_tenant
 from support.queues import msg
 
@@ -367,6 +369,32 @@ def test_dead_letter_management(qs, tenant, backend) -> None:
     assert qs.delete_dead_letters(tenant, "jobs", all=True) == 4
     assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0
     assert audit_tenant(backend, tenant) == []
+
+
+def test_the_reasons_present_in_a_dead_letter_queue_come_with_their_counts(qs, tenant, monkeypatch) -> None:
+    qs.put_queue(tenant, "jobs", P2P, max_redeliveries=0)
+    assert qs.dead_letter_reasons(tenant, "jobs") == DeadLetterReasons(reasons=[], counted=0, complete=True)
+    qs.send(tenant, "jobs", [msg(f"m{i}") for i in range(6)])
+    got = qs.get(tenant, "jobs", max_messages=6)
+    for chosen, reason in ((got[:3], "bad input"), (got[3:5], ""), (got[5:], "a timeout of its own")):
+        qs.nack(tenant, "jobs", receipts=[d.receipt for d in chosen], reason=reason)
+    every = [ReasonCount("bad input", 3), ReasonCount("nacked", 2), ReasonCount("a timeout of its own", 1)]
+    assert qs.dead_letter_reasons(tenant, "jobs") == DeadLetterReasons(every, counted=6, complete=True)
+
+    monkeypatch.setattr(management, "REASONS_SHOWN", 2)
+    assert qs.dead_letter_reasons(tenant, "jobs") == DeadLetterReasons(every[:2], counted=6, complete=False)
+    monkeypatch.setattr(management, "REASONS_READ", 2)
+    newest = [ReasonCount("a timeout of its own", 1), ReasonCount("nacked", 1)]  # a tie goes by reason
+    assert qs.dead_letter_reasons(tenant, "jobs") == DeadLetterReasons(newest, counted=2, complete=False)
+    monkeypatch.undo()
+
+    assert qs.resend_dead_letters(tenant, "jobs", reason="bad input") == 3
+    assert qs.dead_letter_reasons(tenant, "jobs").reasons == every[1:]
+    qs.put_queue(tenant, "news", PUBSUB)
+    with pytest.raises(InvalidInput, match="subscriber is required"):
+        qs.dead_letter_reasons(tenant, "news")
+    with pytest.raises(NotFound):
+        qs.dead_letter_reasons(tenant, "missing")
 
 
 def test_resent_dead_letter_gets_the_whole_redelivery_budget_again(qs, tenant) -> None:

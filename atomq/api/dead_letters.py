@@ -10,8 +10,8 @@ from flask.views import MethodView
 from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.schemas.common import DeadLetterPageArgs, DeadLetterSelector
-from atomq.api.schemas.messages import DeadLetterPageSchema, DeletedSchema, ResentSchema
+from atomq.api.schemas.common import DeadLetterPageArgs, DeadLetterSelector, SubscriberArgs
+from atomq.api.schemas.messages import DeadLetterPageSchema, DeadLetterReasonsSchema, DeletedSchema, ResentSchema
 
 blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters",
                    tenant_scoped=True)
@@ -46,3 +46,15 @@ class Resend(MethodView):
         return {"resent": services().queues.resend_dead_letters(
             current_tenant(), name, body.get("ids"), bool(body.get("all")), body.get("subscriber"),
             body.get("reason"))}
+
+
+@blp.route("/<qname:name>/dead-letters/reasons")
+class Reasons(MethodView):
+    @blp.arguments(SubscriberArgs, location="query")
+    @blp.response(200, DeadLetterReasonsSchema)
+    def get(self, args: dict[str, Any], name: str) -> dict[str, Any]:
+        """The reasons present among the newest dead letters, with how many have each: the values
+        ``?reason=`` and a ``{"reason": ...}`` selector may take."""
+        found = services().queues.dead_letter_reasons(current_tenant(), name, args.get("subscriber"))
+        return {"reasons": [{"reason": r.reason, "count": r.count} for r in found.reasons],
+                "counted": found.counted, "complete": found.complete}

@@ -74,6 +74,19 @@ def dead_letters_list(c: AtomqClient, queue: str, subscriber: str | None, reason
     emit(data, [(m["id"], m["failed_deliveries"], m["reason"]) for m in data], ("ID", "FAILED", "REASON"))
 
 
+@dead_letters.command("reasons")
+@click.argument("queue")
+@click.option("--subscriber")
+@connection_options
+def dead_letters_reasons(c: AtomqClient, queue: str, subscriber: str | None) -> None:
+    """The reasons present among the dead letters, the most frequent first, with how many have each."""
+    data = c.dead_letter_reasons(queue, subscriber)
+    emit(data, [(r["count"], r["reason"]) for r in data["reasons"]], ("COUNT", "REASON"))
+    if not data["complete"] and not click.get_current_context().find_root().obj.get("json"):
+        click.echo(f"(counted over the newest {data['counted']:,} dead letters; the rarest reasons may be left out)",
+                   err=True)
+
+
 @dead_letters.command("resend")
 @click.argument("queue")
 @click.argument("ids", nargs=-1)

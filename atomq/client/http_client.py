@@ -367,6 +367,11 @@ class AtomqClient:
         """Every dead letter (given ``reason`` only, when set), page by page."""
         return self._pages(f"/v1/queues/{queue}/dead-letters", subscriber, limit, reason=reason)
 
+    def dead_letter_reasons(self, queue: str, subscriber: str | None = None) -> Any:
+        """The reasons present among the newest dead letters with how many have each, the most
+        frequent first: ``{"reasons": [{"reason", "count"}], "counted", "complete"}``."""
+        return self.request("GET", f"/v1/queues/{queue}/dead-letters/reasons", subscriber=subscriber)
+
     def _bulk(self, method: str, path: str, ids: Sequence[str] | None, subscriber: str | None,
               reason: str | None = None, timeout: float | None = None) -> Any:
         body: dict[str, Any] = ({"ids": list(ids)} if ids is not None

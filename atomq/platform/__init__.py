@@ -7,6 +7,7 @@ from atomq.platform.models import (
     BrowsedMessage,
     ConsumerInfo,
     DeadLetter,
+    DeadLetterReasons,
     Delivery,
     Document,
     Message,
@@ -21,6 +22,7 @@ from atomq.platform.models import (
     QueueInfo,
     QueueLimits,
     QueueModel,
+    ReasonCount,
     Taken,
 )
 from atomq.platform.queue_server import QueueServer
@@ -31,6 +33,7 @@ __all__ = [
     "BrowsedMessage",
     "ConsumerInfo",
     "DeadLetter",
+    "DeadLetterReasons",
     "Delivery",
     "Document",
     "Message",
@@ -49,6 +52,7 @@ __all__ = [
     "QueueModel",
     "QueueServer",
     "QueueSettings",
+    "ReasonCount",
     "Sent",
     "Taken",
 ]

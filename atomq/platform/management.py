@@ -15,7 +15,8 @@ from atomq.integer_range import check_integer_range
 from atomq.platform import keys as k
 from atomq.platform.components import Components
 from atomq.platform.delivery import check_ids
-from atomq.platform.models import BrowsedMessage, DeadLetter, InFlight, MessageState, Page, QueueModel
+from atomq.platform.models import (BrowsedMessage, DeadLetter, DeadLetterReasons, InFlight, MessageState, Page,
+                                   QueueModel, ReasonCount)
 from atomq.platform.names import check_subscriber_name, check_tenant_id
 from atomq.platform.request_records import CALL_RECORD_MS
 from atomq.platform.routes import Routes
@@ -25,6 +26,10 @@ from atomq.platform.stored_form import decode_messages, in_flight_detail
 
 OLDEST_SCHEDULED = 100
 """The scheduled messages due first that ``oldest_waiting`` looks at."""
+REASONS_READ = 1000
+"""The newest dead letters ``dead_letter_reasons`` counts: about a thousand entries, one script's bound."""
+REASONS_SHOWN = 20
+"""The most reasons ``dead_letter_reasons`` answers, the most frequent: a choice people can read."""
 
 
 BROWSE_TAGS = {MessageState.READY: "r", MessageState.IN_FLIGHT: "f", MessageState.SCHEDULED: "s"}
@@ -95,6 +100,16 @@ class Management:
         if reason is None:
             return self._list("dead", DeadLetter, tenant, queue, limit, after, subscriber)
         return self._list("dead-reason", DeadLetter, tenant, queue, limit, after, subscriber, check_reason(reason))
+
+    def dead_letter_reasons(self, tenant: str, queue: str, subscriber: str | None = None) -> DeadLetterReasons:
+        """The reasons present among the queue's newest ``REASONS_READ`` dead letters, with how many
+        of them each, the ``REASONS_SHOWN`` most frequent: the reasons ``dead_letters`` may select."""
+        tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
+        reply = self._shared.storage.run("dead_reasons", docs_and_config(tk, qk) + d.as_list(),
+                                         [REASONS_READ, REASONS_SHOWN], errors=self._shared.queue_errors(queue))
+        read, total, found = int(reply[0]), int(reply[1]), int(reply[2])
+        reasons = [ReasonCount(reason.decode(), int(n)) for reason, n in zip(reply[3::2], reply[4::2])]
+        return DeadLetterReasons(reasons=reasons, counted=read, complete=read == total and found == len(reasons))
 
     def in_flight(self, tenant: str, queue: str, limit: int = defaults.PAGE_LIMIT,
                   subscriber: str | None = None) -> list[InFlight]:

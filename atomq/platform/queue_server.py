@@ -85,6 +85,7 @@ class QueueServer:
 
         self.browse = management.browse
         self.dead_letters = management.dead_letters
+        self.dead_letter_reasons = management.dead_letter_reasons
         self.peek = management.peek
         self.in_flight = management.in_flight
         self.oldest_waiting = management.oldest_waiting

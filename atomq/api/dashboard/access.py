@@ -25,7 +25,7 @@ from atomq.api.blueprint import services
 from atomq.api.dashboard.blueprint import LIVE_ENDPOINTS, bp
 from atomq.api.dashboard.sessions import COOKIE_PATH, SESSION_COOKIE
 from atomq.api.errors import error_response
-from atomq.errors import Forbidden, NotFound, Unauthorized
+from atomq.errors import AtomqError, Forbidden, NotFound, Unauthorized
 from atomq.tenants import Tenant
 from atomq.tenants.dashboard_sessions import DashboardSession, SessionStore
 from atomq.tenants.records import check_issued_tenant_id, tenant_not_found
@@ -133,12 +133,27 @@ def owner_only() -> None:
         raise page_not_found()
 
 
+def signed_in_tenant() -> Tenant | None:
+    """The tenant a tenant's session acts as, for the header to name it by its name (its id means
+    little to people); None for the owner, or when it cannot be read (an error page while the
+    store is out of reach must still render)."""
+    session = g.get("dashboard_session")
+    if session is None or session.is_owner:
+        return None
+    try:
+        return services().tenants.get(session.tenant_id)
+    except AtomqError:
+        return None
+
+
 @bp.context_processor
 def page_context() -> dict[str, Any]:
-    """What every page template may use: the session (``dash``), its CSRF token and the refresh period."""
+    """What every page template may use: the session (``dash``), its CSRF token, the refresh
+    period, and ``signed_in_tenant``."""
     session = g.get("dashboard_session")
     return {
         "dash": session,
         "csrf_token": session.csrf_token if session is not None else "",
         "refresh_ms": REFRESH_MS,
+        "signed_in_tenant": signed_in_tenant,
     }

@@ -17,14 +17,11 @@ from werkzeug.wrappers import Response
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access, listener_page
 from atomq.api.dashboard.blueprint import bp
+from atomq.api.dashboard.formatting import plural
 from atomq.errors import InvalidInput
 
 LISTENER_ACTIONS = {"pause": "Paused", "resume": "Resumed", "restart": "Restarted"}
 """The listener controls, with what the notice says once one is done."""
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def _notice(text: str) -> None:
@@ -67,7 +64,7 @@ def delete_messages(tenant_id: str, queue: str) -> Response:
     tenant = access.scoped_tenant(tenant_id)
     ids, _ = _selection("message")
     deleted = services().queues.delete_messages(tenant.id, queue, ids=ids, subscriber=_subscriber())
-    _notice(f"Deleted {_plural(deleted, 'message')}.")
+    _notice(f"Deleted {plural(deleted, 'message')}.")
     return _back_to_queue(tenant.id, queue)
 
 
@@ -78,8 +75,7 @@ def release_messages(tenant_id: str, queue: str) -> Response:
     tenant = access.scoped_tenant(tenant_id)
     ids, _ = _selection("delivery")
     released = services().queues.release(tenant.id, queue, ids=ids, subscriber=_subscriber(), delay_s=0)
-    noun = "delivery" if released == 1 else "deliveries"
-    _notice(f"Released {released:,} {noun}: delivered again next, not counted as failed."
+    _notice(f"Released {plural(released, 'delivery', 'deliveries')}: delivered again next, not counted as failed."
             if released else "Released nothing: the selected deliveries had ended meanwhile.")
     return _back_to_queue(tenant.id, queue)
 
@@ -91,7 +87,7 @@ def clear_queue(tenant_id: str, queue: str) -> Response:
     if request.form.get("confirm") != "yes":
         raise InvalidInput("tick the box to confirm that every message of the queue goes", field="confirm")
     deleted = services().queues.delete_messages(tenant.id, queue, all=True)
-    _notice(f"Cleared the queue: deleted {_plural(deleted, 'message')}.")
+    _notice(f"Cleared the queue: deleted {plural(deleted, 'message')}.")
     return _back_to_queue(tenant.id, queue)
 
 
@@ -101,7 +97,7 @@ def resend_dead_letters(tenant_id: str, queue: str) -> Response:
     tenant = access.scoped_tenant(tenant_id)
     resent = services().queues.resend_dead_letters(tenant.id, queue, subscriber=_subscriber(),
                                                    **_dead_selection())
-    _notice(f"Resent {_plural(resent, 'dead letter')}.")
+    _notice(f"Resent {plural(resent, 'dead letter')}.")
     return _back_to_queue(tenant.id, queue)
 
 
@@ -110,7 +106,7 @@ def delete_dead_letters(tenant_id: str, queue: str) -> Response:
     tenant = access.scoped_tenant(tenant_id)
     deleted = services().queues.delete_dead_letters(tenant.id, queue, subscriber=_subscriber(),
                                                     **_dead_selection())
-    _notice(f"Deleted {_plural(deleted, 'dead letter')}.")
+    _notice(f"Deleted {plural(deleted, 'dead letter')}.")
     return _back_to_queue(tenant.id, queue)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from atomq.api.dashboard.formatting import count, duration, of_limit, per_minute, size, when
+from atomq.api.dashboard.formatting import count, duration, of_limit, per_minute, plural, size, when
 from atomq.api.platform_view import TenantRow
 from atomq.platform import QueueInfo, QueueModel
 from atomq.platform.models import DestinationCounts
@@ -156,7 +156,7 @@ def tenant_row(row: TenantRow) -> Figures:
                                                        "refused", "listeners")})
     states = ", ".join(f"{n} {state}" for state, n in s.listeners.items() if n) or "none"
     if s.executions_running:
-        states += f"; {s.executions_running:,} execution{'s' if s.executions_running != 1 else ''} under way"
+        states += f"; {plural(s.executions_running, 'execution')} under way"
     f = Figures(text={
         p + "traffic": "-" if row.traffic is None else f"{row.traffic:,.1f}/s",
         p + "depth": count(s.depth),

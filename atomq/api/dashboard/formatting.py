@@ -1,4 +1,4 @@
-"""How the dashboard writes numbers, times and message contents for people."""
+"""How the dashboard writes numbers, times, message contents and queue settings for people."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import base64
 import json
 from datetime import datetime, timezone
 from typing import Any
+
+from atomq import defaults
+from atomq.platform.models import Durability, OnExpire, QueueAccess, QueueInfo
 
 PREVIEW_CHARS = 2000
 """A document shows this much of its data: a page of 50 messages of 1 MiB each would not load."""
@@ -35,6 +38,37 @@ def of_limit(used: int, limit: int, unit: str = "bytes") -> str:
 
 def count(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` of ``noun``: ``1 redelivery``, ``2 redeliveries``, ``0 messages`` (``nouns``: when not ``noun`` + s)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def queue_settings(info: QueueInfo) -> list[str]:
+    """What tells a queue apart from the others, in short phrases for a table's cell: exclusive,
+    last-value, expiry, limits, durability, and its redeliveries and ack time-out where they
+    are not a new queue's. Its model and topics have columns of their own."""
+    out = []
+    if info.access is QueueAccess.EXCLUSIVE:
+        out.append("exclusive")
+    if info.last_value:
+        out.append(f"last-value by {info.last_value_key}" if info.last_value_key else "last-value")
+    if info.message_ttl_s:
+        then = "discarded" if info.on_expire is OnExpire.DISCARD else "dead-lettered"
+        out.append(f"TTL {duration(info.message_ttl_s)}, then {then}")
+    lim = info.limits
+    held = [plural(lim.max_messages, "message")] if lim.max_messages else []
+    held += [size(lim.max_bytes)] if lim.max_bytes else []
+    if held:
+        out.append(f"holds at most {' and '.join(held)}")
+    if info.durability is Durability.SYNC:
+        out.append("sends synced to disk")
+    if info.max_redeliveries != defaults.MAX_REDELIVERIES:
+        out.append(f"at most {plural(info.max_redeliveries, 'redelivery', 'redeliveries')}")
+    if info.ack_timeout_s != defaults.ACK_TIMEOUT_S:
+        out.append(f"ack time-out {duration(info.ack_timeout_s)}")
+    return out
 
 
 def per_minute(limit: int) -> str:

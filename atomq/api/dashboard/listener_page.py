@@ -1,5 +1,5 @@
 """One listener's page: its definition in words, its state (with why, when it waits or
-failed), its counts, and only the controls that apply to its state.
+failed), its counts, and its controls (those its state does not offer disabled).
 
 The platform keeps a listener's totals, its last error, and rings of 10-second buckets of its
 executions and failed ones over the last five minutes (``ListenerStore.execution_rates``), which
@@ -22,7 +22,7 @@ from atomq.platform.names import QUEUE_NAME
 CONTROLS = {
     "running": ("pause", "restart"),
     "waiting": ("pause",),
-    "error": ("restart", "pause"),
+    "error": ("pause", "restart"),
     "paused": ("resume",),
 }
 """The controls each state offers (``listener_control.lua`` says what each does).
@@ -33,12 +33,17 @@ running one may hold the slot of a stuck execution until its deadline, which
 restart frees. A waiting one waits for a worker whatever is pressed: restart
 would clear its reason until the next round only.
 """
+ORDER = ("pause", "resume", "restart")
+"""Every control, in the order the pages show them whatever the state: a button keeps its
+place from one listener to the next (one that does not apply is there, disabled), so a
+hand that reaches for Pause on one row never lands on Restart on the next."""
 
 
 @bp.app_template_global()
-def listener_controls(listener: Listener) -> tuple[str, ...]:
-    """The controls a listener's state offers, for the templates: ``("pause", "restart")``."""
-    return CONTROLS.get(listener.state, ())
+def listener_controls(listener: Listener) -> list[tuple[str, bool]]:
+    """Every control in ``ORDER``, with whether the listener's state offers it: ``[("pause", True), ...]``."""
+    offered = CONTROLS.get(listener.state, ())
+    return [(action, action in offered) for action in ORDER]
 
 
 def back_to(tenant_id: str, path: str | None) -> str:

@@ -13,14 +13,13 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from atomq import defaults
 from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures, formatting
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.figures import Figures
 from atomq.api.platform_view import ORDERS, PlatformView, platform_view
 from atomq.api.server import server_state
-from atomq.platform import Page, QueueInfo, QueueModel
+from atomq.platform import DeadLetterReasons, Page, QueueInfo, QueueModel
 from atomq.platform import keys as k
 from atomq.platform import lease
 from atomq.platform.models import InFlight
@@ -115,14 +114,15 @@ def queue_page(tenant_id: str, queue: str) -> str:
         subscriber = min(info.subscribers)
     messages = dead = Page(items=[], next=None)
     in_flight: list[InFlight] = []
+    reasons = DeadLetterReasons(reasons=[], counted=0, complete=True)
     if info.model is QueueModel.POINT_TO_POINT or subscriber is not None:
         in_flight = s.queues.in_flight(tenant.id, queue, PAGE_SIZE, subscriber)
         messages = s.queues.browse(tenant.id, queue, PAGE_SIZE, request.args.get("after") or None, subscriber)
         dead = s.queues.dead_letters(tenant.id, queue, PAGE_SIZE, request.args.get("dead_after") or None,
                                      subscriber, reason)
+        reasons = s.queues.dead_letter_reasons(tenant.id, queue, subscriber)
     return render_page("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
-                   in_flight=in_flight, now=time.time(), page_size=PAGE_SIZE,
-                   reason=reason, common_reasons=defaults.DEAD_LETTER_REASONS, max_reason_chars=defaults.MAX_NACK_REASON_CHARS,
+                   in_flight=in_flight, now=time.time(), page_size=PAGE_SIZE, reason=reason, reasons=reasons,
                    totals_shown=figures.QUEUE_TOTALS_SHOWN,
                    figures=figures.queue(info).add(oldest_waiting_figures(tenant.id, info, subscriber)),
                    live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue, subscriber=subscriber))

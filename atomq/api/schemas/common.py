@@ -157,6 +157,10 @@ class PageArgs(Strict):
     subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
 
 
+class SubscriberArgs(Strict):
+    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+
+
 REASON_DOC = {"description": "the dead letters given this reason only: expired, ack timeout, nacked or "
                              "a consumer's nack reason, matched whole"}
 

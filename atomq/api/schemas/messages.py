@@ -10,6 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
+from atomq.platform.management import REASONS_READ, REASONS_SHOWN
 from atomq.platform.topics import TOPIC_PATTERN
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
@@ -189,6 +190,21 @@ class BrowsePageSchema(Strict):
 class DeadLetterPageSchema(Strict):
     messages = fields.List(fields.Nested(DeadLetterSchema), required=True)
     next = fields.String(allow_none=True)
+
+
+class ReasonCountSchema(Strict):
+    reason = fields.String(required=True, metadata={"description": "what ``?reason=`` selects them by"})
+    count = fields.Integer(required=True, metadata={"description": "the dead letters counted that have it"})
+
+
+class DeadLetterReasonsSchema(Strict):
+    reasons = fields.List(fields.Nested(ReasonCountSchema), required=True, metadata={
+        "description": "the reasons present, the most frequent first (then by reason), at most "
+                       f"{REASONS_SHOWN}"})
+    counted = fields.Integer(required=True, metadata={
+        "description": f"the dead letters counted: the newest, at most {REASONS_READ:,}"})
+    complete = fields.Boolean(required=True, metadata={
+        "description": "whether the counts cover every dead letter and every reason is listed"})
 
 
 class NackSchema(Selector):

@@ -25,6 +25,7 @@ NAMES = (
     "get",
     "settle",
     "browse",
+    "dead_reasons",
     "manage",
     "sweep",
     "due",
