@@ -8,6 +8,7 @@ HTTP (gunicorn, its own embedded Valkey), as a client would.
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -435,6 +436,37 @@ def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
     owner("GET", "/v1/queues", status=400)
     Client(http, owner.key, tenant="t_000000000000")("GET", "/v1/queues", status=404)
     owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+NAME_RULE = "names are 1 to 128 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "rule"), [
+    ("POST", "/v1/queues/news/get", {"subscriber": "-late"}, f"subscriber {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/get", {"consumer": "worker 1"}, f"consumer {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/ack", {"ids": ["1-1"], "subscriber": "a:b"}, f"subscriber {NAME_RULE}"),
+    ("GET", "/v1/queues/news/messages?subscriber=%7Bx%7D", None, f"subscriber {NAME_RULE}"),
+    ("PUT", "/v1/listeners/fwd", {"queue": "jobs/eu", "process": "forward"}, f"queue {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/ack", {"receipts": ["1795461670403-000000000002"]},
+     "a receipt is spelled as a get wrote it: <message id>~<delivery count>"),
+    ("PUT", "/v1/queues/jobs", {"model": "point_to_point", "topics": ["orders/>/eu"]},
+     "a topic pattern is levels of letters, digits, '.', '_' and '-' joined by '/', where a level may also be '*'"),
+    ("POST", "/v1/topics/orders/*/messages", {"messages": [{"documents": [{"data": "x"}]}]},
+     "a topic is levels of letters, digits, '.', '_' and '-' joined by '/'"),
+    ("POST", "/v1/topics/messages", {"messages": [{"topic": "orders//eu", "documents": [{"data": "x"}]}]},
+     "a topic is levels of letters, digits, '.', '_' and '-' joined by '/'"),
+], ids=["subscriber", "consumer", "ack subscriber", "browse subscriber", "listener queue", "receipt",
+        "topic pattern", "topic in the path", "topic of a message"])
+def test_a_name_topic_or_pattern_that_breaks_its_rule_is_told_the_rule(acme, method: str, path: str, body: Any,
+                                                                       rule: str) -> None:
+    """A refused name says what a name may be, not only that it did not match a pattern."""
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
+    acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
+    error = acme(method, path, body, 400)["error"]
+    assert error["code"] == "invalid_input"
+    told = json.dumps(error)
+    assert rule in told, told
+    assert "pattern." not in told, "not the validator's own words"
 
 
 def test_unknown_routes_and_methods_answer_in_the_error_shape(acme) -> None:

@@ -10,12 +10,13 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.platform.topics import TOPIC_PATTERN
+from atomq.platform.topics import TOPIC_PATTERN, TOPIC_RULE
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
+    CONSUMER_NAME,
     LATEST_TIME_S,
-    NAME_PATTERN,
     SUBSCRIBER_DOC,
+    SUBSCRIBER_NAME,
     Int,
     Number,
     Selection,
@@ -71,7 +72,7 @@ class SendSchema(Strict):
 
 class TopicMessageSchema(OutgoingMessageSchema):
     topic = fields.String(required=True, validate=[validate.Length(1, defaults.MAX_TOPIC_CHARS),
-                                                   validate.Regexp(TOPIC_PATTERN)],
+                                                   validate.Regexp(TOPIC_PATTERN, error=TOPIC_RULE)],
                           metadata={"description": "the topic this message is published to"})
 
 
@@ -145,8 +146,8 @@ class DeadLetterSchema(MessageSchema):
 class GetSchema(Strict):
     max = Int(load_default=defaults.GET_MAX_MESSAGES, validate=validate.Range(1, defaults.MAX_GET))
     wait_ms = Int(load_default=defaults.GET_WAIT_MS, validate=validate.Range(0, defaults.MAX_WAIT_MS))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=CONSUMER_NAME, metadata=CONSUMER_DOC)
     ack = fields.Nested(Selection, metadata={
         "description": "messages to ack first (the previous batch), in the same round trip to the store as the "
                        "get: a consumer loop makes one request a batch. The answer says how many it acked; "
@@ -182,7 +183,7 @@ class ExtendSchema(Selector):
 class ReleaseSchema(Selection):
     """In-flight messages to give back to the queue now; no consumer: whoever holds them yields them."""
 
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
 class ReleasedSchema(Strict):
