@@ -438,6 +438,27 @@ def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
     owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
 
 
+def test_the_owner_names_the_tenant_it_acts_for_by_id_or_by_name(owner, http) -> None:
+    created = owner("POST", "/v1/tenants", {"name": "managed-by-name"}, 201)
+    try:
+        by_name = Client(http, owner.key, tenant="managed-by-name")
+        by_name("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        send(by_name, "q", "hello")
+        assert Client(http, created["api_key"])("GET", "/v1/queues/q", status=200)["depth"] == 1, "the tenant's own"
+        assert Client(http, owner.key, tenant=created["id"])("GET", "/v1/queues/q", status=200)["depth"] == 1
+        unknown_id = Client(http, owner.key, tenant="t_000000000000")("GET", "/v1/queues", status=404)["error"]
+        unknown_name = Client(http, owner.key, tenant="nobody-has-this-name")("GET", "/v1/queues", status=404)["error"]
+        assert unknown_name["code"] == unknown_id["code"] == "not_found"
+        assert unknown_name["details"] == {"tenant": "nobody-has-this-name"}
+        owner("PATCH", f"/v1/tenants/{created['id']}", {"name": "Café Ünïcode"}, 200)
+        Client(http, owner.key, tenant="managed-by-name")("GET", "/v1/queues/q", status=404)
+        # A header's bytes read as Latin-1: the name goes as its UTF-8 (what curl sends), or as Latin-1.
+        for sent in ("Café Ünïcode".encode().decode("latin-1"), "Café Ünïcode"):
+            assert Client(http, owner.key, tenant=sent)("GET", "/v1/queues/q", status=200)["name"] == "q"
+    finally:
+        owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
 NAME_RULE = "names are 1 to 128 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 
 

@@ -63,6 +63,19 @@ def test_a_tenant_works_its_queue_through_the_client(node, owner) -> None:
     owner.delete_tenant(tenant["id"])
 
 
+def test_the_owner_acts_for_a_tenant_by_its_name_whatever_its_letters(node, owner) -> None:
+    tenant = owner.create_tenant("Zoë's shop")
+    try:
+        with AtomqClient(node.url, node.owner_key, tenant="Zoë's shop") as acting:
+            acting.put_queue("jobs")
+        with AtomqClient(node.url, tenant["api_key"]) as own:
+            assert [q["name"] for q in own.queues()] == ["jobs"]
+        with pytest.raises(NotFound), AtomqClient(node.url, node.owner_key, tenant="Zoe's shop") as nobody:
+            nobody.queues()
+    finally:
+        owner.delete_tenant(tenant["id"])
+
+
 def test_errors_come_back_as_atomq_errors(node, owner) -> None:
     tenant = owner.create_tenant("erring", rate_limit_per_minute=1)
     with AtomqClient(node.url, tenant["api_key"]) as c:

@@ -86,8 +86,9 @@ class AtomqClient:
             self.act_for(tenant)
 
     def act_for(self, tenant: str) -> None:
-        """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id)."""
-        self.headers["X-Atomq-Tenant"] = tenant
+        """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id or name).
+        The header carries the name's UTF-8, as the node reads it (a header's text goes out as Latin-1)."""
+        self.headers["X-Atomq-Tenant"] = tenant.encode("utf-8").decode("latin-1")
 
     def clone(self) -> AtomqClient:
         """Another client of the same node, key and tenant, with connections of its own, for
