@@ -23,6 +23,7 @@ from atomq.client import wire
 from atomq.client.transport import Answer, Transport, TransportError
 from atomq.errors import (
     AtomqError,
+    InvalidInput,
     QueueFull,
     QuotaExceeded,
     RateLimited,
@@ -206,7 +207,17 @@ class AtomqClient:
     def delete_queue(self, name: str) -> None:
         self.request("DELETE", f"/v1/queues/{name}")
 
+    def subscribers(self, queue: str) -> list[Any]:
+        """The subscribers of a publish/subscribe queue with their counts (``depth``, ``in_flight``,
+        ...); InvalidInput for a point-to-point queue, which has none."""
+        info = self.queue(queue)
+        if info["model"] != "publish_subscribe":
+            raise InvalidInput(f"queue {queue} is {info['model']}: only a publish_subscribe queue has subscribers",
+                               field="queue", queue=queue)
+        return list(info["subscribers"])
+
     def put_subscriber(self, queue: str, subscriber: str) -> None:
+        """Creates a subscriber ahead of its first get: it gets a copy of every message sent from now on."""
         self.request("PUT", f"/v1/queues/{queue}/subscribers/{subscriber}")
 
     def delete_subscriber(self, queue: str, subscriber: str) -> None:
