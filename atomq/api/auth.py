@@ -15,7 +15,7 @@ from __future__ import annotations
 from flask import current_app, g, request
 
 from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
-from atomq.tenants import Principal
+from atomq.tenants import Principal, TenantStore
 from atomq.tenants.execution_tokens import is_execution_token
 from atomq.tenants.records import TENANT_ID
 
@@ -101,7 +101,7 @@ def _tenant_id(given: str) -> str:
     """The id of the tenant ``X-Atomq-Tenant`` names: its id, or its name (names are unique, and
     none has the form of an id, so the two never clash), found through the index of names, one
     read, not a scan of the tenants. An unknown one is 404 either way."""
-    tenants = current_app.extensions["atomq"].tenants
+    tenants: TenantStore = current_app.extensions["atomq"].tenants
     if TENANT_ID.fullmatch(given):
         if tenants.exists(given):
             return given
