@@ -742,11 +742,50 @@ def test_a_publish_reaches_the_queues_whose_patterns_match(acme, other) -> None:
     (m,) = acme("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"]
     assert (m["id"], m["topic"]) == (published["ids"][0], "boomi/test/one")
     assert other("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"] == [], "another tenant's queue"
-    assert acme("POST", "/v1/topics/nowhere/messages", body, 201) == {"ids": [], "queues": []}
+    nowhere = acme("POST", "/v1/topics/nowhere/messages", body, 201)
+    assert (nowhere["ids"], nowhere["queues"], nowhere["copies"]) == ([], [], 0)
     assert acme("GET", "/v1/queues/input", status=200)["topics"] == ["boomi/test/>"]
     assert acme("POST", "/v1/topics/a/*/messages", body, 400)["error"]["details"]["field"] == "topic"
     refused = acme("PUT", "/v1/queues/input", {"model": "point_to_point", "topics": ["a/>/b"]}, 400)
     assert set(refused["error"]["details"]["fields"]["json"]) == {"topics"}, "the document's pattern refuses it"
+
+
+def test_a_send_or_publish_that_stores_nothing_says_so(acme) -> None:
+    acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "topics": ["jobs/>"]}, 201)
+    acme("PUT", "/v1/queues/alerts", {"model": "publish_subscribe", "topics": ["alerts/>"]}, 201)
+    two = {"messages": [{"documents": [{"data": "a"}]}, {"documents": [{"data": "b"}]}]}
+
+    lost = acme("POST", "/v1/queues/news/messages", two, 201)
+    assert len(lost["ids"]) == 2 and lost["copies"] == 0
+    (warning,) = lost["warnings"]
+    assert (warning["code"], warning["queue"], warning["messages"]) == ("no_subscribers", "news", 2)
+    assert "has no subscribers" in warning["message"] and "atomq subscribers add news" in warning["message"]
+    assert acme("GET", "/v1/queues/news", status=200)["totals"]["sent"] == 2
+    acme("PUT", "/v1/queues/news/subscribers/a", status=201)
+    acme("PUT", "/v1/queues/news/subscribers/b", status=201)
+    assert acme("POST", "/v1/queues/news/messages", two, 201)["copies"] == 4, "each message to each subscriber"
+    assert [s["depth"] for s in acme("GET", "/v1/queues/news", status=200)["subscribers"]] == [2, 2]
+    stored = acme("POST", "/v1/queues/jobs/messages", two, 201)
+    assert (stored["copies"], stored["warnings"]) == (2, [])
+
+    nowhere = acme("POST", "/v1/topics/nowhere/at/all/messages", two, 201)
+    assert (nowhere["ids"], nowhere["queues"], nowhere["copies"]) == ([], [], 0)
+    (warning,) = nowhere["warnings"]
+    assert (warning["code"], warning["topic"], warning["messages"]) == ("no_queue_attracts_topic", "nowhere/at/all", 2)
+    unheard = acme("POST", "/v1/topics/alerts/fire/messages", two, 201)
+    assert (unheard["queues"], unheard["copies"], len(unheard["ids"])) == (["alerts"], 0, 2)
+    (warning,) = unheard["warnings"]
+    assert (warning["code"], warning["topic"], warning["queues"]) == ("no_subscribers", "alerts/fire", ["alerts"])
+
+    def message(topic: str) -> dict[str, Any]:
+        return {"topic": topic, "documents": [{"data": topic}]}
+
+    body = {"messages": [message("jobs/1"), message("nowhere"), message("alerts/x"), message("nowhere")]}
+    many = acme("POST", "/v1/topics/messages", body, 201)
+    assert many["copies"] == 1 and many["ids"][1] is None and many["ids"][2] is not None
+    assert [(w["code"], w["topic"], w["messages"]) for w in many["warnings"]] == [
+        ("no_queue_attracts_topic", "nowhere", 2), ("no_subscribers", "alerts/x", 1)]
 
 
 def test_one_request_publishes_each_message_to_its_own_topic(acme, other) -> None:

@@ -84,8 +84,31 @@ DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_low
                           "messages to make room: how many"}
 
 
+class StoredNowhereSchema(Strict):
+    """Messages the request accepted, gave ids and stored nowhere (``atomq.platform.stored_nowhere``)."""
+
+    code = fields.String(required=True, validate=validate.OneOf(["no_subscribers", "no_queue_attracts_topic"]),
+                         metadata={"description": "no_subscribers: the queue (or every queue the topic reaches) "
+                                                  "is publish/subscribe and has no subscriber; "
+                                                  "no_queue_attracts_topic: no queue's pattern matches the topic"})
+    message = fields.String(required=True, metadata={"description": "what happened and what to do, for people"})
+    messages = fields.Integer(required=True, metadata={"description": "how many of the request's messages"})
+    queue = fields.String(metadata={"description": "a send's queue"})
+    topic = fields.String(metadata={"description": "a publish's topic"})
+    queues = fields.List(fields.String(), metadata={"description": "the queues without subscribers a topic reached"})
+
+
+COPIES = {"description": "the message copies stored: each message once a point-to-point queue and once a subscriber "
+                         "of a publish/subscribe queue (a subscriber gets only what is sent after it exists), as "
+                         "max_copies_per_request counts them; 0: nothing was stored"}
+WARNINGS = {"description": "one entry a queue or topic whose messages were stored nowhere; empty when every message "
+                           "was stored somewhere"}
+
+
 class SendResultSchema(Strict):
     ids = fields.List(fields.String(), required=True)
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
@@ -93,6 +116,8 @@ class PublishResultSchema(Strict):
     ids = fields.List(fields.String(), required=True,
                       metadata={"description": "one id a message, the same in every queue it reached"})
     queues = fields.List(fields.String(), required=True, metadata={"description": "the queues it reached, sorted"})
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
@@ -103,6 +128,8 @@ class PublishManyResultSchema(Strict):
     topics = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), required=True,
                          metadata={"description": "each topic of the request: the queues it reached, sorted "
                                                   "(empty: none attracts it)"})
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
