@@ -4,7 +4,7 @@ for scripts."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -26,3 +26,17 @@ def all_matched(asked: int, done: int, what: str) -> None:
     so that a script notices a typo, or a message settled or gone meanwhile."""
     if done < asked:
         raise click.ClickException(f"{asked - done} of the {asked} ids matched nothing ({done} {what})")
+
+
+def stored_somewhere(warnings: Sequence[Mapping[str, Any]], sent: int) -> None:
+    """Called after the result is printed: messages the node accepted, gave ids and stored nowhere
+    (the ``warnings`` of its answers: a publish/subscribe queue without subscribers, a topic no
+    queue attracts) are an error (exit status 1), as an ack that matched nothing is, so that
+    neither a person nor a script takes them for sent. ``sent``: the messages the command sent."""
+    nowhere = sum(int(w.get("messages", 0)) for w in warnings)
+    if not nowhere:
+        return
+    if len(warnings) == 1:
+        raise click.ClickException(str(warnings[0]["message"]))
+    raise click.ClickException(f"{nowhere} of the {sent} messages, in {len(warnings)} requests, were stored "
+                               f"nowhere; the first said: {warnings[0]['message']}")
