@@ -8,6 +8,7 @@ HTTP (gunicorn, its own embedded Valkey), as a client would.
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -471,6 +472,58 @@ def test_the_owner_acts_for_a_tenant_with_the_header(owner, http) -> None:
     owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
 
 
+def test_the_owner_names_the_tenant_it_acts_for_by_id_or_by_name(owner, http) -> None:
+    created = owner("POST", "/v1/tenants", {"name": "managed-by-name"}, 201)
+    try:
+        by_name = Client(http, owner.key, tenant="managed-by-name")
+        by_name("PUT", "/v1/queues/q", {"model": "point_to_point"}, 201)
+        send(by_name, "q", "hello")
+        assert Client(http, created["api_key"])("GET", "/v1/queues/q", status=200)["depth"] == 1, "the tenant's own"
+        assert Client(http, owner.key, tenant=created["id"])("GET", "/v1/queues/q", status=200)["depth"] == 1
+        unknown_id = Client(http, owner.key, tenant="t_000000000000")("GET", "/v1/queues", status=404)["error"]
+        unknown_name = Client(http, owner.key, tenant="nobody-has-this-name")("GET", "/v1/queues", status=404)["error"]
+        assert unknown_name["code"] == unknown_id["code"] == "not_found"
+        assert unknown_name["details"] == {"tenant": "nobody-has-this-name"}
+        owner("PATCH", f"/v1/tenants/{created['id']}", {"name": "Café Ünïcode"}, 200)
+        Client(http, owner.key, tenant="managed-by-name")("GET", "/v1/queues/q", status=404)
+        # A header's bytes read as Latin-1: the name goes as its UTF-8 (what curl sends), or as Latin-1.
+        for sent in ("Café Ünïcode".encode().decode("latin-1"), "Café Ünïcode"):
+            assert Client(http, owner.key, tenant=sent)("GET", "/v1/queues/q", status=200)["name"] == "q"
+    finally:
+        owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
+
+
+NAME_RULE = "names are 1 to 128 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "rule"), [
+    ("POST", "/v1/queues/news/get", {"subscriber": "-late"}, f"subscriber {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/get", {"consumer": "worker 1"}, f"consumer {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/ack", {"ids": ["1-1"], "subscriber": "a:b"}, f"subscriber {NAME_RULE}"),
+    ("GET", "/v1/queues/news/messages?subscriber=%7Bx%7D", None, f"subscriber {NAME_RULE}"),
+    ("PUT", "/v1/listeners/fwd", {"queue": "jobs/eu", "process": "forward"}, f"queue {NAME_RULE}"),
+    ("POST", "/v1/queues/jobs/ack", {"receipts": ["1795461670403-000000000002"]},
+     "a receipt is spelled as a get wrote it: <message id>~<delivery count>"),
+    ("PUT", "/v1/queues/jobs", {"model": "point_to_point", "topics": ["orders/>/eu"]},
+     "a topic pattern is levels of letters, digits, '.', '_' and '-' joined by '/', where a level may also be '*'"),
+    ("POST", "/v1/topics/orders/*/messages", {"messages": [{"documents": [{"data": "x"}]}]},
+     "a topic is levels of letters, digits, '.', '_' and '-' joined by '/'"),
+    ("POST", "/v1/topics/messages", {"messages": [{"topic": "orders//eu", "documents": [{"data": "x"}]}]},
+     "a topic is levels of letters, digits, '.', '_' and '-' joined by '/'"),
+], ids=["subscriber", "consumer", "ack subscriber", "browse subscriber", "listener queue", "receipt",
+        "topic pattern", "topic in the path", "topic of a message"])
+def test_a_name_topic_or_pattern_that_breaks_its_rule_is_told_the_rule(acme, method: str, path: str, body: Any,
+                                                                       rule: str) -> None:
+    """A refused name says what a name may be, not only that it did not match a pattern."""
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point"}, 201)
+    acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
+    error = acme(method, path, body, 400)["error"]
+    assert error["code"] == "invalid_input"
+    told = json.dumps(error)
+    assert rule in told, told
+    assert "pattern." not in told, "not the validator's own words"
+
+
 def test_unknown_routes_and_methods_answer_in_the_error_shape(acme) -> None:
     assert acme("GET", "/v1/nothing-here", status=404)["error"]["code"] == "not_found"
     assert acme("PATCH", "/v1/queues", status=405)["error"]["code"] == "method_not_allowed"
@@ -723,11 +776,50 @@ def test_a_publish_reaches_the_queues_whose_patterns_match(acme, other) -> None:
     (m,) = acme("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"]
     assert (m["id"], m["topic"]) == (published["ids"][0], "boomi/test/one")
     assert other("POST", "/v1/queues/input/get", {"max": 5}, 200)["messages"] == [], "another tenant's queue"
-    assert acme("POST", "/v1/topics/nowhere/messages", body, 201) == {"ids": [], "queues": []}
+    nowhere = acme("POST", "/v1/topics/nowhere/messages", body, 201)
+    assert (nowhere["ids"], nowhere["queues"], nowhere["copies"]) == ([], [], 0)
     assert acme("GET", "/v1/queues/input", status=200)["topics"] == ["boomi/test/>"]
     assert acme("POST", "/v1/topics/a/*/messages", body, 400)["error"]["details"]["field"] == "topic"
     refused = acme("PUT", "/v1/queues/input", {"model": "point_to_point", "topics": ["a/>/b"]}, 400)
     assert set(refused["error"]["details"]["fields"]["json"]) == {"topics"}, "the document's pattern refuses it"
+
+
+def test_a_send_or_publish_that_stores_nothing_says_so(acme) -> None:
+    acme("PUT", "/v1/queues/news", {"model": "publish_subscribe"}, 201)
+    acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "topics": ["jobs/>"]}, 201)
+    acme("PUT", "/v1/queues/alerts", {"model": "publish_subscribe", "topics": ["alerts/>"]}, 201)
+    two = {"messages": [{"documents": [{"data": "a"}]}, {"documents": [{"data": "b"}]}]}
+
+    lost = acme("POST", "/v1/queues/news/messages", two, 201)
+    assert len(lost["ids"]) == 2 and lost["copies"] == 0
+    (warning,) = lost["warnings"]
+    assert (warning["code"], warning["queue"], warning["messages"]) == ("no_subscribers", "news", 2)
+    assert "has no subscribers" in warning["message"] and "atomq subscribers add news" in warning["message"]
+    assert acme("GET", "/v1/queues/news", status=200)["totals"]["sent"] == 2
+    acme("PUT", "/v1/queues/news/subscribers/a", status=201)
+    acme("PUT", "/v1/queues/news/subscribers/b", status=201)
+    assert acme("POST", "/v1/queues/news/messages", two, 201)["copies"] == 4, "each message to each subscriber"
+    assert [s["depth"] for s in acme("GET", "/v1/queues/news", status=200)["subscribers"]] == [2, 2]
+    stored = acme("POST", "/v1/queues/jobs/messages", two, 201)
+    assert (stored["copies"], stored["warnings"]) == (2, [])
+
+    nowhere = acme("POST", "/v1/topics/nowhere/at/all/messages", two, 201)
+    assert (nowhere["ids"], nowhere["queues"], nowhere["copies"]) == ([], [], 0)
+    (warning,) = nowhere["warnings"]
+    assert (warning["code"], warning["topic"], warning["messages"]) == ("no_queue_attracts_topic", "nowhere/at/all", 2)
+    unheard = acme("POST", "/v1/topics/alerts/fire/messages", two, 201)
+    assert (unheard["queues"], unheard["copies"], len(unheard["ids"])) == (["alerts"], 0, 2)
+    (warning,) = unheard["warnings"]
+    assert (warning["code"], warning["topic"], warning["queues"]) == ("no_subscribers", "alerts/fire", ["alerts"])
+
+    def message(topic: str) -> dict[str, Any]:
+        return {"topic": topic, "documents": [{"data": topic}]}
+
+    body = {"messages": [message("jobs/1"), message("nowhere"), message("alerts/x"), message("nowhere")]}
+    many = acme("POST", "/v1/topics/messages", body, 201)
+    assert many["copies"] == 1 and many["ids"][1] is None and many["ids"][2] is not None
+    assert [(w["code"], w["topic"], w["messages"]) for w in many["warnings"]] == [
+        ("no_queue_attracts_topic", "nowhere", 2), ("no_subscribers", "alerts/x", 1)]
 
 
 def test_one_request_publishes_each_message_to_its_own_topic(acme, other) -> None:

@@ -433,6 +433,51 @@ def test_the_server_settings_are_shown_and_changed(node: AtomqServe) -> None:
            "--set", f"redelivery_delays_s={json.dumps(shown['redelivery_delays_s'])}")
 
 
+def test_subscribers_are_added_ahead_of_the_first_send_listed_and_removed(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "news", "--model", "publish_subscribe")
+    assert json.loads(ok("subscribers", "list", "news", "--json")) == []
+    assert ok("subscribers", "add", "news", "audit").splitlines()[1].split() == ["news", "audit"]
+    ok("subscribers", "add", "news", "billing")
+    ok("subscribers", "add", "news", "audit")  # one that exists: nothing changes
+    ok("send", "news", "hello")
+    header, *rows = ok("subscribers", "list", "news").splitlines()
+    assert header.split() == ["NAME", "DEPTH", "IN", "FLIGHT", "DEAD", "SCHEDULED"]
+    assert [row.split() for row in rows] == [["audit", "1", "0", "0", "0"], ["billing", "1", "0", "0", "0"]]
+    unconfirmed = run("subscribers", "remove", "news", "billing", env=tenant_env)
+    assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
+    assert "1 waiting" in unconfirmed.stderr, "the confirmation says what goes"
+    assert json.loads(ok("subscribers", "remove", "news", "billing", "--yes", "--json")) == {
+        "removed": "billing", "queue": "news"}
+    assert [s["name"] for s in json.loads(ok("subscribers", "list", "news", "--json"))] == ["audit"]
+    missing = run("subscribers", "remove", "news", "billing", "--yes", env=tenant_env)
+    assert missing.returncode == 1 and "has no subscriber billing" in missing.stderr
+    ok("queues", "create", "jobs")
+    no_subscribers = run("subscribers", "list", "jobs", env=tenant_env)
+    assert no_subscribers.returncode == 1 and "only a publish_subscribe queue has subscribers" in no_subscribers.stderr
+
+
+def test_a_send_or_publish_that_stores_nothing_says_so_and_exits_1(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "news", "--model", "publish_subscribe")
+    lost = run("send", "news", "hello", "--json", env=tenant_env)
+    assert lost.returncode == 1, lost.stderr
+    answer = json.loads(lost.stdout)
+    assert len(answer["ids"]) == 1 and answer["copies"] == 0, "the answer is printed first"
+    assert "has no subscribers" in lost.stderr and "atomq subscribers add news NAME" in lost.stderr
+    lines = "".join(f"line {i}\n" for i in range(250))
+    from_file = subprocess.run([*ATOMQ, "send", "news"], input=lines, capture_output=True, text=True, timeout=60,
+                               env={**os.environ, **tenant_env})
+    assert from_file.returncode == 1
+    assert "250 of the 250 messages, in 3 requests, were stored nowhere" in from_file.stderr, from_file.stderr
+    assert from_file.stderr.count("has no subscribers") == 1, "one warning, with the counts"
+    ok("subscribers", "add", "news", "reader")
+    assert json.loads(ok("send", "news", "hello", "--json"))["copies"] == 1
+    nowhere = run("publish", "no/queue/here", "x", env=tenant_env)
+    assert nowhere.returncode == 1 and "no queue attracts topic no/queue/here" in nowhere.stderr
+    assert nowhere.stdout.split() == ["ID", "QUEUES"], "the table, empty, first"
+
+
 def test_a_send_run_again_with_its_idempotency_key_stores_nothing_twice(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
     ok("queues", "create", "ledger", "--topic", "ledger/>")

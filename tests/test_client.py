@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import certifi
 import pytest
 import urllib3
 
-from atomq.client import AtomqClient
+from atomq.client import AtomqClient, BatchingSender, Target, wire
 from atomq.client.transport import Transport, ca_options, proxy_for
 from atomq.errors import Conflict, InvalidInput, NotFound, RateLimited, StorageError, Unauthorized
 from support.served_node import AtomqServe, ServeFactory
@@ -61,6 +62,42 @@ def test_a_tenant_works_its_queue_through_the_client(node, owner) -> None:
         c.delete_queue("news")
         assert [q["name"] for q in c.queues()] == ["jobs"]
     owner.delete_tenant(tenant["id"])
+
+
+def test_the_owner_acts_for_a_tenant_by_its_name_whatever_its_letters(node, owner) -> None:
+    tenant = owner.create_tenant("Zoë's shop")
+    try:
+        with AtomqClient(node.url, node.owner_key, tenant="Zoë's shop") as acting:
+            acting.put_queue("jobs")
+        with AtomqClient(node.url, tenant["api_key"]) as own:
+            assert [q["name"] for q in own.queues()] == ["jobs"]
+        with pytest.raises(NotFound), AtomqClient(node.url, node.owner_key, tenant="Zoe's shop") as nobody:
+            nobody.queues()
+    finally:
+        owner.delete_tenant(tenant["id"])
+
+
+def test_the_batching_sender_counts_what_was_stored_nowhere_and_warns_once_a_place(
+        node, owner, caplog: pytest.LogCaptureFixture) -> None:
+    tenant = owner.create_tenant("batching")
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as c:
+            c.put_queue("news", "publish_subscribe")
+            c.put_queue("jobs")
+            sender = BatchingSender(c, max_documents=2)
+            with caplog.at_level(logging.WARNING, logger="atomq.client.batching"):
+                for i in range(5):
+                    sender.add("news", wire.message([wire.document(f"n{i}")]))
+                    sender.add("jobs", wire.message([wire.document(f"j{i}")]))
+                    sender.add(Target("nowhere/x", topic=True), wire.message([wire.document(f"p{i}")]))
+                sender.flush()
+            assert (sender.requests, sender.stored_nowhere) == (9, 10)
+            warned = [r.getMessage() for r in caplog.records if r.name == "atomq.client.batching"]
+            assert len(warned) == 2, warned
+            assert any("queue news" in w for w in warned) and any("topic nowhere/x" in w for w in warned)
+            assert c.queue("jobs")["depth"] == 5
+    finally:
+        owner.delete_tenant(tenant["id"])
 
 
 def test_errors_come_back_as_atomq_errors(node, owner) -> None:

@@ -96,6 +96,23 @@ def test_a_publish_retried_with_its_key_stores_only_what_no_try_stored(qs: Queue
     assert qs.get_queue(tenant, "all").depth == 1 and qs.get_queue(tenant, "us").depth == 2
 
 
+def test_a_repeat_answers_the_copies_the_first_try_made_whatever_the_subscribers_are_now(
+        qs: QueueServer, tenant: str) -> None:
+    """A send or publish that reached a publish/subscribe queue without subscribers stored nowhere;
+    repeated with its key after a subscriber came, it still answers so, and stores nothing for it."""
+    qs.put_queue(tenant, "news", "publish_subscribe", topics=["news/>"])
+    first = qs.send_batch(tenant, "news", [msg("a"), msg("b")], idempotency_key="n1")
+    assert len(first.ids) == 2 and (first.destinations, first.copies) == (0, 0)
+    published = qs.publish(tenant, "news/eu", [msg("c")], idempotency_key="n2")
+    assert (published.queues, published.copies) == (["news"], 0)
+    qs.put_subscriber(tenant, "news", "late")
+    assert qs.send_batch(tenant, "news", [msg("a"), msg("b")], idempotency_key="n1") == first
+    assert qs.publish(tenant, "news/eu", [msg("c")], idempotency_key="n2") == published
+    assert qs.get_queue(tenant, "news").depth == 0, "the late subscriber got none of them"
+    assert qs.send_batch(tenant, "news", [msg("d")], idempotency_key="n3").copies == 1
+    assert qs.publish(tenant, "news/eu", [msg("e"), msg("f")], idempotency_key="n4").copies == 2
+
+
 def test_a_keyed_send_counts_against_the_quota_while_its_key_is_kept(qs: QueueServer, tenant: str) -> None:
     qs.put_queue(tenant, "orders", "point_to_point")
     qs.send(tenant, "orders", [msg("a")])

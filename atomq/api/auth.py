@@ -3,8 +3,9 @@
 Every request but the public ones presents ``Authorization: Bearer <key>``;
 the key is resolved on every request (nothing is cached), so a revoked key
 stops working at once on every node. The owner acts for a tenant with the
-``X-Atomq-Tenant`` header. A key that keeps failing from an address is refused
-there for a while before it is looked at (``atomq.api.key_checks``). A request
+``X-Atomq-Tenant`` header, which takes the tenant's id or its name. A key
+that keeps failing from an address is refused there for a while before it
+is looked at (``atomq.api.key_checks``). A request
 for no route, or with a method its route does not take, gets its 404 or 405
 without a key: the routes are public in the OpenAPI document.
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 from flask import current_app, g, request
 
 from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
-from atomq.tenants import Principal
+from atomq.tenants import Principal, TenantStore
 from atomq.tenants.execution_tokens import is_execution_token
+from atomq.tenants.records import TENANT_ID
 
 PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
 METRICS_PATH = "/metrics"
@@ -86,12 +88,11 @@ def current_tenant() -> str:
     if p.tenant_id is not None:
         g.atomq_tenant = p.tenant_id
         return p.tenant_id
-    tenant = request.headers.get("X-Atomq-Tenant", "").strip()
-    if not tenant:
-        raise InvalidInput("the owner key acts for a tenant named in the X-Atomq-Tenant header",
+    given = request.headers.get("X-Atomq-Tenant", "").strip()
+    if not given:
+        raise InvalidInput("the owner key acts for a tenant named in the X-Atomq-Tenant header (its id or name)",
                            field="X-Atomq-Tenant")
-    if not current_app.extensions["atomq"].tenants.exists(tenant):
-        raise NotFound(f"tenant {tenant!r} does not exist", tenant=tenant)
+    tenant = _tenant_id(given)
     g.atomq_tenant = tenant  # the request's tenant for its latency and log records
     return tenant
 
@@ -102,3 +103,27 @@ def request_holder() -> str:
     ``owner`` (the runtime owner acting for the tenant)."""
     key_id = principal().key_id
     return f"key:{key_id}" if key_id else "owner"
+
+def _tenant_id(given: str) -> str:
+    """The id of the tenant ``X-Atomq-Tenant`` names: its id, or its name (names are unique, and
+    none has the form of an id, so the two never clash), found through the index of names, one
+    read, not a scan of the tenants. An unknown one is 404 either way."""
+    tenants: TenantStore = current_app.extensions["atomq"].tenants
+    if TENANT_ID.fullmatch(given):
+        if tenants.exists(given):
+            return given
+    else:
+        named = tenants.named(_as_sent(given))
+        if named is not None:
+            return named.id
+    raise NotFound(f"tenant {given!r} does not exist", tenant=given)
+
+
+def _as_sent(value: str) -> str:
+    """A header's text as its sender wrote it: the server reads a header's bytes as Latin-1, and
+    a client such as curl sends a name's UTF-8, which reads back here; bytes that are no UTF-8
+    were Latin-1 indeed (what Python's http.client sends)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value

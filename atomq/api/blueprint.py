@@ -50,8 +50,9 @@ class Parser(FlaskParser):
 
 TENANT_HEADER = {
     "in": "header", "name": "X-Atomq-Tenant", "required": False,
-    "schema": {"type": "string", "pattern": r"^t_[0-9a-f]{12}$"},
-    "description": "with the owner key, the tenant the call acts for (then required); a tenant key ignores it",
+    "schema": {"type": "string"},
+    "description": "with the owner key, the tenant the call acts for (then required): its id (t_ and 12 lowercase "
+                   "hex characters) or its name; a tenant key ignores it",
 }
 
 

@@ -37,6 +37,7 @@ from atomq.api.schemas.messages import (
 )
 from atomq.api.send_body import parse_send
 from atomq.errors import InvalidInput
+from atomq.platform.stored_nowhere import after_send
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages",
@@ -76,7 +77,8 @@ class Messages(MethodView):
         messages = parse_send(json_body())
         stamp_traceparents(messages)
         sent = s.send(tenant, name, messages, request.content_length or 0, idempotency_key())
-        out: dict[str, Any] = {"ids": sent.ids}
+        out: dict[str, Any] = {"ids": sent.ids, "copies": sent.copies,
+                               "warnings": [w.as_dict() for w in after_send(name, len(sent.ids), sent.copies)]}
         if sent.dropped:
             out["dropped"] = sent.dropped
         return render.json_response(out, 201)

@@ -23,6 +23,7 @@ from atomq.api.blueprint import (
 from atomq.api.messages import json_body
 from atomq.api.schemas.messages import PublishManyResultSchema, PublishManySchema, PublishResultSchema, SendSchema
 from atomq.api.send_body import parse_publish_many, parse_send
+from atomq.platform.stored_nowhere import StoredNowhere, after_publish, after_publish_many
 from atomq.platform.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
 
@@ -50,7 +51,8 @@ class TopicMessages(MethodView):
         stamp_traceparents(messages)
         published = services().publish(current_tenant(), topic, messages, request.content_length or 0,
                                         idempotency_key())
-        return _created({"ids": published.ids, "queues": published.queues}, published.dropped)
+        return _created({"ids": published.ids, "queues": published.queues, "copies": published.copies},
+                        after_publish(topic, published.queues, len(messages), published.copies), published.dropped)
 
 
 @blp.route("/messages")
@@ -74,11 +76,14 @@ class ManyTopicsMessages(MethodView):
         stamp_traceparents(messages)
         published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0,
                                              idempotency_key())
-        return _created({"ids": published.ids, "topics": published.topics}, published.dropped)
+        return _created({"ids": published.ids, "topics": published.topics, "copies": sum(published.copies.values())},
+                        after_publish_many(topics, published), published.dropped)
 
 
-def _created(out: dict[str, Any], dropped: int) -> Response:
-    """A publish's 201, with ``dropped`` only when the queues' overflow dropped messages."""
+def _created(out: dict[str, Any], warnings: list[StoredNowhere], dropped: int) -> Response:
+    """A publish's 201 with its ``warnings`` (empty when every message was stored somewhere), and
+    ``dropped`` only when the queues' overflow dropped messages."""
+    out["warnings"] = [w.as_dict() for w in warnings]
     if dropped:
         out["dropped"] = dropped
     return render.json_response(out, 201)

@@ -4,7 +4,7 @@
 executions; ``atomq selftest`` shows the queue server at work on its embedded
 defaults; ``atomq audit`` checks a tenant's stored queues for broken invariants;
 ``atomq demo`` runs the worked example. The management commands (tenants, queues,
-send, publish, get, dead-letters, listeners) speak to a running node.
+subscribers, send, publish, get, dead-letters, listeners) speak to a running node.
 
 Settings come from, lowest first: a TOML config file (``--config``, its
 ``[serve]`` table for ``atomq serve``), ``ATOMQ_*`` environment variables,
@@ -29,6 +29,7 @@ from atomq.cli.serve import serve
 from atomq.cli.spark_worker import spark_worker
 from atomq.cli.server import server
 from atomq.cli.settle import ack, extend, nack, release
+from atomq.cli.subscribers import subscribers
 from atomq.cli.tenants import tenants
 from atomq.cli.worker import worker
 
@@ -56,5 +57,6 @@ def main() -> None:
 
 
 for _command in (serve, worker, demo, spark_worker, selftest, audit, server,
-                 tenants, queues, send, publish, get, ack, nack, extend, release, browse, dead_letters, listeners):
+                 tenants, queues, subscribers, send, publish, get, ack, nack, extend, release, browse, dead_letters,
+                 listeners):
     main.add_command(_command)

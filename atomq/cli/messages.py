@@ -13,7 +13,7 @@ import click
 from atomq import defaults
 from atomq.cli.connection import connection_options
 from atomq.cli.options import name_value_pairs
-from atomq.cli.output import emit, span
+from atomq.cli.output import emit, span, stored_somewhere
 from atomq.cli.progress import Progress
 from atomq.client import AtomqClient, wire
 
@@ -64,19 +64,27 @@ def _request_key(key: str | None, n: int) -> str | None:
 @connection_options
 def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[str, str] | None,
          priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
-    """Send one message per TEXT (or per line of standard input when none is given)."""
+    """Send one message per TEXT (or per line of standard input when none is given).
+
+    Exits with status 1, after printing the ids, when messages were stored nowhere: QUEUE is
+    publish/subscribe and had no subscribers (a subscriber gets only what is sent after it exists:
+    atomq subscribers add QUEUE NAME first)."""
     ids: list[str] = []
-    dropped = 0
+    dropped = copies = 0
+    warnings: list[dict[str, Any]] = []
     progress = Progress(f"sending to {queue}", "messages")
     for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
         sent = c.send_batch(queue, batch, idempotency_key=_request_key(idempotency_key, n))
         ids += sent["ids"]
         dropped += sent.get("dropped", 0)
+        copies += sent.get("copies", 0)
+        warnings += sent.get("warnings", [])
         progress.update(len(ids))
     progress.finish(len(ids))
     if dropped:
         click.echo(f"the queue dropped {dropped} waiting messages to make room (its overflow setting)", err=True)
-    emit({"ids": ids, "dropped": dropped}, [(i,) for i in ids], ("ID",))
+    emit({"ids": ids, "dropped": dropped, "copies": copies, "warnings": warnings}, [(i,) for i in ids], ("ID",))
+    stored_somewhere(warnings, len(ids))
 
 
 @click.command()
@@ -87,17 +95,27 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
 def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict[str, str] | None,
             priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
     """Publish one message per TEXT (or per line of standard input) to TOPIC: it reaches every queue
-    whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none."""
+    whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none.
+
+    Exits with status 1, after printing what was stored, when messages were stored nowhere: no
+    queue attracts TOPIC, or only publish/subscribe queues without subscribers do."""
     ids: list[str] = []
     reached: set[str] = set()
+    sent = copies = 0
+    warnings: list[dict[str, Any]] = []
     progress = Progress(f"publishing to {topic}", "messages")
     for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
         published = c.publish(topic, batch, idempotency_key=_request_key(idempotency_key, n))
         ids += published["ids"]
         reached.update(published["queues"])
-        progress.update(len(ids))
-    progress.finish(len(ids))
-    emit({"ids": ids, "queues": sorted(reached)}, [(i, ",".join(sorted(reached))) for i in ids], ("ID", "QUEUES"))
+        sent += len(batch)
+        copies += published.get("copies", 0)
+        warnings += published.get("warnings", [])
+        progress.update(sent)
+    progress.finish(sent)
+    emit({"ids": ids, "queues": sorted(reached), "copies": copies, "warnings": warnings},
+         [(i, ",".join(sorted(reached))) for i in ids], ("ID", "QUEUES"))
+    stored_somewhere(warnings, sent)
 
 
 @click.command()

@@ -4,7 +4,7 @@ for scripts."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -37,3 +37,16 @@ def span(value: float) -> str:
     if hours:
         return f"{hours}h {minutes}m"
     return f"{minutes}m {seconds % 60}s" if minutes else f"{seconds}s"
+
+def stored_somewhere(warnings: Sequence[Mapping[str, Any]], sent: int) -> None:
+    """Called after the result is printed: messages the node accepted, gave ids and stored nowhere
+    (the ``warnings`` of its answers: a publish/subscribe queue without subscribers, a topic no
+    queue attracts) are an error (exit status 1), as an ack that matched nothing is, so that
+    neither a person nor a script takes them for sent. ``sent``: the messages the command sent."""
+    nowhere = sum(int(w.get("messages", 0)) for w in warnings)
+    if not nowhere:
+        return
+    if len(warnings) == 1:
+        raise click.ClickException(str(warnings[0]["message"]))
+    raise click.ClickException(f"{nowhere} of the {sent} messages, in {len(warnings)} requests, were stored "
+                               f"nowhere; the first said: {warnings[0]['message']}")

@@ -3,10 +3,13 @@ topics, and sent in requests of at most ``max_documents`` (``defaults.MAX_SEND_D
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple
 
 from atomq import defaults
 from atomq.client.http_client import AtomqClient
+
+log = logging.getLogger(__name__)
 
 
 class Target(NamedTuple):
@@ -28,6 +31,12 @@ class BatchingSender:
 
     The main node counts requests, not documents, against a tenant's rate
     limit: 250 documents to one queue cost 3 requests.
+
+    Messages the node accepted and stored nowhere (a publish/subscribe queue
+    without subscribers, a topic no queue attracts) are counted in
+    ``stored_nowhere``, and each queue or topic that swallows them is logged
+    once a sender, as a warning with the node's words: a process whose
+    outputs go nowhere goes on, but not unseen.
     """
 
     def __init__(self, client: AtomqClient, max_documents: int = defaults.MAX_SEND_DOCUMENTS) -> None:
@@ -37,6 +46,9 @@ class BatchingSender:
         self.max_documents = max_documents
         self.requests = 0
         self.documents = 0
+        self.stored_nowhere = 0
+        """Messages sent that the node stored nowhere (its answers' ``warnings``)."""
+        self._warned: set[tuple[str, str]] = set()
         self._buffers: dict[Target, list[dict[str, Any]]] = {}
         self._counts: dict[Target, int] = {}
 
@@ -61,8 +73,18 @@ class BatchingSender:
             count = self._counts.pop(t, 0)
             if messages:
                 if t.topic:
-                    self.client.publish_many(messages)
+                    answer = self.client.publish_many(messages)
                 else:
-                    self.client.send(t.name, messages)
+                    answer = self.client.send_batch(t.name, messages)
                 self.requests += 1
                 self.documents += count
+                self._note_stored_nowhere(answer.get("warnings") or [])
+
+    def _note_stored_nowhere(self, warnings: list[dict[str, Any]]) -> None:
+        """Counts the messages the warnings of an answer name, and logs each queue or topic the first time."""
+        for w in warnings:
+            self.stored_nowhere += int(w.get("messages", 0))
+            where = (w.get("queue") or "", w.get("topic") or "")
+            if where not in self._warned:
+                self._warned.add(where)
+                log.warning("%s (logged once; the sender counts such messages in stored_nowhere)", w.get("message"))

@@ -23,6 +23,7 @@ from atomq.client import wire
 from atomq.client.transport import Answer, Transport, TransportError
 from atomq.errors import (
     AtomqError,
+    InvalidInput,
     QueueFull,
     QuotaExceeded,
     RateLimited,
@@ -86,8 +87,8 @@ class AtomqClient:
             self.act_for(tenant)
 
     def act_for(self, tenant: str) -> None:
-        """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id)."""
-        self.headers["X-Atomq-Tenant"] = tenant
+        """With the owner key: the calls from now on act on tenant ``tenant``'s queues (its id or name, as UTF-8)."""
+        self.headers["X-Atomq-Tenant"] = tenant.encode("utf-8").decode("latin-1")
 
     def clone(self) -> AtomqClient:
         """Another client of the same node, key and tenant, with connections of its own, for
@@ -205,6 +206,13 @@ class AtomqClient:
     def delete_queue(self, name: str) -> None:
         self.request("DELETE", f"/v1/queues/{name}")
 
+    def subscribers(self, queue: str) -> list[Any]:
+        """A publish/subscribe queue's subscribers with their counts; InvalidInput on a point-to-point one."""
+        info = self.queue(queue)
+        if "subscribers" not in info:
+            raise InvalidInput(f"queue {queue} is {info['model']}: only a publish_subscribe queue has subscribers")
+        return list(info["subscribers"])
+
     def put_subscriber(self, queue: str, subscriber: str) -> None:
         self.request("PUT", f"/v1/queues/{queue}/subscribers/{subscriber}")
 
@@ -251,21 +259,21 @@ class AtomqClient:
 
     def send_batch(self, queue: str, messages: Sequence[dict[str, Any]], *,
                    idempotency_key: str | None = None) -> Any:
-        """Sends messages (as :meth:`send`); the whole answer: ``{"ids": [...]}``, with ``"dropped"``
-        when the queue's overflow dropped waiting messages to make room. Stored once however often
-        it is tried (``send_tries``), under ``idempotency_key`` or one made for the call: the same
-        key given again within a day answers what the first send stored."""
+        """Sends messages (as :meth:`send`); the whole answer: ``{"ids", "copies", "warnings"}``, with
+        ``"dropped"`` when the queue's overflow dropped waiting messages to make room; ``copies`` 0 and a
+        warning when nothing was stored (no subscribers). Stored once however often it is tried (``send_tries``),
+        under ``idempotency_key`` or one made for the call: the same key again within a day answers the first."""
         return self._stored_once(f"/v1/queues/{queue}/messages", messages, idempotency_key)
 
     def publish(self, topic: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
-        """Publishes messages (in a send's shape) to a topic: ``{"ids": [...], "queues": [...]}``,
-        the queues whose topic patterns matched. Stored once, as :meth:`send_batch`."""
+        """Publishes messages (in a send's shape) to a topic: ``{"ids", "queues", "copies", "warnings"}``,
+        ``queues`` those whose patterns matched. Stored once, as :meth:`send_batch`."""
         return self._stored_once(f"/v1/topics/{topic}/messages", messages, idempotency_key)
 
     def publish_many(self, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
         """Publishes each message (in a send's shape, with its ``"topic"``) to its own topic, in one
-        request: ``{"ids": [...], "topics": {topic: [queues]}}``, an id null where no queue attracts
-        the message's topic. Messages whose topics reach the same queues are stored all or nothing
+        request: ``{"ids", "topics": {topic: [queues]}, "copies", "warnings"}``, an id null where no queue
+        attracts the message's topic. Messages whose topics reach the same queues are stored all or nothing
         together; a refusal's ``details.ids`` names what was stored before it. Stored once, as
         :meth:`send_batch`."""
         return self._stored_once("/v1/topics/messages", messages, idempotency_key)

@@ -104,10 +104,13 @@ def positions_of(field_name: str) -> list[int]:
     return out
 
 
-def stored_answer(answer: bytes) -> tuple[list[str], int]:
-    """What a call stored, from its answer in the request's record (send.lua:
-    ``<dropped>|<stamp>|<sequence>|`` then an original id or a run ``+<n>`` of new ids a part)."""
-    dropped, stamp, seq, parts = answer.decode().split("|", 3)
+def stored_answer(answer: bytes) -> tuple[list[str], int, int]:
+    """What a call stored, from its answer in the request's record: its ids, the waiting messages it
+    dropped, and the destinations each of its messages went to (send.lua: ``<dropped>:<copies>|<stamp>|
+    <sequence>|`` then an original id or a run ``+<n>`` of new ids a part). A record an older node
+    wrote has no copies: it counts one, what a point-to-point queue takes."""
+    head, stamp, seq, parts = answer.decode().split("|", 3)
+    dropped, _, copies = head.partition(":")
     ids: list[str] = []
     n = int(seq)
     for part in parts.split(",") if parts else []:
@@ -116,7 +119,7 @@ def stored_answer(answer: bytes) -> tuple[list[str], int]:
                 ids.append(f"{stamp}-{n:012d}")
         else:
             ids.append(part)
-    return ids, int(dropped)
+    return ids, int(dropped), int(copies or 1)
 
 
 def key_reused(token: RequestToken) -> Conflict:

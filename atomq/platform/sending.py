@@ -59,11 +59,20 @@ class _StaleTopics(AtomqError):
 
 @dataclass(frozen=True)
 class Sent:
-    """What a send stored: the messages' ids in order, and how many waiting messages its queue
-    dropped to make room for them (overflow ``drop_oldest`` or ``drop_lowest_priority``)."""
+    """What a send stored: the messages' ids in order, how many waiting messages its queue
+    dropped to make room for them (overflow ``drop_oldest`` or ``drop_lowest_priority``), and
+    the destinations each message went to."""
 
     ids: list[str]
     dropped: int = 0
+    destinations: int = 1
+    """1 on a point-to-point queue, one a subscriber on a publish/subscribe queue: 0 when it has
+    none, and the messages, which got ids, were stored nowhere (``stored_nowhere``)."""
+
+    @property
+    def copies(self) -> int:
+        """The message copies the send made, counted as ``max_copies_per_request`` counts them."""
+        return len(self.ids) * self.destinations
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,9 @@ class Published:
     ids: list[str]
     queues: list[str]
     dropped: int = 0
+    copies: int = 0
+    """The message copies stored: each message once a point-to-point queue and once a subscriber of
+    a publish/subscribe queue it reached (0: stored nowhere, ``stored_nowhere``)."""
 
 
 @dataclass
@@ -90,14 +102,19 @@ class PublishedMany:
     dropped: int = 0
     stored: set[int] = field(default_factory=set)
     """The positions of the messages stored."""
+    destinations: dict[int, int] = field(default_factory=dict)
+    """Of each position stored, the destinations its message went to (see :class:`Sent`)."""
+    copies: dict[str, int] = field(default_factory=dict)
+    """Each topic of the request: the message copies stored for it (0: none, ``stored_nowhere``)."""
     not_synced: NotDurable | None = None
     """A group's refusal as stored but not synced in time: the publish answers it once all are stored."""
 
-    def record(self, positions: list[int], ids: list[str], dropped: int) -> None:
-        """Notes a group stored: the messages at ``positions`` got ``ids``."""
+    def record(self, positions: list[int], ids: list[str], dropped: int, destinations: int) -> None:
+        """Notes a group stored: the messages at ``positions`` got ``ids``, each copied to ``destinations``."""
         for i, message_id in zip(positions, ids):
             self.ids[i] = message_id
         self.stored.update(positions)
+        self.destinations.update(dict.fromkeys(positions, destinations))
         self.dropped += dropped
 
 
@@ -160,7 +177,8 @@ class Sending:
         done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes,
                                  idempotency_key=idempotency_key, admit=admit)
         # One group: every message stored, or (no queue attracts the topic) none.
-        return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped)
+        return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped,
+                         copies=done.copies[topic])
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
                      quota_bytes: int = 0, progress: PublishedMany | None = None,
@@ -215,14 +233,18 @@ class Sending:
                     except NotDurable as exc:
                         # Stored, not synced in time (its ids, when known): the other groups go on, and
                         # the publish answers as a send would, not_durable, once all are stored.
-                        done.record(positions, exc.details.get("ids") or [], 0)
+                        done.record(positions, exc.details.get("ids") or [], 0,
+                                    self._destinations(tk, queues, refresh))
                         done.not_synced = done.not_synced or exc
                         continue
-                    done.record(positions, sent.ids, sent.dropped)
+                    done.record(positions, sent.ids, sent.dropped, sent.destinations)
             except (StaleRoute, _StaleTopics, NotFound):
                 refresh = True
                 continue
             done.topics = {t: list(reach[t]) for t in sorted(reach)}
+            done.copies = dict.fromkeys(done.topics, 0)
+            for i in done.stored:
+                done.copies[topics[i]] += done.destinations[i]
             if done.not_synced is not None:
                 raise done.not_synced
             return done
@@ -263,8 +285,7 @@ class Sending:
         for name, answer in record.items():
             field_name = name.decode()
             if field_name.startswith("p"):
-                ids, dropped = stored_answer(answer)
-                done.record(positions_of(field_name), ids, dropped)
+                done.record(positions_of(field_name), *stored_answer(answer))
 
     def _store(self, tk: k.TenantKeys, targets: list[k.QueueKeys], refresh: bool, topics_version: str,
                marker_gen: str, dedupe_keys: list[str], args_tail: list[Any], quota_bytes: int,
@@ -272,6 +293,7 @@ class Sending:
         keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns,
                 tk.request_record(call.token.token)]
         route_args: list[Any] = []
+        destinations = 0  # each message's, as the script counts them once it has checked the routes
         for qk in targets:
             model, expected, subs = self._routes.route(tk.tenant, qk.name, qk, refresh)
             dests = [qk.destination()] if model == QueueModel.POINT_TO_POINT.value else [
@@ -280,6 +302,7 @@ class Sending:
             for d in dests:
                 keys.extend(d.as_list())
             route_args += [expected, len(dests), *(d.member for d in dests)]
+            destinations += len(dests)
         keys.extend(dedupe_keys)
         keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
         settings = self._shared.settings
@@ -307,9 +330,9 @@ class Sending:
                 "this send would pass it; ack or delete messages first",
                 limit=quota_bytes, used=used) from None
         if int(reply[0]) < 0:
-            sent = Sent(*stored_answer(reply[1]))
+            sent = Sent(*stored_answer(reply[1]))  # as the first try answered, whatever the routes are now
         else:
-            sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]))
+            sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]), destinations=destinations)
         if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
             raise NotDurable(
                 f"the send was stored but not synced to "

@@ -22,6 +22,13 @@ TOPIC_PATTERN = rf"^{_LEVEL}(?:/{_LEVEL})*$"
 _PATTERN_LEVEL = rf"(?:{_LEVEL}|[A-Za-z0-9._-]*\*)"
 PATTERN_PATTERN = rf"^(?:{_PATTERN_LEVEL}/)*(?:{_PATTERN_LEVEL}|>)$"
 """A topic pattern (``*``, ``abc*`` and a last ``>`` allowed), as the OpenAPI document states it too."""
+TOPIC_RULE = ("a topic is levels of letters, digits, '.', '_' and '-' joined by '/', such as orders/eu/42: no empty "
+              "level, and no '*' or '>' (those are for the patterns queues attract)")
+"""``TOPIC_PATTERN`` in words, for the error of a topic that breaks it."""
+PATTERN_RULE = ("a topic pattern is levels of letters, digits, '.', '_' and '-' joined by '/', where a level may "
+                "also be '*' (any one level), 'abc*' (one level starting with abc) or, as the last level, '>' "
+                "(one or more levels), such as orders/*/eu or orders/>")
+"""``PATTERN_PATTERN`` in words, for the error of a pattern that breaks it."""
 _TOPIC = re.compile(TOPIC_PATTERN)
 _PATTERN = re.compile(PATTERN_PATTERN)
 
@@ -30,8 +37,7 @@ def check_topic(value: object, field: str = "topic") -> str:
     """A topic to publish to: levels of ``[A-Za-z0-9._-]+`` joined by ``/``, no wildcards."""
     most = defaults.MAX_TOPIC_CHARS
     if not isinstance(value, str) or not 0 < len(value) <= most or not _TOPIC.fullmatch(value):
-        raise InvalidInput(f"{field} must be 1 to {most} characters of levels [A-Za-z0-9._-]+ joined by '/' "
-                           "(no '*' or '>': those are for the patterns queues attract)", field=field)
+        raise InvalidInput(f"{field}: {TOPIC_RULE}, 1 to {most} characters", field=field)
     return value
 
 
@@ -40,9 +46,7 @@ def check_pattern(value: object, field: str = "topics") -> str:
     most = defaults.MAX_TOPIC_CHARS
     if isinstance(value, str) and 0 < len(value) <= most and _PATTERN.fullmatch(value):
         return value
-    raise InvalidInput(f"{field} holds topic patterns of 1 to {most} characters: levels [A-Za-z0-9._-]+ joined "
-                       "by '/', where a level may also be '*' (one level), 'abc*' (one level starting with abc) "
-                       f"or, last, '>' (one or more levels); {value!r} is not one", field=field)
+    raise InvalidInput(f"{field}: {PATTERN_RULE}, 1 to {most} characters; {value!r} is not one", field=field)
 
 
 def check_patterns(value: object, field: str = "topics") -> tuple[str, ...]:

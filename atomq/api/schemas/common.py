@@ -11,6 +11,21 @@ from atomq import defaults
 from atomq.platform.names import RECEIPT_PATTERN
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+NAME_RULE = "1 to 128 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+"""What ``NAME_PATTERN`` says, in words: the error of a name that breaks it."""
+
+
+def name_rule(what: str) -> validate.Regexp:
+    """``NAME_PATTERN`` for the names of ``what``, whose error states the rule: a Regexp's own error
+    says only that the pattern did not match, which leaves the sender to guess the syntax."""
+    return validate.Regexp(NAME_PATTERN, error=f"{what} names are {NAME_RULE}")
+
+
+QUEUE_NAME = name_rule("queue")
+SUBSCRIBER_NAME = name_rule("subscriber")
+CONSUMER_NAME = name_rule("consumer")
+RECEIPT_RULE = ("a receipt is spelled as a get wrote it: <message id>~<delivery count>, "
+                "e.g. 1795461670403-000000000002~1")
 CONSUMER_DOC = {"description": "who makes the call: required on an exclusive queue (only its active consumer gets "
                                "and settles messages), accepted and ignored on others"}
 SUBSCRIBER_DOC = {"description": "the subscriber, for a publish/subscribe queue (required there); a "
@@ -104,7 +119,7 @@ class Selection(Strict):
 
     ids = StringList(fields.String(validate=validate.Length(1, 64)),
                      validate=validate.Length(max=defaults.MAX_SELECTORS))
-    receipts = StringList(fields.String(validate=validate.Regexp(RECEIPT_PATTERN),
+    receipts = StringList(fields.String(validate=validate.Regexp(RECEIPT_PATTERN, error=RECEIPT_RULE),
                                          metadata={"description": "as a get wrote it: <message id>~<delivery "
                                                                   "count>"}),
                          validate=validate.Length(max=defaults.MAX_SELECTORS))
@@ -118,8 +133,8 @@ class Selection(Strict):
 class Selector(Selection):
     """Selects messages by id or by receipt, for the subscriber where that applies."""
 
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=CONSUMER_NAME, metadata=CONSUMER_DOC)
 
 
 class BulkSelector(Strict):
@@ -130,7 +145,7 @@ class BulkSelector(Strict):
     ids = StringList(fields.String(validate=validate.Length(1, 64)),
                      validate=validate.Length(max=defaults.MAX_SELECTORS))
     all = fields.Boolean()
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
     @ma.validates_schema
     def one_selector(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -154,7 +169,7 @@ class PageArgs(Strict):
     limit = fields.Integer(load_default=defaults.PAGE_LIMIT,  # a query string: text
                            validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))
     after = fields.String(validate=validate.Length(max=64))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
 class SubscriberArgs(Strict):

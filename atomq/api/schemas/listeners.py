@@ -5,16 +5,14 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import NAME_PATTERN, NEXT_DOC, Int, Number, Strict, StringList
+from atomq.api.schemas.common import NEXT_DOC, QUEUE_NAME, SUBSCRIBER_NAME, Int, Number, Strict, StringList
 from atomq.api.schemas.messages import DeliverySchema
 from atomq.platform.listeners import ENGINES, STATES
 
-_name = validate.Regexp(NAME_PATTERN)
-
 
 class ListenerPutSchema(Strict):
-    queue = fields.String(required=True, validate=_name)
-    subscriber = fields.String(validate=_name, metadata={
+    queue = fields.String(required=True, validate=QUEUE_NAME)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata={
         "description": "publish/subscribe queues only; default: the listener's name. Created when deployed."})
     process = fields.String(required=True, validate=validate.Length(1, 128),
                             metadata={"description": "a process registered by the runtime owner"})

@@ -11,12 +11,13 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.platform.management import REASONS_READ, REASONS_SHOWN
-from atomq.platform.topics import TOPIC_PATTERN
+from atomq.platform.topics import TOPIC_PATTERN, TOPIC_RULE
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
+    CONSUMER_NAME,
     LATEST_TIME_S,
-    NAME_PATTERN,
     SUBSCRIBER_DOC,
+    SUBSCRIBER_NAME,
     Int,
     Number,
     PageArgs,
@@ -73,7 +74,7 @@ class SendSchema(Strict):
 
 class TopicMessageSchema(OutgoingMessageSchema):
     topic = fields.String(required=True, validate=[validate.Length(1, defaults.MAX_TOPIC_CHARS),
-                                                   validate.Regexp(TOPIC_PATTERN)],
+                                                   validate.Regexp(TOPIC_PATTERN, error=TOPIC_RULE)],
                           metadata={"description": "the topic this message is published to"})
 
 
@@ -85,8 +86,31 @@ DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_low
                           "messages to make room: how many"}
 
 
+class StoredNowhereSchema(Strict):
+    """Messages the request accepted, gave ids and stored nowhere (``atomq.platform.stored_nowhere``)."""
+
+    code = fields.String(required=True, validate=validate.OneOf(["no_subscribers", "no_queue_attracts_topic"]),
+                         metadata={"description": "no_subscribers: the queue (or every queue the topic reaches) "
+                                                  "is publish/subscribe and has no subscriber; "
+                                                  "no_queue_attracts_topic: no queue's pattern matches the topic"})
+    message = fields.String(required=True, metadata={"description": "what happened and what to do, for people"})
+    messages = fields.Integer(required=True, metadata={"description": "how many of the request's messages"})
+    queue = fields.String(metadata={"description": "a send's queue"})
+    topic = fields.String(metadata={"description": "a publish's topic"})
+    queues = fields.List(fields.String(), metadata={"description": "the queues without subscribers a topic reached"})
+
+
+COPIES = {"description": "the message copies stored: each message once a point-to-point queue and once a subscriber "
+                         "of a publish/subscribe queue (a subscriber gets only what is sent after it exists), as "
+                         "max_copies_per_request counts them; 0: nothing was stored"}
+WARNINGS = {"description": "one entry a queue or topic whose messages were stored nowhere; empty when every message "
+                           "was stored somewhere"}
+
+
 class SendResultSchema(Strict):
     ids = fields.List(fields.String(), required=True)
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
@@ -94,6 +118,8 @@ class PublishResultSchema(Strict):
     ids = fields.List(fields.String(), required=True,
                       metadata={"description": "one id a message, the same in every queue it reached"})
     queues = fields.List(fields.String(), required=True, metadata={"description": "the queues it reached, sorted"})
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
@@ -104,6 +130,8 @@ class PublishManyResultSchema(Strict):
     topics = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), required=True,
                          metadata={"description": "each topic of the request: the queues it reached, sorted "
                                                   "(empty: none attracts it)"})
+    copies = fields.Integer(required=True, metadata=COPIES)
+    warnings = fields.List(fields.Nested(StoredNowhereSchema), required=True, metadata=WARNINGS)
     dropped = fields.Integer(metadata=DROPPED)
 
 
@@ -166,8 +194,8 @@ class DeadLetterSchema(MessageSchema):
 class GetSchema(Strict):
     max = Int(load_default=defaults.GET_MAX_MESSAGES, validate=validate.Range(1, defaults.MAX_GET))
     wait_ms = Int(load_default=defaults.GET_WAIT_MS, validate=validate.Range(0, defaults.MAX_WAIT_MS))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
-    consumer = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=CONSUMER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
+    consumer = fields.String(validate=CONSUMER_NAME, metadata=CONSUMER_DOC)
     ack = fields.Nested(Selection, metadata={
         "description": "messages to ack first (the previous batch), in the same round trip to the store as the "
                        "get: a consumer loop makes one request a batch. The answer says how many it acked; "
@@ -218,7 +246,7 @@ class ExtendSchema(Selector):
 class ReleaseSchema(Selection):
     """In-flight messages to give back to the queue now; no consumer: whoever holds them yields them."""
 
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
 class ReleasedSchema(Strict):

@@ -7,7 +7,7 @@ from marshmallow import fields, validate
 from atomq import defaults
 from atomq.api.schemas.common import NEXT_DOC, Bool, Int, Number, Strict
 from atomq.platform.models import Durability, Overflow
-from atomq.platform.topics import PATTERN_PATTERN
+from atomq.platform.topics import PATTERN_PATTERN, PATTERN_RULE
 
 
 class QueuePutSchema(Strict):
@@ -20,7 +20,7 @@ class QueuePutSchema(Strict):
                            metadata={"description": "every message expires this long after its send; 0: none. "
                                                     "Left out: kept (a new queue: 0)"})
     topics = fields.List(fields.String(validate=[validate.Length(1, defaults.MAX_TOPIC_CHARS),
-                                                 validate.Regexp(PATTERN_PATTERN)]),
+                                                 validate.Regexp(PATTERN_PATTERN, error=PATTERN_RULE)]),
                          validate=validate.Length(max=defaults.MAX_TOPICS_PER_QUEUE),
                          metadata={"description": "topic patterns the queue attracts ('*' one level, 'abc*' a "
                                                   "level starting with abc, '>' last: one or more levels). Left "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.api.schemas.common import NAME_PATTERN, SUBSCRIBER_DOC, Int, Strict
+from atomq.api.schemas.common import SUBSCRIBER_DOC, SUBSCRIBER_NAME, Int, Strict
 from atomq.api.schemas.messages import BrowsedMessageSchema
 
 GENERATION_DOC = {"description": "the generation the query's open answered: a call of a query that another "
@@ -13,7 +13,7 @@ GENERATION_DOC = {"description": "the generation the query's open answered: a ca
 
 
 class OpenSchema(Strict):
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
 class OpenedSchema(Strict):
@@ -23,7 +23,7 @@ class OpenedSchema(Strict):
 class PlanSchema(Strict):
     max = Int(load_default=defaults.STREAM_PLAN_MESSAGES, validate=validate.Range(1, defaults.MAX_STREAM_BATCH))
     partitions = Int(load_default=1, validate=validate.Range(1, defaults.MAX_STREAM_PARTITIONS))
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
     wait_ms = Int(load_default=0, validate=validate.Range(0, defaults.MAX_WAIT_MS),
                   metadata={"description": "how long to wait for a first message when none is ready"})
@@ -35,7 +35,7 @@ class PlannedSchema(Strict):
 
 
 class PartitionArgs(Strict):
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
 class PartitionSchema(Strict):
@@ -45,7 +45,7 @@ class PartitionSchema(Strict):
 class CommitSchema(Strict):
     through = Int(required=True, validate=validate.Range(0, defaults.MAX_STREAM_COUNTER),
                   metadata={"description": "every planned batch up to this number is acked"})
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
 
 
@@ -53,7 +53,7 @@ class ExtendBatchesSchema(Strict):
     batches = fields.List(Int(validate=validate.Range(0, defaults.MAX_STREAM_COUNTER)), required=True,
                           validate=validate.Length(max=1000),
                           metadata={"description": "the planned batches the query works on"})
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+    subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
     generation = Int(validate=validate.Range(1, defaults.MAX_STREAM_COUNTER), metadata=GENERATION_DOC)
 
 

@@ -47,9 +47,12 @@
 -- the store's client after a time-out, or the client's retry with the same
 -- Idempotency-Key): it stores nothing and returns {-1, the stored answer}; a
 -- record whose body digest is another's refuses with IDEMREUSED. A stored call
--- writes its answer there: "<dropped>|<stamp>|<sequence before the first new
--- id>|" then, per message in order, its original id, or "+<n>" for a run of n
--- new ids (stamp-sequence, one after the other).
+-- writes its answer there: "<dropped>:<copies>|<stamp>|<sequence before the
+-- first new id>|" then, per message in order, its original id, or "+<n>" for a
+-- run of n new ids (stamp-sequence, one after the other). <copies> is the
+-- destinations each message went to (0: a publish/subscribe queue without
+-- subscribers, where the messages were stored nowhere), so a repeat answers it
+-- as the first did whatever the subscribers are by then.
 -- Destination limits (queue settings max_messages, max_bytes: copies neither
 -- acked nor dead, and their message_bytes) hold per destination. A batch that
 -- would pass one is refused whole with QUEUEFULL <queue index> <setting>
@@ -447,7 +450,7 @@ end
 -- wait for the disk after a call that wrote nothing returns at once: this write makes the caller's
 -- wait cover everything stored before it, the originals included.
 if sync then redis.call('HINCRBY', queues[1].cfg, 'n:sync_sends', 1) end
-local answer, run = {dropped .. '|' .. stamp .. '|' .. seq_before .. '|'}, 0
+local answer, run = {dropped .. ':' .. copies .. '|' .. stamp .. '|' .. seq_before .. '|'}, 0
 for m = 1, nmsg do
   if is_new[m] then
     run = run + 1
