@@ -83,6 +83,36 @@ def test_help_explains_each_command() -> None:
     assert "ATOMQ_DATA_DIR" in result.stdout
 
 
+def test_help_offers_only_the_options_that_apply_and_says_what_limits_mean() -> None:
+    from click.testing import CliRunner
+
+    from atomq.cli import main
+
+    runner = CliRunner()
+
+    def help_of(*command: str) -> str:
+        result = runner.invoke(main, [*command, "--help"])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())  # as one line: click wraps the help to the terminal
+
+    for owner_only in (("tenants", "create"), ("tenants", "update"), ("tenants", "list"), ("server", "show"),
+                       ("server", "update"), ("server", "nodes"), ("server", "top")):
+        shown = help_of(*owner_only)
+        assert "--tenant" not in shown and "ATOMQ_TENANT" not in shown, owner_only
+        assert "--key" in shown and "--json" in shown, owner_only
+    refused = runner.invoke(main, ["tenants", "list", "--tenant", "acme"])
+    assert refused.exit_code == 2 and "--tenant" in refused.output
+    assert "--tenant" in help_of("queues", "list"), "commands on a tenant's queues still take it"
+    for command in (("tenants", "create"), ("tenants", "update")):
+        shown = help_of(*command)
+        rate = shown.split("--rate-limit-per-minute")[1].split("--disk-quota-bytes")[0]
+        quota = shown.split("--disk-quota-bytes")[1].split("--spark-weight")[0]
+        assert "rate-limit window" in rate and "429" in rate and "0: no limit" in rate, rate
+        assert "refused whole" in quota and "0: no limit" in quota, quota
+    got = help_of("get")
+    assert "Most messages to receive (1 to 1000)" in got and "0: answer at once" in got
+
+
 def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 

@@ -1,5 +1,6 @@
-"""How the management commands reach a node: ``--url``, ``--key``, ``--tenant``, ``--data-dir``
-and ``--json`` on each, and the client they make of them (``atomq.client``)."""
+"""How the management commands reach a node: ``--url``, ``--key``, ``--data-dir`` and ``--json``
+on each, ``--tenant`` on those that act on a tenant's queues, and the client they make of them
+(``atomq.client``)."""
 
 from __future__ import annotations
 
@@ -42,20 +43,21 @@ def tenant_id(client: AtomqClient, tenant: str) -> str:
 
 
 def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--url, --key, --tenant, --data-dir and --json on a command, kept in the context."""
+    """--url, --key, --tenant, --data-dir and --json on a command that acts on a tenant's queues,
+    kept in the context."""
+    return _with_connection(f, acts_for_tenant=True)
 
-    @click.option("--url", envvar="ATOMQ_URL", show_envvar=True, default=defaults.NODE_URL, show_default=True,
-                  help="The atomq node to talk to.")
-    @click.option("--key", envvar="ATOMQ_KEY", show_envvar=True,
-                  help="A tenant's API key or the owner key (default: the owner key in --data-dir).")
-    @click.option("--tenant", envvar="ATOMQ_TENANT", show_envvar=True,
-                  help="With the owner key: the tenant (its id or name) whose queues to act on.")
-    @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
-                  show_envvar=True, help="Where to find owner.key when no --key is given.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
+
+def owner_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--url, --key, --data-dir and --json on an owner-only command (tenants, the server): no
+    --tenant, which means nothing there."""
+    return _with_connection(f, acts_for_tenant=False)
+
+
+def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[..., Any]:
     @wraps(f)
-    def wrapper(*args: Any, url: str, key: str | None, tenant: str | None, data_dir: Path | None,
-                as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, url: str, key: str | None, data_dir: Path | None, as_json: bool,
+                tenant: str | None = None, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         ctx.find_root().obj = {"url": url, "key": key, "tenant": tenant, "data_dir": data_dir, "json": as_json}
         try:
@@ -68,6 +70,23 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 raise click.UsageError(NO_TENANT) from None
             raise click.ClickException(describe(exc)) from None
 
+    options = [
+        click.option("--url", envvar="ATOMQ_URL", show_envvar=True, default=defaults.NODE_URL, show_default=True,
+                     help="The atomq node to talk to."),
+        click.option("--key", envvar="ATOMQ_KEY", show_envvar=True,
+                     help="A tenant's API key or the owner key (default: the owner key in --data-dir)."
+                     if acts_for_tenant else "The owner key (default: the one in --data-dir)."),
+        *([click.option("--tenant", envvar="ATOMQ_TENANT", show_envvar=True,
+                        help="With the owner key: the tenant (its id or name) whose queues to act on.")]
+          if acts_for_tenant else []),
+        click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
+                     show_envvar=True, help="The node's data directory, where to find owner.key when no --key "
+                                            f"is given (default: {defaults.DATA_DIR} in the current directory)."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print the API's JSON instead of a table."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
     return wrapper
 
 
