@@ -15,7 +15,7 @@ import pytest
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
 from support.waiting import wait_until
-from support.served_node import AtomqServe, ServeFactory
+from support.served_node import AtomqServe, Http, ServeFactory
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 
@@ -113,6 +113,19 @@ def test_help_offers_only_the_options_that_apply_and_says_what_limits_mean() -> 
     assert "Most messages to receive (1 to 1000)" in got and "0: answer at once" in got
 
 
+def test_without_a_key_outside_a_data_directory_the_error_says_where_it_looked(tmp_path: Path) -> None:
+    unset = {**os.environ, "ATOMQ_KEY": "", "ATOMQ_DATA_DIR": ""}  # click reads an empty variable as unset
+    looked = tmp_path.resolve() / "atomq-data" / "owner.key"
+    plain, as_json = (subprocess.run([*ATOMQ, "queues", "list", *flags], cwd=tmp_path, env=unset,
+                                     capture_output=True, text=True, timeout=60) for flags in ((), ("--json",)))
+    assert plain.returncode == 2 and f"{looked} does not exist" in plain.stderr, plain.stderr
+    for way_out in ("--key", "ATOMQ_KEY", "--data-dir", "ATOMQ_DATA_DIR", "--url"):
+        assert way_out in plain.stderr, way_out
+    assert as_json.returncode == 2 and as_json.stdout == ""
+    error = json.loads(as_json.stderr)["error"]
+    assert (error["code"], error["details"]) == ("no_key", {"owner_key_file": str(looked)})
+
+
 def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
@@ -206,6 +219,26 @@ def test_listeners_help_explains_the_commands() -> None:
     for option in ("--queue", "--process", "--subscriber", "--batch-size", "--max-concurrent", "--setting",
                    "--settings-json", "ATOMQ_KEY"):
         assert option in result.stdout
+
+
+def test_with_json_a_failure_is_the_apis_error_json_on_standard_error(tenant_env: dict[str, str]) -> None:
+    missing = run("queues", "show", "nowhere", "--json", env=tenant_env)
+    assert missing.returncode == 1 and missing.stdout == ""
+    with Http(tenant_env["ATOMQ_URL"], tenant_env["ATOMQ_KEY"]) as api:
+        assert json.loads(missing.stderr) == api("GET", "/v1/queues/nowhere", status=404), "the node's own answer"
+    refused = json.loads(run("queues", "create", "q", "--max-bytes", "-1", "--json", env=tenant_env).stderr)
+    assert refused["error"]["code"] == "invalid_usage" and "--max-bytes" in refused["error"]["message"]
+    assert refused["error"]["details"] == {"command": "python -m atomq queues create"}
+    succeeding(tenant_env)("queues", "create", "jobs")
+    unmatched = run("ack", "jobs", "1795461670403-000000000002", "--json", env=tenant_env)
+    assert unmatched.returncode == 1 and json.loads(unmatched.stdout) == {"acked": 0}, "the result first"
+    assert json.loads(unmatched.stderr)["error"] == {
+        "code": "not_found", "message": "1 of the 1 ids matched nothing (0 acked)",
+        "details": {"asked": 1, "matched": 0}}
+    plain = run("queues", "show", "nowhere", env=tenant_env)
+    assert plain.returncode == 1 and plain.stderr.startswith("Error: not_found: "), "people read text"
+    literal = run("send", "jobs", "--", "--json", env=tenant_env)
+    assert literal.returncode == 0 and not literal.stdout.startswith("{"), "after --, --json is a text to send"
 
 
 def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities(tenant_env: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from atomq import defaults
+from atomq.cli.failures import Failure, UsageFailure
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
 from atomq.tenants.records import TENANT_ID
@@ -22,13 +23,24 @@ NO_TENANT = "the owner key acts for a tenant: pass --tenant with its id or name 
 
 def _client(ctx: click.Context) -> AtomqClient:
     o = ctx.find_root().obj or {}
-    key = o.get("key")
-    if not key:
-        owner_file = Path(o.get("data_dir") or defaults.DATA_DIR) / "owner.key"
-        if not owner_file.exists():
-            raise click.UsageError("give a key: --key or ATOMQ_KEY (or run where DIR/owner.key exists)")
-        key = owner_file.read_text().strip()
-    return AtomqClient(o.get("url") or defaults.NODE_URL, key)
+    url = o.get("url") or defaults.NODE_URL
+    key = o.get("key") or _owner_key(Path(o.get("data_dir") or defaults.DATA_DIR).absolute() / "owner.key", url)
+    return AtomqClient(url, key)
+
+
+def _owner_key(path: Path, url: str) -> str:
+    """The owner key a node keeps in its data directory, for a command given no key; run elsewhere,
+    the error names the file it looked for and the options that point elsewhere."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        why = f"{path} does not exist"
+    except OSError as exc:
+        why = f"cannot read {path}: {exc.strerror or exc}"
+    raise UsageFailure(
+        f"no key to call {url} with: {why}. Give a key with --key (or ATOMQ_KEY), or the node's data "
+        "directory, which holds its owner key, with --data-dir (or ATOMQ_DATA_DIR); --url (or ATOMQ_URL) "
+        "names another node.", "no_key", owner_key_file=str(path))
 
 
 def tenant_id(client: AtomqClient, tenant: str) -> str:
@@ -38,7 +50,8 @@ def tenant_id(client: AtomqClient, tenant: str) -> str:
         return tenant
     named = client.tenants(name=tenant)
     if not named:
-        raise click.UsageError(f"no tenant has the id or name {tenant!r} (see atomq tenants list)")
+        raise UsageFailure(f"no tenant has the id or name {tenant!r} (see atomq tenants list)", "not_found",
+                           tenant=tenant)
     return str(named[0]["id"])
 
 
@@ -67,8 +80,8 @@ def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[.
                 return f(client, *args, **kwargs)
         except AtomqError as exc:
             if exc.details.get("field") == "X-Atomq-Tenant":
-                raise click.UsageError(NO_TENANT) from None
-            raise click.ClickException(describe(exc)) from None
+                raise UsageFailure(NO_TENANT, exc.code, **exc.details) from None
+            raise Failure.of(exc) from None
 
     options = [
         click.option("--url", envvar="ATOMQ_URL", show_envvar=True, default=defaults.NODE_URL, show_default=True,
@@ -83,18 +96,9 @@ def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[.
                      show_envvar=True, help="The node's data directory, where to find owner.key when no --key "
                                             f"is given (default: {defaults.DATA_DIR} in the current directory)."),
         click.option("--json", "as_json", is_flag=True,
-                     help="Print the API's JSON instead of a table."),
+                     help="Print the API's JSON instead of a table, and a failure as the API's error JSON "
+                          "on standard error."),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
-
-
-def describe(exc: AtomqError) -> str:
-    """An error as the command prints it: its code and message, and the fields a schema refused
-    (``details.fields``, by location), which the message only points to."""
-    text = f"{exc.code}: {exc.message}"
-    for location in (exc.details.get("fields") or {}).values():
-        for name, problems in location.items():
-            text += f"\n  {name}: {'; '.join(map(str, problems)) if isinstance(problems, list) else problems}"
-    return text

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from atomq.cli.failures import Failure
+
 
 def emit(data: Any, rows: Iterable[Sequence[Any]] | None = None, headers: Sequence[str] = ()) -> None:
     """JSON with --json; else a table of ``rows`` under ``headers``."""
@@ -25,4 +27,5 @@ def all_matched(asked: int, done: int, what: str) -> None:
     """Called after the result is printed: an id that matched nothing is an error (exit status 1),
     so that a script notices a typo, or a message settled or gone meanwhile."""
     if done < asked:
-        raise click.ClickException(f"{asked - done} of the {asked} ids matched nothing ({done} {what})")
+        raise Failure(f"{asked - done} of the {asked} ids matched nothing ({done} {what})", "not_found",
+                      asked=asked, matched=done)

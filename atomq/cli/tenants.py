@@ -9,6 +9,7 @@ import click
 from atomq import defaults
 from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import owner_options, tenant_id
+from atomq.cli.failures import Failure
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
@@ -138,7 +139,8 @@ def tenants_rotate_key(c: AtomqClient, name_or_id: str, key_id: str, yes: bool) 
         c.revoke_key(tid, key_id)
     except AtomqError as exc:
         emit(key, [(key["key_id"], key["api_key"])], ("KEY ID", "API KEY (shown once)"))
-        raise click.ClickException(f"the new key above was made, but {key_id} was not revoked: "
-                                   f"{exc.code}: {exc.message}") from None
+        raise Failure(f"the new key above was made, but {key_id} was not revoked: {exc.code}: {exc.message}",
+                      exc.code, f"the new key was made, but {key_id} was not revoked: {exc.message}",
+                      **exc.details) from None
     emit({**key, "revoked": key_id}, [(key["key_id"], key["api_key"], key_id)],
          ("KEY ID", "API KEY (shown once)", "REVOKED"))
