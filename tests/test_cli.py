@@ -273,11 +273,22 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
     assert "bad input" in ok("dead-letters", "list", "jobs")
     both = run("dead-letters", "resend", "jobs", got["id"], "--reason", "expired", env=tenant_env)
     assert both.returncode == 2 and "not both" in both.stderr
+    misspelt = run("dead-letters", "resend", "jobs", "--reason", "expird", env=tenant_env)
+    assert misspelt.returncode == 1 and "RESENT" in misspelt.stdout, "the result is printed first"
+    assert ("no dead letter of jobs has the reason 'expird' (0 resent); the reasons present: 'bad input', "
+            "'expired'") in misspelt.stderr
+    misspelt = run("dead-letters", "delete", "jobs", "--reason", "bad inptu", "--yes", "--json", env=tenant_env)
+    assert misspelt.returncode == 1 and json.loads(misspelt.stdout) == {"deleted": 0}
+    error = json.loads(misspelt.stderr)["error"]
+    assert (error["code"], error["details"]) == (
+        "not_found", {"reason": "bad inptu", "reasons_present": ["bad input", "expired"]})
     assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}
     unconfirmed = run("dead-letters", "delete", "jobs", "--reason", "bad input", env=tenant_env)
     assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr, "no terminal to ask on"
     assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--yes", "--json")) == {"deleted": 1}
     assert json.loads(ok("dead-letters", "list", "jobs", "--json")) == []
+    none_left = run("dead-letters", "resend", "jobs", "--reason", "expired", env=tenant_env)
+    assert none_left.returncode == 1 and "it has no dead letters" in none_left.stderr
 
 
 def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dict[str, str]) -> None:
