@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +17,8 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
+from atomq.platform import keys as k
+from atomq.platform.nodes import NodeRecord
 from support.waiting import wait_until
 from support.served_node import AtomqServe, Http, ServeFactory
 
@@ -426,6 +431,25 @@ def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
     assert nodes[0]["id"] + " *" in ok("server", "nodes")
     refused = run("server", "top", "--sort", "loudest", env=owner_env)
     assert refused.returncode == 2 and "traffic" in refused.stderr
+
+
+def test_a_node_that_stopped_without_a_word_is_silent_and_no_longer_ages(node: AtomqServe) -> None:
+    """A record no node rewrites, as one that was killed, or a restored backup's, leaves."""
+    ok = succeeding({"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""})
+    now = float(int(time.time()))  # whole seconds: the uptime below is exact
+    left = NodeRecord(id=f"n_{secrets.token_hex(6)}", url="http://10.0.0.9:61717", version="0.1.0", pid=4242,
+                      started_at=now - 3600, seen_at=now - 120)
+    with node.redis() as store:
+        store.hset(k.NODES_KEY, left.id, json.dumps(dataclasses.asdict(left)))
+        try:
+            listed = {n["id"]: n for n in json.loads(ok("server", "nodes", "--json"))}
+            assert (listed[left.id]["silent"], listed[left.id]["up_s"]) == (True, 3480), "up until last heard"
+            running = next(n for n in listed.values() if n["url"] == node.url)
+            assert not running["silent"] and running["up_s"] > 0
+            (row,) = [line for line in ok("server", "nodes").splitlines() if line.startswith(left.id)]
+            assert re.search(r" 58m 0s +SILENT, 2m \d+s ago +none$", row), row
+        finally:
+            store.hdel(k.NODES_KEY, left.id)
 
 
 def test_a_big_send_from_a_file_a_drain_of_the_dead_letters_and_a_clear(

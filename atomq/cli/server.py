@@ -66,14 +66,20 @@ def _text(value: Any) -> str:
 @server.command("nodes")
 @owner_options
 def server_nodes(c: AtomqClient) -> None:
-    """The nodes on the store: address, version, uptime, the execution workers each keeps, and
-    which holds the maintenance lease. A node silent for 15 s has stopped or lost the store."""
+    """The nodes on the store: address, version, uptime, when each was last heard, the execution
+    workers each keeps, and which holds the maintenance lease. A node silent for 15 s was killed,
+    lost the store, or is a record a backup restored: its uptime stops at when it was last heard,
+    and it is listed for 10 minutes."""
     nodes = c.nodes()
     now = time.time()
     emit(nodes, [(n["id"] + (" *" if n["maintenance_lease"] else ""), n["url"], n["version"],
-                  _seconds(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
-                  ", ".join(_worker(w) for w in n["workers"]) or "none")
-                 for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "HEARD", "WORKERS"))
+                  _seconds(n["up_s"]), _heard(n, now), ", ".join(_worker(w) for w in n["workers"]) or "none")
+                 for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "LAST HEARD", "WORKERS"))
+
+
+def _heard(n: dict[str, Any], now: float) -> str:
+    ago = f"{_seconds(max(0.0, now - n['seen_at']))} ago"
+    return f"SILENT, {ago}" if n["silent"] else ago
 
 
 @server.command("top")
@@ -115,7 +121,7 @@ def _stored(t: dict[str, Any]) -> str:
 
 
 def _seconds(value: float) -> str:
-    """An uptime in its largest whole units: ``3d 4h``, ``2h 5m``, ``42s``."""
+    """A duration in its largest whole units: ``3d 4h``, ``2h 5m``, ``42s``."""
     seconds = int(value)
     days, hours, minutes = seconds // 86400, seconds % 86400 // 3600, seconds % 3600 // 60
     if days:

@@ -42,6 +42,7 @@ NAMES = (
     "memory_state",
     "refusal",
     "reserve",
+    "forget_nodes",
 )
 
 
