@@ -172,6 +172,13 @@ class DataDirInUse(AtomqError):
     code = "data_dir_in_use"
 
 
+class CannotListen(AtomqError):
+    """The node cannot listen on its address: the port is taken (by another node or program), or
+    the host is not an address of this machine; ``details`` name the host and port."""
+
+    code = "cannot_listen"
+
+
 class Unauthorized(AtomqError):
     """The request carries no API key, or one that is malformed, unknown or revoked.
 

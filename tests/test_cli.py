@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,8 +17,10 @@ import pytest
 
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
+from atomq.platform import keys as k
+from atomq.platform.nodes import NodeRecord
 from support.waiting import wait_until
-from support.served_node import AtomqServe, ServeFactory
+from support.served_node import AtomqServe, Http, ServeFactory
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 
@@ -81,6 +86,49 @@ def test_help_explains_each_command() -> None:
     result = run("selftest", "--help")
     assert result.returncode == 0
     assert "ATOMQ_DATA_DIR" in result.stdout
+
+
+def test_help_offers_only_the_options_that_apply_and_says_what_limits_mean() -> None:
+    from click.testing import CliRunner
+
+    from atomq.cli import main
+
+    runner = CliRunner()
+
+    def help_of(*command: str) -> str:
+        result = runner.invoke(main, [*command, "--help"])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())  # as one line: click wraps the help to the terminal
+
+    for owner_only in (("tenants", "create"), ("tenants", "update"), ("tenants", "list"), ("server", "show"),
+                       ("server", "update"), ("server", "nodes"), ("server", "top")):
+        shown = help_of(*owner_only)
+        assert "--tenant" not in shown and "ATOMQ_TENANT" not in shown, owner_only
+        assert "--key" in shown and "--json" in shown, owner_only
+    refused = runner.invoke(main, ["tenants", "list", "--tenant", "acme"])
+    assert refused.exit_code == 2 and "--tenant" in refused.output
+    assert "--tenant" in help_of("queues", "list"), "commands on a tenant's queues still take it"
+    for command in (("tenants", "create"), ("tenants", "update")):
+        shown = help_of(*command)
+        rate = shown.split("--rate-limit-per-minute")[1].split("--disk-quota-bytes")[0]
+        quota = shown.split("--disk-quota-bytes")[1].split("--spark-weight")[0]
+        assert "rate-limit window" in rate and "429" in rate and "0: no limit" in rate, rate
+        assert "refused whole" in quota and "0: no limit" in quota, quota
+    got = help_of("get")
+    assert "Most messages to receive (1 to 1000)" in got and "0: answer at once" in got
+
+
+def test_without_a_key_outside_a_data_directory_the_error_says_where_it_looked(tmp_path: Path) -> None:
+    unset = {**os.environ, "ATOMQ_KEY": "", "ATOMQ_DATA_DIR": ""}  # click reads an empty variable as unset
+    looked = tmp_path.resolve() / "atomq-data" / "owner.key"
+    plain, as_json = (subprocess.run([*ATOMQ, "queues", "list", *flags], cwd=tmp_path, env=unset,
+                                     capture_output=True, text=True, timeout=60) for flags in ((), ("--json",)))
+    assert plain.returncode == 2 and f"{looked} does not exist" in plain.stderr, plain.stderr
+    for way_out in ("--key", "ATOMQ_KEY", "--data-dir", "ATOMQ_DATA_DIR", "--url"):
+        assert way_out in plain.stderr, way_out
+    assert as_json.returncode == 2 and as_json.stdout == ""
+    error = json.loads(as_json.stderr)["error"]
+    assert (error["code"], error["details"]) == ("no_key", {"owner_key_file": str(looked)})
 
 
 def test_serve_settings_come_from_file_then_environment_then_flags(tmp_path: Path, monkeypatch) -> None:
@@ -178,6 +226,26 @@ def test_listeners_help_explains_the_commands() -> None:
         assert option in result.stdout
 
 
+def test_with_json_a_failure_is_the_apis_error_json_on_standard_error(tenant_env: dict[str, str]) -> None:
+    missing = run("queues", "show", "nowhere", "--json", env=tenant_env)
+    assert missing.returncode == 1 and missing.stdout == ""
+    with Http(tenant_env["ATOMQ_URL"], tenant_env["ATOMQ_KEY"]) as api:
+        assert json.loads(missing.stderr) == api("GET", "/v1/queues/nowhere", status=404), "the node's own answer"
+    refused = json.loads(run("queues", "create", "q", "--max-bytes", "-1", "--json", env=tenant_env).stderr)
+    assert refused["error"]["code"] == "invalid_usage" and "--max-bytes" in refused["error"]["message"]
+    assert refused["error"]["details"] == {"command": "python -m atomq queues create"}
+    succeeding(tenant_env)("queues", "create", "jobs")
+    unmatched = run("ack", "jobs", "1795461670403-000000000002", "--json", env=tenant_env)
+    assert unmatched.returncode == 1 and json.loads(unmatched.stdout) == {"acked": 0}, "the result first"
+    assert json.loads(unmatched.stderr)["error"] == {
+        "code": "not_found", "message": "1 of the 1 ids matched nothing (0 acked)",
+        "details": {"asked": 1, "matched": 0}}
+    plain = run("queues", "show", "nowhere", env=tenant_env)
+    assert plain.returncode == 1 and plain.stderr.startswith("Error: not_found: "), "people read text"
+    literal = run("send", "jobs", "--", "--json", env=tenant_env)
+    assert literal.returncode == 0 and not literal.stdout.startswith("{"), "after --, --json is a text to send"
+
+
 def test_publish_reaches_the_queues_that_attract_the_topic_with_their_priorities(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
 
@@ -211,11 +279,22 @@ def test_dead_letters_are_listed_resent_and_deleted_by_reason(tenant_env: dict[s
     assert ok("dead-letters", "reasons", "jobs").splitlines() == ["COUNT  REASON", "1      bad input", "1      expired"]
     both = run("dead-letters", "resend", "jobs", got["id"], "--reason", "expired", env=tenant_env)
     assert both.returncode == 2 and "not both" in both.stderr
+    misspelt = run("dead-letters", "resend", "jobs", "--reason", "expird", env=tenant_env)
+    assert misspelt.returncode == 1 and "RESENT" in misspelt.stdout, "the result is printed first"
+    assert ("no dead letter of jobs has the reason 'expird' (0 resent); the reasons present: 'bad input', "
+            "'expired'") in misspelt.stderr
+    misspelt = run("dead-letters", "delete", "jobs", "--reason", "bad inptu", "--yes", "--json", env=tenant_env)
+    assert misspelt.returncode == 1 and json.loads(misspelt.stdout) == {"deleted": 0}
+    error = json.loads(misspelt.stderr)["error"]
+    assert (error["code"], error["details"]) == (
+        "not_found", {"reason": "bad inptu", "reasons_present": ["bad input", "expired"]})
     assert json.loads(ok("dead-letters", "resend", "jobs", "--reason", "expired", "--json")) == {"resent": 1}
     unconfirmed = run("dead-letters", "delete", "jobs", "--reason", "bad input", env=tenant_env)
     assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr, "no terminal to ask on"
     assert json.loads(ok("dead-letters", "delete", "jobs", "--reason", "bad input", "--yes", "--json")) == {"deleted": 1}
     assert json.loads(ok("dead-letters", "list", "jobs", "--json")) == []
+    none_left = run("dead-letters", "resend", "jobs", "--reason", "expired", env=tenant_env)
+    assert none_left.returncode == 1 and "it has no dead letters" in none_left.stderr
 
 
 def test_a_last_value_queue_keeps_the_newest_message_of_each_key(tenant_env: dict[str, str]) -> None:
@@ -378,6 +457,25 @@ def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(
     assert nodes[0]["id"] + " *" in ok("server", "nodes")
     refused = run("server", "top", "--sort", "loudest", env=owner_env)
     assert refused.returncode == 2 and "traffic" in refused.stderr
+
+
+def test_a_node_that_stopped_without_a_word_is_silent_and_no_longer_ages(node: AtomqServe) -> None:
+    """A record no node rewrites, as one that was killed, or a restored backup's, leaves."""
+    ok = succeeding({"ATOMQ_URL": node.url, "ATOMQ_KEY": node.owner_key, "ATOMQ_TENANT": ""})
+    now = float(int(time.time()))  # whole seconds: the uptime below is exact
+    left = NodeRecord(id=f"n_{secrets.token_hex(6)}", url="http://10.0.0.9:61717", version="0.1.0", pid=4242,
+                      started_at=now - 3600, seen_at=now - 120)
+    with node.redis() as store:
+        store.hset(k.NODES_KEY, left.id, json.dumps(dataclasses.asdict(left)))
+        try:
+            listed = {n["id"]: n for n in json.loads(ok("server", "nodes", "--json"))}
+            assert (listed[left.id]["silent"], listed[left.id]["up_s"]) == (True, 3480), "up until last heard"
+            running = next(n for n in listed.values() if n["url"] == node.url)
+            assert not running["silent"] and running["up_s"] > 0
+            (row,) = [line for line in ok("server", "nodes").splitlines() if line.startswith(left.id)]
+            assert re.search(r" 58m 0s +SILENT, 2m \d+s ago +none$", row), row
+        finally:
+            store.hdel(k.NODES_KEY, left.id)
 
 
 def test_a_big_send_from_a_file_a_drain_of_the_dead_letters_and_a_clear(

@@ -14,6 +14,7 @@ session's Valkey.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -21,7 +22,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -523,6 +524,11 @@ def test_the_owner_finds_the_loud_the_stuck_and_the_full_and_sees_the_platform_a
         id=s.node_id, url=node.url, version="0.1.0", pid=os.getpid(), started_at=time.time() - 7200,
         workers=[KeptWorkerState("fork", 4242, "running", time.time() - 3600, 0),
                  KeptWorkerState("spark", None, "not started", 0.0, 0, "no Java runtime was found")]))
+    now = float(int(time.time()))  # whole seconds: the durations below are exact
+    killed = NodeRecord(id=f"n_{uuid.uuid4().hex[:12]}", url="http://10.0.0.9:61717", version="0.1.0", pid=4242,
+                        started_at=now - 7200, seen_at=now - 300,
+                        workers=[KeptWorkerState("fork", 4343, "running", now - 3600, 0)])
+    s.queues.storage.client.hset(k.NODES_KEY, killed.id, json.dumps(asdict(killed)))  # left by a killed node
     try:
         sign_in(page, node, OWNER_KEY)
         first = page.locator("#tenants tbody tr").first
@@ -538,6 +544,12 @@ def test_the_owner_finds_the_loud_the_stuck_and_the_full_and_sees_the_platform_a
         # may count them too.
         expect(nodes).to_contain_text(re.compile(r"fork running for 1 hour( \d+ s)? \(pid 4242\)"))
         expect(nodes).to_contain_text("spark not started: no Java runtime was found")
+        silent = page.locator("#nodes tbody tr", has_text=killed.id)
+        expect(silent).to_contain_text("silent")
+        expect(silent).to_contain_text(re.compile(r"5 minutes( \d+ s)? ago"))
+        # Up, and its worker running, until it was last heard: neither goes on counting.
+        expect(silent).to_contain_text("1 hour 55 minutes")
+        expect(silent).to_contain_text("fork running for 55 minutes (pid 4343)")
         shot = artifacts_dir() / "dashboard-overview.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.read_bytes().startswith(PNG_SIGNATURE)
@@ -550,6 +562,7 @@ def test_the_owner_finds_the_loud_the_stuck_and_the_full_and_sees_the_platform_a
     finally:
         lease.release()
         NodeRecords(s.queues.storage).forget(s.node_id)
+        NodeRecords(s.queues.storage).forget(killed.id)
 
 
 def test_the_owner_sees_the_memory_state_what_it_refuses_and_its_changes(page: Page, node: InProcessNode) -> None:

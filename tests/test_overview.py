@@ -3,6 +3,7 @@ cluster and fakeredis: exact figures per tenant, exact rates between samples, a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import threading
@@ -20,7 +21,9 @@ from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform import keys as k
 from atomq.platform.lease import Lease
+from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.platform.maintenance import run_maintenance
 from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
 from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
 from atomq.tenants import TenantStore
@@ -28,6 +31,7 @@ from atomq.workers.liveness import current_executions, spark_executions, spark_g
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
 from support.in_process_node import InProcessNode
 from support.queues import msg
+from support.waiting import wait_until
 
 OWNER = f"aq_owner_{uuid.uuid4().hex}"
 
@@ -129,19 +133,51 @@ def test_the_sampler_samples_only_while_its_process_holds_the_lease(backend: red
 def test_a_nodes_record_is_listed_shown_silent_and_forgotten(backend: redis.Redis, qs: QueueServer) -> None:
     records = NodeRecords(qs.storage)
     node = f"n_{uuid.uuid4().hex[:12]}"
-    records.beat(NodeRecord(id=node, url="http://10.0.0.5:8080", version="0.1.0", pid=123, started_at=time.time(),
+    started = time.time() - 100
+    records.beat(NodeRecord(id=node, url="http://10.0.0.5:8080", version="0.1.0", pid=123, started_at=started,
                             workers=[KeptWorkerState("fork", 456, "running", time.time(), 0)]))
     (listed,) = [r for r in records.all() if r.id == node]
     assert listed.workers == [KeptWorkerState("fork", 456, "running", listed.workers[0].since, 0)]
     assert listed.silent_for(time.time()) is None
-    assert listed.silent_for(listed.seen_at + SILENT_S + 1) == SILENT_S + 1
-    old = json.loads(backend.hget(k.NODES_KEY, node))  # type: ignore[arg-type]
-    backend.hset(k.NODES_KEY, node, json.dumps({**old, "seen_at": time.time() - FORGET_S - 1}))
-    assert node not in [r.id for r in records.all()]
-    assert backend.hget(k.NODES_KEY, node) is None, "dropped from the store too"
+    assert listed.up_for(listed.seen_at + 1) == listed.seen_at + 1 - started, "heard from: up until now"
+    later = listed.seen_at + SILENT_S + 60
+    assert listed.silent_for(later) == SILENT_S + 60
+    assert listed.up_for(later) == listed.seen_at - started, "silent: up until it was last heard, not since"
+
+    # What a node that was killed (or a restored backup) leaves: a record nobody rewrites.
+    stale = json.dumps({**json.loads(backend.hget(k.NODES_KEY, node)),  # type: ignore[arg-type]
+                        "seen_at": time.time() - FORGET_S - 1})
+    backend.hset(k.NODES_KEY, node, stale)
+    assert node not in [r.id for r in records.all()], "no longer listed"
+    assert backend.hget(k.NODES_KEY, node) is not None, "a listing writes nothing"
+    assert records.forget_silent() >= 1
+    assert backend.hget(k.NODES_KEY, node) is None, "the maintenance drops it from the store"
+
     records.beat(NodeRecord(id=node, url="u", version="v", pid=1, started_at=0.0))
+    assert qs.storage.run("forget_nodes", [k.NODES_KEY], [node, stale]) == 0, "rewritten since the read: kept"
+    assert node in [r.id for r in records.all()]
     records.forget(node)
     assert node not in [r.id for r in records.all()]
+
+
+def test_the_maintenance_drops_the_records_of_nodes_gone_for_long(valkey: EmbeddedValkey) -> None:
+    client = valkey.client()
+    qs = QueueServer(client)
+    gone, alive = (f"n_{uuid.uuid4().hex[:12]}" for _ in range(2))
+    record = NodeRecord(id=gone, url="u", version="v", pid=1, started_at=0.0, seen_at=time.time() - FORGET_S - 1)
+    client.hset(k.NODES_KEY, gone, json.dumps(dataclasses.asdict(record)))
+    NodeRecords(qs.storage).beat(NodeRecord(id=alive, url="u", version="v", pid=2, started_at=0.0))
+    stop = threading.Event()
+    rounds = threading.Thread(target=run_maintenance, args=(qs, stop, 0.01))
+    rounds.start()
+    try:
+        wait_until(lambda: client.hget(k.NODES_KEY, gone) is None, 10, "the first round to drop the record")
+    finally:
+        stop.set()
+        rounds.join()
+    assert client.hget(k.NODES_KEY, alive) is not None, "a node heard from keeps its record"
+    NodeRecords(qs.storage).forget(alive)
+    client.close()
 
 
 def test_the_owner_reads_the_ranked_tenants_and_the_nodes_over_http(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -443,6 +444,22 @@ def test_sigterm_during_traffic_answers_in_flight_requests_and_loses_nothing(ser
 
     again = serve(same_as=node)
     check_nothing_lost(again, key, "q", traffic)
+
+
+# -- 4a. a port another program holds ----------------------------------------------------------
+
+
+def test_a_taken_port_stops_the_node_before_anything_starts_and_names_the_option(serve: ServeFactory) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        refused = serve(port=port, healthy=False)
+        assert refused.wait(30) == 1, "exits with an error while the port is still held"
+    log = refused.log_path.read_text()
+    assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in log and "--port" in log, log
+    assert "serving" not in log and "gunicorn" not in log, "it never says it serves, nor tries to bind again"
+    assert not refused.valkey_dir.exists(), "the embedded Valkey never started"
 
 
 # -- 4b. SIGTERM while the node starts -----------------------------------------------------------

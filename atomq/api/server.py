@@ -70,12 +70,13 @@ class Nodes(MethodView):
     @blp.response(200, NodesSchema)
     def get(self) -> dict[str, Any]:
         """The nodes on the store, oldest first, with the execution workers each keeps; a node
-        silent for 15 s has stopped or lost the store, and its record goes after an hour."""
+        silent for 15 s was killed, lost the store or is a record a backup restored: its uptime
+        stops at when it was last heard, and its record goes after 10 minutes."""
         storage = services().queues.storage
         lease_node = lease.holder_node(storage, k.MAINTENANCE_LEASE)
         now = time.time()
         return {"nodes": [{**dataclasses.asdict(n), "silent": n.silent_for(now) is not None,
-                           "maintenance_lease": n.id == lease_node}
+                           "up_s": n.up_for(now), "maintenance_lease": n.id == lease_node}
                           for n in NodeRecords(storage).all()]}
 
 

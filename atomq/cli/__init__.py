@@ -6,7 +6,8 @@ defaults; ``atomq audit`` checks a tenant's stored queues for broken invariants;
 ``atomq demo`` runs the worked example. The management commands (tenants, queues,
 subscribers, send, publish, get, dead-letters, listeners) speak to a running node.
 
-Settings come from, lowest first: a TOML config file (``--config``, its
+With ``--json``, a command that fails prints the API's error JSON on standard error
+(``atomq.cli.failures``). Settings come from, lowest first: a TOML config file (``--config``, its
 ``[serve]`` table for ``atomq serve``), ``ATOMQ_*`` environment variables,
 then flags; each flag names its variable in ``--help``.
 """
@@ -21,6 +22,7 @@ import click
 from atomq.cli.audit import audit
 from atomq.cli.dead_letters import dead_letters
 from atomq.cli.demo import demo
+from atomq.cli.failures import FailsAsJson
 from atomq.cli.listeners import listeners
 from atomq.cli.messages import browse, get, publish, send
 from atomq.cli.queues import queues
@@ -47,7 +49,7 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: Path | 
     return value
 
 
-@click.group()
+@click.group(cls=FailsAsJson)
 @click.version_option(package_name="atomq")
 @click.option("--config", type=click.Path(dir_okay=False, exists=True, path_type=Path), envvar="ATOMQ_CONFIG",
               show_envvar=True, is_eager=True, expose_value=False, callback=_load_config_file,

@@ -1,5 +1,6 @@
-"""How the management commands reach a node: ``--url``, ``--key``, ``--tenant``, ``--data-dir``
-and ``--json`` on each, and the client they make of them (``atomq.client``)."""
+"""How the management commands reach a node: ``--url``, ``--key``, ``--data-dir`` and ``--json``
+on each, ``--tenant`` on those that act on a tenant's queues, and the client they make of them
+(``atomq.client``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import click
 
 from atomq import defaults
+from atomq.cli.failures import Failure, UsageFailure
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
 from atomq.tenants.records import TENANT_ID
@@ -21,13 +23,24 @@ NO_TENANT = "the owner key acts for a tenant: pass --tenant with its id or name 
 
 def _client(ctx: click.Context) -> AtomqClient:
     o = ctx.find_root().obj or {}
-    key = o.get("key")
-    if not key:
-        owner_file = Path(o.get("data_dir") or defaults.DATA_DIR) / "owner.key"
-        if not owner_file.exists():
-            raise click.UsageError("give a key: --key or ATOMQ_KEY (or run where DIR/owner.key exists)")
-        key = owner_file.read_text().strip()
-    return AtomqClient(o.get("url") or defaults.NODE_URL, key)
+    url = o.get("url") or defaults.NODE_URL
+    key = o.get("key") or _owner_key(Path(o.get("data_dir") or defaults.DATA_DIR).absolute() / "owner.key", url)
+    return AtomqClient(url, key)
+
+
+def _owner_key(path: Path, url: str) -> str:
+    """The owner key a node keeps in its data directory, for a command given no key; run elsewhere,
+    the error names the file it looked for and the options that point elsewhere."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        why = f"{path} does not exist"
+    except OSError as exc:
+        why = f"cannot read {path}: {exc.strerror or exc}"
+    raise UsageFailure(
+        f"no key to call {url} with: {why}. Give a key with --key (or ATOMQ_KEY), or the node's data "
+        "directory, which holds its owner key, with --data-dir (or ATOMQ_DATA_DIR); --url (or ATOMQ_URL) "
+        "names another node.", "no_key", owner_key_file=str(path))
 
 
 def tenant_id(client: AtomqClient, tenant: str) -> str:
@@ -37,25 +50,27 @@ def tenant_id(client: AtomqClient, tenant: str) -> str:
         return tenant
     named = client.tenants(name=tenant)
     if not named:
-        raise click.UsageError(f"no tenant has the id or name {tenant!r} (see atomq tenants list)")
+        raise UsageFailure(f"no tenant has the id or name {tenant!r} (see atomq tenants list)", "not_found",
+                           tenant=tenant)
     return str(named[0]["id"])
 
 
 def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--url, --key, --tenant, --data-dir and --json on a command, kept in the context."""
+    """--url, --key, --tenant, --data-dir and --json on a command that acts on a tenant's queues,
+    kept in the context."""
+    return _with_connection(f, acts_for_tenant=True)
 
-    @click.option("--url", envvar="ATOMQ_URL", show_envvar=True, default=defaults.NODE_URL, show_default=True,
-                  help="The atomq node to talk to.")
-    @click.option("--key", envvar="ATOMQ_KEY", show_envvar=True,
-                  help="A tenant's API key or the owner key (default: the owner key in --data-dir).")
-    @click.option("--tenant", envvar="ATOMQ_TENANT", show_envvar=True,
-                  help="With the owner key: the tenant (its id or name) whose queues to act on.")
-    @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
-                  show_envvar=True, help="Where to find owner.key when no --key is given.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
+
+def owner_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--url, --key, --data-dir and --json on an owner-only command (tenants, the server): no
+    --tenant, which means nothing there."""
+    return _with_connection(f, acts_for_tenant=False)
+
+
+def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[..., Any]:
     @wraps(f)
-    def wrapper(*args: Any, url: str, key: str | None, tenant: str | None, data_dir: Path | None,
-                as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, url: str, key: str | None, data_dir: Path | None, as_json: bool,
+                tenant: str | None = None, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         ctx.find_root().obj = {"url": url, "key": key, "tenant": tenant, "data_dir": data_dir, "json": as_json}
         try:
@@ -65,17 +80,25 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 return f(client, *args, **kwargs)
         except AtomqError as exc:
             if exc.details.get("field") == "X-Atomq-Tenant":
-                raise click.UsageError(NO_TENANT) from None
-            raise click.ClickException(describe(exc)) from None
+                raise UsageFailure(NO_TENANT, exc.code, **exc.details) from None
+            raise Failure.of(exc) from None
 
+    options = [
+        click.option("--url", envvar="ATOMQ_URL", show_envvar=True, default=defaults.NODE_URL, show_default=True,
+                     help="The atomq node to talk to."),
+        click.option("--key", envvar="ATOMQ_KEY", show_envvar=True,
+                     help="A tenant's API key or the owner key (default: the owner key in --data-dir)."
+                     if acts_for_tenant else "The owner key (default: the one in --data-dir)."),
+        *([click.option("--tenant", envvar="ATOMQ_TENANT", show_envvar=True,
+                        help="With the owner key: the tenant (its id or name) whose queues to act on.")]
+          if acts_for_tenant else []),
+        click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="ATOMQ_DATA_DIR",
+                     show_envvar=True, help="The node's data directory, where to find owner.key when no --key "
+                                            f"is given (default: {defaults.DATA_DIR} in the current directory)."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print the API's JSON instead of a table, and a failure as the API's error JSON "
+                          "on standard error."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
     return wrapper
-
-
-def describe(exc: AtomqError) -> str:
-    """An error as the command prints it: its code and message, and the fields a schema refused
-    (``details.fields``, by location), which the message only points to."""
-    text = f"{exc.code}: {exc.message}"
-    for location in (exc.details.get("fields") or {}).values():
-        for name, problems in location.items():
-            text += f"\n  {name}: {'; '.join(map(str, problems)) if isinstance(problems, list) else problems}"
-    return text

@@ -7,14 +7,17 @@ progress line, so a drain of millions says how far it is.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as StillRunning
 
 import click
 
+from atomq import defaults
 from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
+from atomq.cli.failures import Failure
 from atomq.cli.output import all_matched, emit
 from atomq.cli.progress import Progress
 from atomq.client import AtomqClient
@@ -22,6 +25,8 @@ from atomq.client import AtomqClient
 DRAIN_TIMEOUT_S = 3600.0
 """How long one request that resends or deletes every dead letter may take."""
 POLL_S = 1.0
+REASONS_READ = defaults.MAX_PAGE_LIMIT
+"""A --reason that matched nothing is answered with the reasons of this many dead letters (one page)."""
 
 
 @click.group("dead-letters")
@@ -30,6 +35,7 @@ def dead_letters() -> None:
 
 
 REASON_HELP = "only the dead letters given this reason (expired, ack timeout, nacked, a nack's reason)"
+REASON_ACT_HELP = REASON_HELP + "; one that none has is an error (exit status 1) that names the reasons present"
 
 
 def _one_selection(ids: tuple[str, ...], reason: str | None) -> None:
@@ -63,6 +69,25 @@ def _apply(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | N
     return done
 
 
+def _reason_matched(c: AtomqClient, queue: str, subscriber: str | None, reason: str | None, done: int,
+                    what: str) -> None:
+    """Called after the result is printed: a --reason that matched no dead letter is an error (exit
+    status 1), as an id that matched nothing is, so that a misspelt reason is noticed; it names the
+    reasons the queue's first dead letters have."""
+    if reason is None or done:
+        return
+    read = list(itertools.islice(c.dead_letters(queue, subscriber, REASONS_READ), REASONS_READ))
+    present = sorted({m["reason"] for m in read})
+    which = f"{queue} (subscriber {subscriber})" if subscriber else queue
+    text = f"no dead letter of {which} has the reason {reason!r} ({done} {what}); "
+    if not read:
+        text += "it has no dead letters"
+    else:
+        among = f"of its first {len(read)} dead letters" if len(read) == REASONS_READ else "present"
+        text += f"the reasons {among}: {', '.join(map(repr, present))}"
+    raise Failure(text, "not_found", reason=reason, reasons_present=present)
+
+
 @dead_letters.command("list")
 @click.argument("queue")
 @click.option("--subscriber")
@@ -91,7 +116,7 @@ def dead_letters_reasons(c: AtomqClient, queue: str, subscriber: str | None) -> 
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
 @click.option("--subscriber")
-@click.option("--reason", help=REASON_HELP)
+@click.option("--reason", help=REASON_ACT_HELP)
 @connection_options
 def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
                         reason: str | None) -> None:
@@ -101,13 +126,14 @@ def dead_letters_resend(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
         queue, chosen, subscriber, reason=reason, timeout=timeout), "resending")
     emit({"resent": n}, [(n,)], ("RESENT",))
     all_matched(len(set(ids)), n, "resent")
+    _reason_matched(c, queue, subscriber, reason, n, "resent")
 
 
 @dead_letters.command("delete")
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
 @click.option("--subscriber")
-@click.option("--reason", help=REASON_HELP)
+@click.option("--reason", help=REASON_ACT_HELP)
 @yes_option
 @connection_options
 def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscriber: str | None,
@@ -121,3 +147,4 @@ def dead_letters_delete(c: AtomqClient, queue: str, ids: tuple[str, ...], subscr
         queue, chosen, subscriber, reason=reason, timeout=timeout), "deleting")
     emit({"deleted": n}, [(n,)], ("DELETED",))
     all_matched(len(set(ids)), n, "deleted")
+    _reason_matched(c, queue, subscriber, reason, n, "deleted")

@@ -121,9 +121,12 @@ def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict
 @click.command()
 @click.argument("queue")
 @click.option("--max", "max_messages", type=click.IntRange(1, defaults.MAX_GET), default=defaults.GET_MAX_MESSAGES,
-              show_default=True)
+              show_default=True,
+              help=f"Most messages to receive (1 to {defaults.MAX_GET}); fewer come when fewer are ready.")
 @click.option("--wait-ms", type=click.IntRange(0, defaults.MAX_WAIT_MS), default=defaults.GET_WAIT_MS,
-              show_default=True)
+              show_default=True,
+              help=f"When no message is ready, how long to wait for one, in milliseconds (up to "
+                   f"{defaults.MAX_WAIT_MS}); 0: answer at once.")
 @click.option("--subscriber", help="For a publish/subscribe queue.")
 @click.option("--consumer", help="Who gets: required on an exclusive queue, where only the active consumer gets "
                                  "messages (a standby gets none and is told so on standard error).")

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from atomq.cli.failures import Failure
+
 
 def emit(data: Any, rows: Iterable[Sequence[Any]] | None = None, headers: Sequence[str] = ()) -> None:
     """JSON with --json; else a table of ``rows`` under ``headers``."""
@@ -25,7 +27,8 @@ def all_matched(asked: int, done: int, what: str) -> None:
     """Called after the result is printed: an id that matched nothing is an error (exit status 1),
     so that a script notices a typo, or a message settled or gone meanwhile."""
     if done < asked:
-        raise click.ClickException(f"{asked - done} of the {asked} ids matched nothing ({done} {what})")
+        raise Failure(f"{asked - done} of the {asked} ids matched nothing ({done} {what})", "not_found",
+                      asked=asked, matched=done)
 
 
 def span(value: float) -> str:
@@ -38,6 +41,7 @@ def span(value: float) -> str:
         return f"{hours}h {minutes}m"
     return f"{minutes}m {seconds % 60}s" if minutes else f"{seconds}s"
 
+
 def stored_somewhere(warnings: Sequence[Mapping[str, Any]], sent: int) -> None:
     """Called after the result is printed: messages the node accepted, gave ids and stored nowhere
     (the ``warnings`` of its answers: a publish/subscribe queue without subscribers, a topic no
@@ -46,7 +50,9 @@ def stored_somewhere(warnings: Sequence[Mapping[str, Any]], sent: int) -> None:
     nowhere = sum(int(w.get("messages", 0)) for w in warnings)
     if not nowhere:
         return
-    if len(warnings) == 1:
-        raise click.ClickException(str(warnings[0]["message"]))
-    raise click.ClickException(f"{nowhere} of the {sent} messages, in {len(warnings)} requests, were stored "
-                               f"nowhere; the first said: {warnings[0]['message']}")
+    first = warnings[0]
+    text = str(first["message"]) if len(warnings) == 1 else (
+        f"{nowhere} of the {sent} messages, in {len(warnings)} requests, were stored nowhere; the first said: "
+        f"{first['message']}")
+    raise Failure(text, str(first.get("code", "stored_nowhere")), messages=nowhere, sent=sent,
+                  warnings=list(warnings))

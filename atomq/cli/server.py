@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from atomq.cli.connection import connection_options
+from atomq.cli.connection import owner_options
 from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit, span
 from atomq.client import AtomqClient
@@ -26,7 +26,7 @@ def server() -> None:
 
 
 @server.command("show")
-@connection_options
+@owner_options
 def server_show(c: AtomqClient) -> None:
     """Every shared setting and the store's figures (memory state, bytes, messages)."""
     data = c.server()
@@ -49,7 +49,7 @@ def _value(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -
               help="A setting to change (repeatable), its value as JSON where it is not text: "
                    "--set dedupe_window_s=600 --set 'redelivery_delays_s=[1,2,3]' "
                    "--set 'memory_thresholds={\"yellow\":0.6,\"orange\":0.8,\"red\":0.9}'.")
-@connection_options
+@owner_options
 def server_update(c: AtomqClient, changes: dict[str, Any]) -> None:
     """Change shared settings; every node applies them within a few seconds. A setting that is
     unknown or out of its range changes nothing and names itself."""
@@ -64,23 +64,29 @@ def _text(value: Any) -> str:
 
 
 @server.command("nodes")
-@connection_options
+@owner_options
 def server_nodes(c: AtomqClient) -> None:
-    """The nodes on the store: address, version, uptime, the execution workers each keeps, and
-    which holds the maintenance lease. A node silent for 15 s has stopped or lost the store."""
+    """The nodes on the store: address, version, uptime, when each was last heard, the execution
+    workers each keeps, and which holds the maintenance lease. A node silent for 15 s was killed,
+    lost the store, or is a record a backup restored: its uptime stops at when it was last heard,
+    and it is listed for 10 minutes."""
     nodes = c.nodes()
     now = time.time()
     emit(nodes, [(n["id"] + (" *" if n["maintenance_lease"] else ""), n["url"], n["version"],
-                  span(now - n["started_at"]), "SILENT" if n["silent"] else "ok",
-                  ", ".join(_worker(w) for w in n["workers"]) or "none")
-                 for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "HEARD", "WORKERS"))
+                  span(n["up_s"]), _heard(n, now), ", ".join(_worker(w) for w in n["workers"]) or "none")
+                 for n in nodes], ("NODE (* maintenance)", "URL", "VERSION", "UP", "LAST HEARD", "WORKERS"))
+
+
+def _heard(n: dict[str, Any], now: float) -> str:
+    ago = f"{span(max(0.0, now - n['seen_at']))} ago"
+    return f"SILENT, {ago}" if n["silent"] else ago
 
 
 @server.command("top")
 @click.option("--sort", type=click.Choice(list(TENANT_ORDERS)), default="traffic", show_default=True,
               help="; ".join(f"{key}: {words}" for key, words in TENANT_ORDERS.items()) + ".")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, help="Tenants listed.")
-@connection_options
+@owner_options
 def server_top(c: AtomqClient, sort: str, limit: int) -> None:
     """The tenants that need an operator first: the loudest, the stuck, the full, from the last
     sample of the platform (every 10 s or more); traffic and refusals are over the last interval."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import math
+import socket
 import threading
 import uuid
 from collections import Counter
@@ -112,8 +113,12 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
 class Node(BaseApplication):  # type: ignore[misc]  # gunicorn has no type information
     """gunicorn, configured in code: no gunicorn config file or command line of its own."""
 
-    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str, rq_redis_url: str) -> None:
+    def __init__(self, config: NodeConfig, redis_url: str, owner_key: str, rq_redis_url: str,
+                 listener: socket.socket) -> None:
         self.config = config
+        self.listener = listener
+        # Spelled once: gunicorn reads the configuration again on SIGHUP, and rebinds if it changed.
+        self.bind = f"fd://{listener.fileno()}"
         self.redis_url = redis_url
         self.rq_redis_url = rq_redis_url
         self.owner_key = owner_key
@@ -124,7 +129,7 @@ class Node(BaseApplication):  # type: ignore[misc]  # gunicorn has no type infor
     def load_config(self) -> None:
         c = self.config
         settings = {
-            "bind": f"{c.host}:{c.port}",
+            "bind": self.bind,  # bound by lifecycle.serve, which found the port free
             "workers": c.http_workers,
             "worker_class": f"{__name__}.NodeWorker",
             "threads": c.threads,
@@ -155,4 +160,6 @@ class Node(BaseApplication):  # type: ignore[misc]  # gunicorn has no type infor
         return app
 
     def run(self) -> None:
+        # gunicorn takes the socket (and closes it when it stops): this object lets go of it.
+        self.listener.detach()
         NodeArbiter(self).run()

@@ -34,6 +34,7 @@ import shutil
 
 from atomq.node.config import NodeConfig
 from atomq.node.http_server import HEALTH_DIR, Node
+from atomq.node.listening import bind_listener
 from atomq.node.owner_key import load_owner_key
 from atomq.node.rq_redis import rq_connection
 from atomq.node.shared_setup import check_shared_setup
@@ -47,13 +48,16 @@ def serve(config: NodeConfig) -> None:
     """Runs the main node until SIGTERM or SIGINT; stops the embedded Valkey last.
 
     The node owns its data directory for its life: a second node, an audit or a
-    selftest on it meets the lock (see ``atomq.platform.data_dir``).
+    selftest on it meets the lock (see ``atomq.platform.data_dir``). Its port is bound
+    first, so a taken one stops it before anything else starts (``atomq.node.listening``).
     """
     lock = DataDirLock(config.data_dir)
     lock.acquire("serve")
     master = os.getpid()
     server = None
+    listener = None
     try:
+        listener = bind_listener(config.host, config.port)
         owner_key, key_path = load_owner_key(config.data_dir)
         if key_path is not None:
             print(f"atomq: the owner key is in {key_path}", flush=True)
@@ -83,12 +87,14 @@ def serve(config: NodeConfig) -> None:
             rq.close()
             queues.client.close()
         print(f"atomq: serving http://{config.host}:{config.port}", flush=True)
-        Node(config, redis_url, owner_key, rq_redis_url).run()
+        Node(config, redis_url, owner_key, rq_redis_url, listener).run()
     finally:
         # gunicorn's forked workers leave through this frame too (SystemExit);
         # only the master owns the embedded Valkey and the directory.
         if os.getpid() == master:
             try:
+                if listener is not None:
+                    listener.close()  # gunicorn's once handed over: this copy is then detached
                 if server is not None:
                     server.stop()
             finally:

@@ -109,6 +109,6 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         self.execution_workers.stop(self.node.config.shutdown_timeout_s)
         try:
             NodeRecords(self._storage()).forget(self.node.node_id)
-        except Exception as exc:  # the record then shows the node silent, and goes after an hour
+        except Exception as exc:  # the record then shows the node silent, and goes after nodes.FORGET_S
             log.warning("cannot remove the node's record: %r", exc)
         super().stop(graceful)

@@ -32,6 +32,7 @@ from atomq.platform.components import Components
 from atomq.platform.format_version import FORMAT_VERSION, record_format
 from atomq.platform.lease import Lease
 from atomq.platform.names import check_tenant_id
+from atomq.platform.nodes import NodeRecords
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
 
 if TYPE_CHECKING:
@@ -230,8 +231,9 @@ def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 
                     lease: Lease | None = None, before_round: Callable[[], object] | None = None,
                     job_queue_bytes: Callable[[], int] | None = None, health: HealthBoard | None = None,
                     max_backoff_s: float = MAX_BACKOFF_S) -> None:
-    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set, and
-    measures the temporary and job scheduler stores every ``store_sizes.MEASURE_EVERY_S``.
+    """Runs :func:`maintain_all` every ``interval_s`` until ``stop`` is set; every
+    ``store_sizes.MEASURE_EVERY_S`` it also measures the temporary and job scheduler stores and
+    drops the records of nodes not heard from for ``nodes.FORGET_S``.
 
     With a lease, only while this node holds it; the lease is given up on stop.
     ``before_round`` runs first each round (the node brings the shared server
@@ -253,6 +255,7 @@ def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 
             if time.monotonic() - measured_at >= store_sizes.MEASURE_EVERY_S:
                 measured_at = time.monotonic()
                 store_sizes.record(qs, store_sizes.measure(qs, job_queue_bytes))
+                NodeRecords(qs.storage).forget_silent()
 
     try:
         run_loop(MAINTENANCE_PART, one_round, stop, interval_s, health, max_backoff_s=max_backoff_s)

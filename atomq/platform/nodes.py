@@ -2,8 +2,11 @@
 
 A node's master rewrites its record every ``BEAT_S`` with its address, version, start and the
 execution workers it keeps; so the overview lists every node from one read of the store, on
-whichever node the operator's browser reached. A record not rewritten for ``SILENT_S`` is a node
-that stopped or lost the store; it is shown as such, and dropped after ``FORGET_S``.
+whichever node the operator's browser reached. A node that stops removes its record. A record not
+rewritten for ``SILENT_S`` is a node that was killed or lost the store, or one that a backup
+restored (the node it names never writes to this store): it is shown silent, its uptime stopped
+at when it was last heard, and after ``FORGET_S`` it is no longer listed and the maintenance
+drops it (``forget_silent``); a node that comes back writes it again at its next beat.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ log = logging.getLogger("atomq.nodes")
 
 BEAT_S = 5.0
 SILENT_S = 3 * BEAT_S
-FORGET_S = 3600.0
+FORGET_S = 600.0
+"""Long enough for an operator to see a node that died go silent; short enough that the records
+a backup restored, of nodes that run elsewhere or no more, do not linger for long."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,15 @@ class NodeRecord:
         gap = now - self.seen_at
         return gap if gap > SILENT_S else None
 
+    def as_of(self, now: float) -> float:
+        """The moment the record speaks for: ``now``, or, once the node is silent, when it was last
+        heard (a node that is gone does not grow older, nor do the workers it kept)."""
+        return now if self.silent_for(now) is None else self.seen_at
+
+    def up_for(self, now: float) -> float:
+        """Seconds the node has run, as far as its record tells (``as_of``)."""
+        return max(0.0, self.as_of(now) - self.started_at)
+
     @classmethod
     def from_json(cls, raw: bytes) -> NodeRecord | None:
         """The record, or None for one this version cannot read. A field another version added is
@@ -83,18 +97,22 @@ class NodeRecords:
         self._storage.call(self._storage.client.hdel, k.NODES_KEY, node_id)
 
     def all(self) -> list[NodeRecord]:
-        """Every node heard from within ``FORGET_S``, oldest first; older records are dropped."""
-        raw = self._storage.call(self._storage.client.hgetall, k.NODES_KEY)
+        """Every node heard from within ``FORGET_S``, oldest first."""
         now = time.time()
-        records, gone = [], []
-        for node_id, value in raw.items():
-            record = NodeRecord.from_json(value)
-            if record is None:
-                continue
-            if now - record.seen_at > FORGET_S:
-                gone.append(node_id)
-            else:
-                records.append(record)
-        if gone:
-            self._storage.call(self._storage.client.hdel, k.NODES_KEY, *gone)
+        records = [r for _, _, r in self._read() if now - r.seen_at <= FORGET_S]
         return sorted(records, key=lambda r: (r.started_at, r.id))
+
+    def forget_silent(self) -> int:
+        """Drops the records not rewritten for ``FORGET_S`` (the maintenance does, now and then);
+        a record rewritten between the read and the drop is kept. Returns how many were dropped."""
+        now = time.time()
+        gone = [part for node_id, raw, r in self._read() if now - r.seen_at > FORGET_S for part in (node_id, raw)]
+        if not gone:
+            return 0
+        return int(self._storage.run("forget_nodes", [k.NODES_KEY], gone))
+
+    def _read(self) -> list[tuple[bytes, bytes, NodeRecord]]:
+        """(node id, record as stored, record) of every record this version can read."""
+        raw = self._storage.call(self._storage.client.hgetall, k.NODES_KEY)
+        return [(node_id, value, record) for node_id, value in raw.items()
+                if (record := NodeRecord.from_json(value)) is not None]

@@ -121,7 +121,11 @@ class NodeSchema(Strict):
     pid = fields.Integer(required=True, metadata={"description": "the node's master process"})
     started_at = fields.Float(required=True)
     seen_at = fields.Float(required=True, metadata={"description": "the node's last record, rewritten every 5 s"})
-    silent = fields.Boolean(required=True, metadata={"description": "not heard from for 15 s: stopped or cut off"})
+    silent = fields.Boolean(required=True, metadata={
+        "description": "not heard from for 15 s: killed, cut off from the store, or a record a backup restored "
+                       "(listed for 10 minutes, then dropped)"})
+    up_s = fields.Float(required=True, metadata={
+        "description": "seconds the node has run: until now, or until it was last heard (seen_at) when silent"})
     maintenance_lease = fields.Boolean(required=True, metadata={
         "description": "holds the maintenance lease: runs maintenance, exports /metrics, samples the overview"})
     workers = fields.List(fields.Nested(KeptWorkerSchema), required=True)

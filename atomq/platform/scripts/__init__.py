@@ -43,6 +43,7 @@ NAMES = (
     "memory_state",
     "refusal",
     "reserve",
+    "forget_nodes",
 )
 
 
