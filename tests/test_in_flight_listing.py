@@ -151,3 +151,16 @@ def test_a_tenant_lists_nothing_of_another(qs, tenant, queue) -> None:
     qs.put_queue(stranger, queue, P2P)
     assert qs.in_flight(stranger, queue) == []
     assert qs.browse(stranger, queue, state="in_flight").items == []
+
+
+def test_a_released_delivery_browses_as_ready_at_once(qs: QueueServer, tenant: str, queue: str) -> None:
+    """A release hands a delivery back for the next get; no sweep need run first for a browse by
+    state to show it ready, nor to leave it out of the scheduled ones."""
+    ids = qs.send(tenant, queue, [msg("a"), msg("b"), msg("c")])
+    assert len(qs.get(tenant, queue, max_messages=2)) == 2
+    assert qs.release(tenant, queue, ids=ids[:1], delay_s=0) == 1
+    assert [m.id for m in by_state(qs, tenant, queue, "ready", 10)[0]] == [ids[0], ids[2]]
+    assert by_state(qs, tenant, queue, "scheduled", 10)[0] == []
+    assert [m.id for m in by_state(qs, tenant, queue, "in_flight", 10)[0]] == [ids[1]]
+    assert [(m.id, m.state) for m in qs.browse(tenant, queue).items] == [
+        (ids[0], MessageState.READY), (ids[1], MessageState.IN_FLIGHT), (ids[2], MessageState.READY)]

@@ -29,6 +29,16 @@ if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 
 local picked, wheres = {}, {}
 local budget = limit * 10 + 100
+local now = now_ms()
+-- A message scheduled for redelivery that is due (a release schedules it for now) is ready:
+-- the next get takes it, so a browse shows it ready, not waiting.
+local function as_seen(id, s)
+  local dc, fails, where = parse_state(s)
+  if string.byte(where) ~= 115 then return s end  -- 's'
+  local due = redis.call('ZSCORE', d.sched, id)
+  if due and tonumber(due) <= now then return fmt_state(dc, fails, 'r') end
+  return s
+end
 local scanned, last = 0, nil
 local more = false
 if ARGV[1] == 'ids' and #ARGV > 5 then
@@ -39,7 +49,7 @@ if ARGV[1] == 'ids' and #ARGV > 5 then
     local s = states[i]
     if s and string.find(s, '|d', 1, true) == nil then
       picked[#picked + 1] = id
-      wheres[#wheres + 1] = s
+      wheres[#wheres + 1] = as_seen(id, s)
     end
   end
   scanned = budget  -- no scan
@@ -57,7 +67,9 @@ if by_set and redis.call('ZCARD', by_set) <= budget then
   local function before(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] < y[2]) end
   local after = ARGV[3] ~= '' and id_key(ARGV[3]) or nil
   local members, keys = {}, {}
-  for _, id in ipairs(redis.call('ZRANGE', by_set, 0, -1)) do
+  local members_of = only_tag == 's' and redis.call('ZRANGE', by_set, '(' .. now, '+inf', 'BYSCORE')
+    or redis.call('ZRANGE', by_set, 0, -1)
+  for _, id in ipairs(members_of) do
     local key = id_key(id)
     if not after or before(after, key) then
       members[#members + 1] = id
@@ -95,7 +107,7 @@ while ARGV[1] ~= 'ids' and #picked < limit and scanned < budget do
   for i, id in ipairs(ids) do
     scanned = scanned + 1
     last = id
-    local s = states[i]
+    local s = states[i] and as_seen(id, states[i])
     if s then
       if wanted(s) then
         picked[#picked + 1] = id
@@ -121,7 +133,7 @@ if ARGV[1] ~= 'ids' and not by_set_read and last then
       local states = redis.call('HMGET', d.state, unpack(ids))
       for i = 1, #ids do
         scanned = scanned + 1
-        if states[i] and wanted(states[i]) then more = true break end
+        if states[i] and wanted(as_seen(ids[i], states[i])) then more = true break end
       end
       if more or #ids < limit then break end
       from = '(' .. ids[#ids]
