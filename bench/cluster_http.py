@@ -58,15 +58,15 @@ from pathlib import Path
 
 import redis
 import requests
-from redis.cluster import key_slot
-
-from atomq.platform.embedded import EmbeddedValkey
 from drivers.atomq_http import HttpNode, Target, get_ack_phase, send_phase
 from drivers.cli import add_http_workers, add_rounds, check_rounds, parser_from_doc
 from drivers.embedded import quiesce_aof
 from drivers.run_exit import BenchRun
 from drivers.serve_node import BenchError, ServeNode, check, expect, free_port, progress
 from drivers.workload import PAYLOAD_BYTES
+from redis.cluster import key_slot
+
+from atomq.platform.store.embedded import EmbeddedValkey
 
 # The test suite's cluster recipe (free ports whose bus ports are free too, waiting for cluster_state:ok
 # and the replicas' links, stopping only what it started): the bench measures the cluster the tests prove.

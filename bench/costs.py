@@ -48,22 +48,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+from drivers.cli import parser_from_doc
+from drivers.run_exit import BenchRun
+from drivers.serve_node import check, progress
 
 from atomq import defaults
 from atomq.api import create_app
 from atomq.api.metrics import TenantFigures
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
-from atomq.platform import keys as k
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec
+from atomq.platform.listeners.deployed import ListenerSpec
 from atomq.platform.maintenance import maintain_all
+from atomq.platform.store import keys as k
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.lease import Lease
 from atomq.tenants import TenantStore
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from drivers.cli import parser_from_doc
-from drivers.run_exit import BenchRun
-from drivers.serve_node import check, progress
 
 SETTINGS = QueueSettings(max_queues_per_tenant=1_000_000)
 OWNER_KEY = f"aq_owner_{uuid.uuid4().hex}"

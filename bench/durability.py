@@ -46,15 +46,15 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-
-from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform.embedded import EmbeddedValkey
 from drivers.cli import parser_from_doc
 from drivers.peers import open_peer
 from drivers.rabbitmq import Amqp
 from drivers.run_exit import BenchRun
 from drivers.serve_node import check, progress
 from drivers.workload import PAYLOAD_BYTES, threaded_phase
+
+from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform.store.embedded import EmbeddedValkey
 
 SENDERS = (1, 4, 16)
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
-from atomq.platform.embedded import EmbeddedValkey
 from atomq.platform.maintenance import maintain_all
+from atomq.platform.store.embedded import EmbeddedValkey
 
 # One tenant past the default cap of 1,000 queues: the point is how a round grows with them.
 SETTINGS = QueueSettings(redelivery_delays_s=(3600,), max_queues_per_tenant=1_000_000)

@@ -56,14 +56,14 @@ from typing import Any
 
 import redis
 import requests
-
-from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform import keys as k
-from atomq.platform.topics import TopicMatcher
 from drivers.cli import parser_from_doc
 from drivers.embedded import start_valkey
 from drivers.run_exit import BenchRun
 from drivers.serve_node import ServeNode, check, expect, progress
+
+from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
+from atomq.platform.queues.topics import TopicMatcher
+from atomq.platform.store import keys as k
 
 PARTS = ("scripts", "bystander", "matcher", "slow")
 KIB = b"x" * 1024

@@ -24,7 +24,7 @@ import statistics
 import sys
 from typing import Any
 
-from atomq.cli.demo_runner import run_demo
+from atomq.cli.demo.runner import run_demo
 
 
 def main(argv: list[str] | None = None) -> int:

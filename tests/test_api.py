@@ -17,16 +17,17 @@ import marshmallow as ma
 import pytest
 import requests
 from marshmallow import fields, validate
-
-from atomq.api import create_app, render
-from atomq.api.schemas.common import StringList
-from atomq.api.services import LongPollLimiter, Services
-from atomq.platform import QueueServer
-from atomq.platform.models import ENVELOPE_FIELDS, Delivery, Envelope
-from atomq.tenants import TenantStore
 from support.queues import FAST
 from support.served_node import ServeFactory
 from support.waiting import wait_until
+
+from atomq.api import create_app
+from atomq.api.schemas.common import StringList
+from atomq.api.services import LongPollLimiter, Services
+from atomq.api.wire import render
+from atomq.platform import QueueServer
+from atomq.platform.models import ENVELOPE_FIELDS, Delivery, Envelope
+from atomq.tenants import TenantStore
 
 # (method, path, json body, headers, query) -> (status, json body or None, response headers)
 Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]
@@ -582,7 +583,7 @@ def test_disk_quota_refuses_a_send_whole_and_acks_give_bytes_back(owner, http) -
         assert owner("GET", f"/v1/tenants/{created['id']}", status=200)["stored_bytes"] == 0
         send(t, "q", "x" * 1000, "y" * 1000)
         usage = owner("GET", f"/v1/tenants/{created['id']}", status=200)
-        # 1,000 bytes of document and the footprint's ~360 of bookkeeping each (atomq.platform.footprint)
+        # 1,000 bytes of document and the footprint's ~360 of bookkeeping each (atomq.platform.queues.footprint)
         assert usage["messages"] == 2 and 2000 < usage["stored_bytes"] < 2800
         error = t("POST", "/v1/queues/q/messages", {"messages": [{"documents": [{"data": "z" * 1000}]}]}, 507)
         assert error["error"]["code"] == "quota_exceeded"

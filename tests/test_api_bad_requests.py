@@ -10,33 +10,34 @@ Valkey); the 405 also against a served node (several gunicorn workers).
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-
-from atomq import defaults
-from atomq.api import create_app, strict_json
-from atomq.api.latency import KNOWN_METHODS, OTHER_METHOD
-from atomq.api.services import LongPollLimiter, Services
-from atomq.errors import InvalidInput
-from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.server_settings import ServerSettings, ServerSettingsStore
-from atomq.platform.queue_settings import QueueSettings
-from atomq.platform.storage import Storage
-from atomq.node import slow_clients
-from atomq.tenants import TenantStore
 from support.in_process_app import OWNER_KEY, InProcessApp, error_of, send_body, strict_loads
 from support.ports import free_port
 from support.served_node import AtomqServe, ServeFactory
 from support.waiting import wait_until
+
+from atomq import defaults
+from atomq.api import create_app
+from atomq.api.latency import KNOWN_METHODS, OTHER_METHOD
+from atomq.api.services import LongPollLimiter, Services
+from atomq.api.wire import strict_json
+from atomq.errors import InvalidInput
+from atomq.node import slow_clients
+from atomq.platform import QueueServer
+from atomq.platform.guards.server_settings import ServerSettings, ServerSettingsStore
+from atomq.platform.queues.queue_settings import QueueSettings
+from atomq.platform.store import keys as k
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.storage import Storage
+from atomq.tenants import TenantStore
 
 
 def named_fields(error: dict[str, Any]) -> set[str]:

@@ -28,27 +28,27 @@ import pytest
 import redis
 from redis.exceptions import RedisClusterException
 from rq import Queue
+from support.ports import free_port
+from support.queues import msg
+from support.served_node import ServeFactory, tenant_with_messages
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer, QueueSettings
-from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard, run_loop
-from atomq.platform.connection import open_redis
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform import lease as leases
-from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec
+from atomq.platform.listeners.deployed import ListenerSpec
 from atomq.platform.maintenance import MAINTENANCE_PART, run_maintenance
+from atomq.platform.store import keys as k
+from atomq.platform.store import lease as leases
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.lease import Lease
 from atomq.tenants import TenantStore
 from atomq.workers import supervisor as supervision
 from atomq.workers.supervisor import SUPERVISION_PART, WAKE_SPACING_S, Supervisor, SupervisorConfig
-from support.ports import free_port
-from support.valkey_cluster import ValkeyCluster
-from support.queues import msg
-from support.served_node import ServeFactory, tenant_with_messages
-from support.waiting import wait_until
-
 
 # -- one loop under run_loop ----------------------------------------------------------------
 
@@ -234,7 +234,7 @@ def test_a_wake_up_after_a_quiet_while_gets_its_round_at_once_and_close_ones_are
     supervisor = supervisor_on(client, "node-c:3")
     readings: list[float] = []
     monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: readings.pop(0)))
-    assert Lease(supervisor.queues.storage, k.listener_lease_name("t_0123456789ab", "one"), supervisor.holder,
+    assert Lease(supervisor.queues.storage, lk.listener_lease_name("t_0123456789ab", "one"), supervisor.holder,
                  ttl_s=60).acquire()
     waits: list[float] = []
 
@@ -341,11 +341,11 @@ def test_a_finished_execution_wakes_its_listeners_supervisor_before_its_next_tic
     holding the listener's lease, never another (whose round would skip the listener)."""
     client = valkey.client()
     holding, other = supervisor_on(client, "node-a:1"), supervisor_on(client, "node-b:2")
-    assert Lease(holding.queues.storage, k.listener_lease_name("t_0123456789ab", "echo"), holding.holder,
+    assert Lease(holding.queues.storage, lk.listener_lease_name("t_0123456789ab", "echo"), holding.holder,
                  ttl_s=60).acquire()
     rounds = {s.holder: counting_rounds(s) for s in (holding, other)}
     for s in (holding, other):
-        client.delete(k.listener_wake_key(s.holder))
+        client.delete(lk.listener_wake_key(s.holder))
     stop = threading.Event()
     loops = [threading.Thread(target=s.run, kwargs={"stop": stop, "interval_s": 600}) for s in (holding, other)]
     for loop in loops:
@@ -359,20 +359,20 @@ def test_a_finished_execution_wakes_its_listeners_supervisor_before_its_next_tic
         assert not rounds[holding.holder].acquire(timeout=0.3), "no round without one"
         assert not rounds[other.holder].acquire(timeout=0), "the supervisor that does not hold the listener sleeps on"
         other.listeners.wake_supervisor("t_0123456789ab", "nobody-holds-it")
-        assert not client.exists(*(k.listener_wake_key(s.holder) for s in (holding, other))), \
+        assert not client.exists(*(lk.listener_wake_key(s.holder) for s in (holding, other))), \
             "nobody holds that listener: nobody is woken"
     finally:
         stop.set()
         for s in (holding, other):
-            client.lpush(k.listener_wake_key(s.holder), 1)  # each loop sees stop at its wake-up
+            client.lpush(lk.listener_wake_key(s.holder), 1)  # each loop sees stop at its wake-up
         for loop in loops:
             loop.join(timeout=10)
     assert not any(loop.is_alive() for loop in loops)
-    client.delete(k.listener_wake_key(holding.holder))
+    client.delete(lk.listener_wake_key(holding.holder))
     holding.listeners.wake_supervisor("t_0123456789ab", "echo")
     holding.listeners.wake_supervisor("t_0123456789ab", "echo")
-    assert client.llen(k.listener_wake_key(holding.holder)) == 1, "wake-ups that wait for one round are one"
-    assert 0 < client.pttl(k.listener_wake_key(holding.holder)) <= 10_000, "and go when no supervisor takes them"
+    assert client.llen(lk.listener_wake_key(holding.holder)) == 1, "wake-ups that wait for one round are one"
+    assert 0 < client.pttl(lk.listener_wake_key(holding.holder)) <= 10_000, "and go when no supervisor takes them"
     client.close()
 
 
@@ -416,7 +416,7 @@ def test_a_supervision_round_takes_a_few_round_trips_however_many_listeners(
             deploy(supervisor_on(client), f"t_many{i:08d}")
         supervisor = supervisor_on(client, f"node-{listeners}:1")
         trips = round_trips(supervisor)
-        taken = [leases.holder(supervisor.queues.storage, k.listener_lease_name(t, "l"))
+        taken = [leases.holder(supervisor.queues.storage, lk.listener_lease_name(t, "l"))
                  for t in supervisor.listeners.tenants()]
         assert taken == [supervisor.holder] * listeners, "the round took every listener's lease"
         supervisor.release_all()
@@ -441,15 +441,15 @@ def test_a_supervisor_reads_the_definitions_again_when_a_listener_is_deployed_or
     assert supervisor.round() == 0
     deploy(other, "t_second00001", messages=2, batch_size=1)
     assert supervisor.round() == 2, "deployed from another node: scheduled at the next round"
-    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_second00001", "l")) == supervisor.holder
+    assert leases.holder(supervisor.queues.storage, lk.listener_lease_name("t_second00001", "l")) == supervisor.holder
     other.listeners.control("t_second00001", "l", "delete")
     supervisor.round()
-    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_second00001", "l")) is None, \
+    assert leases.holder(supervisor.queues.storage, lk.listener_lease_name("t_second00001", "l")) is None, \
         "deleted: its lease is given up at the next round"
 
     supervisor.queues.send("t_first000001", "in", [msg(f"m{i}") for i in range(4)])
     quietly = ListenerSpec(queue="in", process="forward", settings={"to": "out"}, batch_size=4)
-    client.hset(k.tenant_listeners("t_first000001"), "l", quietly.to_json())  # as an atomq without the version
+    client.hset(lk.tenant_listeners("t_first000001"), "l", quietly.to_json())  # as an atomq without the version
     clock = [time.monotonic()]
     monkeypatch.setattr(supervision, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     assert supervisor.round() == 4, "the definition it read: batches of 1"
@@ -462,12 +462,12 @@ def test_a_supervisor_reads_the_definitions_again_when_a_listener_is_deployed_or
         other.listeners.control("t_first000001", "l", "delete")
     finally:
         client.config_set("maxmemory", 0)
-    assert not client.hexists(k.tenant_listeners("t_first000001"), "l")
+    assert not client.hexists(lk.tenant_listeners("t_first000001"), "l")
     supervisor.round()
-    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_first000001", "l")) is not None
+    assert leases.holder(supervisor.queues.storage, lk.listener_lease_name("t_first000001", "l")) is not None
     clock[0] += supervision.DEFINITIONS_REFRESH_S
     supervisor.round()
-    assert leases.holder(supervisor.queues.storage, k.listener_lease_name("t_first000001", "l")) is None, \
+    assert leases.holder(supervisor.queues.storage, lk.listener_lease_name("t_first000001", "l")) is None, \
         "the delete whose version did not move is seen at the periodic reading"
     client.close()
 
@@ -484,7 +484,7 @@ def test_a_round_schedules_each_listener_as_its_queue_and_slots_say(private_valk
     assert supervisor.round() == 4
     waiting = supervisor.listeners.waiting_executions([(t, "l") for t in tenants])
     assert [len(w) for w in waiting] == [3, 0, 0, 1]
-    assert [Queue(k.rq_queue_name(t), connection=client).count for t in tenants] == [3, 0, 0, 1]
+    assert [Queue(lk.rq_queue_name(t), connection=client).count for t in tenants] == [3, 0, 0, 1]
     assert supervisor.round() == 0, "every slot that is needed is taken"
     client.close()
 
@@ -498,7 +498,7 @@ def test_rq_failing_for_one_listener_frees_its_slots_and_the_others_are_enqueued
     supervisor = supervisor_on(client)
     deploy(supervisor, "t_refused0001", messages=3, batch_size=1)
     deploy(supervisor, "t_accepted001", messages=2, batch_size=1)
-    refused = k.rq_queue_name("t_refused0001")
+    refused = lk.rq_queue_name("t_refused0001")
     enqueue = Queue.enqueue_call
 
     def failing(queue: Queue, *args: Any, **kwargs: Any) -> Any:
@@ -510,8 +510,8 @@ def test_rq_failing_for_one_listener_frees_its_slots_and_the_others_are_enqueued
     with pytest.raises(redis.ConnectionError):
         supervisor.round()
     monkeypatch.undo()
-    assert Queue(k.rq_queue_name("t_accepted001"), connection=client).count == 2
-    (gave_back, kept) = [client.zrange(k.ListenerKeys(t, "l").executions, 0, -1, withscores=True)
+    assert Queue(lk.rq_queue_name("t_accepted001"), connection=client).count == 2
+    (gave_back, kept) = [client.zrange(lk.ListenerKeys(t, "l").executions, 0, -1, withscores=True)
                          for t in ("t_refused0001", "t_accepted001")]
     now_ms = time.time() * 1000
     assert len(gave_back) == 3 and all(deadline <= now_ms for _, deadline in gave_back), \
@@ -536,12 +536,12 @@ def test_a_round_over_listeners_on_every_master_of_a_cluster(valkey_cluster: Val
             deploy(supervisor, tenant, messages=i + 1, batch_size=1)
         supervisor.round()  # the session's cluster may hold other tests' listeners too: each is checked alone
         assert [len(w) for w in supervisor.listeners.waiting_executions([(t, "l") for t in ids])] == [1, 2, 3]
-        assert [Queue(k.rq_queue_name(t), connection=rq).count for t in ids] == [1, 2, 3]
+        assert [Queue(lk.rq_queue_name(t), connection=rq).count for t in ids] == [1, 2, 3]
     finally:
         supervisor.release_all()
         for tenant in ids:
             supervisor.listeners.control(tenant, "l", "delete")
-            store.srem(k.LISTENER_TENANTS_KEY, tenant)  # the session's other supervisors never see them
-            Queue(k.rq_queue_name(tenant), connection=rq).delete(delete_jobs=True)
+            store.srem(lk.LISTENER_TENANTS_KEY, tenant)  # the session's other supervisors never see them
+            Queue(lk.rq_queue_name(tenant), connection=rq).delete(delete_jobs=True)
         store.close()
         rq.close()

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.served_node import AtomqServe, Http, ServeFactory
+from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
-from atomq.platform import keys as k
-from atomq.platform.nodes import NodeRecord
-from support.waiting import wait_until
-from support.served_node import AtomqServe, Http, ServeFactory
+from atomq.platform.store import keys as k
+from atomq.platform.watch.nodes import NodeRecord
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 
@@ -54,7 +54,7 @@ def test_selftest_sends_gets_acks_and_dead_letters_on_the_embedded_server(tmp_pa
 
 def test_audit_reports_a_consistent_data_dir_and_repairs_usage_counters(tmp_path: Path) -> None:
     from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-    from atomq.platform.embedded import EmbeddedValkey
+    from atomq.platform.store.embedded import EmbeddedValkey
 
     server = EmbeddedValkey(tmp_path / "valkey")
     server.start()

@@ -25,23 +25,23 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup, ServerError
 from schemathesis.openapi.checks import RejectedPositiveData
-from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
+from support.ports import free_port
+from support.queues import FAST
 
 from atomq.api import create_app
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS
 from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
-from support.ports import free_port
-from support.queues import FAST
 
 # schemathesis draws from `random` inside its strategies, which hypothesis reports as deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")

@@ -27,19 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.in_process_node import InProcessNode
 
 from atomq.api import create_app
 from atomq.api.dashboard.sessions import SESSION_COOKIE
 from atomq.api.services import LongPollLimiter, Services
 from atomq.client import AtomqClient, wire
 from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform.lease import Lease
-from atomq.platform.nodes import KeptWorkerState, NodeRecord, NodeRecords
-from atomq.platform.overview import OverviewStore, Sampler
+from atomq.platform.store import keys as k
+from atomq.platform.store.lease import Lease
+from atomq.platform.watch.nodes import KeptWorkerState, NodeRecord, NodeRecords
+from atomq.platform.watch.overview import OverviewStore, Sampler
 from atomq.tenants import TenantStore, api_keys
 from atomq.tenants.dashboard_sessions import SessionStore
-from support.in_process_node import InProcessNode
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 import redis
-
-from atomq.errors import FormatVersionError, NotFound
-from atomq.platform import MessageState, QueueServer, QueueSettings
-from atomq.platform import keys as k
-from atomq.platform.audit import audit_tenant
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.format_version import FORMAT_VERSION
-from atomq.platform.shared import manage_record
 from support.processes import pid_running
 from support.queues import FAST, browse_all, counts, dead_all, msg
 from support.waiting import wait_until
+
+from atomq.errors import FormatVersionError, NotFound
+from atomq.platform import MessageState, QueueServer, QueueSettings
+from atomq.platform.shared import manage_record
+from atomq.platform.store import keys as k
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.format_version import FORMAT_VERSION
+from atomq.platform.watch.audit import audit_tenant
 
 P2P = "point_to_point"
 

@@ -17,15 +17,15 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-
-from atomq.errors import EmbeddedServerError, StorageError, UnsafeStorage
-from atomq.platform import embedded, valkey_binary
-from atomq.platform.connection import check_server, open_redis, redact_url
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.valkey_binary import find_server_binary
 from support.ports import free_port
 from support.processes import pid_running
 from support.waiting import wait_until
+
+from atomq.errors import EmbeddedServerError, StorageError, UnsafeStorage
+from atomq.platform.store import embedded, valkey_binary
+from atomq.platform.store.connection import check_server, open_redis, redact_url
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.valkey_binary import find_server_binary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -273,7 +273,7 @@ def test_kill_9_of_atomq_makes_valkey_shut_down_cleanly(servers, tmp_path: Path)
     data_dir = tmp_path / "valkey"
     script = (
         "import sys\n"
-        "from atomq.platform.embedded import EmbeddedValkey\n"
+        "from atomq.platform.store.embedded import EmbeddedValkey\n"
         "ev = EmbeddedValkey(sys.argv[1])\n"
         "ev.start()\n"
         "c = ev.client()\n"

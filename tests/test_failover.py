@@ -23,18 +23,19 @@ import psutil
 import pytest
 import requests
 from redis.cluster import key_slot
-
-from atomq.client import AtomqClient
-from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform.connection import open_redis
-from atomq.platform.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
 from support.listener_processes import served_env, stall_first_delivery
 from support.ports import free_port
 from support.served_node import AtomqServe, ServeFactory
 from support.valkey_cluster import ValkeyCluster
 from support.waiting import wait_until
+
+from atomq.client import AtomqClient
+from atomq.platform import QueueServer
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.embedded import EmbeddedValkey
 
 pytestmark = pytest.mark.slow
 
@@ -292,7 +293,7 @@ def test_a_master_and_then_a_node_killed_under_load(serve: ServeFactory, stores:
 
     client = open_redis(cluster.url)
     try:
-        listener_holder = client.get(k.lease_key(k.listener_lease_name(listening["id"], "stall")))
+        listener_holder = client.get(k.lease_key(lk.listener_lease_name(listening["id"], "stall")))
         assert listener_holder is not None and listener_holder.decode().startswith(f"{survivor_id}:")
         lost: dict[str, int] = {}
         for (tenant, key, durability), p in zip(tenants, producers):

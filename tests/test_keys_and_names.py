@@ -6,9 +6,9 @@ import pytest
 from redis.crc import key_slot
 
 from atomq.errors import InvalidInput
-from atomq.platform import keys as k
-from atomq.platform.names import check_queue_name, check_tenant_id
-from atomq.platform.queue_settings import QueueSettings, redelivery_delay
+from atomq.platform.queues.names import check_queue_name, check_tenant_id
+from atomq.platform.queues.queue_settings import QueueSettings, redelivery_delay
+from atomq.platform.store import keys as k
 
 
 def every_key_of(tenant: str) -> list[str]:

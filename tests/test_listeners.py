@@ -9,9 +9,9 @@ forking workers of ``atomq serve --workers N`` are tested end to end in
 
 from __future__ import annotations
 
-import secrets
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,21 +21,22 @@ import pytest
 import redis
 import requests
 from rq import Queue, SimpleWorker
+from support.in_process_node import InProcessNode
+from support.listener_processes import always_fail, registered, stall_first_delivery
+from support.queues import msg
 
 from atomq import defaults
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
 from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec, ListenerStore, ScheduleCall
+from atomq.platform.listeners.deployed import ListenerSpec, ListenerStore, ScheduleCall
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.lease import Lease
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
-from support.in_process_node import InProcessNode
-from support.listener_processes import always_fail, registered, stall_first_delivery
-from support.queues import msg
 
 OWNER = "owner-key-for-listener-tests"
 TEST_PROCESSES = registered(fail=always_fail, stall=stall_first_delivery)
@@ -82,7 +83,7 @@ def tenant(harness: Harness) -> Iterator[Tenant]:
 
 def work(h: Harness, tenant: Tenant) -> int:
     """Runs every execution waiting in the tenant's rq queue, in this process; how many ran."""
-    queue = Queue(k.rq_queue_name(tenant.id), connection=h.rq)
+    queue = Queue(lk.rq_queue_name(tenant.id), connection=h.rq)
     jobs = queue.count
     SimpleWorker([queue], connection=h.rq).work(burst=True, logging_level="WARNING")
     return jobs
@@ -238,10 +239,10 @@ def test_max_concurrent_executions_bounds_the_executions_scheduled(harness: Harn
     api.request("PUT", "/v1/listeners/two", {"queue": "in", "process": "forward", "batch_size": 1,
                                              "max_concurrent_executions": 2, "settings": {"to": "out"}})
     harness.supervisor.round()
-    assert Queue(k.rq_queue_name(tenant.id), connection=harness.rq).count == 2
+    assert Queue(lk.rq_queue_name(tenant.id), connection=harness.rq).count == 2
     assert api.request("GET", "/v1/listeners/two")["outstanding"] == 2
     harness.supervisor.round()  # the slots are taken: nothing more
-    assert Queue(k.rq_queue_name(tenant.id), connection=harness.rq).count == 2
+    assert Queue(lk.rq_queue_name(tenant.id), connection=harness.rq).count == 2
     drive(harness, tenant, lambda: api.queue("out")["depth"] == 5, "all five forwarded")
 
 
@@ -523,8 +524,8 @@ def test_an_execution_token_is_good_only_for_its_own_execution_and_only_while_it
         assert horse.request("POST", f"{base}/extend") == {"extended": 1}
         assert horse.send_texts("out", ["sent with a token"])
         holder = harness.supervisor.holder
-        assert Lease(harness.services.queues.storage, k.listener_lease_name(tenant.id, "t"), holder, 60).acquire()
-        wake = k.listener_wake_key(holder)
+        assert Lease(harness.services.queues.storage, lk.listener_lease_name(tenant.id, "t"), holder, 60).acquire()
+        wake = lk.listener_wake_key(holder)
         harness.services.queues.client.delete(wake)
         finished = horse.request("POST", f"{base}/finish", {"ok": True, "processed": [started["messages"][0]["id"]]})
         assert finished == {"acked": 1, "requeued": 0, "dead_lettered": 0}
@@ -614,11 +615,11 @@ def _execution_dies_after_taking_its_batch(harness: Harness, tenant: Tenant, lis
     """A supervisor round schedules the listener's one execution; a work horse takes its batch
     and dies with its job (rq keeps no trace of it)."""
     assert harness.supervisor.round() >= 1
-    (job_id,) = Queue(k.rq_queue_name(tenant.id), connection=harness.rq).job_ids
+    (job_id,) = Queue(lk.rq_queue_name(tenant.id), connection=harness.rq).job_ids
     token = harness.services.tenants.execution_tokens.mint(tenant.id, listener, job_id, 60)
     with AtomqClient(harness.url, token) as horse:
         assert horse.request("POST", f"/v1/listeners/{listener}/executions/{job_id}/start")["run"]
-    Queue(k.rq_queue_name(tenant.id), connection=harness.rq).empty()
+    Queue(lk.rq_queue_name(tenant.id), connection=harness.rq).empty()
     harness.rq.delete(f"rq:job:{job_id}")
 
 
@@ -691,14 +692,14 @@ def test_the_worker_takes_tenant_queues_round_robin(harness: Harness) -> None:
     rq = harness.rq
     busy, quiet = "t_roundrobin01", "t_roundrobin02"
     for tenant_id, count in ((busy, 6), (quiet, 2)):
-        rq.sadd(k.RQ_TENANTS_KEY, tenant_id)
-        queue = Queue(k.rq_queue_name(tenant_id), connection=rq)
+        rq.sadd(lk.RQ_TENANTS_KEY, tenant_id)
+        queue = Queue(lk.rq_queue_name(tenant_id), connection=rq)
         for i in range(count):
             queue.enqueue_call(record, args=(f"{tenant_id[-1]}{i}",), result_ttl=0)
     try:
         run_worker(rq, burst=True, worker_class=InProcessTenantWorker)
     finally:
-        rq.srem(k.RQ_TENANTS_KEY, busy, quiet)
+        rq.srem(lk.RQ_TENANTS_KEY, busy, quiet)
     mine = [r for r in RAN if r[0] in "12"]
     assert mine[:4] in (["10", "20", "11", "21"], ["20", "10", "21", "11"])
     assert sorted(mine) == ["10", "11", "12", "13", "14", "15", "20", "21"]
@@ -712,14 +713,14 @@ def test_deleting_a_tenant_drops_its_listeners_and_its_rq_queue(harness: Harness
         api.request("PUT", "/v1/listeners/l", {"queue": "in", "process": "forward", "settings": {"to": "out"}})
         api.send_texts("in", ["never run"])
     harness.supervisor.round()
-    queue = Queue(k.rq_queue_name(created["id"]), connection=harness.rq)
+    queue = Queue(lk.rq_queue_name(created["id"]), connection=harness.rq)
     assert queue.count == 1
     harness.owner.delete_tenant(created["id"])
     pruning = Supervisor(harness.services.queues, harness.services.tenants.execution_tokens, harness.rq,
                          SupervisorConfig(api_url=harness.url, prune_interval_s=0), holder="pruner",
                          tenant_exists=harness.services.tenants.exists)
     pruning.round()
-    assert created["id"].encode() not in harness.rq.smembers(k.RQ_TENANTS_KEY)
+    assert created["id"].encode() not in harness.rq.smembers(lk.RQ_TENANTS_KEY)
     assert queue.count == 0
     assert created["id"] not in harness.services.listeners.tenants()
 
@@ -730,7 +731,7 @@ def test_deleting_a_tenant_drops_its_listeners_and_its_rq_queue(harness: Harness
 def test_spark_listeners_are_counted_for_the_nodes_that_start_spark_workers(harness: Harness) -> None:
     store = harness.services.listeners
     created = harness.owner.create_tenant("spark-count")
-    count_key = k.tenant_spark_listeners(created["id"])
+    count_key = lk.tenant_spark_listeners(created["id"])
     before = store.spark_listener_count()
     spark = {"queue": "in", "process": "forward", "engine": "spark", "settings": {"to": "out"}}
     with AtomqClient(harness.url, created["api_key"]) as api:
@@ -747,11 +748,11 @@ def test_spark_listeners_are_counted_for_the_nodes_that_start_spark_workers(harn
         assert (int(harness.rq.get(count_key)), store.spark_listener_count()) == (0, before)
         api.request("PUT", "/v1/listeners/s2", spark)  # fork -> spark
         assert store.spark_listener_count() == before + 1
-    assert created["id"].encode() in harness.rq.smembers(k.SPARK_LISTENER_TENANTS_KEY)
+    assert created["id"].encode() in harness.rq.smembers(lk.SPARK_LISTENER_TENANTS_KEY)
     harness.owner.delete_tenant(created["id"])
     assert store.spark_listener_count() == before
     # A deleted tenant never deploys again: the nodes stop reading its counter.
-    assert created["id"].encode() not in harness.rq.smembers(k.SPARK_LISTENER_TENANTS_KEY)
+    assert created["id"].encode() not in harness.rq.smembers(lk.SPARK_LISTENER_TENANTS_KEY)
 
 
 def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_one_is(
@@ -787,14 +788,14 @@ def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_o
         assert states()["s"] == ("waiting", "no Spark worker is running: no Java runtime was found")
         # A worker anywhere that heartbeats ends the wait.
         liveness.spark_heartbeat(harness.rq, "spark-test-worker")
-        fork_worker = Worker([Queue(k.rq_queue_name(tenant.id), connection=harness.rq)], connection=harness.rq,
+        fork_worker = Worker([Queue(lk.rq_queue_name(tenant.id), connection=harness.rq)], connection=harness.rq,
                              name=f"fork-test-{tenant.id}")
         fork_worker.register_birth()
         assert states() == {"f": ("running", ""), "s": ("running", ""), "p": ("paused", "")}
         api.request("POST", "/v1/listeners/p/resume")
         assert states()["p"] == ("running", "")
         # ... and when the workers are gone it waits again, keeping what it was before.
-        harness.services.queues.client.hset(k.ListenerKeys(tenant.id, "f").stat,
+        harness.services.queues.client.hset(lk.ListenerKeys(tenant.id, "f").stat,
                                             mapping={"state": "error", "last_error": "an execution failed"})
         fork_worker.register_death()
         liveness.spark_gone(harness.rq, "spark-test-worker")
@@ -804,8 +805,8 @@ def test_a_listener_waits_while_no_worker_of_its_engine_is_alive_and_runs_once_o
         assert states()["f"] == ("error", "an execution failed"), "its failure is not lost to the wait"
         fork_worker.register_death()
     finally:
-        harness.services.queues.client.delete(k.WORKER_PROBLEMS_KEY)
-        harness.rq.delete(k.SPARK_WORKERS_KEY)
+        harness.services.queues.client.delete(lk.WORKER_PROBLEMS_KEY)
+        harness.rq.delete(lk.SPARK_WORKERS_KEY)
         watching.release_all()
 
 
@@ -834,7 +835,7 @@ def test_a_worker_that_starts_is_seen_at_the_next_round_not_seconds_later(valkey
     workers start, not after they ran the listeners' executions. The clock is the test's."""
     from rq import Worker
 
-    from atomq.platform.storage import Storage
+    from atomq.platform.store.storage import Storage
     from atomq.workers import liveness
 
     rq = valkey.client(db=9)  # a registry of rq workers of this test's own
@@ -842,7 +843,7 @@ def test_a_worker_that_starts_is_seen_at_the_next_round_not_seconds_later(valkey
     watch = liveness.WorkerLiveness(rq, liveness.WorkerProblems(Storage(rq)), clock=lambda: now[0])
     try:
         assert watch.waiting_for("fork") == liveness.FORK_MISSING
-        worker = Worker([Queue(k.rq_queue_name("t_000000000abc"), connection=rq)], connection=rq, name="starting")
+        worker = Worker([Queue(lk.rq_queue_name("t_000000000abc"), connection=rq)], connection=rq, name="starting")
         worker.register_birth()
         now[0] += liveness.MISSING_RECHECK_S
         assert watch.waiting_for("fork") == ""

@@ -21,17 +21,17 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from rq import Queue, SimpleWorker
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 from atomq import telemetry
 from atomq.client import AtomqClient
 from atomq.errors import AtomqError
 from atomq.platform import Sent
-from atomq.platform import keys as k
+from atomq.platform.store import listener_keys as lk
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support.in_process_node import InProcessNode
-from support.waiting import wait_until
 
 OWNER = "owner-key-for-log-tests"
 
@@ -107,7 +107,7 @@ def test_an_executions_lines_carry_its_tenant_listener_queue_and_trace(
         supervisor = Supervisor(node.services.queues, node.services.tenants.execution_tokens, node.rq,
                                 SupervisorConfig(api_url=node.url, execution_timeout_s=30), holder="test-node",
                                 tenant_exists=node.services.tenants.exists)
-        queue = Queue(k.rq_queue_name(created["id"]), connection=node.rq)
+        queue = Queue(lk.rq_queue_name(created["id"]), connection=node.rq)
 
         def executed() -> bool:
             supervisor.round()

@@ -7,16 +7,16 @@ import secrets
 import signal
 from pathlib import Path
 
-from atomq import __version__
-from atomq.platform.connection import open_redis
-from atomq.platform.nodes import NodeRecords
-from atomq.platform.storage import Storage
-
-from atomq.platform.embedded import EmbeddedValkey
 from support.ports import free_port
 from support.served_node import Http, ServeFactory
 from support.valkey_cluster import ValkeyCluster
 from support.waiting import wait_until
+
+from atomq import __version__
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch.nodes import NodeRecords
 
 
 def exporter_flag(node_metrics: str) -> float:

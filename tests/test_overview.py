@@ -15,23 +15,24 @@ import pytest
 import redis
 import requests
 from rq import Queue, Worker
+from support.in_process_node import InProcessNode
+from support.queues import msg
+from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform.lease import Lease
-from atomq.platform.embedded import EmbeddedValkey
-from atomq.platform.listeners import ListenerSpec, ListenerStore
+from atomq.platform.listeners.deployed import ListenerSpec, ListenerStore
 from atomq.platform.maintenance import run_maintenance
-from atomq.platform.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
-from atomq.platform.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.store.lease import Lease
+from atomq.platform.watch.nodes import FORGET_S, SILENT_S, KeptWorkerState, NodeRecord, NodeRecords
+from atomq.platform.watch.overview import HISTORY_LENGTH, OverviewStore, Sample, Sampler, run_sampler, tenant_traffic
 from atomq.tenants import TenantStore
 from atomq.workers.liveness import current_executions, spark_executions, spark_gone, spark_heartbeat
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
-from support.in_process_node import InProcessNode
-from support.queues import msg
-from support.waiting import wait_until
 
 OWNER = f"aq_owner_{uuid.uuid4().hex}"
 
@@ -262,7 +263,7 @@ def test_what_each_fork_worker_runs_is_read_from_rqs_registry(valkey) -> None:  
     which the node's master reads by the pids of the workers it keeps."""
     rq = valkey.client()
     tenant = f"t_{uuid.uuid4().hex[:12]}"
-    queue = Queue(k.rq_queue_name(tenant), connection=rq)
+    queue = Queue(lk.rq_queue_name(tenant), connection=rq)
     job = queue.enqueue_call("atomq.workers.execution.run", kwargs={"listener": "echo", "api_url": "x"},
                              job_id=f"e_{uuid.uuid4().hex}")
     worker = Worker([queue], connection=rq, name=f"w-{uuid.uuid4().hex[:8]}")

@@ -11,13 +11,12 @@ import time
 
 import pytest
 import redis
+from support.queues import msg
 
 from atomq.errors import Conflict, InvalidInput, NotFound, StorageError, TooLarge
-from atomq.platform import (DeadLetterReasons, MessageState, OutgoingDocument, OutgoingMessage, QueueServer,
-                            ReasonCount)
-from atomq.platform import management
-from atomq.platform.audit import audit_tenant
-from support.queues import msg
+from atomq.platform import DeadLetterReasons, MessageState, OutgoingDocument, OutgoingMessage, QueueServer, ReasonCount
+from atomq.platform.queues import management
+from atomq.platform.watch.audit import audit_tenant
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"
@@ -729,10 +728,10 @@ def test_a_blocking_get_ends_when_its_queue_is_deleted(qs, tenant, queue) -> Non
 
 def test_usage_is_counted_exactly_and_a_quota_refuses_a_batch_whole(qs, tenant, backend) -> None:
     from atomq.errors import QuotaExceeded
-    from atomq.platform import keys as k
-    from atomq.platform.audit import recount_usage
-    from atomq.platform.footprint import COPY_BYTES, DOC_BYTES, MARKER_BYTES
     from atomq.platform.models import BARE_ENVELOPE
+    from atomq.platform.queues.footprint import COPY_BYTES, DOC_BYTES, MARKER_BYTES
+    from atomq.platform.store import keys as k
+    from atomq.platform.watch.audit import recount_usage
 
     def cost(m, copies: int) -> int:
         """What the footprint says one message costs: its copies, then its documents."""

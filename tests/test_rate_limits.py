@@ -6,11 +6,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.waiting import wait_until
 
 from atomq.errors import NotFound, RateLimited
-from atomq.platform.rate_limit import RateLimiter, retry_after_s
-from atomq.platform.storage import Storage
-from support.waiting import wait_until
+from atomq.platform.guards.rate_limit import RateLimiter, retry_after_s
+from atomq.platform.store.storage import Storage
 
 
 def test_retry_after_is_whole_seconds_and_at_least_one() -> None:
@@ -94,8 +94,8 @@ import json, os, sys
 from concurrent.futures import ThreadPoolExecutor
 import redis
 from atomq.errors import RateLimited
-from atomq.platform.rate_limit import RateLimiter
-from atomq.platform.storage import Storage
+from atomq.platform.guards.rate_limit import RateLimiter
+from atomq.platform.store.storage import Storage
 limiter = RateLimiter(Storage(redis.Redis.from_url(os.environ["REDIS_URL"])), sys.argv[1])
 def attempt(i):
     try:

@@ -1,15 +1,15 @@
 """A figure every request reads from one shared key is read again in the background: a request
-never waits on it, and a failed read keeps the last value (see atomq.platform.refreshed)."""
+never waits on it, and a failed read keeps the last value (see atomq.platform.store.refreshed)."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
+from support.waiting import wait_until
 
 from atomq.errors import StorageError
-from atomq.platform.refreshed import Refreshed
-from support.waiting import wait_until
+from atomq.platform.store.refreshed import Refreshed
 
 
 def test_a_stale_value_serves_while_one_background_read_runs_and_a_failed_read_keeps_it(

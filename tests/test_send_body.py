@@ -9,7 +9,7 @@ import marshmallow as ma
 import pytest
 
 from atomq.api.schemas.messages import PublishManySchema, SendSchema
-from atomq.api.send_body import parse_publish_many, parse_send
+from atomq.api.wire.send_body import parse_publish_many, parse_send
 from atomq.errors import InvalidInput
 
 DOC = {"data": "x"}

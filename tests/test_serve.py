@@ -27,13 +27,14 @@ from typing import Any
 
 import pytest
 import requests
-
-from atomq.platform.nodes import NodeRecords
-from atomq.platform.overview import OverviewStore
-from atomq.platform.storage import Storage
 from support.processes import pid_running
-from support.served_node import AtomqServe, Http, SHUTDOWN_TIMEOUT_S, ServeFactory
+from support.served_node import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, ServeFactory
 from support.waiting import wait_until
+
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch.nodes import NodeRecords
+from atomq.platform.watch.overview import OverviewStore
+
 
 @pytest.fixture
 def server(serve: ServeFactory) -> AtomqServe:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import secrets
 import json
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from atomq.client import AtomqClient
-from atomq.platform import keys as k
 from support.in_process_node import InProcessNode
 from support.waiting import wait_until
+
+from atomq.client import AtomqClient
+from atomq.platform.store import keys as k
 
 OWNER = "owner-key-for-spark-tests"
 

@@ -7,8 +7,8 @@ thread of its own in the tenant's FAIR pool.
 
 from __future__ import annotations
 
-import secrets
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -17,17 +17,18 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue, SimpleWorker
+from support.in_process_node import InProcessNode
+from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
+from support.queues import msg
 
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
-from atomq.platform import keys as k
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
 from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support.in_process_node import InProcessNode
-from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
-from support.queues import msg
 
 OWNER = "owner-key-for-spark-listener-tests"
 
@@ -79,7 +80,7 @@ def drive(h: Harness, tenant: Tenant, done: Callable[[], bool], what: str, timeo
             pass
         for t in h.worker.threads:
             t.join()
-        fork_queue = Queue(k.rq_queue_name(tenant.id), connection=h.rq)
+        fork_queue = Queue(lk.rq_queue_name(tenant.id), connection=h.rq)
         SimpleWorker([fork_queue], connection=h.rq).work(burst=True, logging_level="WARNING")
 
 

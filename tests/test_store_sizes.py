@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from rq import Queue
+from support.queues import FAST, msg
 
 from atomq.platform import QueueServer
-from atomq.platform import keys as k
-from atomq.platform import store_sizes
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.watch import store_sizes
 from atomq.workers.worker import job_queue_bytes
-from support.queues import FAST, msg
 
 
 def _noop() -> None:
@@ -34,8 +34,8 @@ def test_in_flight_deliveries_dedupe_markers_redeliveries_and_jobs_are_measured(
     assert scheduled["job_scheduler_bytes"] > base["job_scheduler_bytes"]  # 50 redeliveries scheduled
     assert scheduled["temporary_bytes"] < busy["temporary_bytes"]  # none in flight any more
 
-    rq.sadd(k.RQ_TENANTS_KEY, tenant)
-    queue = Queue(k.rq_queue_name(tenant), connection=rq)
+    rq.sadd(lk.RQ_TENANTS_KEY, tenant)
+    queue = Queue(lk.rq_queue_name(tenant), connection=rq)
     try:
         before_jobs = job_queue_bytes(rq)
         for _ in range(10):
@@ -45,7 +45,7 @@ def test_in_flight_deliveries_dedupe_markers_redeliveries_and_jobs_are_measured(
         assert with_jobs["job_scheduler_bytes"] == scheduled["job_scheduler_bytes"] + job_queue_bytes(rq)
     finally:
         queue.delete(delete_jobs=True)
-        rq.srem(k.RQ_TENANTS_KEY, tenant)
+        rq.srem(lk.RQ_TENANTS_KEY, tenant)
 
     store_sizes.record(qs, with_jobs)
     assert store_sizes.recorded(qs) == with_jobs

@@ -12,14 +12,21 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.audit import assert_audit_clean
+from support.queues import FAST, browse_all, msg
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotDurable, QueueFull, QuotaExceeded, TooLarge
 from atomq.platform import PublishedMany, QueueServer
-from atomq.platform import keys as k
-from atomq.platform.topics import PATTERN_PATTERN, TOPIC_PATTERN, TopicMatcher, check_pattern, check_patterns, check_topic
-from support.audit import assert_audit_clean
-from support.queues import FAST, browse_all, msg
+from atomq.platform.queues.topics import (
+    PATTERN_PATTERN,
+    TOPIC_PATTERN,
+    TopicMatcher,
+    check_pattern,
+    check_patterns,
+    check_topic,
+)
+from atomq.platform.store import keys as k
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 

@@ -23,7 +23,6 @@ from atomq.api import (
     queues,
     server,
     streams,
-    strict_json,
     tenants,
     topics,
 )
@@ -34,6 +33,7 @@ from atomq.api.latency import LatencyRecorder
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selection, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema, ReleaseSchema
 from atomq.api.services import Services
+from atomq.api.wire import strict_json
 
 
 class AtomqApi(Api):  # type: ignore[misc]

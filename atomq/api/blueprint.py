@@ -1,7 +1,7 @@
 """flask-smorest's Blueprint with this contract's choices made once.
 
 Invalid input is 400 (webargs' default is 422), bodies are read through the
-app's strict JSON (``atomq.api.strict_json``, not webargs' own parser), and
+app's strict JSON (``atomq.api.wire.strict_json``, not webargs' own parser), and
 every view gets the services of its node.
 """
 

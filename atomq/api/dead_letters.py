@@ -7,11 +7,11 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
-from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import DeadLetterPageArgs, DeadLetterSelector, SubscriberArgs
 from atomq.api.schemas.messages import DeadLetterPageSchema, DeadLetterReasonsSchema, DeletedSchema, ResentSchema
+from atomq.api.wire import render
 
 blp = ApiBlueprint("dead_letters", __name__, url_prefix="/v1/queues", description="Dead letters",
                    tenant_scoped=True)

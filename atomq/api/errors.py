@@ -18,7 +18,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from atomq.errors import AtomqError, RateLimited, StorageError, StorageFull, class_for_status
-from atomq.platform.storage import STORE_ERRORS, translate
+from atomq.platform.store.storage import STORE_ERRORS, translate
 
 log = logging.getLogger("atomq.api")
 

@@ -6,7 +6,7 @@ from flask import Response, current_app
 from flask.views import MethodView
 
 from atomq.api.blueprint import ApiBlueprint, services
-from atomq.api.render import json_response
+from atomq.api.wire.render import json_response
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
 from atomq.workers.liveness import WorkerProblems
 

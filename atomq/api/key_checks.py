@@ -1,7 +1,7 @@
 """Failed key checks slow their sender down: past a few a minute, an address gets 429 for that key.
 
 Counted per client address, key id and node in Redis
-(``atomq.platform.failed_key_checks``), so every HTTP worker process of the
+(``atomq.platform.guards.failed_key_checks``), so every HTTP worker process of the
 node shares the count, in a window that starts with the first failure and
 expires with it. What is throttled is guessing one key's secret: a throttled
 (address, key id) is refused before its key is looked at, so guessing a key
@@ -25,8 +25,8 @@ import threading
 import time
 
 from atomq.errors import RateLimited
-from atomq.platform.failed_key_checks import FailedKeyChecks
-from atomq.platform.storage import Storage
+from atomq.platform.guards.failed_key_checks import FailedKeyChecks
+from atomq.platform.store.storage import Storage
 from atomq.tenants.api_keys import API_KEY
 
 MAX_FAILURES = 20

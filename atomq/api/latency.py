@@ -5,7 +5,7 @@ the SDK's Prometheus reader sees only the process it runs in, so a scrape
 would show one worker's share. Each process therefore records into its own
 MeterProvider, whose periodic reader hands the delta of every few seconds
 to :class:`RedisHistogramExporter`; that adds it to one Redis hash
-(``atomq.platform.request_latency``), which the metrics endpoint reads
+(``atomq.platform.watch.request_latency``), which the metrics endpoint reads
 whole. A process's last few seconds reach Redis at its next export, at a
 scrape it answers, or when it exits.
 
@@ -32,8 +32,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
 from atomq.errors import StorageError
-from atomq.platform.request_latency import LatencyDelta, RequestLatencyStore
-from atomq.platform.storage import Storage
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch.request_latency import LatencyDelta, RequestLatencyStore
 
 INSTRUMENT = "atomq.request.duration"
 BOUNDS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)

@@ -15,7 +15,6 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
-from atomq.api import render
 from atomq.api.auth import current_tenant, principal
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import ListArgs
@@ -28,8 +27,9 @@ from atomq.api.schemas.listeners import (
     ListenerSchema,
 )
 from atomq.api.schemas.messages import ExtendedSchema
+from atomq.api.wire import render
 from atomq.errors import Forbidden
-from atomq.platform.listeners import Listener
+from atomq.platform.listeners.deployed import Listener
 from atomq.tenants.records import ExecutionGrant
 from atomq.workers import processes
 

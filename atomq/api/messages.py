@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response, request
 from flask.views import MethodView
 
-from atomq.api import links, render, strict_json
+from atomq.api import links
 from atomq.api.auth import current_tenant, request_holder
 from atomq.api.blueprint import (
     IDEMPOTENCY_HEADER,
@@ -35,9 +35,10 @@ from atomq.api.schemas.messages import (
     SendResultSchema,
     SendSchema,
 )
-from atomq.api.send_body import parse_send
+from atomq.api.wire import render, strict_json
+from atomq.api.wire.send_body import parse_send
 from atomq.errors import InvalidInput
-from atomq.platform.stored_nowhere import after_send
+from atomq.platform.queues.stored_nowhere import after_send
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("messages", __name__, url_prefix="/v1/queues", description="Messages",

@@ -11,7 +11,7 @@ Two kinds of figures, kept where every node can read them:
   summed in Redis (``atomq.api.latency``); the exporting node serves it too.
 
 The tenants' figures and the latency are read in a background build that a
-scrape waits for only ``METRICS_WAIT_S`` (``atomq.api.metrics_builds``): with
+scrape waits for only ``METRICS_WAIT_S`` (``atomq.platform.watch.metrics_builds``): with
 thousands of tenants, the scrape answers in time with the last build's figures.
 
 prometheus_client writes the text format: the SDK's own Prometheus reader
@@ -38,14 +38,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from atomq import defaults
 from atomq.api.auth import METRICS_PUBLIC, require_owner
 from atomq.api.latency import BOUNDS_S, LABELS, LatencyRecorder
-from atomq.api.metrics_builds import FigureBuilds
 from atomq.api.server import server_state
 from atomq.api.services import Services
-from atomq.platform import keys as k
-from atomq.platform import lease
-from atomq.platform.counters import QUEUE_COUNTS, REFUSALS
-from atomq.platform.request_latency import RequestLatencyStore
-from atomq.platform.memory_state import STATES as MEMORY_STATES
+from atomq.platform.store import keys as k
+from atomq.platform.store import lease
+from atomq.platform.watch.counters import QUEUE_COUNTS, REFUSALS
+from atomq.platform.watch.memory_state import STATES as MEMORY_STATES
+from atomq.platform.watch.metrics_builds import FigureBuilds
+from atomq.platform.watch.request_latency import RequestLatencyStore
 from atomq.tenants.records import Tenant
 
 blp = Blueprint("metrics", __name__)

@@ -1,7 +1,7 @@
 """The platform as a whole, as the owner's overview and ``GET /v1/server/overview`` show it: every
 tenant ranked by what an operator asks of it (who is loud, who is stuck, who is full), and the
 platform's message rates over the last hour. Both come from the samples the maintenance lease
-holder keeps (``atomq.platform.overview``), not from a read of every queue.
+holder keeps (``atomq.platform.watch.overview``), not from a read of every queue.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from atomq.platform.overview import HISTORY_S, TENANT_ORDERS, OverviewStore, TenantSample, tenant_traffic
+from atomq.platform.watch.overview import HISTORY_S, TENANT_ORDERS, OverviewStore, TenantSample, tenant_traffic
 from atomq.tenants import Tenant
+
 
 @dataclass(frozen=True)
 class TenantRow:

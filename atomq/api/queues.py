@@ -7,12 +7,13 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
-from atomq.api import links, render
+from atomq.api import links
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import ErrorSchema, ListArgs
 from atomq.api.schemas.queues import QueueListSchema, QueuePutSchema, QueueSchema
 from atomq.api.services import Services
+from atomq.api.wire import render
 from atomq.errors import NotFound
 
 blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Queue components",

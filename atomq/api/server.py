@@ -13,10 +13,11 @@ from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.platform_view import platform_view
 from atomq.api.schemas.server import NodesSchema, OverviewArgs, OverviewSchema, ServerPatchSchema, ServerSchema
 from atomq.api.services import Services
-from atomq.platform import keys as k
-from atomq.platform import lease, store_sizes
-from atomq.platform.nodes import NodeRecords
-from atomq.platform.overview import OverviewStore
+from atomq.platform.store import keys as k
+from atomq.platform.store import lease
+from atomq.platform.watch import store_sizes
+from atomq.platform.watch.nodes import NodeRecords
+from atomq.platform.watch.overview import OverviewStore
 
 blp = ApiBlueprint("server", __name__, url_prefix="/v1/server", description="Server (owner key)")
 

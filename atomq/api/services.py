@@ -14,17 +14,16 @@ from typing import TypeVar
 from atomq import defaults
 from atomq.errors import AtomqError, MemoryLow, NotFound, QueueFull, RateLimited, StorageFull
 from atomq.platform import OutgoingMessage, Overflow, Published, PublishedMany, QueueServer, Sent
-from atomq.platform.executions import Executions
-from atomq.platform.listeners import ListenerStore
-from atomq.platform.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
-from atomq.platform.rate_limit import RateLimiter
-from atomq.platform.refreshed import Refreshed
-from atomq.platform.sending import Admit
-from atomq.platform.server_limits import reserve_room
-from atomq.platform.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
-from atomq.platform.streams import StreamConsumers
+from atomq.platform.guards.rate_limit import RateLimiter
+from atomq.platform.guards.server_limits import reserve_room
+from atomq.platform.guards.server_settings import REFRESH_S, ServerSettings, ServerSettingsStore
+from atomq.platform.listeners.deployed import ListenerStore
+from atomq.platform.listeners.executions import Executions
+from atomq.platform.queues.sending import Admit
+from atomq.platform.queues.streams import StreamConsumers
+from atomq.platform.store.refreshed import Refreshed
+from atomq.platform.watch.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
 from atomq.tenants import TenantStore
-
 
 Stored = TypeVar("Stored", Sent, Published, PublishedMany)
 

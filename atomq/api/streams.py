@@ -1,7 +1,7 @@
 """Streaming consumers of a queue: ``/v1/queues/<q>/streams/<consumer>/...``.
 
 The protocol of the Spark data source's streaming read (see
-``atomq.platform.streams``): plan micro-batch n (idempotent), read its
+``atomq.platform.queues.streams``): plan micro-batch n (idempotent), read its
 partitions (the same rows on every replay), extend while working, commit
 through n (ack), each fenced by the generation the query's open answered.
 Tenant key, like every queue call.
@@ -14,7 +14,6 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 
-from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.streams import (
@@ -29,6 +28,7 @@ from atomq.api.schemas.streams import (
     PlanSchema,
     StreamExtendedSchema,
 )
+from atomq.api.wire import render
 
 blp = ApiBlueprint("streams", __name__, url_prefix="/v1/queues", description="Streaming consumers",
                    tenant_scoped=True)

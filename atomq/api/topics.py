@@ -9,7 +9,6 @@ from flask import Response, request
 from flask.views import MethodView
 
 from atomq import defaults
-from atomq.api import render
 from atomq.api.auth import current_tenant
 from atomq.api.blueprint import (
     IDEMPOTENCY_HEADER,
@@ -22,9 +21,10 @@ from atomq.api.blueprint import (
 )
 from atomq.api.messages import json_body
 from atomq.api.schemas.messages import PublishManyResultSchema, PublishManySchema, PublishResultSchema, SendSchema
-from atomq.api.send_body import parse_publish_many, parse_send
-from atomq.platform.stored_nowhere import StoredNowhere, after_publish, after_publish_many
-from atomq.platform.topics import TOPIC_PATTERN, check_topic
+from atomq.api.wire import render
+from atomq.api.wire.send_body import parse_publish_many, parse_send
+from atomq.platform.queues.stored_nowhere import StoredNowhere, after_publish, after_publish_many
+from atomq.platform.queues.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
 
 blp = ApiBlueprint("topics", __name__, url_prefix="/v1/topics", description="Topics", tenant_scoped=True)

@@ -21,16 +21,16 @@ import click
 
 from atomq.cli.audit import audit
 from atomq.cli.dead_letters import dead_letters
-from atomq.cli.demo import demo
+from atomq.cli.demo.command import demo
 from atomq.cli.failures import FailsAsJson
 from atomq.cli.listeners import listeners
 from atomq.cli.messages import browse, get, publish, send
 from atomq.cli.queues import queues
 from atomq.cli.selftest import selftest
 from atomq.cli.serve import serve
-from atomq.cli.spark_worker import spark_worker
 from atomq.cli.server import server
 from atomq.cli.settle import ack, extend, nack, release
+from atomq.cli.spark_worker import spark_worker
 from atomq.cli.subscribers import subscribers
 from atomq.cli.tenants import tenants
 from atomq.cli.worker import worker

@@ -14,10 +14,10 @@ import redis
 from atomq import defaults
 from atomq.errors import AtomqError
 from atomq.platform import QueueServer
-from atomq.platform.audit import audit_tenant, repair_usage
-from atomq.platform.connection import open_redis
-from atomq.platform.data_dir import DataDirLock, in_use, read_holder
-from atomq.platform.embedded import EmbeddedValkey, client_of_running
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.data_dir import DataDirLock, in_use, read_holder
+from atomq.platform.store.embedded import EmbeddedValkey, client_of_running
+from atomq.platform.watch.audit import audit_tenant, repair_usage
 
 AUDIT_RECHECK_S = 0.5
 """How long the audit of a live store waits before it looks again at a tenant that seemed broken."""

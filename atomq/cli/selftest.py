@@ -12,9 +12,9 @@ import click
 
 from atomq.errors import AtomqError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
-from atomq.platform.audit import audit_tenant
-from atomq.platform.data_dir import DataDirLock
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.data_dir import DataDirLock
+from atomq.platform.store.embedded import EmbeddedValkey
+from atomq.platform.watch.audit import audit_tenant
 
 
 @click.command()

@@ -13,7 +13,7 @@ from atomq.cli.connection import owner_options
 from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit, span
 from atomq.client import AtomqClient
-from atomq.platform.overview import TENANT_ORDERS
+from atomq.platform.watch.overview import TENANT_ORDERS
 
 HISTORY = "memory_history"
 """Left out of the table (a list of changes): --json shows it."""

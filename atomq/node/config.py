@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from atomq import defaults
 
@@ -47,3 +48,13 @@ class NodeConfig:
             return self.advertise_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+
+class NodeApp(Protocol):
+    """What gunicorn's master and the HTTP workers' loops read of the node (``http_server.Node``,
+    which imports both: they name only this)."""
+
+    config: NodeConfig
+    node_id: str
+    redis_url: str
+    rq_redis_url: str

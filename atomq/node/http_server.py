@@ -34,7 +34,7 @@ from atomq.node.master import NodeArbiter
 from atomq.node.worker_loops import start_loops, stop_loops
 from atomq.platform import QueueServer
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
-from atomq.platform.connection import open_redis
+from atomq.platform.store.connection import open_redis
 from atomq.tenants import TenantStore
 
 HEALTH_DIR = "health"

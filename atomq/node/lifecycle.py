@@ -39,16 +39,16 @@ from atomq.node.owner_key import load_owner_key
 from atomq.node.rq_redis import rq_connection
 from atomq.node.shared_setup import check_shared_setup
 from atomq.platform import QueueServer
-from atomq.platform.connection import open_redis
-from atomq.platform.data_dir import DataDirLock
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.data_dir import DataDirLock
+from atomq.platform.store.embedded import EmbeddedValkey
 
 
 def serve(config: NodeConfig) -> None:
     """Runs the main node until SIGTERM or SIGINT; stops the embedded Valkey last.
 
     The node owns its data directory for its life: a second node, an audit or a
-    selftest on it meets the lock (see ``atomq.platform.data_dir``). Its port is bound
+    selftest on it meets the lock (see ``atomq.platform.store.data_dir``). Its port is bound
     first, so a taken one stops it before anything else starts (``atomq.node.listening``).
     """
     lock = DataDirLock(config.data_dir)

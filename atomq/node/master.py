@@ -8,20 +8,17 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING
 
 import redis
 from gunicorn.arbiter import Arbiter
 
 from atomq import __version__
-from atomq.platform.connection import open_redis
-from atomq.platform.nodes import BEAT_S, NodeRecord, NodeRecords
-from atomq.platform.storage import Storage
+from atomq.node.config import NodeApp
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch.nodes import BEAT_S, NodeRecord, NodeRecords
 from atomq.workers.liveness import current_executions, spark_executions
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
-
-if TYPE_CHECKING:
-    from atomq.node.http_server import Node
 
 log = logging.getLogger("atomq.node")
 
@@ -35,7 +32,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
     """gunicorn's master, which also keeps the node's execution workers running
     (:class:`NodeWorkers`) and stops them first, while the API they report to still answers."""
 
-    def __init__(self, app: Node) -> None:
+    def __init__(self, app: NodeApp) -> None:
         super().__init__(app)
         self.node = app
         c = app.config
@@ -70,7 +67,7 @@ class NodeArbiter(Arbiter):  # type: ignore[misc]  # gunicorn has no type inform
         self._beat()
 
     def _beat(self) -> None:
-        """Rewrites the node's record (``atomq.platform.nodes``) every ``BEAT_S``. Like ``manage``,
+        """Rewrites the node's record (``atomq.platform.watch.nodes``) every ``BEAT_S``. Like ``manage``,
         it runs inside gunicorn's arbiter, which stops the node on any exception: a store that
         cannot be written is logged once, and tried again at the next beat."""
         now = time.monotonic()

@@ -15,8 +15,8 @@ import uuid
 import redis
 
 from atomq.errors import InvalidInput, StorageError
-from atomq.platform import keys as k
-from atomq.platform.storage import Storage
+from atomq.platform.store import keys as k
+from atomq.platform.store.storage import Storage
 
 
 def check_shared_setup(storage: Storage, rq: redis.Redis, owner_key: str, replace_owner_key: bool = False) -> None:

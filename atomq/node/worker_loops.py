@@ -12,31 +12,39 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from flask import Flask
 
 from atomq.api.services import Services
+from atomq.node.config import NodeApp
 from atomq.node.rq_redis import rq_client
-from atomq.platform import keys as k
 from atomq.platform.background import HEALTH_EXTENSION, HealthBoard
-from atomq.platform import lease as leases
-from atomq.platform.lease import Lease
 from atomq.platform.maintenance import run_maintenance
-from atomq.platform.overview import OverviewStore, Sampler, run_sampler
+from atomq.platform.store import keys as k
+from atomq.platform.store import lease as leases
+from atomq.platform.store.lease import Lease
+from atomq.platform.watch.overview import OverviewStore, Sampler, run_sampler
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import job_queue_bytes
 
-if TYPE_CHECKING:
-    from atomq.node.http_server import Node, NodeWorker
+
+class LoopsWorker(Protocol):
+    """What the loops read of an HTTP worker (``http_server.NodeWorker``, whose module imports this one)."""
+
+    wsgi: Flask
+    app: NodeApp
+    loops: tuple[list[threading.Thread], threading.Event] | None
 
 MAINTENANCE_LEASE_TTL_S = 10.0
 
 
-def start_loops(worker: NodeWorker) -> None:
+def start_loops(worker: LoopsWorker) -> None:
     """gunicorn's ``post_worker_init``: starts the maintenance loop and the listener
     supervisor of one HTTP worker process."""
     services: Services = worker.wsgi.extensions["atomq"]
     health: HealthBoard = worker.wsgi.extensions[HEALTH_EXTENSION]
-    node: Node = worker.app
+    node = worker.app
     config = node.config
     holder = f"{services.node_id}:{os.getpid()}"
     lease = Lease(services.queues.storage, k.MAINTENANCE_LEASE, holder, ttl_s=MAINTENANCE_LEASE_TTL_S)
@@ -64,7 +72,7 @@ def start_loops(worker: NodeWorker) -> None:
     worker.loops = (threads, stop)
 
 
-def stop_loops(server: Any, worker: NodeWorker) -> None:
+def stop_loops(server: Any, worker: LoopsWorker) -> None:
     """gunicorn's ``worker_exit``: stops the loops, which give up their leases."""
     if worker.loops is not None:
         threads, stop = worker.loops

@@ -26,8 +26,8 @@ from atomq.platform.models import (
     Taken,
 )
 from atomq.platform.queue_server import QueueServer
-from atomq.platform.sending import Published, PublishedMany, Sent
-from atomq.platform.queue_settings import QueueSettings
+from atomq.platform.queues.queue_settings import QueueSettings
+from atomq.platform.queues.sending import Published, PublishedMany, Sent
 
 __all__ = [
     "BrowsedMessage",

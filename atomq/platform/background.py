@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from atomq.platform.child_processes import pid_alive
+from atomq.platform.store.child_processes import pid_alive
 
 log = logging.getLogger("atomq.background")
 

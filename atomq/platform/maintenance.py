@@ -9,7 +9,8 @@ normally only one does.
 
 :class:`Maintenance` is the work (a tenant's round, the full sweep and purge,
 the migration from format 1); :func:`run_maintenance` is the loop, which
-works through the ``QueueServer`` so that what the server offers is all it uses.
+works through the ``QueueServer`` (as :class:`Maintained`: the server composes this module, so
+this module names only what it uses of the server).
 """
 
 from __future__ import annotations
@@ -21,22 +22,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from atomq.errors import NotFound, StorageError
-from atomq.platform import keys as k
-from atomq.platform import store_sizes
-from atomq.platform.audit import repair_usage
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
-from atomq.platform.components import Components
-from atomq.platform.format_version import FORMAT_VERSION, record_format
-from atomq.platform.lease import Lease
-from atomq.platform.names import check_tenant_id
-from atomq.platform.nodes import NodeRecords
+from atomq.platform.queues.components import Components
+from atomq.platform.queues.names import check_tenant_id
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
-
-if TYPE_CHECKING:
-    from atomq.platform.queue_server import QueueServer
+from atomq.platform.store import keys as k
+from atomq.platform.store.format_version import FORMAT_VERSION, record_format
+from atomq.platform.store.lease import Lease
+from atomq.platform.watch import store_sizes
+from atomq.platform.watch.audit import repair_usage
+from atomq.platform.watch.nodes import NodeRecords
 
 log = logging.getLogger("atomq.maintenance")
 
@@ -65,6 +63,15 @@ class DueWork:
     old: list[str]
     removals: list[str]
     marker_bytes: int
+
+
+class Maintained(store_sizes.Measured, Protocol):
+    """What the maintenance loop works through: the queue server's round of one tenant and the due
+    work of many, and what a measurement of the stores reads."""
+
+    def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]: ...
+
+    def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]: ...
 
 
 class Maintenance:
@@ -190,7 +197,7 @@ class Maintenance:
         return {"removals": finished, "moved": moved, "purged": purged, "marker_bytes": work.marker_bytes}
 
 
-def maintain_all(qs: QueueServer) -> dict[str, int]:
+def maintain_all(qs: Maintained) -> dict[str, int]:
     """One round of maintenance over every tenant; returns the totals.
 
     Reads what is due from each tenant's indexes, a hundred tenants a round
@@ -227,7 +234,7 @@ def _report_tenant_failure(tenant: str, exc: Exception) -> None:
     log.warning("maintenance of tenant %s failed: %s", tenant, text, exc_info=exc)
 
 
-def run_maintenance(qs: QueueServer, stop: threading.Event, interval_s: float = 1.0,
+def run_maintenance(qs: Maintained, stop: threading.Event, interval_s: float = 1.0,
                     lease: Lease | None = None, before_round: Callable[[], object] | None = None,
                     job_queue_bytes: Callable[[], int] | None = None, health: HealthBoard | None = None,
                     max_backoff_s: float = MAX_BACKOFF_S) -> None:

@@ -17,19 +17,19 @@ behaviour in its own module.
 from __future__ import annotations
 
 from atomq.errors import FormatVersionError, StorageError
-from atomq.platform.components import Components
-from atomq.platform.connection import RedisClient
-from atomq.platform.counters import MessageCounters
-from atomq.platform.delivery import Deliveries
-from atomq.platform.topic_index import TopicIndex
-from atomq.platform.format_version import FORMAT_VERSION, check_format
 from atomq.platform.maintenance import DueWork, Maintenance
-from atomq.platform.management import Management
-from atomq.platform.queue_settings import QueueSettings
-from atomq.platform.routes import Routes
-from atomq.platform.sending import Sending
+from atomq.platform.queues.components import Components
+from atomq.platform.queues.delivery import Deliveries
+from atomq.platform.queues.management import Management
+from atomq.platform.queues.queue_settings import QueueSettings
+from atomq.platform.queues.routes import Routes
+from atomq.platform.queues.sending import Sending
+from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.shared import Shared
-from atomq.platform.storage import STORE_ERRORS, Storage
+from atomq.platform.store.connection import RedisClient
+from atomq.platform.store.format_version import FORMAT_VERSION, check_format
+from atomq.platform.store.storage import STORE_ERRORS, Storage
+from atomq.platform.watch.counters import MessageCounters
 
 __all__ = ["DueWork", "QueueServer"]
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from atomq.errors import Conflict, InvalidInput, NotFound
-from atomq.platform import keys as k
-from atomq.platform.connection import RedisClient
-from atomq.platform.names import check_queue_name, check_tenant_id
-from atomq.platform.queue_settings import QueueSettings
-from atomq.platform.request_records import CALL_RECORD_MS, made_token
-from atomq.platform.storage import Storage
+from atomq.platform.queues.names import check_queue_name, check_tenant_id
+from atomq.platform.queues.queue_settings import QueueSettings
+from atomq.platform.queues.request_records import CALL_RECORD_MS, made_token
+from atomq.platform.store import keys as k
+from atomq.platform.store.connection import RedisClient
+from atomq.platform.store.storage import Storage
 
 
 def queue_keys(tenant: str, queue: str) -> tuple[k.TenantKeys, k.QueueKeys]:

@@ -32,7 +32,7 @@ from rq.job import JobStatus
 
 from atomq import telemetry
 from atomq.errors import ExecutionTimeLimit
-from atomq.platform import keys as k
+from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.processes import run_on_spark, spark_alive
 from atomq.workers import execution, liveness
 
@@ -117,8 +117,8 @@ class SparkWorker:
         """The executions' threads change ``_running`` while the heartbeat reads it."""
 
     def _queues(self) -> list[Queue]:
-        tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(k.RQ_TENANTS_KEY))
-        names = [k.rq_spark_queue_name(t) for t in tenants]
+        tenants = sorted(t.decode() if isinstance(t, bytes) else t for t in self.rq.smembers(lk.RQ_TENANTS_KEY))
+        names = [lk.rq_spark_queue_name(t) for t in tenants]
         # Round-robin: keep the rotation of the tenants already known, add the new ones.
         self._order = [n for n in self._order if n in names] + [n for n in names if n not in self._order]
         return [Queue(n, connection=self.rq) for n in self._order]

@@ -25,8 +25,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from atomq.platform import keys as k
-from atomq.platform.storage import Storage
+from atomq.platform.store import keys as k
+from atomq.platform.store.storage import Storage
 from atomq.tenants.records import Principal
 
 IDLE_S = 30 * 60

@@ -19,8 +19,8 @@ import secrets
 import time
 
 from atomq.errors import Unauthorized
-from atomq.platform import keys as k
-from atomq.platform.storage import Storage
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.storage import Storage
 from atomq.tenants.records import ExecutionGrant
 
 PREFIX = "aqx_"
@@ -60,8 +60,8 @@ class ExecutionTokens:
     def _key(self) -> bytes:
         if self._secret is None:
             client = self._storage.client
-            self._storage.call(client.set, k.EXECUTION_SECRET_KEY, secrets.token_hex(32), nx=True)
-            stored = self._storage.call(client.get, k.EXECUTION_SECRET_KEY)
+            self._storage.call(client.set, lk.EXECUTION_SECRET_KEY, secrets.token_hex(32), nx=True)
+            stored = self._storage.call(client.get, lk.EXECUTION_SECRET_KEY)
             self._secret = stored if isinstance(stored, bytes) else str(stored).encode()
         return self._secret
 

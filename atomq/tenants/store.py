@@ -22,9 +22,10 @@ from typing import Any
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound, Unauthorized
-from atomq.platform import keys as k
-from atomq.platform.connection import RedisClient
-from atomq.platform.storage import Storage
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.connection import RedisClient
+from atomq.platform.store.storage import Storage
 from atomq.tenants import api_keys, scripts
 from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
 from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
@@ -260,7 +261,7 @@ class TenantStore:
                 self.storage.call(self.client.hdel, table, key_id)
         self._unlink_keyspace(tenant_id, keep=record)
         self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
-        self.storage.call(self.client.srem, k.LISTENER_TENANTS_KEY, tenant_id)
+        self.storage.call(self.client.srem, lk.LISTENER_TENANTS_KEY, tenant_id)
         name = self.storage.call(self.client.hget, record, "name")
         self.storage.call(self.client.unlink, record)
         if name is not None:

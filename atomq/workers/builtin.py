@@ -9,8 +9,8 @@ from typing import Any
 from atomq import defaults
 from atomq.client import wire
 from atomq.errors import InvalidInput
-from atomq.platform.names import check_queue_name
-from atomq.platform.topics import check_topic
+from atomq.platform.queues.names import check_queue_name
+from atomq.platform.queues.topics import check_topic
 from atomq.workers import checkpoint
 from atomq.workers.context import ExecutionContext
 

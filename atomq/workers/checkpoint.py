@@ -21,8 +21,8 @@ import json
 from typing import Any
 
 from atomq.errors import InvalidInput
-from atomq.platform.names import check_queue_name
-from atomq.platform.topics import check_topic
+from atomq.platform.queues.names import check_queue_name
+from atomq.platform.queues.topics import check_topic
 from atomq.workers.context import ExecutionContext, InputMessage
 
 SETTINGS = ("checkpoint_queue", "checkpoint_topic")

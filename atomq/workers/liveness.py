@@ -31,8 +31,9 @@ from rq.utils import now as rq_now
 from rq.utils import utcparse
 
 from atomq.errors import AtomqError
-from atomq.platform import keys as k
-from atomq.platform.storage import Storage
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.storage import Storage
 
 log = logging.getLogger("atomq.liveness")
 
@@ -71,21 +72,21 @@ def spark_heartbeat(rq: redis.Redis, name: str, running: list[str] | None = None
     """One heartbeat of Spark worker ``name``, with what it runs now (``<tenant>/<listener>`` each);
     the entries of workers silent for an hour go."""
     now = _now_ms(rq)
-    gone: list[bytes] = list(rq.zrangebyscore(k.SPARK_WORKERS_KEY, "-inf", now - 3600_000))  # type: ignore[arg-type]
+    gone: list[bytes] = list(rq.zrangebyscore(lk.SPARK_WORKERS_KEY, "-inf", now - 3600_000))  # type: ignore[arg-type]
     with rq.pipeline(transaction=False) as pipe:
-        pipe.zadd(k.SPARK_WORKERS_KEY, {name: now + int(SPARK_HEARTBEAT_TTL_S * 1000)})
-        pipe.hset(k.SPARK_RUNNING_KEY, name, json.dumps(running or []))
+        pipe.zadd(lk.SPARK_WORKERS_KEY, {name: now + int(SPARK_HEARTBEAT_TTL_S * 1000)})
+        pipe.hset(lk.SPARK_RUNNING_KEY, name, json.dumps(running or []))
         if gone:
-            pipe.zrem(k.SPARK_WORKERS_KEY, *gone)
-            pipe.hdel(k.SPARK_RUNNING_KEY, *gone)
+            pipe.zrem(lk.SPARK_WORKERS_KEY, *gone)
+            pipe.hdel(lk.SPARK_RUNNING_KEY, *gone)
         pipe.execute()
 
 
 def spark_gone(rq: redis.Redis, name: str) -> None:
     """A Spark worker that stops says so at once."""
     with rq.pipeline(transaction=False) as pipe:
-        pipe.zrem(k.SPARK_WORKERS_KEY, name)
-        pipe.hdel(k.SPARK_RUNNING_KEY, name)
+        pipe.zrem(lk.SPARK_WORKERS_KEY, name)
+        pipe.hdel(lk.SPARK_RUNNING_KEY, name)
         pipe.execute()
 
 
@@ -96,9 +97,9 @@ def _text(value: object) -> str:
 def spark_executions(rq: redis.Redis, hostname: str) -> dict[int, str]:
     """What each live Spark worker of ``hostname`` runs now, by its pid (its name is
     ``<host>:<pid>:<random>``): ``<tenant>/<listener>`` each, joined by ", "."""
-    live = {_text(m) for m in rq.zrangebyscore(k.SPARK_WORKERS_KEY, _now_ms(rq), "+inf")}
+    live = {_text(m) for m in rq.zrangebyscore(lk.SPARK_WORKERS_KEY, _now_ms(rq), "+inf")}
     out: dict[int, str] = {}
-    for raw_name, raw in rq.hgetall(k.SPARK_RUNNING_KEY).items():
+    for raw_name, raw in rq.hgetall(lk.SPARK_RUNNING_KEY).items():
         name = _text(raw_name)
         parts = name.split(":")
         if name in live and len(parts) == 3 and parts[0] == hostname and parts[1].isdigit():
@@ -109,7 +110,7 @@ def spark_executions(rq: redis.Redis, hostname: str) -> dict[int, str]:
 
 
 def live_spark_workers(rq: redis.Redis) -> int:
-    return int(rq.zcount(k.SPARK_WORKERS_KEY, _now_ms(rq), "+inf"))
+    return int(rq.zcount(lk.SPARK_WORKERS_KEY, _now_ms(rq), "+inf"))
 
 
 def live_fork_workers(rq: redis.Redis) -> int:
@@ -153,7 +154,7 @@ def silent_workers(rq: redis.Redis, fork: set[str], spark: set[str]) -> set[str]
         for name in sorted(fork):
             pipe.hget(Worker.redis_worker_namespace_prefix + name, "last_heartbeat")
         for name in sorted(spark):
-            pipe.zscore(k.SPARK_WORKERS_KEY, name)
+            pipe.zscore(lk.SPARK_WORKERS_KEY, name)
         beats = pipe.execute()
     now, now_ms = rq_now(), _now_ms(rq)
     silent = set()
@@ -186,22 +187,22 @@ class WorkerProblems:
         self.storage = storage
 
     def put(self, node_id: str, problem: WorkerProblem) -> None:
-        self.storage.call(self.storage.client.hset, k.WORKER_PROBLEMS_KEY,
-                          k.worker_problem_field(node_id, problem.engine), problem.to_json())
+        self.storage.call(self.storage.client.hset, lk.WORKER_PROBLEMS_KEY,
+                          lk.worker_problem_field(node_id, problem.engine), problem.to_json())
 
     def clear(self, node_id: str, engine: str) -> None:
-        self.storage.call(self.storage.client.hdel, k.WORKER_PROBLEMS_KEY, k.worker_problem_field(node_id, engine))
+        self.storage.call(self.storage.client.hdel, lk.WORKER_PROBLEMS_KEY, lk.worker_problem_field(node_id, engine))
 
     def of_node(self, node_id: str) -> list[WorkerProblem]:
         """The node's own records (``/v1/ready`` names its failures)."""
-        fields = [k.worker_problem_field(node_id, engine) for engine in ("fork", "spark")]
-        raws = self.storage.call(self.storage.client.hmget, k.WORKER_PROBLEMS_KEY, fields)
+        fields = [lk.worker_problem_field(node_id, engine) for engine in ("fork", "spark")]
+        raws = self.storage.call(self.storage.client.hmget, lk.WORKER_PROBLEMS_KEY, fields)
         return [p for engine, raw in zip(("fork", "spark"), raws) if raw is not None
                 for p in [_problem(engine, raw)] if p is not None]
 
     def fresh(self, engine: str) -> list[WorkerProblem]:
         """Every node's recent record for ``engine``, newest first; older ones (their node died) go."""
-        records = self.storage.call(self.storage.client.hgetall, k.WORKER_PROBLEMS_KEY)
+        records = self.storage.call(self.storage.client.hgetall, lk.WORKER_PROBLEMS_KEY)
         found, stale = [], []
         cutoff = time.time() - PROBLEM_STALE_S
         for raw_field, raw in records.items():
@@ -214,7 +215,7 @@ class WorkerProblems:
             else:
                 found.append(problem)
         if stale:
-            self.storage.call(self.storage.client.hdel, k.WORKER_PROBLEMS_KEY, *stale)
+            self.storage.call(self.storage.client.hdel, lk.WORKER_PROBLEMS_KEY, *stale)
         return sorted(found, key=lambda p: p.at, reverse=True)
 
 

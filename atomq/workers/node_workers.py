@@ -34,10 +34,10 @@ import redis
 
 from atomq import defaults
 from atomq.errors import AtomqError, JavaMissing
-from atomq.platform.child_processes import parent_death_signal
-from atomq.platform.listeners import ListenerStore
-from atomq.platform.nodes import KeptWorkerState
-from atomq.platform.storage import Storage
+from atomq.platform.listeners.deployed import ListenerStore
+from atomq.platform.store.child_processes import parent_death_signal
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch.nodes import KeptWorkerState
 from atomq.spark_workers.session import find_java
 from atomq.workers.liveness import WorkerProblem, WorkerProblems
 
@@ -272,7 +272,7 @@ class NodeWorkers:
     # -- what the node says --------------------------------------------------------------------
 
     def describe(self, executions: dict[int, str] | None = None) -> list[KeptWorkerState]:
-        """Each worker the node keeps, for its record (``atomq.platform.nodes``): running since
+        """Each worker the node keeps, for its record (``atomq.platform.watch.nodes``): running since
         when (and what it runs, from ``executions`` by pid), or restarting after an exit, with
         the problem its engine has."""
         now, wall = self.clock(), time.time()

@@ -37,11 +37,12 @@ from rq.job import Job, JobStatus
 from atomq import defaults
 from atomq.errors import AtomqError, InvalidInput, NotFound
 from atomq.platform import QueueServer
-from atomq.platform import keys as k
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, run_loop
-from atomq.platform.execution_batches import ExecutionBatches
-from atomq.platform.lease import Lease
-from atomq.platform.listeners import ListenerSpec, ListenerStore, ScheduleCall
+from atomq.platform.listeners.deployed import ListenerSpec, ListenerStore, ScheduleCall
+from atomq.platform.listeners.execution_batches import ExecutionBatches
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.lease import Lease
 from atomq.tenants.execution_tokens import ExecutionTokens
 from atomq.workers.liveness import SPARK_WORKER_FIELD, WorkerLiveness, WorkerProblems, silent_workers
 
@@ -120,7 +121,7 @@ class Supervisor:
         for key in listeners:
             entry = self._leases.get(key)
             if entry is None:
-                lease = Lease(self.queues.storage, k.listener_lease_name(*key), self.holder, self.config.lease_ttl_s)
+                lease = Lease(self.queues.storage, lk.listener_lease_name(*key), self.holder, self.config.lease_ttl_s)
                 entry = self._leases[key] = (lease, 0.0, False)
             if now - entry[1] >= self.config.lease_ttl_s / 3:
                 due.append(key)
@@ -215,12 +216,12 @@ class Supervisor:
         than holding their slots."""
         c = self.config
         spark = engine == "spark"
-        queue = Queue(k.rq_spark_queue_name(tenant) if spark else k.rq_queue_name(tenant), connection=self.rq)
+        queue = Queue(lk.rq_spark_queue_name(tenant) if spark else lk.rq_queue_name(tenant), connection=self.rq)
         meta = {"tenant": tenant, "weight": self.spark_weight(tenant)} if spark else None
         token_ttl = c.start_within_s + c.execution_timeout_s + 60
         try:
             # Every time, not once per process: rq's Redis may have restarted empty.
-            self.rq.sadd(k.RQ_TENANTS_KEY, tenant)
+            self.rq.sadd(lk.RQ_TENANTS_KEY, tenant)
             with self.rq.pipeline() as pipe:
                 for execution in execution_ids:
                     token = self.tokens.mint(tenant, name, execution, token_ttl)
@@ -241,12 +242,12 @@ class Supervisor:
         """Drops the rq queues of deleted tenants, so that workers stop watching them and
         their jobs go. A tenant leaves the listener index only when it is deleted; its
         existence is checked again, after the rq set was read, before anything goes."""
-        for raw in self.rq.smembers(k.RQ_TENANTS_KEY):
+        for raw in self.rq.smembers(lk.RQ_TENANTS_KEY):
             tenant = raw.decode() if isinstance(raw, bytes) else raw
             if tenant not in tenants and not self.tenant_exists(tenant):
-                for queue_name in (k.rq_queue_name(tenant), k.rq_spark_queue_name(tenant)):
+                for queue_name in (lk.rq_queue_name(tenant), lk.rq_spark_queue_name(tenant)):
                     Queue(queue_name, connection=self.rq).delete(delete_jobs=True)
-                self.rq.srem(k.RQ_TENANTS_KEY, tenant)
+                self.rq.srem(lk.RQ_TENANTS_KEY, tenant)
 
     def _notice_dead_work_horses(self, tenant: str, name: str, waiting: list[str]) -> None:
         """Executions whose rq job failed or vanished, or whose worker went silent, count as

@@ -20,8 +20,9 @@ from rq.worker import BaseWorker, DequeueStrategy
 
 from atomq import telemetry
 from atomq.errors import AtomqError
-from atomq.platform import keys as k
-from atomq.platform.store_sizes import memory_of
+from atomq.platform.store import keys as k
+from atomq.platform.store import listener_keys as lk
+from atomq.platform.watch.store_sizes import memory_of
 from atomq.workers import execution, processes  # noqa: F401  (execution: see preload)
 from atomq.workers.liveness import JOB_MONITORING_INTERVAL_S
 
@@ -42,8 +43,8 @@ class TenantQueues(BaseWorker):
     refresh_s: int = REFRESH_S
 
     def _refresh_queues(self) -> None:
-        tenants = self.connection.smembers(k.RQ_TENANTS_KEY)
-        names = sorted(k.rq_queue_name(t.decode() if isinstance(t, bytes) else t) for t in tenants) or [IDLE_QUEUE]
+        tenants = self.connection.smembers(lk.RQ_TENANTS_KEY)
+        names = sorted(lk.rq_queue_name(t.decode() if isinstance(t, bytes) else t) for t in tenants) or [IDLE_QUEUE]
         current = [q.name for q in self._ordered_queues]
         if set(names) == set(current):
             return
@@ -105,9 +106,9 @@ def run_worker(rq_connection: redis.Redis, *, burst: bool = False, name: str | N
 def job_queue_bytes(rq_connection: redis.Redis) -> int:
     """Memory of the tenants' execution queues and the jobs waiting in them (rq's key names)."""
     keys: list[str] = []
-    for raw in rq_connection.smembers(k.RQ_TENANTS_KEY):
+    for raw in rq_connection.smembers(lk.RQ_TENANTS_KEY):
         tenant = raw.decode() if isinstance(raw, bytes) else raw
-        for name in (k.rq_queue_name(tenant), k.rq_spark_queue_name(tenant)):
+        for name in (lk.rq_queue_name(tenant), lk.rq_spark_queue_name(tenant)):
             queue = Queue(name, connection=rq_connection)
             keys.append(queue.key)
             keys += [Job.key_for(job_id) for job_id in queue.get_job_ids()]

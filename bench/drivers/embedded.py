@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.embedded import EmbeddedValkey
 
 from .run_exit import BenchRun
 from .serve_node import check, progress

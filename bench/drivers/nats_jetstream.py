@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from atomq.platform.connection import redact_url
+from atomq.platform.store.connection import redact_url
 
 from .serve_node import BenchError, check, progress
 from .workload import BATCH, PAYLOAD_BYTES, batch_dispenser, threaded_phase

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from atomq.platform.connection import redact_url
+from atomq.platform.store.connection import redact_url
 
 from .run_exit import BenchRun
 from .serve_node import progress

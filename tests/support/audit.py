@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from atomq.platform import keys as k
-from atomq.platform.audit import audit_tenant
+from atomq.platform.store import keys as k
+from atomq.platform.watch.audit import audit_tenant
 
 
 def assert_audit_clean(client: Any, tenants: set[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from rq import Queue, SimpleWorker
 
-from atomq.platform import keys as k
+from atomq.platform.store import listener_keys as lk
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from support.in_process_node import InProcessNode
 from support.waiting import wait_until
@@ -22,7 +22,7 @@ def run_executions(node: InProcessNode, tenant: str, done: Callable[[], bool], w
     supervisor = Supervisor(node.services.queues, node.services.tenants.execution_tokens, node.rq,
                             SupervisorConfig(api_url=node.url, execution_timeout_s=30), holder="test-node",
                             tenant_exists=node.services.tenants.exists)
-    queue = Queue(k.rq_queue_name(tenant), connection=node.rq)
+    queue = Queue(lk.rq_queue_name(tenant), connection=node.rq)
 
     def step() -> bool:
         node.services.queues.maintain(tenant)

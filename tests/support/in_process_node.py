@@ -17,7 +17,7 @@ from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
 from atomq.client import AtomqClient
 from atomq.platform import QueueServer
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
 from support.audit import assert_audit_clean
 from support.ports import free_port

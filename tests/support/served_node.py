@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -19,8 +19,8 @@ import redis
 import requests
 
 from atomq.client import AtomqClient
-from atomq.platform.data_dir import DataDirLock
-from atomq.platform.embedded import EmbeddedValkey
+from atomq.platform.store.data_dir import DataDirLock
+from atomq.platform.store.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
 from support.ports import free_port
 from support.processes import REPO, pid_running

@@ -18,8 +18,8 @@ from pathlib import Path
 import redis
 from redis.cluster import key_slot
 
-from atomq.platform.child_processes import parent_death_signal
-from atomq.platform.valkey_binary import find_server_binary
+from atomq.platform.store.child_processes import parent_death_signal
+from atomq.platform.store.valkey_binary import find_server_binary
 from support.waiting import wait_until
 
 NODES = 6

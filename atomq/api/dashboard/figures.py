@@ -18,10 +18,10 @@ from typing import Any
 from atomq.api.dashboard.formatting import count, duration, of_limit, per_minute, plural, size, when
 from atomq.api.platform_view import TenantRow
 from atomq.platform import QueueInfo, QueueModel
+from atomq.platform.listeners.deployed import ExecutionBucket, Listener
 from atomq.platform.models import DestinationCounts
-from atomq.platform.counters import RateBucket
-from atomq.platform.memory_state import refusal_rule
-from atomq.platform.listeners import ExecutionBucket, Listener
+from atomq.platform.watch.counters import RateBucket
+from atomq.platform.watch.memory_state import refusal_rule
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblem
 

@@ -16,8 +16,8 @@ from atomq.api.blueprint import services
 from atomq.api.dashboard import access, figures
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.pages import render_page
-from atomq.platform.listeners import Listener
-from atomq.platform.names import QUEUE_NAME
+from atomq.platform.listeners.deployed import Listener
+from atomq.platform.queues.names import QUEUE_NAME
 
 CONTROLS = {
     "running": ("pause", "restart"),

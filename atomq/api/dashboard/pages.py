@@ -20,12 +20,12 @@ from atomq.api.dashboard.figures import Figures
 from atomq.api.platform_view import ORDERS, PlatformView, platform_view
 from atomq.api.server import server_state
 from atomq.platform import DeadLetterReasons, Page, QueueInfo, QueueModel
-from atomq.platform import keys as k
-from atomq.platform import lease
+from atomq.platform.listeners.deployed import Listener
 from atomq.platform.models import InFlight
-from atomq.platform.listeners import Listener
-from atomq.platform.nodes import NodeRecords
-from atomq.platform.overview import OverviewStore
+from atomq.platform.store import keys as k
+from atomq.platform.store import lease
+from atomq.platform.watch.nodes import NodeRecords
+from atomq.platform.watch.overview import OverviewStore
 from atomq.tenants import Tenant
 from atomq.workers.liveness import WorkerProblems
 

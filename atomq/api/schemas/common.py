@@ -8,7 +8,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.platform.names import RECEIPT_PATTERN
+from atomq.platform.queues.names import RECEIPT_PATTERN
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NAME_RULE = "1 to 128 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"

@@ -7,7 +7,7 @@ from marshmallow import fields, validate
 from atomq import defaults
 from atomq.api.schemas.common import NEXT_DOC, QUEUE_NAME, SUBSCRIBER_NAME, Int, Number, Strict, StringList
 from atomq.api.schemas.messages import DeliverySchema
-from atomq.platform.listeners import ENGINES, STATES
+from atomq.platform.listeners.deployed import ENGINES, STATES
 
 
 class ListenerPutSchema(Strict):

@@ -10,8 +10,6 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.platform.management import REASONS_READ, REASONS_SHOWN
-from atomq.platform.topics import TOPIC_PATTERN, TOPIC_RULE
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
     CONSUMER_NAME,
@@ -26,6 +24,8 @@ from atomq.api.schemas.common import (
     Strict,
     above_zero,
 )
+from atomq.platform.queues.management import REASONS_READ, REASONS_SHOWN
+from atomq.platform.queues.topics import TOPIC_PATTERN, TOPIC_RULE
 
 
 def _is_base64(value: str) -> None:
@@ -87,7 +87,7 @@ DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_low
 
 
 class StoredNowhereSchema(Strict):
-    """Messages the request accepted, gave ids and stored nowhere (``atomq.platform.stored_nowhere``)."""
+    """Messages the request accepted, gave ids and stored nowhere (``atomq.platform.queues.stored_nowhere``)."""
 
     code = fields.String(required=True, validate=validate.OneOf(["no_subscribers", "no_queue_attracts_topic"]),
                          metadata={"description": "no_subscribers: the queue (or every queue the topic reaches) "

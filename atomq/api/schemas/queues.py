@@ -7,7 +7,7 @@ from marshmallow import fields, validate
 from atomq import defaults
 from atomq.api.schemas.common import NEXT_DOC, Bool, Int, Number, Strict
 from atomq.platform.models import Durability, Overflow
-from atomq.platform.topics import PATTERN_PATTERN, PATTERN_RULE
+from atomq.platform.queues.topics import PATTERN_PATTERN, PATTERN_RULE
 
 
 class QueuePutSchema(Strict):

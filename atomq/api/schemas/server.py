@@ -7,7 +7,7 @@ from marshmallow import fields, validate
 from atomq import defaults
 from atomq.api.platform_view import ORDERS
 from atomq.api.schemas.common import Int, Number, Strict, above_zero
-from atomq.platform.server_settings import BOUNDS_S
+from atomq.platform.guards.server_settings import BOUNDS_S
 
 
 class MemoryThresholdsSchema(Strict):
@@ -78,7 +78,7 @@ def _seconds(name: str) -> Number:
 
 
 class ServerPatchSchema(Strict):
-    """Every setting bounded (``atomq.platform.server_settings``): 2^53 for whole numbers,
+    """Every setting bounded (``atomq.platform.guards.server_settings``): 2^53 for whole numbers,
     1 day for a delay or the rate window, 7 days for de-duplication, 10 years for retention."""
 
     incoming_rate_limit_per_minute = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT))

@@ -1,8 +1,8 @@
 """The Lua scripts of the queue server, loaded once and called by name.
 
 Each ``<name>.lua`` beside this file documents its KEYS and ARGV in a header.
-Redis has no ``include``; the shared helpers of ``_lib.lua``, after the
-measured footprint constants of ``atomq.platform.footprint`` and the number of
+Redis has no ``include``; the shared helpers of the ``_lib_*.lua`` parts, after the
+measured footprint constants of ``atomq.platform.queues.footprint`` and the number of
 keys of a destination (``keys.DEST_KEY_COUNT``), are prepended to
 every script here, so each script still arrives at Redis as one unit and its
 SHA is stable for EVALSHA.
@@ -16,9 +16,16 @@ from typing import Any, Sequence
 import redis
 from redis.commands.core import Script
 
-from atomq.platform.connection import RedisClient
-from atomq.platform.footprint import lua_prelude
-from atomq.platform.keys import DEST_KEY_COUNT
+from atomq.platform.queues.footprint import lua_prelude
+from atomq.platform.store.connection import RedisClient
+from atomq.platform.store.keys import DEST_KEY_COUNT
+
+LIB_PARTS = ("_lib_state", "_lib_values", "_lib_failures", "_lib_exclusive", "_lib_sweep")
+"""The shared helpers, by concern, prepended to every script in this order (a Lua local is seen
+only below its definition, and helpers of one part call those of the parts before it). Every
+script gets all of them rather than only those it calls: Valkey compiles a script once per SHA,
+so the unused ones cost nothing at run time, and picking them would need a resolver of the
+calls between some hundred helpers for no gain."""
 
 NAMES = (
     "send",
@@ -56,7 +63,7 @@ refusal) and answered as the memory state says. They are flagged ``allow-oom`` (
 the store knows script flags (Valkey, Redis 7 and later; not fakeredis); what they add (an
 in-flight entry, a dead letter) is small against what acks free. Sends and the creation of queues,
 subscribers and listeners are not flagged: at maxmemory the store refuses them, as the node's
-memory state already does before it (``atomq.platform.memory_state``)."""
+memory state already does before it (``atomq.platform.watch.memory_state``)."""
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 
@@ -85,7 +92,7 @@ class ScriptLibrary:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
-        lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + _source("_lib")
+        lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + "".join(_source(part) for part in LIB_PARTS)
         flagged = ALLOW_OOM if knows_script_flags(client) else ""
         self._scripts: dict[str, Script] = {
             name: client.register_script((flagged if name in ALWAYS_RUN else "") + lib + "\n" + _source(name))

@@ -1,4 +1,4 @@
--- Drops the records of nodes not heard from for long (atomq.platform.nodes), each only if it is
+-- Drops the records of nodes not heard from for long (atomq.platform.watch.nodes), each only if it is
 -- still the record that was read: a node that wrote its record again meanwhile keeps it.
 -- KEYS[1]      the nodes' records (hash: node id -> record)
 -- ARGV         pairs: a node's id, its record as it was read

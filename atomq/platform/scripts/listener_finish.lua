@@ -14,7 +14,7 @@
 -- Returns 1 when the listener was waiting for this execution, else 0 (its
 -- counts then stay as they are; the caller still settles the messages).
 
-local RECENT_FAILURES = 10  -- as atomq.platform.listeners.RECENT_FAILURES
+local RECENT_FAILURES = 10  -- as atomq.platform.listeners.deployed.RECENT_FAILURES
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if redis.call('ZREM', KEYS[3], ARGV[2]) == 0 then return 0 end
@@ -24,7 +24,7 @@ redis.call('HINCRBY', KEYS[2], 'executions', 1)
 local state = redis.call('HGET', KEYS[2], 'state')
 local now = now_ms()
 -- Rings of 10-second buckets of executions (e) and failed ones (f), as a queue's of sends and acks:
--- what the listener's page charts (atomq.platform.counters.read_ring).
+-- what the listener's page charts (atomq.platform.watch.counters.read_ring).
 count_rate('e', 1, now, KEYS[2])
 if ARGV[3] ~= 'ok' then count_rate('f', 1, now, KEYS[2]) end
 if ARGV[3] == 'ok' then

@@ -21,7 +21,7 @@ a name fences off the one before it, which then fails),
 A batch read browses: it consumes nothing. A streaming read consumes: each
 micro-batch is planned on the driver by taking deliveries from the main
 node and recording them under the consumer's name and the batch number
-(``atomq.platform.streams``); partitions read that record, so a retried
+(``atomq.platform.queues.streams``); partitions read that record, so a retried
 task or a restart from the checkpoint reads the same rows; the driver
 extends the deliveries until Spark commits the batch, and the commit acks
 them. A query that fails or stops leaves its uncommitted batches to come

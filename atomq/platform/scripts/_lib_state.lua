@@ -1,0 +1,271 @@
+-- Shared prelude, part 1 of 5 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
+-- The parts are prepended to every script, in order.
+-- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
+-- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
+-- inflight, sched, dlq, rz (ordered ready), wake, exp (expiry index), lv
+-- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
+-- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
+-- #active -> the active one), held (the bytes of the copies it holds that are
+-- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
+-- State value: "<delivery count>|<failures>|<where>", where is
+--   r<stream id> ready on the stream, z ready in rz, f<since>,<holder> in flight
+--   since <since> (ms, when the get delivered it) with <holder> (who got it, see
+--   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead.
+--   No part holds a '|': the first "|f" of a state marks one in flight.
+-- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
+-- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
+-- when it is not the default or an expiry follows.
+-- Ready stream entry: m = message id (format 2 entries may carry c, f =
+-- delivery count and failures). Only first deliveries of the default
+-- priority go on the stream, the path a plain queue takes; every other
+-- ready message waits in rz, scored by priority then send order, so a
+-- redelivery keeps its priority and its place.
+local DOC, DOCP, DOCR, CFG = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- The queue's counters live in its cfg hash, so they go with the queue and
+-- need no key of their own in every script: n:<kind> totals, and the
+-- send/ack rate ring r:<s|a><slot> = "<10-second bucket>:<count>", one slot
+-- per bucket over the last RATE_SLOTS buckets (see atomq.platform.watch.counters).
+local RATE_SLOTS = 32
+
+-- `cfg`: another queue's cfg than the script's own (a publish counts in each queue it reaches).
+local function count(kind, n, cfg)
+  if n > 0 then redis.call('HINCRBY', cfg or CFG, 'n:' .. kind, n) end
+end
+
+local function count_rate(kind, n, now, cfg)
+  if n <= 0 then return end
+  cfg = cfg or CFG
+  local bucket = math.floor(now / 10000)
+  local field = 'r:' .. kind .. (bucket % RATE_SLOTS)
+  local old = redis.call('HGET', cfg, field)
+  if old then
+    local colon = string.find(old, ':', 1, true)
+    if tonumber(string.sub(old, 1, colon - 1)) == bucket then n = n + tonumber(string.sub(old, colon + 1)) end
+  end
+  redis.call('HSET', cfg, field, bucket .. ':' .. n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- DEST_KEYS (the prelude's, from keys.DEST_KEY_COUNT) keys make a destination;
+-- a script whose destination starts at KEYS[5] takes its other keys from EXTRA on.
+local EXTRA = 5 + DEST_KEYS
+
+local function dest_at(i)
+  return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
+          inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
+          rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11],
+          held = KEYS[i + 12]}
+end
+
+local function require_queue()
+  local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access',
+                        'max_dead_letters')
+  if not cfg[1] then
+    return redis.error_reply('NOQUEUE queue does not exist')
+  end
+  return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
+          discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive',
+          max_dead_letters = tonumber(cfg[7] or '0')}
+end
+
+local DEFAULT_PRIORITY = 4
+
+-- The document count, priority and expiry (ms, nil for none) of an envelope.
+-- An expiry past 10^14 ms may have been written in Lua's exponent notation
+-- (before make_head formatted it): it reads too, to 14 digits.
+local function env_head(e)
+  local n, p, x = string.match(e, '^(%d+),?(%d*),?([^|]*)|')
+  return tonumber(n), tonumber(p) or DEFAULT_PRIORITY, tonumber(x)
+end
+
+-- The head of a new envelope (see env_head). The expiry is formatted, not
+-- concatenated: Lua writes a number with 14 digits at most, and one of 15
+-- (from 10^14 ms, after the year 5138) as "2.534023007995e+14".
+local function make_head(ndocs, priority, expiry)
+  if expiry then return ndocs .. ',' .. priority .. ',' .. string.format('%.0f', expiry) end
+  if priority ~= DEFAULT_PRIORITY then return ndocs .. ',' .. priority end
+  return tostring(ndocs)
+end
+
+-- A message's score in rz: higher priority first, then send order (the
+-- sequence number ending its id). Built as a string: 14 digits are exact
+-- in a sorted set's double, and Lua would print a number with 14 digits
+-- of precision only.
+local function ready_score(priority, id)
+  local s = string.match(id, '%-(%d+)$')
+  return (9 - priority) .. string.rep('0', 13 - #s) .. s
+end
+
+-- A message id's place in its tenant's send order: the sequence number ending it.
+local function send_order(id)
+  return tonumber(string.match(id, '%-(%d+)$'))
+end
+
+-- Nudges gets blocked on the destination (see the wake key), once a script.
+local woken = {}
+local function wake(d)
+  if not woken[d.wake] then
+    woken[d.wake] = true
+    redis.call('XADD', d.wake, 'MAXLEN', '1', '*', 'w', '1')
+  end
+end
+
+-- A get or a settle names a subscriber exactly when its queue is publish/subscribe.
+local function subscriber_misnamed(q, sub)
+  if q.model == 'publish_subscribe' then
+    if sub == '' then
+      return redis.error_reply('NOSUBSCRIBER a subscriber is required for a publish/subscribe queue')
+    end
+  elseif sub ~= '' then
+    return redis.error_reply('SUBSCRIBERP2P a point-to-point queue has no subscribers')
+  end
+end
+
+local function parse_state(s)
+  local a = string.find(s, '|', 1, true)
+  local b = string.find(s, '|', a + 1, true)
+  return tonumber(string.sub(s, 1, a - 1)), tonumber(string.sub(s, a + 1, b - 1)), string.sub(s, b + 1)
+end
+
+local function fmt_state(dc, fails, where)
+  return dc .. '|' .. fails .. '|' .. where
+end
+
+-- The state of a delivery made at `now` (ms) to `holder`.
+local function flight_state(dc, fails, now, holder)
+  return dc .. '|' .. fails .. '|f' .. string.format('%.0f', now) .. ',' .. holder
+end
+
+-- Whether a state (or its where part) is in flight.
+local function in_flight_state(s)
+  return string.find(s, '|f', 1, true) ~= nil
+end
+local function in_flight_where(where)
+  return string.byte(where) == 102
+end
+
+-- Only the document count is read here; the caller parses the rest.
+local function doc_count(e)
+  return tonumber(string.match(e, '^%d+'))
+end
+
+-- Calls a variadic command in slices, so a large batch never overflows Lua's C stack.
+local function call_batched(cmd, key, args)
+  local n = #args
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+
+-- HMGET in slices (see call_batched); returns one list in the order of `fields`.
+local function hmget_batched(key, fields)
+  local out = {}
+  local n = #fields
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    local part = redis.call('HMGET', key, unpack(fields, i, j))
+    for k = 1, #part do out[#out + 1] = part[k] end
+    i = j + 1
+  end
+  return out
+end
+
+-- Whether any document of the tenant has properties: most tenants' have none,
+-- and then a get or an ack reads no property of each document (a call per
+-- document saved on an ack).
+local function has_props()
+  return redis.call('EXISTS', DOCP) == 1
+end
+
+-- Reads the documents of the messages live[1..] (indexes into ids, with
+-- ndocs[i] documents each) until the reply would pass `budget` bytes of
+-- documents and their properties; the first message always comes, however
+-- big. It reads in slices that cannot pass what is left of the budget
+-- (`max_doc` bytes a document at most), so the script never holds much more
+-- than the budget. Returns the number of messages kept and their documents'
+-- data and properties, in order.
+local function take_within(live, ids, ndocs, budget, max_doc)
+  local data, props = {}, {}
+  local kept, used, pos = 0, 0, 1
+  local props_kept = has_props()
+  while pos <= #live do
+    local fit = math.floor((budget - used) / max_doc)
+    local last, want = pos - 1, 0
+    for x = pos, #live do
+      local nd = ndocs[live[x]]
+      if want + nd > fit then break end
+      want = want + nd
+      last = x
+    end
+    if last < pos then last = pos end  -- no whole message surely fits: read one and see
+    local docs = {}
+    for x = pos, last do
+      local id = ids[live[x]]
+      for k = 1, ndocs[live[x]] do docs[#docs + 1] = id .. '.' .. k end
+    end
+    local dpart = hmget_batched(DOC, docs)
+    local ppart = props_kept and hmget_batched(DOCP, docs) or {}
+    local j = 0
+    for x = pos, last do
+      local nd = ndocs[live[x]]
+      local size = 0
+      for k = j + 1, j + nd do size = size + #(dpart[k] or '') + #(ppart[k] or '') end
+      if kept > 0 and used + size > budget then return kept, data, props end
+      for k = j + 1, j + nd do
+        data[#data + 1] = dpart[k]
+        props[#props + 1] = ppart[k]
+      end
+      j = j + nd
+      used = used + size
+      kept = kept + 1
+    end
+    pos = last + 1
+  end
+  return kept, data, props
+end
+
+-- Delay in ms after failed delivery k (1-based); the last delay repeats.
+local function redelivery_delay(delays, k)
+  return delays[math.min(k, #delays)]
+end
+
+local function parse_delays(s)
+  local out = {}
+  for v in string.gmatch(s, '[^,]+') do
+    out[#out + 1] = tonumber(v)
+  end
+  return out
+end
+
+-- Puts a message back among the ready ones at its priority and its place.
+local function make_ready(d, id, dc, fails)
+  local _, priority = env_head(redis.call('HGET', d.msg, id))
+  redis.call('ZADD', d.rz, ready_score(priority, id), id)
+  redis.call('HSET', d.state, id, fmt_state(dc, fails, 'z'))
+  wake(d)
+end
+
+-- Takes a message out of whatever structure holds it in the destination.
+local function unlink(d, id, where)
+  local tag = string.sub(where, 1, 1)
+  if tag == 'r' then
+    redis.call('XDEL', d.ready, string.sub(where, 2))
+  elseif tag == 'z' then
+    redis.call('ZREM', d.rz, id)
+  elseif tag == 'f' then
+    redis.call('ZREM', d.inflight, id)
+  elseif tag == 's' then
+    redis.call('ZREM', d.sched, id)
+  elseif tag == 'd' then
+    redis.call('XDEL', d.dlq, string.sub(where, 2))
+  end
+end

@@ -1,0 +1,92 @@
+-- Shared prelude, part 5 of 5 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
+-- Moves due redeliveries to ready, fails expired deliveries and expires
+-- messages whose time to live ran out, at most `limit` of each (`usage`:
+-- the tenant's usage hash). Returns the number of messages moved.
+local function sweep_destination(d, q, delays, now, limit, usage)
+  if q.exclusive then expire_consumers(d, q, now, usage) end
+  local moved = expire_due(d, q, now, limit, usage)
+  local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(expired) do
+    local dc, fails = parse_state(redis.call('HGET', d.state, id))
+    fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now, usage)
+    moved = moved + 1
+  end
+  count('ack_timeouts', #expired)
+  local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit)
+  if #due > 0 then
+    redis.call('ZREM', d.sched, unpack(due))
+    for _, id in ipairs(due) do
+      local dc, fails = parse_state(redis.call('HGET', d.state, id))
+      make_ready(d, id, dc, fails)
+    end
+    moved = moved + #due
+  end
+  return moved
+end
+
+-- The earliest time (ms) anything of the destination falls due: a scheduled
+-- redelivery, an ack deadline or an expiry; nil when none is pending.
+local function next_due(d)
+  local first
+  for _, key in ipairs({d.sched, d.inflight, d.exp}) do
+    local s = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #s > 0 and (not first or tonumber(s[2]) < first) then first = tonumber(s[2]) end
+  end
+  return first
+end
+
+-- Takes the expiry out of a message's envelope head: a dead letter resent
+-- no longer expires. The shorter envelope comes off the usage hash `usage`.
+local function drop_expiry(d, id, usage)
+  local e = redis.call('HGET', d.msg, id)
+  local n, priority, x = env_head(e)
+  if not x then return end
+  local bar = string.find(e, '|', 1, true)
+  local kept = make_head(n, priority, nil) .. string.sub(e, bar)
+  redis.call('HSET', d.msg, id, kept)
+  redis.call('HINCRBY', usage, 'bytes', #kept - #e)
+end
+
+-- Keeps the due index's promise for a destination named `member` ("" for a
+-- removed one, which no index names): its score is at or before anything of
+-- it falling due at `at`, so a maintenance round that visits only due
+-- destinations misses nothing. Only lowers a score; the sweep sets it exactly.
+local function due_by(due, member, at)
+  if member ~= '' then redis.call('ZADD', due, 'LT', at, member) end
+end
+
+-- Adds a subscriber (bumping the subscriber version that sends check), up to
+-- `max` per queue. Returns 1 added, 0 already there.
+local function add_subscriber(subs, name, max)
+  if redis.call('SISMEMBER', subs, name) == 1 then return 0 end
+  if redis.call('SCARD', subs) >= max then
+    return redis.error_reply('TOOMANYSUBS the queue has its most subscribers')
+  end
+  redis.call('SADD', subs, name)
+  redis.call('HINCRBY', CFG, 'subv', 1)
+  return 1
+end
+
+-- Resolves ARGV selectors from ARGV[first] on into ids and, in "receipt"
+-- mode, the delivery count each receipt was issued for. Repeated selectors
+-- count once; two receipts of one message stay apart (one may be stale).
+local function selected(mode, first)
+  local ids, wants, seen = {}, {}, {}
+  for i = first, #ARGV do
+    local sel = ARGV[i]
+    if not seen[sel] then
+      seen[sel] = true
+      local id, want = sel, false
+      if mode == 'receipt' then
+        local dc
+        id, dc = string.match(sel, '^(.+)~(%d+)$')
+        want = tonumber(dc)
+      end
+      if id then
+        ids[#ids + 1] = id
+        wants[#ids] = want
+      end
+    end
+  end
+  return ids, wants
+end
