@@ -10,7 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from atomq import defaults
-from atomq.platform.management import REASONS_READ, REASONS_SHOWN
+from atomq.platform.management import BROWSE_STATES, REASONS_READ, REASONS_SHOWN
 from atomq.platform.topics import TOPIC_PATTERN, TOPIC_RULE
 from atomq.api.schemas.common import (
     CONSUMER_DOC,
@@ -161,7 +161,6 @@ class DeliverySchema(MessageSchema):
     receipt = fields.String(required=True)
 
 
-BROWSE_STATES = ["ready", "in_flight", "scheduled"]
 IN_FLIGHT_ONLY = "; present only on a message in flight"
 
 
