@@ -103,8 +103,6 @@ MAX_PROPERTY_NAME_CHARS = 256
 """A last-value queue's key property is named like any message property: a short name."""
 NACK_REASON = "nacked"
 """The reason of a dead letter whose last nack gave none."""
-DEAD_LETTER_REASONS = ("expired", "ack timeout", NACK_REASON)
-"""The reasons atomq itself gives dead letters (the scripts spell the first two); a nack may give any other."""
 MAX_DEDUPE_ID_CHARS = 256
 """A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
 PRIORITY_RANGE = (0, 9)

@@ -18,17 +18,17 @@ import fakeredis
 import pytest
 import redis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support.audit import assert_audit_clean
-from support.ports import free_port
-from support.queues import FAST
-from support.served_node import ServeFactory
-from support.valkey_cluster import ValkeyCluster
 
 from atomq import telemetry
 from atomq.platform import QueueServer
 from atomq.platform.store import keys as k
 from atomq.platform.store.connection import open_redis
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.audit import assert_audit_clean
+from support.ports import free_port
+from support.queues import FAST
+from support.served_node import ServeFactory
+from support.valkey_cluster import ValkeyCluster
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,6 @@ import marshmallow as ma
 import pytest
 import requests
 from marshmallow import fields, validate
-from support.queues import FAST
-from support.served_node import ServeFactory
-from support.waiting import wait_until
 
 from atomq.api import create_app
 from atomq.api.schemas.common import StringList
@@ -28,6 +25,9 @@ from atomq.api.wire import render
 from atomq.platform import QueueServer
 from atomq.platform.models import ENVELOPE_FIELDS, Delivery, Envelope
 from atomq.tenants import TenantStore
+from support.queues import FAST
+from support.served_node import ServeFactory
+from support.waiting import wait_until
 
 # (method, path, json body, headers, query) -> (status, json body or None, response headers)
 Transport = Callable[[str, str, Any, dict[str, str], dict[str, Any]], tuple[int, Any, dict[str, str]]]
@@ -490,6 +490,16 @@ def test_the_owner_names_the_tenant_it_acts_for_by_id_or_by_name(owner, http) ->
         # A header's bytes read as Latin-1: the name goes as its UTF-8 (what curl sends), or as Latin-1.
         for sent in ("Café Ünïcode".encode().decode("latin-1"), "Café Ünïcode"):
             assert Client(http, owner.key, tenant=sent)("GET", "/v1/queues/q", status=200)["name"] == "q"
+        # Bytes that read as two tenants' names, as UTF-8 and as Latin-1, are refused, not guessed.
+        utf8 = owner("POST", "/v1/tenants", {"name": "é-twin"}, 201)
+        latin1 = owner("POST", "/v1/tenants", {"name": "é-twin".encode().decode("latin-1")}, 201)
+        try:
+            both = Client(http, owner.key, tenant=latin1["name"])("GET", "/v1/queues", status=409)["error"]
+            assert both["details"]["tenants"] == sorted([utf8["id"], latin1["id"]])
+            assert Client(http, owner.key, tenant=latin1["id"])("GET", "/v1/queues", status=200)["queues"] == []
+        finally:
+            for twin in (utf8, latin1):
+                owner("DELETE", f"/v1/tenants/{twin['id']}", status=204)
     finally:
         owner("DELETE", f"/v1/tenants/{created['id']}", status=204)
 

@@ -19,10 +19,6 @@ from typing import Any
 
 import pytest
 import requests
-from support.in_process_app import OWNER_KEY, InProcessApp, error_of, send_body, strict_loads
-from support.ports import free_port
-from support.served_node import AtomqServe, ServeFactory
-from support.waiting import wait_until
 
 from atomq import defaults
 from atomq.api import create_app
@@ -38,6 +34,10 @@ from atomq.platform.store import keys as k
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.store.storage import Storage
 from atomq.tenants import TenantStore
+from support.in_process_app import OWNER_KEY, InProcessApp, error_of, send_body, strict_loads
+from support.ports import free_port
+from support.served_node import AtomqServe, ServeFactory
+from support.waiting import wait_until
 
 
 def named_fields(error: dict[str, Any]) -> set[str]:

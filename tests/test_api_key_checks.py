@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 import requests
-from support.in_process_app import InProcessApp, error_of
-from support.ports import free_port
-from support.processes import REPO
-from support.served_node import AtomqServe, ServeFactory
 
 from atomq.api.key_checks import MAX_FAILURES, WINDOW_S
 from atomq.errors import InvalidInput
 from atomq.node.owner_key import MIN_OWNER_KEY_CHARS, OWNER_KEY_ENV, load_owner_key
 from atomq.platform.store import keys as k
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.in_process_app import InProcessApp, error_of
+from support.ports import free_port
+from support.processes import REPO
+from support.served_node import AtomqServe, ServeFactory
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
-from support.in_process_app import InProcessApp, error_of, send_body
-from support.ports import free_port
 
 from atomq.errors import StorageError
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.in_process_app import InProcessApp, error_of, send_body
+from support.ports import free_port
 
 
 @pytest.fixture

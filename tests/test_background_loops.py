@@ -28,11 +28,6 @@ import pytest
 import redis
 from redis.exceptions import RedisClusterException
 from rq import Queue
-from support.ports import free_port
-from support.queues import msg
-from support.served_node import ServeFactory, tenant_with_messages
-from support.valkey_cluster import ValkeyCluster
-from support.waiting import wait_until
 
 from atomq.api import create_app
 from atomq.api.services import LongPollLimiter, Services
@@ -49,6 +44,11 @@ from atomq.platform.store.lease import Lease
 from atomq.tenants import TenantStore
 from atomq.workers import supervisor as supervision
 from atomq.workers.supervisor import SUPERVISION_PART, WAKE_SPACING_S, Supervisor, SupervisorConfig
+from support.ports import free_port
+from support.queues import msg
+from support.served_node import ServeFactory, tenant_with_messages
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 # -- one loop under run_loop ----------------------------------------------------------------
 

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.served_node import AtomqServe, Http, ServeFactory
-from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.errors import Unauthorized
 from atomq.platform.store import keys as k
 from atomq.platform.watch.nodes import NodeRecord
+from support.served_node import AtomqServe, Http, ServeFactory
+from support.waiting import wait_until
 
 ATOMQ = [sys.executable, "-m", "atomq"]
 

@@ -24,12 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support.queues import FAST, browse_all, counts, msg
-from support.waiting import wait_until
 
 from atomq.platform import MessageState, QueueServer
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.watch.audit import audit_tenant
+from support.queues import FAST, browse_all, counts, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"

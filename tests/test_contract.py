@@ -33,8 +33,6 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from support.ports import free_port
-from support.queues import FAST
 
 from atomq.api import create_app
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS
@@ -42,6 +40,8 @@ from atomq.api.services import LongPollLimiter, Services
 from atomq.platform import QueueServer
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
+from support.ports import free_port
+from support.queues import FAST
 
 # schemathesis draws from `random` inside its strategies, which hypothesis reports as deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")

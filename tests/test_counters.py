@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from support.queues import FAST, msg
 
 from atomq.errors import QueueFull, QuotaExceeded, RateLimited, TooLarge
 from atomq.platform import QueueServer
 from atomq.platform.guards.rate_limit import RateLimiter
 from atomq.platform.watch.counters import MAX_RATE_BUCKETS, RATE_BUCKET_S
+from support.queues import FAST, msg
 
 
 def totals(qs: QueueServer, tenant: str, queue: str) -> dict[str, int]:

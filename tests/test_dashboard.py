@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.in_process_node import InProcessNode
 
 from atomq.api import create_app
 from atomq.api.dashboard.sessions import SESSION_COOKIE
@@ -40,6 +39,7 @@ from atomq.platform.watch.nodes import KeptWorkerState, NodeRecord, NodeRecords
 from atomq.platform.watch.overview import OverviewStore, Sampler
 from atomq.tenants import TenantStore, api_keys
 from atomq.tenants.dashboard_sessions import SessionStore
+from support.in_process_node import InProcessNode
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright

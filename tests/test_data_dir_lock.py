@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from support.processes import REPO, pid_running
-from support.served_node import Http, ServeFactory, tenant_with_messages
-from support.waiting import wait_until
 
 from atomq.errors import DataDirInUse
 from atomq.platform.store.data_dir import DataDirLock, read_holder
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.processes import REPO, pid_running
+from support.served_node import Http, ServeFactory, tenant_with_messages
+from support.waiting import wait_until
 
 
 def test_a_forked_child_does_not_keep_the_lock(tmp_path: Path) -> None:

@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from support.processes import pid_running
-from support.queues import FAST, browse_all, counts, dead_all, msg
-from support.waiting import wait_until
 
 from atomq.errors import FormatVersionError, NotFound
 from atomq.platform import MessageState, QueueServer, QueueSettings
@@ -29,6 +26,9 @@ from atomq.platform.store import keys as k
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.store.format_version import FORMAT_VERSION
 from atomq.platform.watch.audit import audit_tenant
+from support.processes import pid_running
+from support.queues import FAST, browse_all, counts, dead_all, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 

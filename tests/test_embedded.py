@@ -17,15 +17,15 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from support.ports import free_port
-from support.processes import pid_running
-from support.waiting import wait_until
 
 from atomq.errors import EmbeddedServerError, StorageError, UnsafeStorage
 from atomq.platform.store import embedded, valkey_binary
 from atomq.platform.store.connection import check_server, open_redis, redact_url
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.store.valkey_binary import find_server_binary
+from support.ports import free_port
+from support.processes import pid_running
+from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,12 +23,6 @@ import psutil
 import pytest
 import requests
 from redis.cluster import key_slot
-from support.audit import assert_audit_clean
-from support.listener_processes import served_env, stall_first_delivery
-from support.ports import free_port
-from support.served_node import AtomqServe, ServeFactory
-from support.valkey_cluster import ValkeyCluster
-from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.platform import QueueServer
@@ -36,6 +30,12 @@ from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
 from atomq.platform.store.connection import open_redis
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.audit import assert_audit_clean
+from support.listener_processes import served_env, stall_first_delivery
+from support.ports import free_port
+from support.served_node import AtomqServe, ServeFactory
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 import redis
 import redis.connection
+
+from atomq.errors import Conflict, InvalidInput, OutcomeUnknown
+from atomq.platform import QueueServer
+from atomq.platform.store.connection import open_redis
+from atomq.platform.store.embedded import EmbeddedValkey
 from support.audit import assert_audit_clean
 from support.in_process_app import InProcessApp, error_of, send_body, strict_loads
 from support.ports import free_port
 from support.queues import FAST, msg
 from support.valkey_cluster import ValkeyCluster
 from support.waiting import wait_until
-
-from atomq.errors import Conflict, InvalidInput, OutcomeUnknown
-from atomq.platform import QueueServer
-from atomq.platform.store.connection import open_redis
-from atomq.platform.store.embedded import EmbeddedValkey
 
 
 def test_a_repeated_key_answers_the_first_send_and_stores_nothing_more(qs: QueueServer, tenant: str) -> None:

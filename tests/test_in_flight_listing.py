@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pytest
 import redis
-from support.queues import msg
 
 from atomq.errors import InvalidInput, NotFound
 from atomq.platform import MessageState, QueueServer
 from atomq.platform.store import keys as k
+from support.queues import msg
 
 P2P = "point_to_point"
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import threading
 import uuid
 
-from support.waiting import wait_until
-
 from atomq.platform.maintenance import run_maintenance
 from atomq.platform.store.lease import Lease
 from atomq.platform.store.storage import Storage
+from support.waiting import wait_until
 
 
 def test_one_holder_at_a_time_and_the_lease_moves_when_it_runs_out(backend) -> None:

@@ -21,9 +21,6 @@ import pytest
 import redis
 import requests
 from rq import Queue, SimpleWorker
-from support.in_process_node import InProcessNode
-from support.listener_processes import always_fail, registered, stall_first_delivery
-from support.queues import msg
 
 from atomq import defaults
 from atomq.api.services import Services
@@ -37,6 +34,9 @@ from atomq.platform.store.lease import Lease
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
+from support.in_process_node import InProcessNode
+from support.listener_processes import always_fail, registered, stall_first_delivery
+from support.queues import msg
 
 OWNER = "owner-key-for-listener-tests"
 TEST_PROCESSES = registered(fail=always_fail, stall=stall_first_delivery)

@@ -21,8 +21,6 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from rq import Queue, SimpleWorker
-from support.in_process_node import InProcessNode
-from support.waiting import wait_until
 
 from atomq import telemetry
 from atomq.client import AtomqClient
@@ -32,6 +30,8 @@ from atomq.platform.store import listener_keys as lk
 from atomq.workers import processes
 from atomq.workers.context import ExecutionContext
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-log-tests"
 

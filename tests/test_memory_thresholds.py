@@ -13,16 +13,16 @@ import pytest
 import redis
 import requests
 from redis.cluster import key_slot
-from support.queues import FAST, browse_all, msg
-from support.served_node import AtomqServe, Http, ServeFactory
-from support.valkey_cluster import ValkeyCluster
-from support.waiting import wait_until
 
 from atomq.errors import InvalidInput, StorageFull
 from atomq.platform import QueueServer
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.watch.memory_state import MemoryThresholds, refuses
 from atomq.platform.watch.memory_use import MemoryUse
+from support.queues import FAST, browse_all, msg
+from support.served_node import AtomqServe, Http, ServeFactory
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 
 def test_thresholds_name_the_state_and_each_state_refuses_more() -> None:

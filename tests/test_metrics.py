@@ -9,10 +9,6 @@ from collections.abc import Iterator
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-from support.in_process_executions import run_executions
-from support.in_process_node import InProcessNode
-from support.listener_processes import always_fail, registered
-from support.waiting import wait_until
 
 from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
@@ -23,6 +19,10 @@ from atomq.platform.store import keys as k
 from atomq.platform.store.lease import Lease
 from atomq.platform.watch.counters import QUEUE_COUNTS, REFUSALS
 from atomq.workers import processes
+from support.in_process_executions import run_executions
+from support.in_process_node import InProcessNode
+from support.listener_processes import always_fail, registered
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-metrics-tests"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

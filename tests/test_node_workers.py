@@ -26,9 +26,6 @@ from urllib.parse import quote
 import psutil
 import pytest
 import requests
-from support.processes import clean_env, no_java_env
-from support.served_node import AtomqServe, ServeFactory
-from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.errors import JavaMissing
@@ -38,6 +35,9 @@ from atomq.platform.store.storage import Storage
 from atomq.spark_workers import session
 from atomq.workers import liveness, node_workers
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
+from support.processes import clean_env, no_java_env
+from support.served_node import AtomqServe, ServeFactory
+from support.waiting import wait_until
 
 FORWARD = {"queue": "in", "process": "forward", "settings": {"to": "out"}}
 

@@ -7,16 +7,15 @@ import secrets
 import signal
 from pathlib import Path
 
-from support.ports import free_port
-from support.served_node import Http, ServeFactory
-from support.valkey_cluster import ValkeyCluster
-from support.waiting import wait_until
-
 from atomq import __version__
 from atomq.platform.store.connection import open_redis
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch.nodes import NodeRecords
+from support.ports import free_port
+from support.served_node import Http, ServeFactory
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 
 def exporter_flag(node_metrics: str) -> float:

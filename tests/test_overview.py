@@ -15,9 +15,6 @@ import pytest
 import redis
 import requests
 from rq import Queue, Worker
-from support.in_process_node import InProcessNode
-from support.queues import msg
-from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
@@ -33,6 +30,9 @@ from atomq.platform.watch.overview import HISTORY_LENGTH, OverviewStore, Sample,
 from atomq.tenants import TenantStore
 from atomq.workers.liveness import current_executions, spark_executions, spark_gone, spark_heartbeat
 from atomq.workers.node_workers import NodeWorkers, WorkerPlan
+from support.in_process_node import InProcessNode
+from support.queues import msg
+from support.waiting import wait_until
 
 OWNER = f"aq_owner_{uuid.uuid4().hex}"
 

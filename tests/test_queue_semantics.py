@@ -11,12 +11,12 @@ import time
 
 import pytest
 import redis
-from support.queues import msg
 
 from atomq.errors import Conflict, InvalidInput, NotFound, StorageError, TooLarge
 from atomq.platform import DeadLetterReasons, MessageState, OutgoingDocument, OutgoingMessage, QueueServer, ReasonCount
 from atomq.platform.queues import management
 from atomq.platform.watch.audit import audit_tenant
+from support.queues import msg
 
 P2P = "point_to_point"
 PUBSUB = "publish_subscribe"

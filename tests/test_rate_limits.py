@@ -6,11 +6,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.waiting import wait_until
 
 from atomq.errors import NotFound, RateLimited
 from atomq.platform.guards.rate_limit import RateLimiter, retry_after_s
 from atomq.platform.store.storage import Storage
+from support.waiting import wait_until
 
 
 def test_retry_after_is_whole_seconds_and_at_least_one() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from support.waiting import wait_until
 
 from atomq.errors import StorageError
 from atomq.platform.store.refreshed import Refreshed
+from support.waiting import wait_until
 
 
 def test_a_stale_value_serves_while_one_background_read_runs_and_a_failed_read_keeps_it(

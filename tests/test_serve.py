@@ -14,6 +14,7 @@ sleeps blindly for a request to arrive.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -27,13 +28,15 @@ from typing import Any
 
 import pytest
 import requests
-from support.processes import pid_running
-from support.served_node import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, ServeFactory
-from support.waiting import wait_until
 
+from atomq.errors import CannotListen
+from atomq.node.listening import bind_listener
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch.nodes import NodeRecords
 from atomq.platform.watch.overview import OverviewStore
+from support.processes import pid_running
+from support.served_node import SHUTDOWN_TIMEOUT_S, AtomqServe, Http, ServeFactory
+from support.waiting import wait_until
 
 
 @pytest.fixture
@@ -583,3 +586,20 @@ def test_restart_keeps_tenants_and_keys_and_a_revoked_key_stays_revoked(serve: S
         assert gone("GET", "/v1/queues", status=401)["error"]["code"] == "unauthorized"
     with Http(again.url, "aq_owner_not-the-owner") as stranger:
         stranger("GET", "/v1/tenants", status=401)
+
+
+def test_the_port_the_node_binds_is_held_at_once() -> None:
+    """Two nodes started together on one port: both may bind it (SO_REUSEADDR) while neither
+    listens, and the loser would fail only later, inside gunicorn. The node listens as it binds, so
+    the other finds the port taken there and then."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", 0))
+        port = other.getsockname()[1]
+        with bind_listener("127.0.0.1", port):
+            with pytest.raises(OSError) as taken:
+                other.listen()
+            assert taken.value.errno == errno.EADDRINUSE
+        other.listen()
+        with pytest.raises(CannotListen, match=f"port {port} is in use.*--port"):
+            bind_listener("127.0.0.1", port)

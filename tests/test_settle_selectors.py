@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from support.queues import FAST, dead_all, msg
 
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.shared import docs_and_config, queue_keys
 from atomq.platform.watch.audit import audit_tenant
+from support.queues import FAST, dead_all, msg
 
 
 def test_a_receipt_in_another_spelling_is_refused(qs, tenant, queue) -> None:

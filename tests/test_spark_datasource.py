@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.in_process_node import InProcessNode
-from support.waiting import wait_until
 
 from atomq.client import AtomqClient
 from atomq.platform.store import keys as k
+from support.in_process_node import InProcessNode
+from support.waiting import wait_until
 
 OWNER = "owner-key-for-spark-tests"
 

@@ -17,9 +17,6 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue, SimpleWorker
-from support.in_process_node import InProcessNode
-from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
-from support.queues import msg
 
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
@@ -29,6 +26,9 @@ from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
 from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
+from support.in_process_node import InProcessNode
+from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
+from support.queues import msg
 
 OWNER = "owner-key-for-spark-listener-tests"
 

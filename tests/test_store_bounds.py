@@ -13,14 +13,14 @@ import dataclasses
 import threading
 
 import pytest
-from support.in_process_app import InProcessApp, error_of
-from support.queues import FAST, browse_all, dead_all, msg
-from support.waiting import wait_until
 
 from atomq.errors import Conflict, TooLarge
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.store import keys as k
 from atomq.platform.watch.audit import audit_tenant
+from support.in_process_app import InProcessApp, error_of
+from support.queues import FAST, browse_all, dead_all, msg
+from support.waiting import wait_until
 
 P2P = "point_to_point"
 

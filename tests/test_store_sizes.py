@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from rq import Queue
-from support.queues import FAST, msg
 
 from atomq.platform import QueueServer
 from atomq.platform.store import listener_keys as lk
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.platform.watch import store_sizes
 from atomq.workers.worker import job_queue_bytes
+from support.queues import FAST, msg
 
 
 def _noop() -> None:

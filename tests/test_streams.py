@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from support.queues import msg
 
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform import QueueServer
 from atomq.platform.queues.streams import StreamConsumers
+from support.queues import msg
 
 
 @pytest.fixture

@@ -8,16 +8,16 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from support.ports import free_port
-from support.queues import FAST, browse_all, msg
-from support.served_node import ServeFactory
-from support.valkey_cluster import ValkeyCluster
-from support.waiting import wait_until
 
 from atomq.errors import NotDurable
 from atomq.platform import QueueServer
 from atomq.platform.store.connection import open_redis
 from atomq.platform.store.embedded import EmbeddedValkey
+from support.ports import free_port
+from support.queues import FAST, browse_all, msg
+from support.served_node import ServeFactory
+from support.valkey_cluster import ValkeyCluster
+from support.waiting import wait_until
 
 
 def test_a_sync_send_waits_for_the_disk_and_a_time_out_is_safe_to_retry(valkey, tenant: str) -> None:

@@ -14,7 +14,6 @@ import fakeredis
 import pytest
 import redis
 from redis.crc import key_slot
-from support.queues import FAST, msg
 
 from atomq.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from atomq.platform import QueueServer
@@ -23,6 +22,7 @@ from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import Principal, Tenant, TenantStore
 from atomq.tenants import store as store_module
 from atomq.tenants.api_keys import digest, entry, new_api_key, parse_key_id
+from support.queues import FAST, msg
 
 OWNER_KEY = "owner-" + secrets.token_urlsafe(24)
 

@@ -12,8 +12,6 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.audit import assert_audit_clean
-from support.queues import FAST, browse_all, msg
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotDurable, QueueFull, QuotaExceeded, TooLarge
@@ -27,6 +25,8 @@ from atomq.platform.queues.topics import (
     check_topic,
 )
 from atomq.platform.store import keys as k
+from support.audit import assert_audit_clean
+from support.queues import FAST, browse_all, msg
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from flask import current_app, g, request
 
-from atomq.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from atomq.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from atomq.tenants import Principal, TenantStore
 from atomq.tenants.execution_tokens import is_execution_token
 from atomq.tenants.records import TENANT_ID
@@ -107,23 +107,29 @@ def request_holder() -> str:
 def _tenant_id(given: str) -> str:
     """The id of the tenant ``X-Atomq-Tenant`` names: its id, or its name (names are unique, and
     none has the form of an id, so the two never clash), found through the index of names, one
-    read, not a scan of the tenants. An unknown one is 404 either way."""
+    read, not a scan of the tenants. An unknown one is 404 either way. A name whose bytes read as
+    two names (see ``_readings``) that are two tenants' is refused rather than guessed."""
     tenants: TenantStore = current_app.extensions["atomq"].tenants
     if TENANT_ID.fullmatch(given):
         if tenants.exists(given):
             return given
-    else:
-        named = tenants.named(_as_sent(given))
-        if named is not None:
-            return named.id
-    raise NotFound(f"tenant {given!r} does not exist", tenant=given)
+        raise NotFound(f"tenant {given!r} does not exist", tenant=given)
+    found = {named.id for named in map(tenants.named, _readings(given)) if named is not None}
+    if len(found) > 1:
+        raise Conflict(f"X-Atomq-Tenant {given!r} names two tenants, read as UTF-8 and as Latin-1: give the "
+                       "tenant's id", field="X-Atomq-Tenant", tenants=sorted(found))
+    if not found:
+        raise NotFound(f"tenant {given!r} does not exist", tenant=given)
+    return found.pop()
 
 
-def _as_sent(value: str) -> str:
-    """A header's text as its sender wrote it: the server reads a header's bytes as Latin-1, and
-    a client such as curl sends a name's UTF-8, which reads back here; bytes that are no UTF-8
-    were Latin-1 indeed (what Python's http.client sends)."""
+def _readings(value: str) -> list[str]:
+    """What a header's text may have been written as: the server reads a header's bytes as
+    Latin-1, and a client such as curl sends a name's UTF-8, which reads back here (so does
+    ``AtomqClient.act_for``); bytes that are no UTF-8 were Latin-1 indeed (what Python's
+    http.client sends). ASCII reads one way only."""
     try:
-        return value.encode("latin-1").decode("utf-8")
+        utf8 = value.encode("latin-1").decode("utf-8")
     except UnicodeError:
-        return value
+        return [value]
+    return [utf8] if utf8 == value else [utf8, value]

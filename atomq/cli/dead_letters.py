@@ -7,14 +7,12 @@ progress line, so a drain of millions says how far it is.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as StillRunning
 
 import click
 
-from atomq import defaults
 from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
 from atomq.cli.failures import Failure
@@ -25,8 +23,6 @@ from atomq.client import AtomqClient
 DRAIN_TIMEOUT_S = 3600.0
 """How long one request that resends or deletes every dead letter may take."""
 POLL_S = 1.0
-REASONS_READ = defaults.MAX_PAGE_LIMIT
-"""A --reason that matched nothing is answered with the reasons of this many dead letters (one page)."""
 
 
 @click.group("dead-letters")
@@ -73,18 +69,18 @@ def _reason_matched(c: AtomqClient, queue: str, subscriber: str | None, reason: 
                     what: str) -> None:
     """Called after the result is printed: a --reason that matched no dead letter is an error (exit
     status 1), as an id that matched nothing is, so that a misspelt reason is noticed; it names the
-    reasons the queue's first dead letters have."""
+    reasons present (as ``atomq dead-letters reasons`` counts them)."""
     if reason is None or done:
         return
-    read = list(itertools.islice(c.dead_letters(queue, subscriber, REASONS_READ), REASONS_READ))
-    present = sorted({m["reason"] for m in read})
+    counted = c.dead_letter_reasons(queue, subscriber)
+    present = [r["reason"] for r in counted["reasons"]]
     which = f"{queue} (subscriber {subscriber})" if subscriber else queue
     text = f"no dead letter of {which} has the reason {reason!r} ({done} {what}); "
-    if not read:
+    if not counted["counted"]:
         text += "it has no dead letters"
     else:
-        among = f"of its first {len(read)} dead letters" if len(read) == REASONS_READ else "present"
-        text += f"the reasons {among}: {', '.join(map(repr, present))}"
+        among = "present" if counted["complete"] else f"most frequent among its newest {counted['counted']}"
+        text += f"the reasons {among}: {', '.join(map(repr, present))} (atomq dead-letters reasons {queue})"
     raise Failure(text, "not_found", reason=reason, reasons_present=present)
 
 

@@ -16,6 +16,7 @@ from atomq.cli.options import name_value_pairs
 from atomq.cli.output import emit, span, stored_somewhere
 from atomq.cli.progress import Progress
 from atomq.client import AtomqClient, wire
+from atomq.platform.queues.management import BROWSE_STATES
 
 
 def _properties(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str] | None:
@@ -151,9 +152,6 @@ def get(c: AtomqClient, queue: str, max_messages: int, wait_ms: int, subscriber:
                consumer=consumer)
     emit(got, [(m["id"], m["delivery_count"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
                for m in got], ("ID", "DELIVERY", "DOCUMENTS"))
-
-
-BROWSE_STATES = ("ready", "in_flight", "scheduled")
 
 
 @click.command()

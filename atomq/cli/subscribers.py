@@ -11,6 +11,7 @@ import click
 
 from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
+from atomq.cli.failures import Failure
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
 
@@ -51,7 +52,8 @@ def subscribers_remove(c: AtomqClient, queue: str, name: str, yes: bool) -> None
     """Remove subscriber NAME of QUEUE with its messages and dead letters."""
     held = {s["name"]: s for s in c.subscribers(queue)}
     if name not in held:
-        raise click.ClickException(f"queue {queue} has no subscriber {name} (see atomq subscribers list {queue})")
+        raise Failure(f"queue {queue} has no subscriber {name} (see atomq subscribers list {queue})", "not_found",
+                      queue=queue, subscriber=name)
     s = held[name]
     confirm(f"remove subscriber {name} of queue {queue} with its {s['depth']} waiting, {s['in_flight']} in-flight "
             f"and {s['dead_letters']} dead messages", yes)

@@ -14,15 +14,22 @@ import socket
 from atomq.errors import CannotListen
 
 
+LISTEN_BACKLOG = 2048
+"""gunicorn's own default backlog, which it would have listened with."""
+
+
 def bind_listener(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (not yet listening: gunicorn listens on it with its
-    backlog); CannotListen, naming the option to change, when the address cannot be bound."""
+    """A socket bound to ``host:port`` and listening; CannotListen, naming the option to change,
+    when the address cannot be taken. It listens at once: on Linux two sockets with SO_REUSEADDR may
+    both be bound to one port while neither listens, so only listening holds the port (gunicorn
+    does not listen again on a socket that already listens)."""
     address = host.strip("[]")
     sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
     try:
         # As gunicorn does: a port whose last connections linger in TIME_WAIT is free to bind.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise CannotListen(_why(host, port, exc), host=host, port=port) from None

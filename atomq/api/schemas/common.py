@@ -165,15 +165,14 @@ class ListArgs(Strict):
 NEXT_DOC = {"description": "the ``after`` of the next page; null on the last"}
 
 
-class PageArgs(Strict):
-    limit = fields.Integer(load_default=defaults.PAGE_LIMIT,  # a query string: text
-                           validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))
-    after = fields.String(validate=validate.Length(max=64))
+class SubscriberArgs(Strict):
     subscriber = fields.String(validate=SUBSCRIBER_NAME, metadata=SUBSCRIBER_DOC)
 
 
-class SubscriberArgs(Strict):
-    subscriber = fields.String(validate=validate.Regexp(NAME_PATTERN), metadata=SUBSCRIBER_DOC)
+class PageArgs(SubscriberArgs):
+    limit = fields.Integer(load_default=defaults.PAGE_LIMIT,  # a query string: text
+                           validate=validate.Range(1, defaults.MAX_PAGE_LIMIT))
+    after = fields.String(validate=validate.Length(max=64))
 
 
 REASON_DOC = {"description": "the dead letters given this reason only: expired, ack timeout, nacked or "

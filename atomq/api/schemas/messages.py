@@ -24,7 +24,7 @@ from atomq.api.schemas.common import (
     Strict,
     above_zero,
 )
-from atomq.platform.queues.management import REASONS_READ, REASONS_SHOWN
+from atomq.platform.queues.management import BROWSE_STATES, REASONS_READ, REASONS_SHOWN
 from atomq.platform.queues.topics import TOPIC_PATTERN, TOPIC_RULE
 
 
@@ -161,7 +161,6 @@ class DeliverySchema(MessageSchema):
     receipt = fields.String(required=True)
 
 
-BROWSE_STATES = ["ready", "in_flight", "scheduled"]
 IN_FLIGHT_ONLY = "; present only on a message in flight"
 
 

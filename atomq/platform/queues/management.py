@@ -41,6 +41,8 @@ REASONS_SHOWN = 20
 
 BROWSE_TAGS = {MessageState.READY: "r", MessageState.IN_FLIGHT: "f", MessageState.SCHEDULED: "s"}
 """The states a browse selects by, as browse.lua's state view names them."""
+BROWSE_STATES = tuple(state.value for state in BROWSE_TAGS)
+"""The same states as the HTTP API and the command line name them."""
 
 
 def check_browse_state(state: object) -> MessageState:

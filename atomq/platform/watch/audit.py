@@ -13,11 +13,12 @@ import re
 from collections import Counter
 from typing import Any
 
+from atomq.platform.queues.delivery import HOLDER
 from atomq.platform.queues.footprint import COPY_BYTES, DOC_BYTES, LAST_VALUE_BYTES
 from atomq.platform.store import keys as k
 from atomq.platform.store.connection import RedisClient
 
-IN_FLIGHT_DETAIL = re.compile(r"[0-9]{1,15},[A-Za-z0-9._:-]{0,160}")
+IN_FLIGHT_DETAIL = re.compile(rf"[0-9]{{1,15}},(?:{HOLDER.pattern})?")
 """What follows the ``f`` of an in-flight state: ``<since ms>,<holder>`` (nothing in format 6)."""
 
 
