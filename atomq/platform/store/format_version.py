@@ -24,7 +24,7 @@ entries are spread over 256 hashes (``keys.api_key_table``) instead of one, whic
 would not find; ``TenantStore`` moves them on start. 6: a new API key's id names its tenant and its
 entry is in the tenant's own slot (``keys.api_key_table``), which an older atomq would refuse as
 malformed; the entries of older keys stay where they are and keep working. 7: a delivery's in-flight
-state keeps when it was made and who holds it (``f<since ms>,<holder>``, see ``_lib.lua``), which an
+state keeps when it was made and who holds it (``f<since ms>,<holder>``, see ``_lib_state.lua``), which an
 older atomq would not take for in flight (it could not ack it); a bare ``f`` of format 6 reads as
 a delivery of unknown holder and time."""
 

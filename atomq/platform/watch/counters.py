@@ -36,7 +36,7 @@ REFUSAL_BY_CODE = {"rate_limited": "rate_limited", "quota_exceeded": "quota_reje
 """Each refusing error's code and the total it counts in."""
 RATE_BUCKET_S = 10
 RATE_SLOTS = 32
-"""As RATE_SLOTS in scripts/_lib.lua: the ring holds this many buckets, the oldest being overwritten."""
+"""As RATE_SLOTS in scripts/_lib_state.lua: the ring holds this many buckets, the oldest being overwritten."""
 MAX_RATE_BUCKETS = RATE_SLOTS - 1
 """The current bucket and the ones before it that the ring still holds whole."""
 
