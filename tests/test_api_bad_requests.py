@@ -495,6 +495,7 @@ def test_served_connections_of_one_address_are_bounded_and_free_again_once_close
         assert strict_loads(body)["error"]["code"] == "too_many_connections"
         assert health("127.0.0.2").startswith(b"HTTP/1.1 200")
         # The node closes connections that send nothing within its keep-alive time; their room comes back.
+
         def served_again() -> bool:
             try:
                 return health("127.0.0.1").startswith(b"HTTP/1.1 200")

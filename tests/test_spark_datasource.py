@@ -172,6 +172,7 @@ def test_a_failed_micro_batch_leaves_its_messages_to_come_back(
     with pytest.raises(Exception):
         _consume(spark, node, tenant, "fragile", tmp_path / "cp", sink, fail_on="boom")
     assert sink == []
+
     def back() -> bool:
         node.services.queues.maintain(tenant.id)  # the node's maintenance loop, in this test's hands
         return bool(api.queue("fragile")["depth"] == 2)

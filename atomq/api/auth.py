@@ -104,6 +104,7 @@ def request_holder() -> str:
     key_id = principal().key_id
     return f"key:{key_id}" if key_id else "owner"
 
+
 def _tenant_id(given: str) -> str:
     """The id of the tenant ``X-Atomq-Tenant`` names: its id, or its name (names are unique, and
     none has the form of an id, so the two never clash), found through the index of names, one

@@ -145,6 +145,7 @@ def with_memory_state(response: Response) -> Response:
             response.headers[MEMORY_STATE_HEADER] = state
     return response
 
+
 SEND_REFUSALS = {
     409: "idempotency_key_reused: the Idempotency-Key named another request within its day",
     413: "a message over its queue's max_message_bytes, a send over the server's limits on documents, or "

@@ -36,6 +36,7 @@ from atomq.workers import processes
 blp = ApiBlueprint("listeners", __name__, url_prefix="/v1/listeners", description="Listeners",
                    tenant_scoped=True)
 
+
 def listener_json(listener: Listener) -> dict[str, Any]:
     spec = listener.spec
     return {"name": listener.name, "queue": spec.queue, "subscriber": spec.subscriber, "process": spec.process,

@@ -260,7 +260,6 @@ class AtomqClient:
                     raise
                 time.sleep(min(float(exc.details.get("retry_after", 1)), 5.0))
 
-
     def send_texts(self, queue: str, texts: Sequence[str]) -> list[str]:
         """One message of one text document per text."""
         return self.send(queue, [wire.message([wire.document(t)]) for t in texts])

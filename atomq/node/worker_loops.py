@@ -36,6 +36,7 @@ class LoopsWorker(Protocol):
     app: NodeApp
     loops: tuple[list[threading.Thread], threading.Event] | None
 
+
 MAINTENANCE_LEASE_TTL_S = 10.0
 
 

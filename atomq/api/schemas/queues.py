@@ -40,7 +40,6 @@ class QueuePutSchema(Strict):
                                                             "queue; \"\": one message for the whole queue. Left "
                                                             "out: kept (a new queue: \"\")"})
 
-
     max_messages = Int(validate=validate.Range(0, defaults.MAX_EXACT_INT),
                        metadata={"description": "most messages neither acked nor dead (ready, scheduled or in "
                                                 "flight; per subscriber on a publish/subscribe queue); 0: no "

@@ -291,6 +291,7 @@ def api_key_table(key_id: str) -> str:
         return f"{tenant_prefix('t_' + key_id[:12])}:apikeys:entries"
     return f"{PREFIX}:apikeys:{{{key_id[:2]}}}"
 
+
 ISSUED_TENANT_IDS_KEY = f"{PREFIX}:tenants:issued"
 
 

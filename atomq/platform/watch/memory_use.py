@@ -19,7 +19,6 @@ class MemoryUse:
     used_bytes: int
     max_bytes: int
 
-
     @property
     def share(self) -> float:
         """How full it is (0 without a limit)."""

@@ -83,7 +83,6 @@ class NodeRecord:
             return None
 
 
-
 class NodeRecords:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage

@@ -179,7 +179,6 @@ class Sampler:
                 continue
         return Sample(at=time.time(), read_s=time.monotonic() - started, tenants=out)
 
-
     def _tenant(self, tenant: Any) -> TenantSample:
         t = TenantSample(name=tenant.name, disk_quota_bytes=tenant.disk_quota_bytes)
         usage = self._queues.usage(tenant.id)

@@ -26,7 +26,8 @@ from atomq.platform.store.storage import Storage, translate
 
 class Measured(Protocol):
     """What a measurement reads through: the queue server, as the maintenance loop hands it over
-    (the queue server runs that loop, so neither module imports the other)."""
+    (the queue server imports the maintenance, which measures: this names only what it reads of
+    the server, so the three modules do not import each other round)."""
 
     @property
     def client(self) -> RedisClient: ...
@@ -37,6 +38,7 @@ class Measured(Protocol):
     def tenants(self) -> list[str]: ...
 
     def destinations(self, tenant: str) -> list[tuple[k.QueueKeys, k.DestinationKeys]]: ...
+
 
 MEASURE_EVERY_S = 30.0
 _BATCH = 500
