@@ -28,14 +28,12 @@ Linux only (/proc).
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import requests
@@ -47,30 +45,9 @@ from drivers.serve_node import check, expect, keep_alive_session, progress
 
 QUEUE = "q"
 DOCUMENT = "x" * 100
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 FILL_BATCH = 100
 IDLE_S = 3.0
 """How long the node's background CPU is measured for, with nothing sent, before each round."""
-
-
-def cpu_s(pid: int) -> float:
-    """The CPU a process used so far (user and system), in seconds, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # gone meanwhile
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 @dataclass(frozen=True)
@@ -82,26 +59,26 @@ class Background:
     valkey: float
 
 
-def idle(node: HttpNode, workers: list[int]) -> Background:
-    before_workers, before_valkey = sum(map(cpu_s, workers)), cpu_s(node.valkey_pid)
+def idle(node: HttpNode) -> Background:
+    before = node.cpu_seconds()
     started = time.perf_counter()
     time.sleep(IDLE_S)  # the measurement is of this time with nothing sent
     wall = time.perf_counter() - started
-    return Background((sum(map(cpu_s, workers)) - before_workers) / wall,
-                      (cpu_s(node.valkey_pid) - before_valkey) / wall)
+    after = node.cpu_seconds()
+    return Background((after["workers"] - before["workers"]) / wall, (after["valkey"] - before["valkey"]) / wall)
 
 
-def measured(node: HttpNode, workers: list[int], background: Background, shape: Callable[[], None],
-             n: int) -> dict[str, float]:
+def measured(node: HttpNode, background: Background, shape: Callable[[], None], n: int) -> dict[str, float]:
     """Runs ``shape`` ``n`` times; the CPU of the workers and of Valkey beyond their background, and
     the wall time, per call, in µs."""
-    before_workers, before_valkey = sum(map(cpu_s, workers)), cpu_s(node.valkey_pid)
+    before = node.cpu_seconds()
     started = time.perf_counter()
     for _ in range(n):
         shape()
     wall = time.perf_counter() - started
-    spent_workers = sum(map(cpu_s, workers)) - before_workers - background.workers * wall
-    spent_valkey = cpu_s(node.valkey_pid) - before_valkey - background.valkey * wall
+    after = node.cpu_seconds()
+    spent_workers = after["workers"] - before["workers"] - background.workers * wall
+    spent_valkey = after["valkey"] - before["valkey"] - background.valkey * wall
     return {"worker_cpu_us": spent_workers / n * 1e6, "valkey_cpu_us": spent_valkey / n * 1e6,
             "wall_us": wall / n * 1e6}
 
@@ -119,7 +96,7 @@ def run(args: Any, bench: BenchRun) -> dict[str, Any]:
     node.start()
     node.put_queue(QUEUE)
     check(node.proc is not None, "the node did not start")
-    workers = [pid for pid in children(node.proc.pid) if pid != node.valkey_pid]
+    workers = node.worker_pids()
     check(len(workers) == (args.http_workers or 1), f"expected {args.http_workers or 1} HTTP workers, found "
                                                     f"{len(workers)} children of the master but its Valkey")
     session = keep_alive_session(node.base, node.tenant_key)
@@ -146,15 +123,15 @@ def run(args: Any, bench: BenchRun) -> dict[str, Any]:
     for round_ in range(args.repeat):
         progress(f"round {round_ + 1} of {args.repeat}: the background for {IDLE_S:g} s, then {n} requests of "
                  "each shape")
-        background = idle(node, workers)
+        background = idle(node)
         backgrounds.append(background)
         send1()  # warm: the first request of a connection and of a route costs more
-        runs["send1"].append(measured(node, workers, background, send1, n))
+        runs["send1"].append(measured(node, background, send1, n))
         fill(session, base, n * 10 + 10)
         get10()
-        runs["get10"].append(measured(node, workers, background, get10, n))
+        runs["get10"].append(measured(node, background, get10, n))
         ack10()
-        runs["ack10"].append(measured(node, workers, background, ack10, n))
+        runs["ack10"].append(measured(node, background, ack10, n))
         check(not receipts, "every get10 was acked")
         expect(session.delete(f"{base}/v1/queues/{QUEUE}/messages", json={"all": True}, timeout=120), 200,
                "emptying the queue")
