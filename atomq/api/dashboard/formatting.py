@@ -120,7 +120,7 @@ def duration(seconds: float) -> str:
     for unit, unit_s in DURATION_UNITS:
         n, rest = divmod(rest, unit_s)
         if n:
-            parts.append(f"{int(n):,} {unit}" if n == 1 else f"{int(n):,} {unit}s")
+            parts.append(plural(int(n), unit))
     if round(rest, 3):
         parts.append(f"{round(rest, 3):g} s")
     return " ".join(parts)

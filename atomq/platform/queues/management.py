@@ -50,7 +50,7 @@ def check_browse_state(state: object) -> MessageState:
     for known in BROWSE_TAGS:
         if state == known.value:
             return known
-    raise InvalidInput(f"state must be one of {', '.join(s.value for s in BROWSE_TAGS)}; "
+    raise InvalidInput(f"state must be one of {', '.join(BROWSE_STATES)}; "
                        f"{str(state)[:40]!r} is not one", field="state")
 
 

@@ -11,6 +11,7 @@ messages went nowhere, with how many they were and what to do about it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -82,8 +83,5 @@ def after_publish(topic: str, queues: Sequence[str], messages: int, copies: int)
 def after_publish_many(topics: Sequence[str], done: PublishedMany) -> list[StoredNowhere]:
     """A publish of each message to its own topic (``topics[i]`` for message i): one warning a
     topic whose messages were stored nowhere, in the order of the topics' first messages."""
-    counts: dict[str, int] = {}
-    for topic in topics:
-        counts[topic] = counts.get(topic, 0) + 1
-    return [w for topic, n in counts.items()
+    return [w for topic, n in Counter(topics).items()
             for w in after_publish(topic, done.topics.get(topic, []), n, done.copies.get(topic, 0))]
