@@ -44,8 +44,9 @@ def _owner_key(path: Path, url: str) -> str:
 
 
 def tenant_id(client: AtomqClient, tenant: str) -> str:
-    """The id of the tenant ``tenant`` names: an id as it is, or a tenant's name (names are unique);
-    a name no tenant has is a usage error."""
+    """The id of the tenant ``tenant`` names, for the owner's calls on ``/v1/tenants/<id>``: an id as
+    it is, or a tenant's name (names are unique); a name no tenant has is a usage error. (A queue
+    command's --tenant goes to the node as it is: ``X-Atomq-Tenant`` takes a name.)"""
     if TENANT_ID.fullmatch(tenant):
         return tenant
     named = client.tenants(name=tenant)
@@ -76,11 +77,14 @@ def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[.
         try:
             with _client(ctx) as client:
                 if tenant:
-                    client.act_for(tenant_id(client, tenant))
+                    client.act_for(tenant)  # an id or a name: the node finds the tenant either way
                 return f(client, *args, **kwargs)
         except AtomqError as exc:
-            if exc.details.get("field") == "X-Atomq-Tenant":
+            if exc.code == "invalid_input" and exc.details.get("field") == "X-Atomq-Tenant":
                 raise UsageFailure(NO_TENANT, exc.code, **exc.details) from None
+            if tenant and exc.code == "not_found" and "tenant" in exc.details:
+                raise UsageFailure(f"no tenant has the id or name {tenant!r} (see atomq tenants list)", "not_found",
+                                   tenant=tenant) from None
             raise Failure.of(exc) from None
 
     options = [
