@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -100,6 +101,41 @@ def _patterns(draw: st.DrawFn) -> str:
 def test_the_trie_matches_what_a_regular_expression_per_pattern_matches(patterns, topic) -> None:
     expected = sorted(q for q, ps in patterns.items() if any(_regex(p).fullmatch(topic) for p in ps))
     assert TopicMatcher(patterns).match(topic) == expected
+
+
+def _shape(node: Any) -> tuple[Any, ...]:
+    """A trie as a value: the queues ending at each node and the runs leaving it, in no order."""
+    edges = [*node.literal.values(), *node.wild]
+    assert all(node.literal[e.levels[0]] is e for e in node.literal.values()), "literal edges by their first level"
+    return (frozenset(node.ending), frozenset(node.rest),
+            frozenset((e.levels, _shape(e.node)) for e in edges))
+
+
+_queues = st.sampled_from(["q1", "q2", "q3", "q4", "q5"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_queues, st.lists(_patterns(), min_size=1, max_size=6), max_size=5),
+       st.lists(st.tuples(_queues, st.lists(_patterns(), max_size=6)), min_size=1, max_size=6),
+       st.lists(st.lists(_levels, min_size=1, max_size=7).map("/".join), min_size=1, max_size=5))
+def test_a_matcher_updated_by_any_changes_is_the_one_built_from_the_final_patterns(first, changes, topics) -> None:
+    """A worker follows a change by updating its matcher with what moved, not by a rebuild: after
+    any sequence of changes the update is the very trie a rebuild makes (so it costs what that
+    holds), matches as a regular expression per pattern does, and the matcher it came from still
+    matches as it did (threads may be reading it)."""
+    matcher, held = TopicMatcher(first), {q: list(ps) for q, ps in first.items()}
+    for queue, patterns in changes:
+        before, before_matches = matcher, [matcher.match(t) for t in topics]
+        matcher = matcher.updated({queue: patterns})
+        assert [before.match(t) for t in topics] == before_matches, "the old matcher is left as it was"
+        held[queue] = patterns
+        held = {q: ps for q, ps in held.items() if ps}
+        fresh = TopicMatcher(held)
+        assert _shape(matcher._root) == _shape(fresh._root)
+        assert matcher.patterns == fresh.patterns == {q: tuple(dict.fromkeys(ps)) for q, ps in held.items()}
+        for topic in topics:
+            assert matcher.match(topic) == sorted(
+                q for q, ps in held.items() if any(_regex(p).fullmatch(topic) for p in ps))
 
 
 def test_a_publish_reaches_every_matched_queue_once_with_one_id(qs: QueueServer, tenant: str) -> None:
