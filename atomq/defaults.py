@@ -116,6 +116,9 @@ MAX_TOPICS_PER_QUEUE = 100
 MAX_TOPIC_PATTERNS_PER_TENANT = 10_000
 """Every HTTP worker keeps a matcher of a publishing tenant's patterns: 10,000 patterns of the longest
 (250 characters) take it about 20 MiB and a second to build."""
+TOPIC_CHANGE_LOG_LENGTH = 100
+"""The last changes of a tenant's topic patterns kept in the store (a few KiB): a worker whose matcher is
+at most this many changes behind updates it with what moved; one further behind rebuilds it."""
 LATEST_TIME_S = 253_402_300_799.0
 """9999-12-31T23:59:59Z: the latest time (seconds since the epoch) a field may name."""
 MAX_TRACEPARENT_CHARS = 256

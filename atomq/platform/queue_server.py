@@ -57,7 +57,9 @@ class QueueServer:
         routes = Routes(self._shared)
         components = Components(self._shared, routes)
         management = Management(self._shared, routes, components)
-        sending = Sending(self._shared, routes, management, TopicIndex(self._shared))
+        self.topic_matchers = TopicIndex(self._shared)
+        """The tenants' topic matchers this server caches (and how often it rebuilt or updated one)."""
+        sending = Sending(self._shared, routes, management, self.topic_matchers)
         deliveries = Deliveries(self._shared, components)
         maintenance = Maintenance(self._shared, components)
 

@@ -97,7 +97,8 @@ class Components:
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
-            docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns],
+            docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns,
+                                        tk.topic_changes],
             [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
              self._shared.settings.max_queues_per_tenant, patterns, defaults.MAX_TOPIC_PATTERNS_PER_TENANT, *named],
             errors={
@@ -301,7 +302,7 @@ class Components:
         """Moves a component's destinations aside atomically; returns the removal marker, or None if absent."""
         removal_id = uuid.uuid4().hex
         keys = docs_and_config(tk, qk) + [tk.queues, qk.subscribers, tk.deleting, tk.due, tk.oldest,
-                                          tk.topic_patterns]
+                                          tk.topic_patterns, tk.topic_changes]
         for i, d in enumerate(sources):
             keys += d.as_list() + tk.removed_destination(removal_id, i).as_list()
         marker = f"{removal_id}:{len(sources)}"

@@ -2,8 +2,9 @@
 
 Each ``<name>.lua`` beside this file documents its KEYS and ARGV in a header.
 Redis has no ``include``; the shared helpers of the ``_lib_*.lua`` parts, after the
-measured footprint constants of ``atomq.platform.queues.footprint`` and the number of
-keys of a destination (``keys.DEST_KEY_COUNT``), are prepended to
+measured footprint constants of ``atomq.platform.queues.footprint``, the number of
+keys of a destination (``keys.DEST_KEY_COUNT``) and the length of a tenant's log of topic
+pattern changes (``defaults.TOPIC_CHANGE_LOG_LENGTH``), are prepended to
 every script here, so each script still arrives at Redis as one unit and its
 SHA is stable for EVALSHA.
 """
@@ -16,6 +17,7 @@ from typing import Any, Sequence
 import redis
 from redis.commands.core import Script
 
+from atomq import defaults
 from atomq.platform.queues.footprint import lua_prelude
 from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.keys import DEST_KEY_COUNT
@@ -40,6 +42,7 @@ NAMES = (
     "queue_put",
     "subscriber_put",
     "unlink_component",
+    "topics_since",
     "lease",
     "window",
     "listener_put",
@@ -92,7 +95,9 @@ class ScriptLibrary:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
-        lib = lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n" + "".join(_source(part) for part in LIB_PARTS)
+        lib = (lua_prelude() + f"local DEST_KEYS = {DEST_KEY_COUNT}\n"
+               f"local TOPIC_LOG_LENGTH = {defaults.TOPIC_CHANGE_LOG_LENGTH}\n"
+               + "".join(_source(part) for part in LIB_PARTS))
         flagged = ALLOW_OOM if knows_script_flags(client) else ""
         self._scripts: dict[str, Script] = {
             name: client.register_script((flagged if name in ALWAYS_RUN else "") + lib + "\n" + _source(name))

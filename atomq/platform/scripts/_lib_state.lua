@@ -269,3 +269,16 @@ local function unlink(d, id, where)
     redis.call('XDEL', d.dlq, string.sub(where, 2))
   end
 end
+
+-- A change of `queue`'s topic patterns (written, or removed with the queue):
+-- bumps their version (#v of the `patterns` hash), which a publish checks the
+-- matcher its node cached against, and logs "<version>:<queue>" at the head
+-- of the tenant's change `log`, which keeps the newest TOPIC_LOG_LENGTH, so a
+-- node whose matcher is a few versions behind updates it with what moved
+-- (topics_since.lua). Every bump of #v logs one: the log's entries, newest
+-- first, count down one version at a time wherever it is complete.
+local function topics_changed(patterns, log, queue)
+  local version = redis.call('HINCRBY', patterns, '#v', 1)
+  redis.call('LPUSH', log, version .. ':' .. queue)
+  redis.call('LTRIM', log, 0, TOPIC_LOG_LENGTH - 1)
+end

@@ -5,6 +5,7 @@
 -- KEYS[7]      the point-to-point destination's msg hash
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- KEYS[9]      the tenant's topic patterns (hash queue -> JSON list; #v the version)
+-- KEYS[10]     their change log (topics_changed)
 -- ARGV[1..2]   name, model
 -- ARGV[3..4]   max_redeliveries, ack_timeout_ms of a new queue that names neither
 -- ARGV[5]      most queues the tenant may have
@@ -75,7 +76,7 @@ if patterns_total then
     redis.call('HSET', KEYS[9], ARGV[1], ARGV[6])
   end
   redis.call('HSET', KEYS[9], '#n', patterns_total)
-  redis.call('HINCRBY', KEYS[9], '#v', 1)
+  topics_changed(KEYS[9], KEYS[10], ARGV[1])
 end
 if model then return 0 end
 redis.call('HSET', CFG, 'gen', redis.call('INCR', KEYS[8]), 'subv', 0)

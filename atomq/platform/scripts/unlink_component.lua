@@ -10,7 +10,8 @@
 -- KEYS[8]      the tenant's due index
 -- KEYS[9]      the tenant's index of oldest messages
 -- KEYS[10]     the tenant's topic patterns (a removed queue attracts nothing)
--- KEYS[11..]   per destination, its DEST_KEYS keys, then the DEST_KEYS keys it moves to
+-- KEYS[11]     their change log (topics_changed)
+-- KEYS[12..]   per destination, its DEST_KEYS keys, then the DEST_KEYS keys it moves to
 -- ARGV[1]      queue | subscriber
 -- ARGV[2]      the queue's name, or the subscriber's
 -- ARGV[3]      queue: the route the caller read ("<model>|<gen>|<subscriber version>")
@@ -19,7 +20,7 @@
 -- Returns 1 when the component existed, 0 when it did not; error STALESUBS
 -- when the queue's subscribers changed since the caller read them.
 
-local ndest = (#KEYS - 10) / (2 * DEST_KEYS)
+local ndest = (#KEYS - 11) / (2 * DEST_KEYS)
 if ARGV[1] == 'queue' then
   local q = redis.call('HMGET', CFG, 'model', 'gen', 'subv')
   if not q[1] then return 0 end
@@ -31,7 +32,7 @@ if ARGV[1] == 'queue' then
   local held = redis.call('HGET', KEYS[10], ARGV[2])
   if held then
     redis.call('HDEL', KEYS[10], ARGV[2])
-    redis.call('HINCRBY', KEYS[10], '#v', 1)
+    topics_changed(KEYS[10], KEYS[11], ARGV[2])
     local total = tonumber(redis.call('HGET', KEYS[10], '#n') or '-1')
     if total >= 0 and held ~= '[]' then
       local _, commas = string.gsub(held, ',', ',')  -- the patterns it held: see queue_put.lua
@@ -45,7 +46,7 @@ end
 for i = 0, ndest - 1 do
   redis.call('ZREM', KEYS[8], ARGV[5 + i])
   redis.call('ZREM', KEYS[9], ARGV[5 + i])
-  local base = 11 + i * 2 * DEST_KEYS
+  local base = 12 + i * 2 * DEST_KEYS
   for j = 0, DEST_KEYS - 1 do
     if redis.call('EXISTS', KEYS[base + j]) == 1 then
       redis.call('RENAME', KEYS[base + j], KEYS[base + DEST_KEYS + j])

@@ -78,6 +78,13 @@ class TenantKeys:
         name starts with ``#``) the version every change of them bumps."""
         return f"{self._p}:topics"
 
+    @property
+    def topic_changes(self) -> str:
+        """List, newest first, of ``<version>:<queue>``: the last changes of the topic patterns (the
+        queue whose patterns changed, and the version it made), from which a node updates a matcher
+        a few versions behind instead of rebuilding it (``atomq.platform.queues.topic_index``)."""
+        return f"{self._p}:topics:log"
+
     def topic_dedupe(self, topic: str, dedupe_id: str) -> str:
         """The de-duplication marker of a publish: per topic, since the queues it reaches may change."""
         digest = hashlib.sha1(f"{topic}\0{dedupe_id}".encode("utf-8")).hexdigest()

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from atomq import defaults
 from atomq.platform.queues.delivery import HOLDER
 from atomq.platform.queues.footprint import COPY_BYTES, DOC_BYTES, LAST_VALUE_BYTES
 from atomq.platform.store import keys as k
@@ -53,6 +54,21 @@ def _last_value_problems(r: Any, d: k.DestinationKeys, states: dict[str, str]) -
     waiting = Counter(keys[i] for i in keys if i in states and states[i].split("|", 2)[2][:1] in "rzs")
     if any(n > 1 for n in waiting.values()):
         problems.append(f"{d.base}: two waiting messages of one last-value key")
+    return problems
+
+
+def _topic_log_problems(r: Any, tk: k.TenantKeys, version: int) -> list[str]:
+    """The log of topic pattern changes: at most its length, each entry one change of a queue's
+    patterns, newest first, none past the patterns' version (``topics_changed`` in the scripts)."""
+    entries = [e.decode().partition(":") for e in r.lrange(tk.topic_changes, 0, -1)]
+    versions = [int(v) for v, _, queue in entries if v.isdigit() and queue]
+    if len(versions) < len(entries):
+        return ["the log of topic pattern changes holds an entry that is not <version>:<queue>"]
+    problems = []
+    if len(entries) > defaults.TOPIC_CHANGE_LOG_LENGTH:
+        problems.append(f"the log of topic pattern changes holds {len(entries)} entries, past its length")
+    if versions != sorted(set(versions), reverse=True) or (versions and versions[0] > version):
+        problems.append(f"the log of topic pattern changes is out of order or past version {version}: {versions[:5]}")
     return problems
 
 
@@ -207,4 +223,5 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
     held = sum(len(json.loads(v)) for f, v in patterns.items() if not f.startswith(b"#"))
     if total is not None and int(total) != held:
         problems.append(f"the count of topic patterns says {int(total)}, the queues attract {held}")
+    problems += _topic_log_problems(r, tk, int(patterns.get(b"#v", 0)))
     return problems
