@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Request bounds: what one tenant's heaviest legal request costs the others.
 
-Four parts (--parts, default all), each on a store or node of its own:
+Five parts (--parts, default all), each on a store or node of its own:
 
   scripts   an embedded Valkey (AOF everysec) and the library in this
             process: each script at the bounds a request may reach, timed
@@ -24,6 +24,16 @@ Four parts (--parts, default all), each on a store or node of its own:
             (tracemalloc) and one match, at 100 patterns and at the
             tenant's most (10,000 of 250 characters, 120 levels, every
             other level '*')
+  changes   an embedded Valkey and two queue servers in this process, a
+            tenant of 100 queues at 100 and at 10,000 patterns (as
+            matcher): one server caches the matcher, the other replaces one
+            queue's patterns; the time until the first has a matcher of the
+            store's version again, by a rebuild from every pattern (what each
+            worker did before the change log: a fresh server's first
+            matcher) and by the update with what moved (a refresh), the
+            median of --repeat changes each (the garbage collected before
+            each); and the memory (tracemalloc)
+            of a matcher updated by one change against one built afresh
   slow      one `atomq serve` (2 HTTP workers): a tenant's one-message
             sends over a keep-alive session, one every 50 ms for --seconds,
             alone and while 1,000 connections from another address
@@ -35,12 +45,14 @@ Four parts (--parts, default all), each on a store or node of its own:
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: "scripts": {case: longest ms}, "bystander": {phase: {p50_ms,
 p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
-match_ms}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
+match_ms}}, "changes": {"100"|"10000": {rebuild_ms, update_ms, updated_mib,
+fresh_mib}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
 Exit status 1 when a check fails, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -65,7 +77,7 @@ from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.queues.topics import TopicMatcher
 from atomq.platform.store import keys as k
 
-PARTS = ("scripts", "bystander", "matcher", "slow")
+PARTS = ("scripts", "bystander", "matcher", "changes", "slow")
 KIB = b"x" * 1024
 HEAVY, PUBLISHER, BYSTANDER = "t_000000bea7y0", "t_0000publ1sh", "t_00000b7s7and"
 
@@ -227,6 +239,56 @@ def run_matcher() -> dict[str, Any]:
     return out
 
 
+def run_changes(client: redis.Redis, repeat: int) -> dict[str, Any]:
+    rng = random.Random(2)
+    out: dict[str, Any] = {}
+
+    def deep() -> str:
+        return "/".join("*" if i % 2 else rng.choice(string.ascii_lowercase) for i in range(120))[:250].rstrip("/")
+
+    cached, changer = QueueServer(client), QueueServer(client)
+    for count in (100, 10_000):
+        tenant = f"t_{count:012d}"
+        patterns = {f"q{q}": [deep() for _ in range(count // 100)] for q in range(100)}
+        for queue, ps in patterns.items():
+            changer.put_queue(tenant, queue, "point_to_point", topics=ps)
+        cached.topic_matchers.matcher(tenant)
+        counted = (cached.topic_matchers.rebuilds, cached.topic_matchers.updates)
+        rebuilds, updates = [], []
+        for i in range(repeat):
+            patterns["q7"] = [deep() for _ in range(count // 100)]
+            changer.put_queue(tenant, "q7", "point_to_point", topics=patterns["q7"])
+            fresh = QueueServer(client)
+            gc.collect()  # neither timing gets the collector's pass over the other's garbage
+            t0 = time.perf_counter()
+            cached.topic_matchers.matcher(tenant, refresh=True)
+            updates.append(time.perf_counter() - t0)
+            gc.collect()
+            t0 = time.perf_counter()
+            fresh.topic_matchers.matcher(tenant)
+            rebuilds.append(time.perf_counter() - t0)
+            del fresh
+        check((cached.topic_matchers.rebuilds, cached.topic_matchers.updates) == (counted[0], counted[1] + repeat),
+              "the cached server rebuilt its matcher after a change")
+        check(cached.topic_matchers.matcher(tenant)[1].patterns == {q: tuple(ps) for q, ps in patterns.items()},
+              "the updated matcher holds other patterns than the store")
+        before, patterns["q7"] = dict(patterns), [deep() for _ in range(count // 100)]
+        tracemalloc.start()
+        matcher = TopicMatcher(before)
+        matcher = matcher.updated({"q7": patterns["q7"]})
+        updated_mib = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
+        tracemalloc.start()
+        matcher = TopicMatcher(patterns)
+        fresh_mib = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
+        out[str(count)] = {"rebuild_ms": round(statistics.median(rebuilds) * 1000, 2),
+                           "update_ms": round(statistics.median(updates) * 1000, 2),
+                           "updated_mib": round(updated_mib, 1), "fresh_mib": round(fresh_mib, 1)}
+        progress(f"  {count} patterns: {out[str(count)]}")
+    return out
+
+
 def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
     node = ServeNode("atomq-bench-bounds-", 2)
     bench.at_exit(node.stop)
@@ -305,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--parts takes some of {', '.join(PARTS)}; --repeat and --seconds must be positive")
     results: dict[str, Any] = {}
     with BenchRun() as bench:
-        if "scripts" in parts or "bystander" in parts:
+        if "scripts" in parts or "bystander" in parts or "changes" in parts:
             client, version = start_valkey(bench, HEAVY)
             url = "unix://:{password}@{path}".format(
                 password=client.connection_pool.connection_kwargs["password"],
@@ -316,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             if "bystander" in parts:
                 progress("a bystander's sends, alone and beside the heaviest legal publish")
                 results["bystander"] = run_bystander(url, args.seconds)
+            if "changes" in parts:
+                progress("a cached matcher after one queue's patterns change, rebuilt and updated")
+                results["changes"] = run_changes(client, args.repeat)
         if "matcher" in parts:
             progress("the topic matcher at 100 and 10,000 patterns")
             results["matcher"] = run_matcher()

@@ -239,8 +239,8 @@ class TopicMatcher:
 
     A change of some queues' patterns makes the next matcher with :meth:`updated`, which costs what
     moved (the paths of the patterns taken out and put in), not what the tenant holds: at 10,000
-    patterns of 120 levels a rebuild is 0.4 s of a worker's CPU, repeated by every worker at every
-    change, an update a fraction of a millisecond."""
+    patterns of 120 levels a rebuild is 0.15 s of a worker's CPU, repeated by every worker at every
+    change, an update after one queue's 100 patterns changed 5 ms (BENCHMARKS.md, issue 30)."""
 
     def __init__(self, patterns: Mapping[str, Iterable[str]]) -> None:
         self.patterns = {queue: tuple(dict.fromkeys(ps)) for queue, ps in patterns.items()}
