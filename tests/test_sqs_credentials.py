@@ -8,9 +8,16 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
+from atomq.api.key_checks import MAX_FAILURES
+from atomq.api.sqs.signing import authenticate
+from atomq.errors import RateLimited, SqsError
 from atomq.platform.store import keys as k
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
@@ -134,3 +141,40 @@ def test_the_client_and_the_cli_give_the_pair_of_their_key(serve: ServeFactory) 
         as_json = subprocess.run([sys.executable, "-m", "atomq", "credentials", "sqs", "--url", node.url,
                                   "--key", key, "--json"], capture_output=True, text=True, timeout=60)
         assert json.loads(as_json.stdout) == pair
+
+
+def signed_environ(access: str, secret: str, body: bytes = b"{}") -> dict[str, Any]:
+    """A request to this app signed by botocore with the pair, as test_request_context takes it."""
+    request = AWSRequest(method="POST", url="http://localhost/", data=body,
+                         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
+    SigV4Auth(Credentials(access, secret), "sqs", "eu-central-1").add_auth(request)
+    return {"method": "POST", "path": "/", "data": body, "headers": dict(request.headers)}
+
+
+def test_a_request_signed_with_the_pair_names_its_key_and_failures_are_throttled(app: InProcessApp) -> None:
+    store = app.services.tenants
+    throttle = app.app.extensions["atomq_key_checks"]
+    key_id, api_key = store.create_key(app.tenant)
+    pair = store.sqs.issued(app.tenant, key_id, api_key)
+    with app.app.test_request_context(**signed_environ(pair.access_key_id, pair.secret_access_key)) as ctx:
+        identity = authenticate(ctx.request, store.sqs, throttle)
+        assert (identity.tenant_id, identity.key_id) == (app.tenant, key_id)
+    wrong = signed_environ(pair.access_key_id, "x" * 40)
+    for _ in range(MAX_FAILURES):
+        with app.app.test_request_context(**wrong, environ_base={"REMOTE_ADDR": "10.8.0.1"}) as ctx:
+            with pytest.raises(SqsError) as raised:
+                authenticate(ctx.request, store.sqs, throttle)
+            assert raised.value.shape == "SignatureDoesNotMatch"
+    right = signed_environ(pair.access_key_id, pair.secret_access_key)
+    with app.app.test_request_context(**right, environ_base={"REMOTE_ADDR": "10.8.0.1"}) as ctx:
+        with pytest.raises(RateLimited):  # the key guessed at, from that address: refused before it is checked
+            authenticate(ctx.request, store.sqs, throttle)
+    # The same count as the key presented as a bearer key from there.
+    error_of(app.call("GET", "/v1/queues", key=api_key, address="10.8.0.1"), 429)
+    with app.app.test_request_context(**right, environ_base={"REMOTE_ADDR": "10.8.0.2"}) as ctx:
+        assert authenticate(ctx.request, store.sqs, throttle).key_id == key_id
+    store.revoke_key(app.tenant, key_id)
+    with app.app.test_request_context(**right, environ_base={"REMOTE_ADDR": "10.8.0.2"}) as ctx:
+        with pytest.raises(SqsError) as raised:
+            authenticate(ctx.request, store.sqs, throttle)
+        assert raised.value.shape == "InvalidClientTokenId"
