@@ -190,6 +190,23 @@ class Unauthorized(AtomqError):
     code = "unauthorized"
 
 
+class SqsError(AtomqError):
+    """A refusal of the SQS-compatible front in SQS's own terms, where no native error says it
+    (a bad signature, an unknown action, a batch's rules).
+
+    ``shape`` is the name of the error shape AWS SDKs raise (``SignatureDoesNotMatch``,
+    ``InvalidParameterValue``); the front's table (``atomq.api.sqs.errors``) gives its legacy
+    code and HTTP status. Native errors reach that front as they are and are mapped there.
+    """
+
+    http_status = 400
+    code = "sqs_error"
+
+    def __init__(self, shape: str, message: str, **details: Any) -> None:
+        super().__init__(message, shape=shape, **details)
+        self.shape = shape
+
+
 class JavaMissing(AtomqError):
     """Spark cannot start: no Java 17 or 21 runtime was found."""
 

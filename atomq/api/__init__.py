@@ -33,6 +33,8 @@ from atomq.api.latency import LatencyRecorder
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selection, Selector
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema, ReleaseSchema
 from atomq.api.services import Services
+from atomq.api.sqs import credentials
+from atomq.api.sqs.endpoint import bp as sqs_blueprint
 from atomq.api.wire import strict_json
 
 
@@ -78,11 +80,12 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         "security": [{"bearer": []}]})
     api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
     api.register_converter(TopicConverter, lambda converter: dict(TopicConverter.DOC))
-    for module in (health, server, tenants, queues, messages, topics, dead_letters, listeners, streams):
+    for module in (health, server, tenants, credentials, queues, messages, topics, dead_letters, listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document
     app.register_blueprint(metrics.blp)
+    app.register_blueprint(sqs_blueprint)  # SQS's own protocols, signed with SigV4: not in the OpenAPI document
     return app
 
 

@@ -23,6 +23,7 @@ PUBLIC_PATHS = frozenset({"/v1/health", "/v1/ready", "/openapi.json"})
 METRICS_PATH = "/metrics"
 METRICS_PUBLIC = "METRICS_PUBLIC"
 """Public too when the app's ``METRICS_PUBLIC`` is set (``atomq serve --metrics-public``)."""
+SQS_BLUEPRINT = "sqs"
 DASHBOARD_PATH = "/dashboard/"
 """The dashboard's pages sign people in with a session of their own (``atomq.api.dashboard.access``)."""
 EXECUTION_ENDPOINTS = frozenset({
@@ -46,6 +47,8 @@ def authenticate() -> None:
         return
     if request.path == METRICS_PATH and current_app.config.get(METRICS_PUBLIC):
         return
+    if request.blueprint == SQS_BLUEPRINT:
+        return  # signed with SigV4, checked by the SQS endpoint itself (atomq.api.sqs.signing)
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     presented = key.strip() if scheme.lower() == "bearer" else ""

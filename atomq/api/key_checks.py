@@ -59,7 +59,12 @@ class KeyCheckThrottle:
     def check(self, address: str, presented: str) -> None:
         """RateLimited when ``address`` failed too often in its current window with the key
         ``presented`` tries."""
-        guess = (address, guessed_key_id(presented))
+        self.check_key_id(address, guessed_key_id(presented))
+
+    def check_key_id(self, address: str, key_id: str) -> None:
+        """``check`` for a key named by its id (as an SQS access key id names it), so a signature
+        check and a bearer key count towards the same limit."""
+        guess = (address, key_id)
         with self._lock:
             until = self._refused_until.get(guess)
             if until is not None and until <= time.monotonic():
@@ -75,7 +80,11 @@ class KeyCheckThrottle:
         """Counts one failed check of the key ``presented`` tries from ``address``; the first of a
         window starts it. Past the limit, this process refuses that key from that address until the
         window ends."""
-        guess = (address, guessed_key_id(presented))
+        self.failed_key_id(address, guessed_key_id(presented))
+
+    def failed_key_id(self, address: str, key_id: str) -> None:
+        """``failed`` for a key named by its id."""
+        guess = (address, key_id)
         failures, ttl_ms = self._failures.count(*guess, WINDOW_S)
         if failures >= self.max_failures:
             with self._lock:

@@ -11,6 +11,7 @@ from atomq.api import links
 from atomq.api.auth import require_owner
 from atomq.api.blueprint import ApiBlueprint, services
 from atomq.api.schemas.common import ErrorSchema
+from atomq.api.sqs.credentials import sqs_credentials
 from atomq.api.schemas.tenants import (
     KeyCreatedSchema,
     TenantCreatedSchema,
@@ -41,9 +42,12 @@ class Tenants(MethodView):
     @blp.alt_response(409, schema=ErrorSchema, description=NAME_TAKEN)
     @blp.doc(**links.AFTER_TENANT_CREATED)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Creates a tenant and its first API key (shown only here). Tenant names are unique."""
-        tenant, key_id, api_key = services().tenants.create(**body)
-        return {**asdict(tenant), "key_id": key_id, "api_key": api_key}
+        """Creates a tenant and its first API key (shown only here) with its SQS credentials. Tenant names
+        are unique."""
+        store = services().tenants
+        tenant, key_id, api_key = store.create(**body)
+        return {**asdict(tenant), "key_id": key_id, "api_key": api_key,
+                "sqs": sqs_credentials(store.sqs.issued(tenant.id, key_id, api_key))}
 
     @blp.arguments(TenantListArgs, location="query")
     @blp.response(200, TenantListSchema)
@@ -82,10 +86,11 @@ class TenantById(MethodView):
 @blp.route("/<tenant_id>/keys")
 class Keys(MethodView):
     @blp.response(201, KeyCreatedSchema)
-    def post(self, tenant_id: str) -> dict[str, str]:
-        """Another API key for the tenant (shown only here)."""
-        key_id, api_key = services().tenants.create_key(tenant_id)
-        return {"key_id": key_id, "api_key": api_key}
+    def post(self, tenant_id: str) -> dict[str, Any]:
+        """Another API key for the tenant (shown only here), with its SQS credentials."""
+        store = services().tenants
+        key_id, api_key = store.create_key(tenant_id)
+        return {"key_id": key_id, "api_key": api_key, "sqs": sqs_credentials(store.sqs.issued(tenant_id, key_id, api_key))}
 
 
 @blp.route("/<tenant_id>/keys/<key_id>")

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from atomq.cli.audit import audit
+from atomq.cli.credentials import credentials
 from atomq.cli.dead_letters import dead_letters
 from atomq.cli.demo.command import demo
 from atomq.cli.failures import FailsAsJson
@@ -60,5 +61,5 @@ def main() -> None:
 
 for _command in (serve, worker, demo, spark_worker, selftest, audit, server,
                  tenants, queues, subscribers, send, publish, get, ack, nack, extend, release, browse, dead_letters,
-                 listeners):
+                 listeners, credentials):
     main.add_command(_command)

@@ -68,6 +68,12 @@ def owner_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return _with_connection(f, acts_for_tenant=False)
 
 
+def key_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--url, --key, --data-dir and --json on a command about the key itself (its SQS credentials):
+    no --tenant, as a key acts for its own tenant only."""
+    return _with_connection(f, acts_for_tenant=False)
+
+
 def _with_connection(f: Callable[..., Any], acts_for_tenant: bool) -> Callable[..., Any]:
     @wraps(f)
     def wrapper(*args: Any, url: str, key: str | None, data_dir: Path | None, as_json: bool,

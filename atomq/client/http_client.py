@@ -145,6 +145,11 @@ class AtomqClient:
     def revoke_key(self, tenant_id: str, key_id: str) -> None:
         self.request("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}")
 
+    def sqs_credentials(self) -> Any:
+        """The SQS pair of this client's API key: ``access_key_id``, ``secret_access_key``,
+        ``account_id`` and the ``endpoint_url`` to give an SQS client."""
+        return self.request("GET", "/v1/credentials/sqs")
+
     def server(self) -> Any:
         return self.request("GET", "/v1/server")
 

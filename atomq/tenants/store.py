@@ -29,6 +29,7 @@ from atomq.platform.store.storage import Storage
 from atomq.tenants import api_keys, scripts
 from atomq.tenants.execution_tokens import INVALID as INVALID_TOKEN
 from atomq.tenants.execution_tokens import ExecutionTokens, is_execution_token
+from atomq.tenants.sqs_keys import SqsKeys, secret_access_key
 from atomq.tenants.records import (
     Principal,
     Tenant,
@@ -82,6 +83,7 @@ class TenantStore:
         self._mark_deleting = client.register_script(scripts.MARK_DELETING)
         self._swap_name = client.register_script(scripts.SWAP_NAME)
         self.execution_tokens = ExecutionTokens(self.storage)
+        self.sqs = SqsKeys(client, self.storage)
         self._move_legacy_keys()
         self._index_names()
 
@@ -175,6 +177,7 @@ class TenantStore:
         except Conflict:
             self.storage.call(self.client.unlink, k.tenant_record(tenant_id))
             raise
+        self.sqs.account_id(tenant_id)
         key_id, api_key = self._issue_key(tenant_id)
         self.storage.call(self.client.sadd, k.TENANTS_KEY, tenant_id)
         return tenant, key_id, api_key
@@ -259,6 +262,7 @@ class TenantStore:
             table = k.api_key_table(key_id)
             if api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id:
                 self.storage.call(self.client.hdel, table, key_id)
+                self.storage.call(self.client.hdel, k.sqs_secret_table(key_id), key_id)
         self._unlink_keyspace(tenant_id, keep=record)
         self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
         self.storage.call(self.client.srem, lk.LISTENER_TENANTS_KEY, tenant_id)
@@ -289,16 +293,17 @@ class TenantStore:
         return self._issue_key(check_issued_tenant_id(tenant_id))
 
     def _issue_key(self, tenant_id: str) -> tuple[str, str]:
-        """A new key, its id and entry added in one step with the check that the tenant is live: all
-        three keys are in the tenant's slot (``keys.api_key_table``), so a removal that began
+        """A new key, its id, entry and SQS secret added in one step with the check that the tenant is
+        live: all four keys are in the tenant's slot (``keys.api_key_table``), so a removal that began
         before finds no new key, and one that begins after finds it in the tenant's set."""
         record, key_set = k.tenant_record(tenant_id), k.tenant_api_keys(tenant_id)
         while True:
             key_id = api_keys.new_key_id(tenant_id)
             api_key = api_keys.new_api_key(key_id)
             stored = api_keys.entry(tenant_id, api_keys.digest(api_key))
-            added = self.storage.call(self._add_key, keys=[record, key_set, k.api_key_table(key_id)],
-                                      args=[key_id, stored])
+            added = self.storage.call(self._add_key, keys=[record, key_set, k.api_key_table(key_id),
+                                                            k.sqs_secret_table(key_id)],
+                                      args=[key_id, stored, secret_access_key(api_key)])
             if added == -1:
                 raise tenant_not_found(tenant_id)
             if added == 1:
@@ -320,7 +325,8 @@ class TenantStore:
         table = k.api_key_table(key_id)
         owned = api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id
         if owned:
-            self.storage.call(self.client.hdel, table, key_id)
+            self.storage.call(self.client.hdel, table, key_id)  # first: the key and its SQS pair end here
+            self.storage.call(self.client.hdel, k.sqs_secret_table(key_id), key_id)
         # Also finishes a revocation (or a key's creation) that a crash cut short.
         if not self.storage.call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
             raise missing

@@ -42,9 +42,24 @@ class TenantUsageSchema(TenantSchema):
     messages = fields.Integer(required=True, metadata={"description": "message copies stored"})
 
 
+class SqsCredentialsSchema(Strict):
+    access_key_id = fields.String(required=True, metadata={
+        "description": "AQ and the key id in upper case: the AWS access key id of SQS clients"})
+    secret_access_key = fields.String(required=True, metadata={
+        "description": "40 characters of [A-Za-z0-9], the AWS secret access key; it ends with its API key"})
+    account_id = fields.String(required=True, metadata={
+        "description": "12 digits, the tenant's own, in its queue URLs and ARNs"})
+    endpoint_url = fields.String(required=True, metadata={
+        "description": "the endpoint_url an SQS client is given: this node as the request reached it"})
+
+
+_SQS_DOC = {"description": "the key's SQS credentials (GET /v1/credentials/sqs gives them again)"}
+
+
 class TenantCreatedSchema(TenantSchema):
     key_id = fields.String(required=True)
     api_key = fields.String(required=True, metadata={"description": "shown only in this response"})
+    sqs = fields.Nested(SqsCredentialsSchema, required=True, metadata=_SQS_DOC)
 
 
 class TenantListArgs(ListArgs):
@@ -60,3 +75,4 @@ class TenantListSchema(Strict):
 class KeyCreatedSchema(Strict):
     key_id = fields.String(required=True)
     api_key = fields.String(required=True, metadata={"description": "shown only in this response"})
+    sqs = fields.Nested(SqsCredentialsSchema, required=True, metadata=_SQS_DOC)

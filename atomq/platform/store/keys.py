@@ -299,6 +299,18 @@ def api_key_table(key_id: str) -> str:
     return f"{PREFIX}:apikeys:{{{key_id[:2]}}}"
 
 
+def sqs_secret_table(key_id: str) -> str:
+    """The hash that holds API key ``key_id``'s SQS secret access key (``atomq.tenants.sqs_keys``):
+    beside the key's entry, in the same slot (``api_key_table``), so one script reads both."""
+    if len(key_id) == 28:
+        return f"{tenant_prefix('t_' + key_id[:12])}:apikeys:sqs"
+    return f"{PREFIX}:apikeys:{{{key_id[:2]}}}:sqs"
+
+
+SQS_ACCOUNTS_KEY = f"{PREFIX}:sqs:accounts"
+"""Hash: SQS account id (12 digits) -> the tenant id it was issued to. Never emptied, so no account
+id is issued twice, even after its tenant's removal (a stale queue URL names no other tenant's queue)."""
+
 ISSUED_TENANT_IDS_KEY = f"{PREFIX}:tenants:issued"
 
 

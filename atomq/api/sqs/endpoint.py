@@ -1,0 +1,66 @@
+"""The SQS endpoint on the node's own port: ``POST /`` (and ``GET``, and queue URLs
+``/{account id}/{name}``, for the query protocol), every request SigV4-signed.
+
+One view reads the request (``wire``), checks its signature (``signing``), runs
+the action's handler, and writes the answer or the error in the request's own
+protocol (``render``); a native error is written in SQS's terms
+(``errors.as_sqs_error``). An action of SQS that atomq does not take (yet) is
+``UnsupportedOperation``, never a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, request
+
+from atomq.api.sqs import message_actions, queue_actions, render, signing
+from atomq.api.sqs.context import SqsContext
+from atomq.api.sqs.errors import as_sqs_error
+from atomq.api.sqs.wire import JSON, QUERY, SqsCall, is_json, read_json, read_query
+from atomq.errors import AtomqError, SqsError
+
+bp = Blueprint("sqs", __name__)
+
+Handler = Callable[[SqsContext, dict[str, Any]], dict[str, Any]]
+HANDLERS: dict[str, Handler] = {
+    "CreateQueue": queue_actions.create_queue,
+    "GetQueueUrl": queue_actions.get_queue_url,
+    "ListQueues": queue_actions.list_queues,
+    "DeleteQueue": queue_actions.delete_queue,
+    "SendMessage": message_actions.send_message,
+    "ReceiveMessage": message_actions.receive_message,
+    "DeleteMessage": message_actions.delete_message,
+}
+
+
+def _call() -> SqsCall:
+    if is_json(request.headers):
+        return read_json(request.headers.get("X-Amz-Target", ""), request.get_data(cache=True))
+    return read_query({**request.args.to_dict(), **request.form.to_dict()})
+
+
+@bp.route("/", methods=["GET", "POST"], defaults={"account": None, "name": None})
+@bp.route("/<int(fixed_digits=12):account>/<name>", methods=["GET", "POST"])
+def sqs(account: int | None, name: str | None) -> Response:
+    """Answers one SQS request."""
+    request_id = render.new_request_id()
+    protocol = JSON if is_json(request.headers) else QUERY
+    try:
+        services = current_app.extensions["atomq"]
+        identity = signing.authenticate(request, services.tenants.sqs, current_app.extensions["atomq_key_checks"])
+        g.atomq_tenant = identity.tenant_id
+        services.current_settings()
+        call = _call()
+        handler = HANDLERS.get(call.action)
+        if handler is None:
+            raise SqsError("UnsupportedOperation", f"atomq does not take the SQS action {call.action!r}")
+        account_id = services.tenants.sqs.account_id(identity.tenant_id)
+        if account is not None and str(account) != account_id:
+            raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account")
+        ctx = SqsContext(services, identity.tenant_id, identity.key_id, account_id,
+                         request.host_url.rstrip("/"), name, request.content_length or 0)
+        return render.answer(call.protocol, call.action, handler(ctx, call.params), request_id)
+    except AtomqError as exc:
+        return render.error(protocol, as_sqs_error(exc), request_id)
