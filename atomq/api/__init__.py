@@ -1,7 +1,8 @@
 """The HTTP API of the main node: REST endpoints and the OpenAPI document.
 
-``create_app(services)`` builds the Flask app around one node's services;
-``atomq serve`` runs it in a threaded WSGI server.
+``create_app(services)`` builds the Flask app around one node's services, with the message
+routes' hot path in front of it (``atomq.api.hot_path``); ``atomq serve`` runs it in a
+threaded WSGI server.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from atomq.api import (
 )
 from atomq.api.blueprint import NameConverter, TopicConverter
 from atomq.api.dashboard import bp as dashboard_blueprint
+from atomq.api.hot_path import HotPath
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS, MAX_FAILURES, KeyCheckThrottle
 from atomq.api.latency import LatencyRecorder
 from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selection, Selector
@@ -86,6 +88,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document
     app.register_blueprint(metrics.blp)
     app.register_blueprint(sqs_blueprint)  # SQS's own protocols, signed with SigV4: not in the OpenAPI document
+    app.wsgi_app = HotPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from flask import current_app, g, request
 
+from atomq.api.key_checks import KeyCheckThrottle
+from atomq.api.services import Services
 from atomq.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from atomq.tenants import Principal, TenantStore
 from atomq.tenants.execution_tokens import is_execution_token
@@ -49,23 +51,35 @@ def authenticate() -> None:
         return
     if request.blueprint == SQS_BLUEPRINT:
         return  # signed with SigV4, checked by the SQS endpoint itself (atomq.api.sqs.signing)
-    header = request.headers.get("Authorization", "")
-    scheme, _, key = header.partition(" ")
-    presented = key.strip() if scheme.lower() == "bearer" else ""
     services = current_app.extensions["atomq"]
-    throttle = current_app.extensions["atomq_key_checks"]
-    address = request.remote_addr or ""
+    g.principal = resolve_principal(services, current_app.extensions["atomq_key_checks"],
+                                    request.headers.get("Authorization", ""), request.remote_addr or "")
+    admit(services, g.principal, request.endpoint, request.method)
+
+
+def resolve_principal(services: Services, throttle: KeyCheckThrottle, authorization: str, address: str) -> Principal:
+    """Who the ``Authorization`` header's bearer key acts as (401 when it is missing or unknown,
+    429 while its address is throttled for it); a failed key counts against ``address``.
+    The one key check of both request paths (Flask's and ``atomq.api.hot_path``)."""
+    scheme, _, key = authorization.partition(" ")
+    presented = key.strip() if scheme.lower() == "bearer" else ""
     if presented:
         throttle.check(address, presented)
     try:
-        g.principal = services.tenants.authenticate(presented)
+        return services.tenants.authenticate(presented)
     except Unauthorized:
         if presented and not is_execution_token(presented):
             throttle.failed(address, presented)
         raise
-    grant = g.principal.execution
+
+
+def admit(services: Services, who: Principal, endpoint: str | None, method: str) -> None:
+    """Lets ``who`` call ``endpoint``: an execution token only what EXECUTION_ENDPOINTS names, while
+    its execution runs. Kept apart from ``resolve_principal`` because a refusal here still answers
+    as the principal's (its tenant's memory state on a send)."""
+    grant = who.execution
     if grant is not None:
-        if (request.endpoint, request.method) not in EXECUTION_ENDPOINTS:
+        if (endpoint, method) not in EXECUTION_ENDPOINTS:
             raise Forbidden("an execution token can only take its batch, send, publish, browse, extend and finish")
         if not services.listeners.execution_alive(grant.tenant, grant.listener, grant.execution):
             raise Unauthorized("the execution token's execution is over")
@@ -87,33 +101,40 @@ def require_owner() -> None:
 
 def current_tenant() -> str:
     """The tenant a queue call acts for: the key's tenant, or the owner's ``X-Atomq-Tenant``."""
-    p = principal()
-    if p.tenant_id is not None:
-        g.atomq_tenant = p.tenant_id
-        return p.tenant_id
-    given = request.headers.get("X-Atomq-Tenant", "").strip()
-    if not given:
-        raise InvalidInput("the owner key acts for a tenant named in the X-Atomq-Tenant header (its id or name)",
-                           field="X-Atomq-Tenant")
-    tenant = _tenant_id(given)
+    tenant = tenant_of(principal(), request.headers.get("X-Atomq-Tenant", ""),
+                       current_app.extensions["atomq"].tenants)
     g.atomq_tenant = tenant  # the request's tenant for its latency and log records
     return tenant
 
 
+def tenant_of(who: Principal, header: str, tenants: TenantStore) -> str:
+    """The tenant ``who`` acts for: its key's, or for the owner the tenant ``header`` (the value
+    of ``X-Atomq-Tenant``) names (400 when it names none)."""
+    if who.tenant_id is not None:
+        return who.tenant_id
+    given = header.strip()
+    if not given:
+        raise InvalidInput("the owner key acts for a tenant named in the X-Atomq-Tenant header (its id or name)",
+                           field="X-Atomq-Tenant")
+    return _tenant_id(given, tenants)
+
+
 def request_holder() -> str:
-    """Who a get made by this request leaves holding its deliveries when it names no consumer:
-    ``key:<key id>`` for a tenant's API key (the id is no secret and is the tenant's own), else
+    """Who a get made by this request leaves holding its deliveries when it names no consumer."""
+    return holder_of(principal())
+
+
+def holder_of(who: Principal) -> str:
+    """``key:<key id>`` for a tenant's API key (the id is no secret and is the tenant's own), else
     ``owner`` (the runtime owner acting for the tenant)."""
-    key_id = principal().key_id
-    return f"key:{key_id}" if key_id else "owner"
+    return f"key:{who.key_id}" if who.key_id else "owner"
 
 
-def _tenant_id(given: str) -> str:
+def _tenant_id(given: str, tenants: TenantStore) -> str:
     """The id of the tenant ``X-Atomq-Tenant`` names: its id, or its name (names are unique, and
     none has the form of an id, so the two never clash), found through the index of names, one
     read, not a scan of the tenants. An unknown one is 404 either way. A name whose bytes read as
     two names (see ``_readings``) that are two tenants' is refused rather than guessed."""
-    tenants: TenantStore = current_app.extensions["atomq"].tenants
     if TENANT_ID.fullmatch(given):
         if tenants.exists(given):
             return given

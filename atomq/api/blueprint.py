@@ -19,6 +19,7 @@ from werkzeug.routing import BaseConverter, PathConverter
 from atomq.api.schemas.common import NAME_PATTERN, ErrorSchema
 from atomq.api.services import Services
 from atomq.errors import AtomqError
+from atomq.tenants import Principal
 
 
 class NameConverter(BaseConverter):
@@ -136,14 +137,19 @@ def with_memory_state(response: Response) -> Response:
     do not see it): judging the state needs the thresholds, which a process that has not read the
     server settings yet must read, and the store may be failing over. Then the header is left out."""
     if request.method == "POST" and request.url_rule is not None and request.url_rule.rule.endswith("/messages"):
-        principal = g.get("principal")
-        try:
-            state = services().memory.last_state(principal.tenant_id if principal is not None else None)
-        except AtomqError:
-            state = None
+        state = memory_state(services(), g.get("principal"))
         if state is not None:
             response.headers[MEMORY_STATE_HEADER] = state
     return response
+
+
+def memory_state(s: Services, who: Principal | None) -> str | None:
+    """The memory state the answer to a send by ``who`` (None: a key that failed) carries, or None
+    when this process cannot judge it now (see ``with_memory_state``)."""
+    try:
+        return s.memory.last_state(who.tenant_id if who is not None else None)
+    except AtomqError:
+        return None
 
 
 SEND_REFUSALS = {

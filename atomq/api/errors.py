@@ -60,8 +60,29 @@ def atomq_error_response(exc: AtomqError) -> Response:
 
 def store_error_response(exc: Exception) -> Response:
     """A store exception that reached the app untranslated: the same 503 as a translated one."""
-    log.warning("a store error escaped its translation serving %s %s: %r", request.method, request.path, exc)
+    return _escaped_store_error(exc, request.method, request.path)
+
+
+def _escaped_store_error(exc: Exception, method: str, path: str) -> Response:
+    log.warning("a store error escaped its translation serving %s %s: %r", method, path, exc)
     return atomq_error_response(translate(exc))
+
+
+def unexpected_error_response() -> Response:
+    """Anything else: a bug, logged with its traceback (call it inside the ``except``)."""
+    log.exception("unexpected error serving a request")
+    return error_response(500, "internal_error", "the server failed; this is a bug and was logged")
+
+
+def response_for(exc: Exception, method: str, path: str) -> Response:
+    """What the handlers ``register`` installs answer to ``exc``, raised serving ``method path``
+    outside a request context (``atomq.api.hot_path``, inside an app context): its view can raise
+    an atomq error, a store error or a bug, never an HTTP error of werkzeug's."""
+    if isinstance(exc, AtomqError):
+        return atomq_error_response(exc)
+    if isinstance(exc, STORE_ERRORS):
+        return _escaped_store_error(exc, method, path)
+    return unexpected_error_response()
 
 
 def http_error_response(exc: HTTPException) -> Response:
@@ -103,5 +124,4 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        log.exception("unexpected error serving a request")
-        return error_response(500, "internal_error", "the server failed; this is a bug and was logged")
+        return unexpected_error_response()

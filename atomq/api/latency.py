@@ -108,12 +108,13 @@ class LatencyRecorder:
         started = g.pop("atomq_started", None)
         if started is not None:
             rule = request.url_rule
-            self._histogram.record(time.perf_counter() - started, {
-                "tenant": g.get("atomq_tenant") or "",
-                "method": method_label(request.method),
-                "route": route_label(rule.rule) if rule is not None else "",
-            })
+            self.record(time.perf_counter() - started, g.get("atomq_tenant") or "", request.method,
+                        route_label(rule.rule) if rule is not None else "")
         return response
+
+    def record(self, seconds: float, tenant: str, method: str, route: str) -> None:
+        """Counts one request that took ``seconds`` to answer; ``route`` as ``route_label`` spells it."""
+        self._histogram.record(seconds, {"tenant": tenant, "method": method_label(method), "route": route})
 
     def flush(self) -> None:
         """Hands this process's unexported share to Redis now (a scrape answered here is then current for it)."""

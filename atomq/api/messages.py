@@ -37,7 +37,9 @@ from atomq.api.schemas.messages import (
 )
 from atomq.api.wire import render, strict_json
 from atomq.api.wire.send_body import parse_send
+from atomq.api.services import Services
 from atomq.errors import InvalidInput
+from atomq.platform import OutgoingMessage
 from atomq.platform.queues.stored_nowhere import after_send
 from atomq.telemetry import stamp_traceparents
 
@@ -73,16 +75,9 @@ class Messages(MethodView):
         window, the server's limits, the tenant's quota (507), then the
         queue's limits in the store; a refused send takes no room in either window.
         """
-        s = services()
         tenant = current_tenant()
-        messages = parse_send(json_body())
-        stamp_traceparents(messages)
-        sent = s.send(tenant, name, messages, request.content_length or 0, idempotency_key())
-        out: dict[str, Any] = {"ids": sent.ids, "copies": sent.copies,
-                               "warnings": [w.as_dict() for w in after_send(name, len(sent.ids), sent.copies)]}
-        if sent.dropped:
-            out["dropped"] = sent.dropped
-        return render.json_response(out, 201)
+        return answer_send(services(), tenant, name, parse_send(json_body()), request.content_length or 0,
+                    idempotency_key())
 
     @blp.arguments(BrowseArgs, location="query")
     @blp.response(200, BrowsePageSchema)
@@ -110,19 +105,7 @@ class Get(MethodView):
     @blp.doc(**links.AFTER_GET)
     def post(self, body: dict[str, Any], name: str) -> Response:
         """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first; acks ``ack`` first."""
-        s = services()
-        tenant = current_tenant()
-        ack = body.get("ack", {})
-        with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
-            taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
-                                  consumer=body.get("consumer"), ack_ids=ack.get("ids"),
-                                  ack_receipts=ack.get("receipts"), holder=request_holder())
-        out: dict[str, Any] = {"messages": [render.message(m) for m in taken.deliveries]}
-        if taken.active is not None:
-            out["active"] = taken.active
-        if taken.acked is not None:
-            out["acked"] = taken.acked
-        return render.json_response(out)
+        return answer_get(services(), current_tenant(), name, body, request_holder())
 
 
 @blp.route("/<qname:name>/ack")
@@ -131,8 +114,7 @@ class Ack(MethodView):
     @blp.response(200, AckedSchema)
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """Acks in-flight messages; a receipt of an earlier delivery acks nothing."""
-        return {"acked": services().queues.ack(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                               body.get("subscriber"), consumer=body.get("consumer"))}
+        return answer_ack(services(), current_tenant(), name, body)
 
 
 @blp.route("/<qname:name>/nack")
@@ -141,9 +123,7 @@ class Nack(MethodView):
     @blp.response(200, NackedSchema)
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """Fails deliveries now: redelivered after their delay, or dead-lettered."""
-        result = services().queues.nack(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                        body.get("subscriber"), body["reason"], consumer=body.get("consumer"))
-        return {"requeued": result.requeued, "dead_lettered": result.dead_lettered}
+        return answer_nack(services(), current_tenant(), name, body)
 
 
 @blp.route("/<qname:name>/extend")
@@ -152,9 +132,7 @@ class Extend(MethodView):
     @blp.response(200, ExtendedSchema)
     def post(self, body: dict[str, Any], name: str) -> dict[str, int]:
         """More time before the ack time-out (default: the queue's ``ack_timeout_s``)."""
-        return {"extended": services().queues.extend(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                                     body.get("subscriber"), body.get("seconds"),
-                                                     consumer=body.get("consumer"))}
+        return answer_extend(services(), current_tenant(), name, body)
 
 
 @blp.route("/<qname:name>/release")
@@ -165,5 +143,54 @@ class Release(MethodView):
         """Gives in-flight messages back to the queue at once, not counted as failed deliveries: for a
         consumer known to be gone, or a stuck message an operator frees. They come back with
         ``redelivered: true``; on an exclusive queue, whoever holds them, in their order."""
-        return {"released": services().queues.release(current_tenant(), name, body.get("ids"), body.get("receipts"),
-                                                       body.get("subscriber"), delay_s=0)}
+        return answer_release(services(), current_tenant(), name, body)
+
+
+# What the views do once the request is read: shared with ``atomq.api.hot_path``, which serves these
+# routes without Flask. ``body`` is what the route's schema loads.
+
+
+def answer_send(s: Services, tenant: str, name: str, messages: list[OutgoingMessage], incoming_bytes: int,
+         idempotency_key: str | None) -> Response:
+    stamp_traceparents(messages)
+    sent = s.send(tenant, name, messages, incoming_bytes, idempotency_key)
+    out: dict[str, Any] = {"ids": sent.ids, "copies": sent.copies,
+                           "warnings": [w.as_dict() for w in after_send(name, len(sent.ids), sent.copies)]}
+    if sent.dropped:
+        out["dropped"] = sent.dropped
+    return render.json_response(out, 201)
+
+
+def answer_get(s: Services, tenant: str, name: str, body: dict[str, Any], holder: str) -> Response:
+    ack = body.get("ack", {})
+    with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
+        taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
+                              consumer=body.get("consumer"), ack_ids=ack.get("ids"),
+                              ack_receipts=ack.get("receipts"), holder=holder)
+    out: dict[str, Any] = {"messages": [render.message(m) for m in taken.deliveries]}
+    if taken.active is not None:
+        out["active"] = taken.active
+    if taken.acked is not None:
+        out["acked"] = taken.acked
+    return render.json_response(out)
+
+
+def answer_ack(s: Services, tenant: str, name: str, body: dict[str, Any]) -> dict[str, int]:
+    return {"acked": s.queues.ack(tenant, name, body.get("ids"), body.get("receipts"), body.get("subscriber"),
+                                  consumer=body.get("consumer"))}
+
+
+def answer_nack(s: Services, tenant: str, name: str, body: dict[str, Any]) -> dict[str, int]:
+    result = s.queues.nack(tenant, name, body.get("ids"), body.get("receipts"), body.get("subscriber"),
+                           body["reason"], consumer=body.get("consumer"))
+    return {"requeued": result.requeued, "dead_lettered": result.dead_lettered}
+
+
+def answer_extend(s: Services, tenant: str, name: str, body: dict[str, Any]) -> dict[str, int]:
+    return {"extended": s.queues.extend(tenant, name, body.get("ids"), body.get("receipts"), body.get("subscriber"),
+                                        body.get("seconds"), consumer=body.get("consumer"))}
+
+
+def answer_release(s: Services, tenant: str, name: str, body: dict[str, Any]) -> dict[str, int]:
+    return {"released": s.queues.release(tenant, name, body.get("ids"), body.get("receipts"), body.get("subscriber"),
+                                         delay_s=0)}

@@ -21,8 +21,10 @@ from atomq.api.blueprint import (
 )
 from atomq.api.messages import json_body
 from atomq.api.schemas.messages import PublishManyResultSchema, PublishManySchema, PublishResultSchema, SendSchema
+from atomq.api.services import Services
 from atomq.api.wire import render
 from atomq.api.wire.send_body import parse_publish_many, parse_send
+from atomq.platform import OutgoingMessage
 from atomq.platform.queues.stored_nowhere import StoredNowhere, after_publish, after_publish_many
 from atomq.platform.queues.topics import TOPIC_PATTERN, check_topic
 from atomq.telemetry import stamp_traceparents
@@ -48,11 +50,7 @@ class TopicMessages(MethodView):
         """
         check_topic(topic)
         messages = parse_send(json_body())
-        stamp_traceparents(messages)
-        published = services().publish(current_tenant(), topic, messages, request.content_length or 0,
-                                        idempotency_key())
-        return _created({"ids": published.ids, "queues": published.queues, "copies": published.copies},
-                        after_publish(topic, published.queues, len(messages), published.copies), published.dropped)
+        return answer_publish(services(), current_tenant(), topic, messages, request.content_length or 0, idempotency_key())
 
 
 @blp.route("/messages")
@@ -73,11 +71,27 @@ class ManyTopicsMessages(MethodView):
         checked as one send.
         """
         topics, messages = parse_publish_many(json_body())
-        stamp_traceparents(messages)
-        published = services().publish_many(current_tenant(), topics, messages, request.content_length or 0,
-                                             idempotency_key())
-        return _created({"ids": published.ids, "topics": published.topics, "copies": sum(published.copies.values())},
-                        after_publish_many(topics, published), published.dropped)
+        return answer_publish_many(services(), current_tenant(), topics, messages, request.content_length or 0,
+                            idempotency_key())
+
+
+# What the views do once the request is read: shared with ``atomq.api.hot_path``.
+
+
+def answer_publish(s: Services, tenant: str, topic: str, messages: list[OutgoingMessage], incoming_bytes: int,
+            idempotency_key: str | None) -> Response:
+    stamp_traceparents(messages)
+    published = s.publish(tenant, topic, messages, incoming_bytes, idempotency_key)
+    return _created({"ids": published.ids, "queues": published.queues, "copies": published.copies},
+                    after_publish(topic, published.queues, len(messages), published.copies), published.dropped)
+
+
+def answer_publish_many(s: Services, tenant: str, topics: list[str], messages: list[OutgoingMessage], incoming_bytes: int,
+                 idempotency_key: str | None) -> Response:
+    stamp_traceparents(messages)
+    published = s.publish_many(tenant, topics, messages, incoming_bytes, idempotency_key)
+    return _created({"ids": published.ids, "topics": published.topics, "copies": sum(published.copies.values())},
+                    after_publish_many(topics, published), published.dropped)
 
 
 def _created(out: dict[str, Any], warnings: list[StoredNowhere], dropped: int) -> Response:

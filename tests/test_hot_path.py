@@ -1,0 +1,306 @@
+"""The hot path (``atomq.api.hot_path``) answers what Flask answers: the same request set, valid and
+invalid, sent to an app with it and to one without (``HOT_PATH`` off), gets the same status, the same
+bytes (ids, receipts and times aside) and the same headers; and msgspec's decoders of the settle and
+get bodies take only what the schemas take, and load it as they do."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import marshmallow as ma
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atomq.api import create_app
+from atomq.api.hot_path import HOT_PATH, route_of
+from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS
+from atomq.api.schemas.common import Selector
+from atomq.api.schemas.messages import ExtendSchema, GetSchema, NackSchema, ReleaseSchema
+from atomq.api.services import LongPollLimiter, Services
+from atomq.api.wire import selections, strict_json
+from atomq.errors import InvalidInput
+from atomq.platform import QueueServer
+from atomq.tenants import TenantStore
+from support.queues import FAST
+
+OWNER_KEY = f"aq_owner_{secrets.token_urlsafe(32)}"
+SCHEMAS = {"get": GetSchema, "ack": Selector, "nack": NackSchema, "extend": ExtendSchema, "release": ReleaseSchema}
+COMPARED_HEADERS = ("Content-Type", "Content-Length", "Retry-After", "X-Atomq-Memory-State", "Allow", "Connection",
+                    "Location")
+MESSAGE_ID = re.compile(rb"\d{13}-\d{12}")
+TIMES = re.compile(rb'"(enqueued_at|delivered_at|deadline)":[0-9.e+-]+')
+DOC = {"data": "x"}
+RECEIPT = "1795461670403-000000000002~1"
+
+
+class Side:
+    """One app on the session's Valkey, with its own node id, tenant, queues and key."""
+
+    def __init__(self, valkey: Any, name: str, hot_path: bool) -> None:
+        self.client = valkey.client()
+        self.services = Services(queues=QueueServer(self.client, FAST), tenants=TenantStore(self.client, OWNER_KEY),
+                                 longpolls=LongPollLimiter(2))
+        self.app = create_app(self.services, {HOT_PATH: hot_path, MAX_FAILED_KEY_CHECKS: 3,
+                                              "MAX_CONTENT_LENGTH": 64 * 1024})
+        self.http = self.app.test_client()
+        tenant, _, self.key = self.services.tenants.create(name)
+        limited, _, self.limited_key = self.services.tenants.create(f"{name}-rl", rate_limit_per_minute=2)
+        self.tenants = (tenant, limited)
+        self.names = {tenant.id.encode(): b"<tenant>", name.encode(): b"<name>", limited.id.encode(): b"<limited>",
+                      self.key.split("_")[1].encode(): b"<key id>"}
+        queues = self.services.queues
+        queues.put_queue(tenant.id, "orders", "point_to_point")
+        queues.put_queue(tenant.id, "news", "publish_subscribe", topics=["news/>"])
+        queues.put_subscriber(tenant.id, "news", "s1")
+        queues.put_queue(limited.id, "orders", "point_to_point")
+        self.token = self.services.tenants.execution_tokens.mint(tenant.id, "gone", "e_000000000000", 60)
+
+    def call(self, case: dict[str, Any]) -> Any:
+        headers = dict(case.get("headers", {}))
+        key = case.get("key", "tenant")
+        if key is not None:
+            headers["Authorization"] = "Bearer " + {"tenant": self.key, "owner": OWNER_KEY, "limited": self.limited_key,
+                                                    "token": self.token}.get(key, key)
+        if case.get("tenant_header") == "id":
+            headers["X-Atomq-Tenant"] = self.tenants[0].id
+        elif case.get("tenant_header") == "name":
+            headers["X-Atomq-Tenant"] = self.tenants[0].name
+        elif "tenant_header" in case:
+            headers["X-Atomq-Tenant"] = case["tenant_header"]
+        content_type = case.get("content_type", "application/json")
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        data = case["raw"] if "raw" in case else json.dumps(case["body"]) if "body" in case else None
+        return self.http.open(case["path"], method=case.get("method", "POST"), data=data, headers=headers,
+                              environ_base={"REMOTE_ADDR": case.get("address", "127.0.0.1")})
+
+    def seen(self, response: Any) -> tuple[int, bytes, dict[str, str]]:
+        """What a client sees, with what differs between two sides by nature (ids, times, the tenant) masked."""
+        body = MESSAGE_ID.sub(b"<id>", TIMES.sub(rb'"\1":<time>', response.data))
+        for real, mask in self.names.items():
+            body = body.replace(real, mask)
+        headers = {h: response.headers[h] for h in COMPARED_HEADERS if h in response.headers}
+        if TIMES.search(response.data):  # a time's digits vary in number: the length must only be the body's
+            headers["Content-Length"] = str(int(headers["Content-Length"]) == len(response.data))
+        return response.status_code, body, headers
+
+    def close(self) -> None:
+        for tenant in self.tenants:
+            self.services.tenants.delete(tenant.id)
+        self.client.close()
+
+
+def send(**message: Any) -> dict[str, Any]:
+    return {"messages": [{"documents": [DOC], **message}]}
+
+
+Q = "/v1/queues/orders"
+CASES: list[dict[str, Any]] = [
+    # sends
+    {"path": f"{Q}/messages", "body": send()},
+    {"path": f"{Q}/messages", "body": send(properties={"k": [1, {"a": None}]}, priority=9, dedupe_id="d1")},
+    {"path": f"{Q}/messages", "body": send(dedupe_id="d1")},
+    {"path": f"{Q}/messages", "body": send(), "headers": {"Idempotency-Key": "same"}},
+    {"path": f"{Q}/messages", "body": send(), "headers": {"Idempotency-Key": "same"}},
+    {"path": f"{Q}/messages", "body": send(priority=1), "headers": {"Idempotency-Key": "same"}},
+    {"path": f"{Q}/messages", "body": send(), "headers": {"Idempotency-Key": "x" * 129}},
+    {"path": f"{Q}/messages", "raw": "not json"},
+    {"path": f"{Q}/messages", "raw": ""},
+    {"path": f"{Q}/messages", "raw": '{"messages": [{"documents": [{"data": "x"}], "expires_at": 1e400}]}'},
+    {"path": f"{Q}/messages", "raw": '{"messages": [{"documents": [{"data": "\\ud800"}]}]}'},
+    {"path": f"{Q}/messages", "raw": '{"messages": [{"documents": [{"data": "x"}], "properties": {"a": NaN}}]}'},
+    {"path": f"{Q}/messages", "raw": json.dumps(send(properties={"a": json.loads("[" * 31 + "1" + "]" * 31)}))},
+    {"path": f"{Q}/messages", "body": send(priority=10)},
+    {"path": f"{Q}/messages", "body": send(unknown=1)},
+    {"path": f"{Q}/messages", "body": {"messages": []}},
+    {"path": f"{Q}/messages", "body": send(), "content_type": "text/plain"},
+    {"path": f"{Q}/messages", "body": send(), "content_type": "application/json; charset=utf-8"},
+    {"path": f"{Q}/messages", "body": send(), "content_type": None},
+    {"path": f"{Q}/messages", "body": send(), "content_type": "application/merge-patch+json"},
+    {"path": f"{Q}/messages", "raw": json.dumps(send(properties={"p": "x" * 70_000}))},
+    {"path": "/v1/queues/missing/messages", "body": send()},
+    {"path": "/v1/queues/bad name!/messages", "body": send()},
+    {"path": f"/v1/queues/{'q' * 129}/messages", "body": send()},
+    {"path": "/v1/queues/news/messages", "body": send()},
+    {"path": f"{Q}/messages/", "body": send()},
+    {"path": f"{Q}/messages", "method": "PUT", "body": send()},
+    # keys, tenants, tokens
+    {"path": f"{Q}/messages", "body": send(), "key": None},
+    {"path": f"{Q}/messages", "body": send(), "key": "aq_abcdefgh_" + "x" * 40},
+    {"path": f"{Q}/messages", "body": send(), "key": "short"},
+    {"path": f"{Q}/messages", "body": send(), "key": "owner"},
+    {"path": f"{Q}/messages", "body": send(), "key": "owner", "tenant_header": "id"},
+    {"path": f"{Q}/messages", "body": send(), "key": "owner", "tenant_header": "name"},
+    {"path": f"{Q}/messages", "body": send(), "key": "owner", "tenant_header": "t_000000000000"},
+    {"path": f"{Q}/messages", "body": send(), "key": "owner", "tenant_header": "nobody"},
+    {"path": f"{Q}/messages", "body": send(), "tenant_header": "nobody"},
+    {"path": f"{Q}/messages", "body": send(), "key": "token"},
+    {"path": f"{Q}/get", "body": {}, "key": "token"},
+    *[{"path": f"{Q}/ack", "body": {"ids": ["x"]}, "key": "aq_abcdefgh_" + "y" * 40, "address": "10.0.0.9"}] * 4,
+    {"path": f"{Q}/ack", "body": {"ids": ["x"]}, "address": "10.0.0.9"},
+    # rate limits: the tenant's window takes 2 sends a minute
+    *[{"path": f"{Q}/messages", "body": send(), "key": "limited"}] * 3,
+    # get
+    {"path": f"{Q}/get", "body": {"max": 2}},
+    {"path": f"{Q}/get", "body": {}},
+    {"path": f"{Q}/get", "raw": ""},
+    {"path": f"{Q}/get", "body": {"max": 1}, "content_type": None},
+    {"path": f"{Q}/get", "body": {"max": 0}},
+    {"path": f"{Q}/get", "body": {"max": "2"}},
+    {"path": f"{Q}/get", "body": {"max": 2.0}},
+    {"path": f"{Q}/get", "body": {"max": None}},
+    {"path": f"{Q}/get", "body": {"wait_ms": 20_001}},
+    {"path": f"{Q}/get", "body": {"wait_ms": 10}},
+    {"path": f"{Q}/get", "body": {"subscriber": "s1"}},
+    {"path": "/v1/queues/news/get", "body": {"subscriber": "s1", "max": 5}},
+    {"path": "/v1/queues/news/get", "body": {}},
+    {"path": f"{Q}/get", "body": {"consumer": "bad name"}},
+    {"path": f"{Q}/get", "body": {"ack": {}}},
+    {"path": f"{Q}/get", "body": {"ack": {"receipts": [RECEIPT]}}},
+    {"path": f"{Q}/get", "body": {"ack": {"receipts": ["bad"]}}},
+    {"path": f"{Q}/get", "body": {"ack": None}},
+    {"path": f"{Q}/get", "body": {"other": 1}},
+    {"path": "/v1/queues/missing/get", "body": {}},
+    # settles
+    {"path": f"{Q}/ack", "body": {"receipts": [RECEIPT]}},
+    {"path": f"{Q}/ack", "body": {"ids": ["x"], "consumer": "c1"}},
+    {"path": f"{Q}/ack", "body": {}},
+    {"path": f"{Q}/ack", "body": {"ids": [], "receipts": []}},
+    {"path": f"{Q}/ack", "body": {"ids": [""]}},
+    {"path": f"{Q}/ack", "body": {"ids": ["i" * 65]}},
+    {"path": f"{Q}/ack", "body": {"ids": ["😀" * 64]}},
+    {"path": f"{Q}/ack", "body": {"receipts": ["bad"]}},
+    {"path": f"{Q}/ack", "body": {"receipts": [RECEIPT + "\n"]}},
+    {"path": f"{Q}/ack", "body": {"ids": [1]}},
+    {"path": f"{Q}/ack", "body": {"ids": "x"}},
+    {"path": f"{Q}/ack", "body": {"ids": ["x"], "subscriber": "s1"}},
+    {"path": f"{Q}/ack", "raw": '{"ids": ["x"], "ids": [5]}'},
+    {"path": f"{Q}/ack", "raw": '{"ids": ["\\ud800"]}'},
+    {"path": f"{Q}/ack", "raw": '[]'},
+    {"path": f"{Q}/nack", "body": {"receipts": [RECEIPT], "reason": "broken"}},
+    {"path": f"{Q}/nack", "body": {"ids": ["x"], "reason": "r" * 4097}},
+    {"path": f"{Q}/nack", "body": {"ids": ["x"], "reason": None}},
+    {"path": f"{Q}/extend", "body": {"ids": ["x"], "seconds": 5}},
+    {"path": f"{Q}/extend", "body": {"ids": ["x"]}},
+    {"path": f"{Q}/extend", "body": {"ids": ["x"], "seconds": 0}},
+    {"path": f"{Q}/extend", "body": {"ids": ["x"], "seconds": 86_401}},
+    {"path": f"{Q}/extend", "body": {"ids": ["x"], "seconds": True}},
+    {"path": f"{Q}/extend", "raw": '{"ids": ["x"], "seconds": 1e400}'},
+    {"path": f"{Q}/release", "body": {"receipts": [RECEIPT]}},
+    {"path": f"{Q}/release", "body": {"ids": ["x"], "consumer": "c1"}},
+    # topics
+    {"path": "/v1/topics/news/eu/messages", "body": send()},
+    {"path": "/v1/topics/nowhere/messages", "body": send()},
+    {"path": "/v1/topics/news//eu/messages", "body": send()},
+    {"path": "/v1/topics/news/*/messages", "body": send()},
+    {"path": "/v1/topics/messages/messages", "body": send()},
+    {"path": "/v1/topics/news/eu/messages", "body": {"messages": [{"documents": []}]}},
+    {"path": "/v1/topics/messages", "body": {"messages": [{"documents": [DOC], "topic": "news/a"},
+                                                          {"documents": [DOC], "topic": "other"}]}},
+    {"path": "/v1/topics/messages", "body": {"messages": [{"documents": [DOC], "topic": "a//b"}]}},
+    {"path": "/v1/topics/messages", "body": send()},
+]
+
+
+@pytest.fixture(scope="module")
+def sides(valkey) -> Iterator[tuple[Side, Side]]:
+    hot, flask = Side(valkey, "hot-path", True), Side(valkey, "flask-fo", False)
+    try:
+        yield hot, flask
+    finally:
+        hot.close()
+        flask.close()
+
+
+def test_the_hot_path_answers_as_flask_does(sides: tuple[Side, Side]) -> None:
+    hot, flask = sides
+    for i, case in enumerate(CASES):
+        got, want = hot.seen(hot.call(case)), flask.seen(flask.call(case))
+        if "Retry-After" in want[2]:  # the seconds left of a window, read a moment apart
+            assert abs(int(got[2].pop("Retry-After")) - int(want[2].pop("Retry-After"))) <= 1, (i, case)
+        assert got == want, (i, case)
+
+
+def test_every_path_served_here_is_the_route_flask_has_for_it(sides: tuple[Side, Side]) -> None:
+    hot, _ = sides
+    urls = hot.app.url_map.bind("localhost")
+    paths = {case["path"] for case in CASES} | {"/v1/queues/messages/messages", "/v1/queues/get/ack",
+                                                "/v1/topics/a/b/c/messages", "/v1/topics/a/messages/messages"}
+    served = 0
+    for path in paths:
+        found = route_of(path)
+        if found is not None:
+            endpoint, args = urls.match(path, "POST")
+            assert (endpoint, list(args.values())) == (found[0].endpoint, [found[1]] if found[1] else []), path
+            served += 1
+    assert served >= 8
+
+
+def schema_load(kind: str, body: bytes) -> dict[str, Any] | None:
+    """What Flask's parser makes of ``body``: the app's strict JSON, then the schema; None when it refuses."""
+    try:
+        return SCHEMAS[kind]().load(strict_json.parse(body))  # type: ignore[no-any-return]
+    except (ma.ValidationError, InvalidInput, ValueError):
+        return None
+
+
+NAMES = st.sampled_from(["c1", "s1", "bad name", "", "a" * 128, "a" * 129, "é"])
+IDS = st.lists(st.sampled_from(["x", "", "i" * 64, "i" * 65, "😀", 5, None]), max_size=3)
+RECEIPTS = st.lists(st.sampled_from([RECEIPT, "bad", RECEIPT + "\n", "1-1~0", 7]), max_size=3)
+NUMBERS = st.one_of(st.integers(-5, 30_000), st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
+                    st.none(), st.text(max_size=2))
+SELECTION = st.fixed_dictionaries({}, optional={"ids": IDS, "receipts": RECEIPTS, "other": st.just(1)})
+BODIES = st.fixed_dictionaries({}, optional={
+    "ids": IDS, "receipts": RECEIPTS, "subscriber": NAMES, "consumer": NAMES, "max": NUMBERS, "wait_ms": NUMBERS,
+    "seconds": NUMBERS, "reason": st.one_of(st.text(max_size=3), st.none(), st.just("r" * 4097)),
+    "ack": st.one_of(SELECTION, st.none(), st.just([])), "other": st.just(1)})
+
+
+@given(kind=st.sampled_from(sorted(SCHEMAS)), body=BODIES)
+@settings(max_examples=400, deadline=None)
+def test_msgspec_takes_only_what_the_schema_takes_and_loads_it_alike(kind: str, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    fast = selections.decode(kind, raw)
+    if fast is not None:
+        assert fast == schema_load(kind, raw), (kind, body)
+
+
+@pytest.mark.parametrize("kind, body", [
+    ("get", {}), ("get", {"max": 100, "wait_ms": 1000, "consumer": "c", "ack": {"receipts": [RECEIPT] * 3}}),
+    ("ack", {"receipts": [RECEIPT]}), ("ack", {"ids": ["x"], "subscriber": "s1", "consumer": "c"}),
+    ("nack", {"ids": ["x"], "reason": "why"}), ("extend", {"receipts": [RECEIPT], "seconds": 2.5}),
+    ("release", {"ids": ["x"], "subscriber": "s1"}),
+])
+def test_msgspec_takes_the_bodies_clients_send(kind: str, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    assert selections.decode(kind, raw) == schema_load(kind, raw) is not None
+
+
+def test_the_requests_clients_make_are_served_without_flask(sides: tuple[Side, Side]) -> None:
+    hot, _ = sides
+    handed: list[str] = []
+    front = hot.app.wsgi_app
+    flask = front.flask  # type: ignore[attr-defined]
+
+    def counted(environ: dict[str, Any], start_response: Any) -> Any:
+        handed.append(environ["PATH_INFO"])
+        return flask(environ, start_response)
+
+    front.flask = counted  # type: ignore[attr-defined]
+    try:
+        for case in [{"path": f"{Q}/messages", "body": send()}, {"path": f"{Q}/get", "body": {"max": 1}},
+                     {"path": f"{Q}/ack", "body": {"receipts": [RECEIPT]}}, {"path": f"{Q}/messages", "body": send(),
+                                                                             "key": "owner", "tenant_header": "name"},
+                     {"path": "/v1/topics/news/eu/messages", "body": send()}, {"path": f"{Q}/messages", "key": None,
+                                                                               "body": send()}]:
+            hot.call(case)
+        assert handed == []
+        hot.call({"path": f"{Q}/ack", "body": {}})
+        assert handed == [f"{Q}/ack"]
+    finally:
+        front.flask = flask  # type: ignore[attr-defined]
