@@ -11,7 +11,8 @@ Everything goes through the main node's HTTP API with the tenant's key
 (``key``; the owner key with ``tenant`` acts for that tenant), so the node's
 tenancy, rate limits and quotas hold. Options: ``url`` (default
 http://127.0.0.1:61717), ``key``, ``tenant``, ``queue``, ``subscriber``;
-for reads ``deadLetters`` (browse the dead letter queue); for streams
+for reads ``deadLetters`` (browse the dead letter queue), ``propertiesAs``
+(``json`` or ``map``) and ``documentsAs`` (``rows`` or ``array``), see ``rows``; for streams
 ``consumer`` (required: the query's name, under which its batches are
 recorded; one running query per name and queue: a query started under
 a name fences off the one before it, which then fails),
@@ -30,7 +31,10 @@ back by the ack time-out (at-least-once).
 Rows written become messages of one document each: the document is the
 ``text`` or ``data`` column (string) or the ``payload`` column (binary);
 ``properties`` (a JSON object string or a map), ``dedupe_id``, ``topic`` and
-``queue`` (per row, instead of the options) are optional columns. A row goes
+``queue`` (per row, instead of the options) are optional columns. A
+``documents`` column (an array of structs of ``text``, ``data`` or ``payload``
+and ``properties``, as ``documentsAs=array`` reads them) makes a message of
+several documents. A row goes
 to its ``topic`` if it has one (a publish: every queue that attracts it), else
 to its ``queue``, else to the option ``topic``, else to the option ``queue``. A write that fails
 part-way may have stored some rows: give ``dedupe_id`` to make a retry
@@ -52,7 +56,7 @@ from pyspark.sql.types import StructType
 from atomq.spark_workers.datasource.browsing import BrowseReader
 from atomq.spark_workers.datasource.consuming import ConsumeReader
 from atomq.spark_workers.datasource.options import Options
-from atomq.spark_workers.datasource.rows import SCHEMA
+from atomq.spark_workers.datasource.rows import schema
 from atomq.spark_workers.datasource.writing import QueueStreamWriter, QueueWriter
 
 
@@ -69,7 +73,8 @@ class AtomqDataSource(DataSource):
         return "atomq"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        options = Options(self.options)
+        return schema(options.properties_as, options.documents_as)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BrowseReader(Options(self.options))
