@@ -43,6 +43,9 @@ store each row once.
 
 from __future__ import annotations
 
+import os
+
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,14 +58,30 @@ from pyspark.sql.types import StructType
 
 from atomq.spark_workers.datasource.browsing import BrowseReader
 from atomq.spark_workers.datasource.consuming import ConsumeReader
+from atomq.spark_workers.datasource.interpreter import data_source_python
 from atomq.spark_workers.datasource.options import Options
 from atomq.spark_workers.datasource.rows import schema
 from atomq.spark_workers.datasource.writing import QueueStreamWriter, QueueWriter
 
 
 def register(spark: SparkSession) -> None:
-    """Makes ``format("atomq")`` known to the session."""
-    spark.dataSource.register(AtomqDataSource)
+    """Makes ``format("atomq")`` known to the session, its code run by an interpreter that imports
+    atomq (``interpreter``: on a local master without ``PYSPARK_PYTHON``, the driver's).
+
+    Raises:
+        SparkPythonMissing: on a local master, ``PYSPARK_PYTHON`` names an interpreter without atomq.
+    """
+    try:
+        sc = spark.sparkContext
+    except PySparkException:  # Spark Connect: no SparkContext here, the server's Python runs it
+        spark.dataSource.register(AtomqDataSource)
+        return
+    spark_python = sc.pythonExec
+    sc.pythonExec = data_source_python(sc.master or "", spark_python, os.environ.get("PYSPARK_PYTHON"))
+    try:
+        spark.dataSource.register(AtomqDataSource)  # takes sc.pythonExec now, for the data source alone
+    finally:
+        sc.pythonExec = spark_python
 
 
 class AtomqDataSource(DataSource):
