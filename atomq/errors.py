@@ -214,6 +214,14 @@ class JavaMissing(AtomqError):
     code = "java_missing"
 
 
+class SparkPythonMissing(AtomqError):
+    """Spark's Python workers would run an interpreter that cannot import atomq, so the
+    ``atomq`` data source would fail inside Spark; the message says which and the fix."""
+
+    http_status = 503
+    code = "spark_python_missing"
+
+
 class ExecutionTimeLimit(AtomqError):
     """An execution ran past its time limit and was stopped: it failed, like any execution
     whose process raised, and its messages count a failed delivery."""

@@ -125,6 +125,35 @@ def test_rows_of_topics_of_their_own_are_published_in_requests_of_100_documents(
     assert (api.queue("eu")["depth"], api.queue("us")["depth"]) == (200, 50)
 
 
+def test_spark_types_properties_as_maps_and_documents_as_an_array_of_structs_and_back(
+        spark: Any, node: InProcessNode, tenant: Tenant) -> None:
+    """``propertiesAs=map`` and ``documentsAs=array``: a row per message, in Spark's own types; such
+    a DataFrame written back gives the same messages (a property that is not a string reads as its
+    JSON text, and is written back as that text)."""
+    api = tenant.api
+    api.put_queue("typed")
+    api.put_queue("copy")
+    api.send("typed", [{"documents": [{"data": "one", "properties": {"lang": "en"}}, {"data_base64": "//4="}],
+                        "properties": {"region": "eu", "n": 1}}])
+    df = spark.read.format("atomq").options(**tenant.options(node, queue="typed", propertiesAs="map",
+                                                              documentsAs="array")).load()
+    assert df.schema["properties"].dataType.simpleString() == "map<string,string>"
+    assert df.schema["documents"].dataType.simpleString() == (
+        "array<struct<id:string,payload:binary,text:string,properties:map<string,string>>>")
+    (row,) = df.collect()
+    assert row.properties == {"region": "eu", "n": "1"}
+    assert [(d.text, bytes(d.payload), d.properties) for d in row.documents] == [
+        ("one", b"one", {"lang": "en"}), (None, b"\xff\xfe", {})]
+    df.select("properties", "documents").write.format("atomq").options(**tenant.options(node, queue="copy")) \
+        .mode("append").save()
+    (copied,) = api.browse("copy")
+    assert copied["properties"] == {"region": "eu", "n": "1"}
+    assert [(d.get("data"), d.get("data_base64"), d.get("properties") or {}) for d in copied["documents"]] == [
+        ("one", None, {"lang": "en"}), (None, "//4=", {})]
+    with pytest.raises(Exception, match="option documentsAs must be rows or array"):
+        spark.read.format("atomq").options(**tenant.options(node, queue="typed", documentsAs="list")).load()
+
+
 def _consume(spark: Any, node: InProcessNode, tenant: Tenant, queue: str, checkpoint: Path, sink: list[Any],
              fail_on: str | None = None, **options: str) -> None:
     """One availableNow run of a streaming read into ``sink`` (via foreachBatch)."""

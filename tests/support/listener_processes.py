@@ -83,3 +83,18 @@ def spark_forward_with_extra_columns(df: Any, settings: dict[str, Any]) -> Any:
     return df.select(f.lit(settings["to"]).alias("queue"), "message_id", "payload", "properties",
                      f.struct(f.lit(1).alias("a"), f.lit(2).alias("a")).alias("twice"),
                      f.lit("ignored").alias("note"))
+
+
+def spark_forward_where_run(df: Any, settings: dict[str, Any]) -> Any:
+    """``forward`` on Spark, each output's properties ``{"ran_in": ...}``: the working directory of
+    the Spark Python worker of its task (an executor's directory on a standalone worker)."""
+    from pyspark.sql import functions as f
+
+    def cwd() -> str:
+        import os as system  # in here: the function goes to the Python workers by value
+
+        return system.getcwd()
+
+    ran_in = f.udf(cwd, "string", useArrow=False)()
+    return df.select(f.lit(settings["to"]).alias("queue"), "message_id", "payload",
+                     f.to_json(f.create_map(f.lit("ran_in"), ran_in)).alias("properties"))

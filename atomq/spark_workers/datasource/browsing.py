@@ -24,4 +24,4 @@ class BrowseReader(DataSourceReader):
         with o.client() as client:
             pages = client.dead_letters if o.dead_letters else client.browse
             for message in pages(o.queue, subscriber=o.subscriber, limit=defaults.MAX_PAGE_LIMIT):
-                yield from message_rows(message)
+                yield from message_rows(message, o.properties_as, o.documents_as)

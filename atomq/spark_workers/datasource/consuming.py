@@ -123,7 +123,7 @@ class ConsumeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             query = {"subscriber": o.subscriber} if o.subscriber else {}
             page = client.request("GET", f"{self._consumer_path()}/batches/{batch}/partitions/{index}", **query)
         for message in page["messages"]:
-            yield from message_rows(message)
+            yield from message_rows(message, o.properties_as, o.documents_as)
 
     def commit(self, end: dict[str, int]) -> None:
         self._commit(end["batch"])

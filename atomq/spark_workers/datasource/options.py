@@ -7,8 +7,7 @@ from typing import Any
 from atomq import defaults
 from atomq.client import AtomqClient
 from atomq.errors import InvalidInput
-
-"""The most messages one streaming micro-batch plans."""
+from atomq.spark_workers.datasource.rows import DOCUMENTS_AS, PROPERTIES_AS
 
 
 class Options:
@@ -28,6 +27,8 @@ class Options:
         self.partitions = _int_option(options, "partitions", 2, 1, defaults.MAX_STREAM_PARTITIONS)
         self.max_documents = _int_option(options, "maxDocumentsPerRequest", defaults.MAX_SEND_DOCUMENTS,
                                           *defaults.MAX_SEND_DOCUMENTS_RANGE)
+        self.properties_as = _choice(options, "propertiesAs", PROPERTIES_AS)
+        self.documents_as = _choice(options, "documentsAs", DOCUMENTS_AS)
         if not self.key:
             raise InvalidInput("the atomq data source needs option key (a tenant's API key)", field="key")
 
@@ -49,4 +50,12 @@ def _int_option(options: Any, name: str, default: int, low: int, high: int) -> i
         raise InvalidInput(f"option {name} must be an integer", field=name) from None
     if not low <= value <= high:
         raise InvalidInput(f"option {name} must be from {low} to {high}", field=name)
+    return value
+
+
+def _choice(options: Any, name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first by default), in any case."""
+    value = str(options.get(name) or choices[0]).lower()
+    if value not in choices:
+        raise InvalidInput(f"option {name} must be {' or '.join(choices)}", field=name)
     return value

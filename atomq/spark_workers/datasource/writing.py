@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -27,8 +27,10 @@ class QueueWriter(DataSourceWriter):
         names = set(schema.fieldNames())
         # In this order, per row: a row read from atomq has text only when its payload is UTF-8.
         self.data_columns = [c for c in ("text", "data", "payload") if c in names]
-        if not self.data_columns:
-            raise InvalidInput("a DataFrame written to atomq needs a text, data or payload column", field="columns")
+        self.documents = "documents" in names
+        if not self.data_columns and not self.documents:
+            raise InvalidInput("a DataFrame written to atomq needs a text, data or payload column, or documents",
+                               field="columns")
         self.has = {c: c in names for c in ("properties", "dedupe_id", "queue", "topic")}
         if not (self.has["queue"] or self.has["topic"] or options.topic):
             options.need_queue()
@@ -56,20 +58,36 @@ class QueueWriter(DataSourceWriter):
         return self.default
 
     def _message(self, row: Any) -> dict[str, Any]:
-        value = next((row[c] for c in self.data_columns if row[c] is not None), None)
-        if value is None:
-            raise InvalidInput(f"a row has no document: {', '.join(self.data_columns)} all null",
-                               field=self.data_columns[0])
-        document = wire.document(value if isinstance(value, str) else bytes(value))
-        message = wire.message([document])
+        if self.documents and row["documents"] is not None:
+            message = wire.message([_document(d, list(d.asDict()), True) for d in row["documents"]])
+        else:
+            message = wire.message([_document(row, self.data_columns)])
         if self.has["properties"] and row["properties"] is not None:
-            # Whatever the column holds goes to the node, which names what is wrong with it:
-            # the JSON text "null" is sent as null and refused there, not taken for no properties.
-            props = row["properties"]
-            message["properties"] = json.loads(props) if isinstance(props, str) else dict(props)
+            message["properties"] = _properties(row["properties"])
         if self.has["dedupe_id"] and row["dedupe_id"] is not None:
             message["dedupe_id"] = str(row["dedupe_id"])
         return message
+
+
+def _document(fields: Any, names: Sequence[str], own_properties: bool = False) -> dict[str, Any]:
+    """A document from a row's ``text``, ``data`` or ``payload``, or from a struct of a
+    ``documents`` array (the shape a read with ``documentsAs=array`` gives), whose
+    ``properties``, when ``own_properties``, are the document's."""
+    columns = [c for c in ("text", "data", "payload") if c in names]
+    value = next((fields[c] for c in columns if fields[c] is not None), None)
+    if value is None:
+        raise InvalidInput(f"a row has a document without content: {', '.join(columns) or 'text, data, payload'} "
+                           "all null or missing", field=columns[0] if columns else "documents")
+    props = fields["properties"] if own_properties and "properties" in names else None
+    return wire.document(value if isinstance(value, str) else bytes(value),
+                         None if props is None else _properties(props))
+
+
+def _properties(props: Any) -> dict[str, Any]:
+    """Properties as a JSON object string or a map. Whatever the column holds goes to the node,
+    which names what is wrong with it: the JSON text "null" is sent as null and refused there,
+    not taken for no properties."""
+    return json.loads(props) if isinstance(props, str) else dict(props)
 
 
 class QueueStreamWriter(DataSourceStreamWriter):
