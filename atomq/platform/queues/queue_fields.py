@@ -31,13 +31,12 @@ class QueueFields:
     def with_prefix(self, tenant: str, queue: str, prefix: str) -> dict[str, str] | None:
         """The fields whose names start with ``prefix``, the prefix taken off; None for no such queue."""
         _, qk = queue_keys(tenant, queue)
-        pipe = self._shared.client.pipeline(transaction=True)
-        pipe.hexists(qk.config, "model")
-        pipe.hscan(qk.config, 0, match=_glob(prefix) + "*", count=10_000)
-        exists, (_, found) = self._shared.storage.call(pipe.execute)
-        if not exists:
+        # The hash is small (the queue's settings and counters): one HGETALL, filtered here.
+        held = self._shared.storage.call(self._shared.client.hgetall, qk.config)
+        if b"model" not in held:
             return None
-        return {name.decode()[len(prefix):]: value.decode() for name, value in found.items()}
+        start = prefix.encode()
+        return {name[len(start):].decode(): value.decode() for name, value in held.items() if name.startswith(start)}
 
     def set(self, tenant: str, queue: str, values: Mapping[str, str | int], prefix: str = "", most: int = 0) -> int:
         """Sets ``values`` while the queue exists (NotFound else); at most ``most`` fields of
@@ -57,7 +56,3 @@ class QueueFields:
         return int(self._shared.storage.run("queue_fields", docs_and_config(tk, qk), [action, prefix, most, *args],
                                             errors=errors))
 
-
-def _glob(text: str) -> str:
-    """``text`` as a literal in a Redis glob pattern."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
