@@ -5,34 +5,23 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urlencode
 
-import boto3
 import pytest
 import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from atomq.api.sqs.checksums import md5_of_attributes
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
-
-NO_RETRIES = Config(retries={"max_attempts": 1, "mode": "standard"})
-
+from support.sqs import sqs_client
 
 @pytest.fixture(scope="module")
 def node(serve_for_module: ServeFactory) -> AtomqServe:
     return serve_for_module(http_workers=1)
-
-
-def sqs_client(node: AtomqServe, pair: dict[str, str], region: str = "eu-west-1", **overrides: str) -> Any:
-    return boto3.client("sqs", endpoint_url=node.url, region_name=region, config=NO_RETRIES,
-                        aws_access_key_id=overrides.get("access", pair["access_key_id"]),
-                        aws_secret_access_key=overrides.get("secret", pair["secret_access_key"]))
 
 
 @pytest.fixture(scope="module")

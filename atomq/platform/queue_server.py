@@ -21,6 +21,7 @@ from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.queues.components import Components
 from atomq.platform.queues.delivery import Deliveries
 from atomq.platform.queues.management import Management
+from atomq.platform.queues.queue_fields import QueueFields
 from atomq.platform.queues.queue_settings import QueueSettings
 from atomq.platform.queues.routes import Routes
 from atomq.platform.queues.sending import Sending
@@ -64,6 +65,8 @@ class QueueServer:
         maintenance = Maintenance(self._shared, components)
 
         self.put_queue = components.put_queue
+        self.fields = QueueFields(self._shared)
+        """Config fields another front (the SQS endpoint) keeps with a queue."""
         self.get_queue = components.get_queue
         self.list_queues = components.list_queues
         self.delete_queue = components.delete_queue

@@ -15,10 +15,42 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from atomq.api.services import Services
-from atomq.errors import SqsError
+from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
 
 SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+MAX_SIZE_FIELD = "sqs:max_size"
+"""The queue's MaximumMessageSize, as SQS measures a message (its native limit leaves room for
+the attributes' JSON form; see ``queue_attributes``)."""
+WAIT_FIELD = "sqs:wait"
+"""The queue's ReceiveMessageWaitTimeSeconds: a receive that names no wait waits this long."""
+CREATED_FIELD = "sqs:created"
+MODIFIED_FIELD = "sqs:modified"
+TAG_PREFIX = "sqs:tag:"
+REDELIVER_NOW_FIELD = "redeliver_now"
+"""Read by the scripts: a failed delivery (a visibility time-out) is ready again at once."""
+ACK_TIMEOUT_FIELD = "ack_timeout_ms"
+"""The queue's native ack deadline: a receive that asks for the same visibility moves nothing."""
+QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD)
+"""The fields an action on a queue reads with its model, in one round trip."""
+DEFAULT_MAX_SIZE = 262_144
+
+
+@dataclass(frozen=True)
+class SqsQueue:
+    """A point-to-point queue an SQS request names, with the SQS fields of its config."""
+
+    name: str
+    fields: dict[str, str]
+
+    @property
+    def max_size(self) -> int:
+        return int(self.fields.get(MAX_SIZE_FIELD, DEFAULT_MAX_SIZE))
+
+    @property
+    def wait_s(self) -> int:
+        return int(self.fields.get(WAIT_FIELD, 0))
 
 
 @dataclass(frozen=True)
@@ -33,34 +65,63 @@ class SqsContext:
     base_url: str
     path_queue: str | None = None
     content_length: int = 0
+    region: str = "us-east-1"
 
     def queue_url(self, name: str) -> str:
         return f"{self.base_url}/{self.account_id}/{name}"
 
+    def arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{self.account_id}:{name}"
+
     def queue_of(self, params: dict[str, Any]) -> str:
-        """The queue a request names by ``QueueUrl`` (or, in the query protocol, by its own path);
-        a publish/subscribe queue is InvalidParameterValue, an unknown one QueueDoesNotExist."""
+        """The name of the queue a request names (see :meth:`queue`)."""
+        return self.queue(params).name
+
+    def queue(self, params: dict[str, Any]) -> SqsQueue:
+        """The queue a request names by ``QueueUrl`` (or, in the query protocol, by its own path),
+        read with its SQS fields in one round trip; a publish/subscribe queue is
+        InvalidParameterValue, an unknown one QueueDoesNotExist."""
         url = params.get("QueueUrl")
         if url is None and self.path_queue is not None:
             name = self.path_queue
         else:
-            name = self.name_in_url(required(params, "QueueUrl"))
-        self.point_to_point(name)
-        return name
+            url = required(params, "QueueUrl")
+            if not isinstance(url, str):
+                raise SqsError("InvalidParameterValue", "QueueUrl must be a string")
+            name = self.name_in_url(url)
+        return self.named(name)
+
+    def named(self, name: str) -> SqsQueue:
+        """The queue ``name`` with its SQS fields (as :meth:`queue`)."""
+        try:
+            fields = self.services.queues.fields.read(self.tenant, name, QUEUE_FIELDS)
+        except InvalidInput:  # not a name a queue can have
+            fields = None
+        if fields is None:
+            raise SqsError("QueueDoesNotExist", f"queue {name} does not exist")
+        if fields["model"] != QueueModel.POINT_TO_POINT.value:
+            raise _pubsub(name)
+        return SqsQueue(name, fields)
 
     def name_in_url(self, url: str) -> str:
-        parts = urlsplit(url).path.strip("/").split("/")
+        try:
+            parts = urlsplit(url).path.strip("/").split("/")
+        except ValueError:
+            parts = []
         if len(parts) != 2 or parts[0] != self.account_id or not parts[1]:
             raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account: it reads "
                                                 f"<endpoint>/{self.account_id}/<queue name>")
         return parts[1]
 
     def point_to_point(self, name: str) -> None:
-        """NotFound (QueueDoesNotExist) for no such queue; InvalidParameterValue for a publish/subscribe one."""
-        if self.services.queues.get_queue(self.tenant, name).model != QueueModel.POINT_TO_POINT:
-            raise SqsError("InvalidParameterValue", f"queue {name} is a publish/subscribe queue: SQS reaches "
-                                                    "point-to-point queues only (its subscribers have their own "
-                                                    "gets natively)")
+        """QueueDoesNotExist for no such queue; InvalidParameterValue for a publish/subscribe one."""
+        self.named(name)
+
+
+def _pubsub(name: str) -> SqsError:
+    return SqsError("InvalidParameterValue", f"queue {name} is a publish/subscribe queue: SQS reaches "
+                                             "point-to-point queues only (its subscribers have their own "
+                                             "gets natively)")
 
 
 def required(params: dict[str, Any], name: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, g, request
 
-from atomq.api.sqs import message_actions, queue_actions, render, signing
+from atomq.api.sqs import batch_actions, message_actions, queue_actions, render, signing, tags
 from atomq.api.sqs.context import SqsContext
 from atomq.api.sqs.errors import as_sqs_error
 from atomq.api.sqs.wire import JSON, QUERY, SqsCall, is_json, read_json, read_query
@@ -29,9 +29,19 @@ HANDLERS: dict[str, Handler] = {
     "GetQueueUrl": queue_actions.get_queue_url,
     "ListQueues": queue_actions.list_queues,
     "DeleteQueue": queue_actions.delete_queue,
+    "GetQueueAttributes": queue_actions.get_queue_attributes,
+    "SetQueueAttributes": queue_actions.set_queue_attributes,
+    "PurgeQueue": queue_actions.purge_queue,
     "SendMessage": message_actions.send_message,
     "ReceiveMessage": message_actions.receive_message,
     "DeleteMessage": message_actions.delete_message,
+    "ChangeMessageVisibility": message_actions.change_message_visibility,
+    "SendMessageBatch": batch_actions.send_message_batch,
+    "DeleteMessageBatch": batch_actions.delete_message_batch,
+    "ChangeMessageVisibilityBatch": batch_actions.change_message_visibility_batch,
+    "TagQueue": tags.tag_queue,
+    "UntagQueue": tags.untag_queue,
+    "ListQueueTags": tags.list_queue_tags,
 }
 
 
@@ -60,7 +70,8 @@ def sqs(account: int | None, name: str | None) -> Response:
         if account is not None and str(account) != account_id:
             raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account")
         ctx = SqsContext(services, identity.tenant_id, identity.key_id, account_id,
-                         request.host_url.rstrip("/"), name, request.content_length or 0)
+                         request.host_url.rstrip("/"), name, request.content_length or 0,
+                         signing.region_of(request))
         return render.answer(call.protocol, call.action, handler(ctx, call.params), request_id)
     except AtomqError as exc:
         return render.error(protocol, as_sqs_error(exc), request_id)

@@ -1,108 +1,35 @@
-"""SendMessage, ReceiveMessage, DeleteMessage on the same queues and services as the native API.
+"""SendMessage, ReceiveMessage, DeleteMessage, ChangeMessageVisibility on the same queues and
+services as the native API (what a message is natively: ``message_model``).
 
-A message sent through SQS is a native message of one document, the body; its
-MessageAttributes are the message's properties, one a name: a ``String``
-attribute is the property's text, any other type an object ``{"DataType",
-"StringValue" | "BinaryValue" (base64)}`` so that the type round-trips. Read
-back, a text property is a ``String`` attribute, a number a ``Number`` one, such
-an object its own type, and other properties of natively sent messages are
-left out. Visibility is the ack deadline, DeleteMessage an ack by receipt.
+Visibility is the ack deadline: DeleteMessage is an ack by receipt, ChangeMessageVisibility an
+extension of the deadline (0: given back at once, a release, no failed delivery counted).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import re
+import time
 from typing import Any
 
-from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
-from atomq.api.sqs.context import SqsContext, integer, required, string_list
+from atomq.api.sqs.checksums import md5_of_body
+from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
+from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
 from atomq.errors import InvalidInput, SqsError
-from atomq.platform.models import Delivery, OutgoingDocument, OutgoingMessage
+from atomq.platform.models import Delivery
 from atomq.platform.queues.names import RECEIPT
 
-MAX_MESSAGE_BYTES = 262_144
-MAX_ATTRIBUTES = 10
-ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}(?<!\.)")
-DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,250})?")
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
-
-
-def _attributes(raw: Any) -> dict[str, dict[str, Any]]:
-    """Checked MessageAttributes, each ``{"DataType", "StringValue" | "BinaryValue" (base64 text)}``."""
-    if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES:
-        raise SqsError("InvalidParameterValue", f"MessageAttributes maps at most {MAX_ATTRIBUTES} names to values")
-    out = {}
-    for name, value in raw.items():
-        if not ATTRIBUTE_NAME.fullmatch(name):
-            raise SqsError("InvalidParameterValue", f"message attribute name {name!r} breaks SQS's rule: letters, "
-                                                    "digits, _ - and ., not starting with AWS. or Amazon.")
-        data_type = value.get("DataType") if isinstance(value, dict) else None
-        if not isinstance(data_type, str) or not DATA_TYPE.fullmatch(data_type):
-            raise SqsError("InvalidParameterValue", f"message attribute {name} needs a DataType of String, Number "
-                                                    "or Binary (or one of those and .<custom>)")
-        kind = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
-        given = value.get(kind)
-        if not isinstance(given, str) or not given:
-            raise SqsError("InvalidParameterValue", f"message attribute {name} of type {data_type} needs a "
-                                                    f"non-empty {kind}")
-        if kind == "BinaryValue":
-            try:
-                base64.b64decode(given, validate=True)
-            except binascii.Error:
-                raise SqsError("InvalidParameterValue", f"message attribute {name}'s BinaryValue is not "
-                                                        "base64") from None
-        else:
-            check_body(given, f"MessageAttributes.{name}")
-        out[name] = {"DataType": data_type, kind: given}
-    return out
-
-
-def _property(attribute: dict[str, Any]) -> Any:
-    return attribute["StringValue"] if attribute["DataType"] == "String" else attribute
-
-
-def _attribute(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, str):
-        return {"DataType": "String", "StringValue": value}
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return {"DataType": "Number", "StringValue": json.dumps(value)}
-    if isinstance(value, dict) and isinstance(value.get("DataType"), str) and DATA_TYPE.fullmatch(value["DataType"]):
-        kind = "BinaryValue" if value["DataType"].startswith("Binary") else "StringValue"
-        if isinstance(value.get(kind), str):
-            return {"DataType": value["DataType"], kind: value[kind]}
-    return None
-
-
-def _md5_attributes(attributes: dict[str, dict[str, Any]]) -> str | None:
-    return md5_of_attributes({name: {**a, "BinaryValue": base64.b64decode(a["BinaryValue"])} if "BinaryValue" in a
-                              else a for name, a in attributes.items()})
+SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp")
 
 
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    name = ctx.queue_of(params)
-    body = required(params, "MessageBody")
-    if not isinstance(body, str) or not body:
-        raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
-    check_body(body)
-    if integer(params, "DelaySeconds", 0, 900, 0):
-        raise SqsError("InvalidParameterValue", "atomq does not take DelaySeconds yet: send with 0")
-    attributes = _attributes(params.get("MessageAttributes", {}))
-    size = len(body.encode()) + sum(len(n) + len(json.dumps(a)) for n, a in attributes.items())
-    if size > MAX_MESSAGE_BYTES:
-        raise SqsError("InvalidParameterValue", f"the message is {size} bytes; at most {MAX_MESSAGE_BYTES}")
-    message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: _property(a) for n, a in attributes.items()})
-    sent = ctx.services.send(ctx.tenant, name, [message], ctx.content_length)
-    out = {"MessageId": sent.ids[0], "MD5OfMessageBody": md5_of_body(body)}
-    md5 = _md5_attributes(attributes)
-    if md5 is not None:
-        out["MD5OfMessageAttributes"] = md5
-    return out
+    queue = ctx.queue(params)
+    out = outgoing(queue, params)
+    sent = ctx.services.send(ctx.tenant, queue.name, [out.message], ctx.content_length)
+    return {"MessageId": sent.ids[0], **out.answer}
 
 
 def _wanted(names: list[str], name: str) -> bool:
@@ -115,51 +42,86 @@ def _body(delivery: Delivery) -> str:
     return data[0] if len(data) == 1 else json.dumps(data)
 
 
-def _rendered(delivery: Delivery, system: list[str], names: list[str]) -> dict[str, Any]:
+def _rendered(delivery: Delivery, system: list[str], names: list[str], received_ms: int) -> dict[str, Any]:
+    """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
+    the time of the delivery under way only, which is the first one's for a first delivery."""
     body = _body(delivery)
     out: dict[str, Any] = {"MessageId": delivery.id, "ReceiptHandle": delivery.receipt,
                            "MD5OfBody": md5_of_body(body), "Body": body}
     known = {"ApproximateReceiveCount": str(delivery.delivery_count),
-             "SentTimestamp": str(int(delivery.enqueued_at * 1000))}
+             "SentTimestamp": str(int(delivery.enqueued_at * 1000)),
+             "ApproximateFirstReceiveTimestamp": str(received_ms)}
     chosen = {k: v for k, v in known.items() if "All" in system or k in system}
     if chosen:
         out["Attributes"] = chosen
-    attributes = {n: a for n, v in delivery.properties.items() if _wanted(names, n) and (a := _attribute(v))}
+    attributes = {n: a for n, v in delivery.properties.items() if _wanted(names, n) and (a := as_attribute(v))}
     if attributes:
         out["MessageAttributes"] = attributes
-        out["MD5OfMessageAttributes"] = _md5_attributes(attributes)
+        out["MD5OfMessageAttributes"] = md5_attributes(attributes)
     return out
 
 
 def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    name = ctx.queue_of(params)
+    """A get of up to ``MaxNumberOfMessages``, waiting up to ``WaitTimeSeconds`` (the queue's
+    ReceiveMessageWaitTimeSeconds when not given) for the first; ``VisibilityTimeout`` moves the
+    deliveries' deadline when it is not the queue's own (0: given back at once)."""
+    queue = ctx.queue(params)
     most = integer(params, "MaxNumberOfMessages", 1, MAX_RECEIVE, 1)
-    wait_s = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_S, 0)
-    visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_S, -1) if "VisibilityTimeout" in params \
+    wait_s = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_S, queue.wait_s)
+    visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_S, 0) if "VisibilityTimeout" in params \
         else None
     system = string_list(params, "AttributeNames") + string_list(params, "MessageSystemAttributeNames")
     names = string_list(params, "MessageAttributeNames")
     s = ctx.services
     with s.longpolls.hold(ctx.tenant, wait_s * 1000) as wait_ms:
-        taken = s.queues.take(ctx.tenant, name, most, wait_ms, stop=s.stopping, holder=f"key:{ctx.key_id}")
+        taken = s.queues.take(ctx.tenant, queue.name, most, wait_ms, stop=s.stopping, holder=f"key:{ctx.key_id}")
+    received_ms = int(time.time() * 1000)
     receipts = [d.receipt for d in taken.deliveries]
     if receipts and visibility == 0:  # visible again at once: given back, no failed delivery counted
-        s.queues.release(ctx.tenant, name, receipts=receipts, delay_s=0)
-    elif receipts and visibility is not None:
-        s.queues.extend(ctx.tenant, name, receipts=receipts, seconds=visibility)
+        s.queues.release(ctx.tenant, queue.name, receipts=receipts, delay_s=0)
+    elif receipts and visibility is not None and str(visibility * 1000) != queue.fields.get(ACK_TIMEOUT_FIELD):
+        s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)
     if not taken.deliveries:
         return {}
-    return {"Messages": [_rendered(d, system, names) for d in taken.deliveries]}
+    return {"Messages": [_rendered(d, system, names, received_ms) for d in taken.deliveries]}
+
+
+def checked_receipt(receipt: Any) -> str:
+    """A receipt handle as a receive gave it; ReceiptHandleIsInvalid else."""
+    if not isinstance(receipt, str) or not RECEIPT.fullmatch(receipt):
+        raise SqsError("ReceiptHandleIsInvalid", "the receipt handle is not one this queue gave")
+    return receipt
 
 
 def delete_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """Acks the delivery the receipt names; a receipt that no longer holds one changes nothing (as SQS)."""
     name = ctx.queue_of(params)
-    receipt = required(params, "ReceiptHandle")
-    if not isinstance(receipt, str) or not RECEIPT.fullmatch(receipt):
-        raise SqsError("ReceiptHandleIsInvalid", "the receipt handle is not one this queue gave")
+    receipt = checked_receipt(required(params, "ReceiptHandle"))
     try:
         ctx.services.queues.ack(ctx.tenant, name, receipts=[receipt])
     except InvalidInput as exc:
         raise SqsError("ReceiptHandleIsInvalid", exc.message) from None
+    return {}
+
+
+def change_visibility(ctx: SqsContext, queue: str, receipt: str, seconds: int) -> None:
+    """Moves one delivery's deadline to ``seconds`` from now (0: gives it back at once);
+    MessageNotInflight when the receipt no longer holds a delivery."""
+    try:
+        if seconds == 0:
+            done = ctx.services.queues.release(ctx.tenant, queue, receipts=[receipt], delay_s=0)
+        else:
+            done = ctx.services.queues.extend(ctx.tenant, queue, receipts=[receipt], seconds=seconds)
+    except InvalidInput as exc:
+        raise SqsError("ReceiptHandleIsInvalid", exc.message) from None
+    if not done:
+        raise SqsError("MessageNotInflight", "the message is not in flight: it was deleted, or its visibility "
+                                             "timeout ran out, or this receipt is of an earlier receive")
+
+
+def change_message_visibility(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    name = ctx.queue_of(params)
+    receipt = checked_receipt(required(params, "ReceiptHandle"))
+    required(params, "VisibilityTimeout")
+    change_visibility(ctx, name, receipt, integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_S, 0))
     return {}

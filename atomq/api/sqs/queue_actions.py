@@ -1,9 +1,6 @@
-"""CreateQueue, GetQueueUrl, ListQueues, DeleteQueue: an SQS queue is the tenant's point-to-point
-queue of that name, the same one the native API sees.
-
-Queue attributes: ``VisibilityTimeout`` is the queue's ``ack_timeout_s``; the others of API.md's
-list are not taken yet and are refused by name (InvalidAttributeName), never ignored, so a client
-never believes a setting holds that does not.
+"""CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, GetQueueAttributes, SetQueueAttributes,
+PurgeQueue: an SQS queue is the tenant's point-to-point queue of that name, the same one the native
+API sees. What each attribute is natively: ``queue_attributes``.
 """
 
 from __future__ import annotations
@@ -11,43 +8,64 @@ from __future__ import annotations
 from typing import Any
 
 from atomq import defaults
-from atomq.api.sqs.context import SQS_QUEUE_NAME, SqsContext, integer, required
-from atomq.errors import NotFound, SqsError
+from atomq.api.sqs import queue_attributes as qa
+from atomq.api.sqs.context import SQS_QUEUE_NAME, SqsContext, integer, required, string_list
+from atomq.api.sqs.tags import checked_tags, tag_fields
+from atomq.errors import SqsError
 from atomq.platform.models import QueueModel
 
-MAX_VISIBILITY_S = 43_200
-DEFAULT_VISIBILITY_S = 30
 MAX_LIST_RESULTS = 1000
 
 
-def _visibility(attributes: dict[str, Any]) -> int:
-    if not isinstance(attributes, dict):
-        raise SqsError("InvalidParameterValue", "Attributes must map attribute names to values")
-    unknown = sorted(set(attributes) - {"VisibilityTimeout"})
-    if unknown:
-        raise SqsError("InvalidAttributeName", f"atomq does not take the queue attribute {unknown[0]} yet: "
-                                               "VisibilityTimeout only", attribute=unknown[0])
-    return integer(attributes, "VisibilityTimeout", 0, MAX_VISIBILITY_S, DEFAULT_VISIBILITY_S)
-
-
 def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Creates the queue, or finds it when it exists with the same attributes (QueueNameExists if not)."""
+    """Creates the queue with its attributes and tags, or finds it when it exists with the
+    attributes given (QueueNameExists, legacy code QueueAlreadyExists, naming one that differs)."""
     name = required(params, "QueueName")
     if not isinstance(name, str) or not SQS_QUEUE_NAME.fullmatch(name):
-        raise SqsError("InvalidParameterValue", "QueueName must be 1 to 80 letters, digits, - and _"
-                                                " (FIFO queues, ending in .fifo, are not taken yet)")
-    visibility = _visibility(params.get("Attributes", {}))
+        if isinstance(name, str) and name.endswith(".fifo"):
+            raise SqsError("InvalidParameterValue", "FIFO queues (.fifo) are not taken yet")
+        raise SqsError("InvalidParameterValue", "QueueName must be 1 to 80 letters, digits, - and _")
+    values = qa.checked(ctx, params.get("Attributes", {}))
+    tags = checked_tags(params.get("tags", {}), "tags")
     s = ctx.services
-    try:
-        existing = s.queues.get_queue(ctx.tenant, name)
-    except NotFound:
+    fields = s.queues.fields.read(ctx.tenant, name, ())
+    if fields is None:
         s.check_creation(f"queue {name}", lambda: s.queues.get_queue(ctx.tenant, name), ctx.tenant)
-        s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, ack_timeout_s=max(visibility, 1))
+        native, extra = qa.new_queue_settings(values)
+        s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
+                           extra_fields={**extra, **tag_fields(tags)})
         return {"QueueUrl": ctx.queue_url(name)}
-    ctx.point_to_point(name)
-    if "VisibilityTimeout" in params.get("Attributes", {}) and existing.ack_timeout_s != max(visibility, 1):
-        raise SqsError("QueueNameExists", f"queue {name} exists with VisibilityTimeout {existing.ack_timeout_s:g}")
+    queue = ctx.named(name)
+    other = qa.differing(ctx, s.queues.get_queue(ctx.tenant, name), queue, values)
+    if other is not None:
+        raise SqsError("QueueNameExists", f"queue {name} exists with another {other}")
     return {"QueueUrl": ctx.queue_url(name)}
+
+
+def get_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    queue = ctx.queue(params)
+    names = string_list(params, "AttributeNames")
+    attributes = qa.described(ctx, ctx.services.queues.get_queue(ctx.tenant, queue.name), queue, names)
+    return {"Attributes": attributes} if attributes else {}
+
+
+def set_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Sets the attributes given: the native settings and the SQS fields in one script."""
+    queue = ctx.queue(params)
+    values = qa.checked(ctx, required(params, "Attributes"))
+    native = qa.native_settings(values)
+    if native:
+        ctx.services.queues.put_queue(ctx.tenant, queue.name, QueueModel.POINT_TO_POINT.value, **native,
+                                      extra_fields=qa.sqs_fields(values))
+    else:
+        ctx.services.queues.fields.set(ctx.tenant, queue.name, qa.sqs_fields(values))
+    return {}
+
+
+def purge_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Deletes every message of the queue, waiting or in flight (its dead letters stay)."""
+    ctx.services.queues.delete_messages(ctx.tenant, ctx.queue_of(params), all=True)
+    return {}
 
 
 def get_queue_url(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:

@@ -59,3 +59,11 @@ def authenticate(request: Request, keys: SqsKeys, throttle: KeyCheckThrottle,
             throttle.failed_key_id(address, key_id)
         raise
     return found[0]
+
+
+def region_of(request: Request) -> str:
+    """The region a request was signed for (its credential scope's), once ``authenticate`` took it:
+    queue ARNs name it, as SQS's name the region the client uses."""
+    match = sigv4.AUTHORIZATION.fullmatch(request.headers.get("Authorization", ""))
+    parts = match.group("credential").split("/") if match else []
+    return parts[2] if len(parts) == 5 else "us-east-1"

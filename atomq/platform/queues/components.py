@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from atomq import defaults
@@ -69,6 +69,7 @@ class Components:
         overflow: Overflow | str | None = None,
         overflow_to_dead_letters: bool | None = None,
         durability: Durability | str | None = None,
+        extra_fields: Mapping[str, str | int] | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
 
@@ -79,6 +80,8 @@ class Components:
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
         ``durability``: sync, a send is answered once its data is synced to disk (``Durability``).
+        ``extra_fields``: config fields another front keeps with the queue (``QueueFields``),
+        stored as they are in the same script, so a queue is never seen without them.
         """
         tk, qk = queue_keys(tenant, name)
         try:
@@ -93,6 +96,7 @@ class Components:
                               max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                               max_dead_letters=max_dead_letters, overflow=overflow,
                               overflow_to_dead_letters=overflow_to_dead_letters)
+        named += [part for field, value in (extra_fields or {}).items() for part in (field, value)]
         patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(

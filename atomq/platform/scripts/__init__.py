@@ -40,6 +40,7 @@ NAMES = (
     "due",
     "oldest",
     "queue_put",
+    "queue_fields",
     "subscriber_put",
     "unlink_component",
     "topics_since",
@@ -57,7 +58,7 @@ NAMES = (
 )
 
 
-ALWAYS_RUN = frozenset(NAMES) - {"send", "queue_put", "subscriber_put", "listener_put"}
+ALWAYS_RUN = frozenset(NAMES) - {"send", "queue_put", "queue_fields", "subscriber_put", "listener_put"}
 """The scripts that run also while the store is at its maxmemory: Valkey refuses a script whose
 first write may grow memory (XADD, HSET, ZADD...) at maxmemory, and a get that takes, an ack that
 frees, a nack, a sweep, a lease renewal, a listener's execution must keep working so consumers can

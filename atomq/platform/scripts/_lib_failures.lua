@@ -88,7 +88,9 @@ local function fail_delivery(d, q, delays, id, dc, fails, reason, now, usage)
     dead_letter(d, q, id, dc, fails, reason, usage)
     return 'dead'
   end
-  local at = now + redelivery_delay(delays, fails)
+  -- A queue with redeliver_now set (those made through SQS) skips the schedule: a failed
+  -- delivery is ready again at once, as SQS makes a message visible when its time-out ends.
+  local at = now + (q.redeliver_now and 0 or redelivery_delay(delays, fails))
   redis.call('ZADD', d.sched, at, id)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 's'))
   return 'requeued', at

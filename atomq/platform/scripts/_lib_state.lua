@@ -64,13 +64,13 @@ end
 
 local function require_queue()
   local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access',
-                        'max_dead_letters')
+                        'max_dead_letters', 'redeliver_now')
   if not cfg[1] then
     return redis.error_reply('NOQUEUE queue does not exist')
   end
   return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
           discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive',
-          max_dead_letters = tonumber(cfg[7] or '0')}
+          max_dead_letters = tonumber(cfg[7] or '0'), redeliver_now = cfg[8] == '1'}
 end
 
 local DEFAULT_PRIORITY = 4

@@ -1,0 +1,108 @@
+"""SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch: 1 to 10 entries of distinct
+ids, each succeeding or failing on its own (``Failed``, with ``SenderFault`` and the code the
+entry's error would have had as a request of its own).
+
+A batch's send is one native send of its valid entries (one request to admit, one script): an
+SQS batch costs the node what a native send of as many messages does. Its deletes are one ack.
+The request as a whole is refused (nothing done) for the batch's own rules: no entries
+(EmptyBatchRequest), more than 10 (TooManyEntriesInBatchRequest), an id that breaks SQS's rule
+(InvalidBatchEntryId) or repeats (BatchEntryIdsNotDistinct), sends that together pass the
+queue's MaximumMessageSize (BatchRequestTooLong); and for what refuses a native send whole
+(a rate limit, a quota), which the SDKs retry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from atomq.api.sqs.context import SqsContext, integer, required
+from atomq.api.sqs.errors import legacy_code
+from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt
+from atomq.api.sqs.message_model import Outgoing, outgoing
+from atomq.errors import InvalidInput, SqsError
+
+MAX_ENTRIES = 10
+ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batch's entries, checked against the batch's own rules."""
+    entries = required(params, "Entries")
+    if not isinstance(entries, list):
+        raise SqsError("InvalidParameterValue", "Entries must be a list of entries")
+    if not entries:
+        raise SqsError("EmptyBatchRequest", "the batch holds no entries: give 1 to 10")
+    if len(entries) > MAX_ENTRIES:
+        raise SqsError("TooManyEntriesInBatchRequest", f"the batch holds {len(entries)} entries; at most "
+                                                       f"{MAX_ENTRIES}")
+    ids = []
+    for entry in entries:
+        entry_id = entry.get("Id") if isinstance(entry, dict) else None
+        if not isinstance(entry_id, str) or not ENTRY_ID.fullmatch(entry_id):
+            raise SqsError("InvalidBatchEntryId", "each entry needs an Id of 1 to 80 letters, digits, - and _")
+        ids.append(entry_id)
+    if len(set(ids)) != len(ids):
+        raise SqsError("BatchEntryIdsNotDistinct", "two entries of the batch have the same Id")
+    return entries
+
+
+def _failed(entry_id: str, exc: SqsError) -> dict[str, Any]:
+    return {"Id": entry_id, "SenderFault": True, "Code": legacy_code(exc.shape), "Message": exc.message}
+
+
+def _each(entries: list[dict[str, Any]],
+          check: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each entry's checked form (``check``), by id, and the entries ``check`` refused, as failures."""
+    good, failed = {}, []
+    for entry in entries:
+        try:
+            good[entry["Id"]] = check(entry)
+        except SqsError as exc:
+            failed.append(_failed(entry["Id"], exc))
+    return good, failed
+
+
+def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    queue = ctx.queue(params)
+    entries = _entries(params)
+    good, failed = _each(entries, lambda entry: outgoing(queue, entry))
+    checked: dict[str, Outgoing] = good
+    total = sum(out.size for out in checked.values())
+    if total > queue.max_size:
+        raise SqsError("BatchRequestTooLong", f"the batch's messages are {total} bytes together; queue "
+                                              f"{queue.name} takes at most {queue.max_size} in one request")
+    successful = []
+    if checked:
+        sent = ctx.services.send(ctx.tenant, queue.name, [out.message for out in checked.values()],
+                                 ctx.content_length)
+        successful = [{"Id": entry_id, "MessageId": message_id, **out.answer}
+                      for (entry_id, out), message_id in zip(checked.items(), sent.ids)]
+    return {"Successful": successful, "Failed": failed}
+
+
+def delete_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    """One ack of the valid receipts; a receipt that holds no delivery any more succeeds, as SQS."""
+    name = ctx.queue_of(params)
+    entries = _entries(params)
+    good, failed = _each(entries, lambda entry: checked_receipt(entry.get("ReceiptHandle")))
+    if good:
+        try:
+            ctx.services.queues.ack(ctx.tenant, name, receipts=list(dict.fromkeys(good.values())))
+        except InvalidInput as exc:
+            raise SqsError("ReceiptHandleIsInvalid", exc.message) from None
+    return {"Successful": [{"Id": entry_id} for entry_id in good], "Failed": failed}
+
+
+def change_message_visibility_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
+    name = ctx.queue_of(params)
+    entries = _entries(params)
+
+    def change(entry: dict[str, Any]) -> None:
+        receipt = checked_receipt(entry.get("ReceiptHandle"))
+        required(entry, "VisibilityTimeout")
+        change_visibility(ctx, name, receipt, integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_S, 0))
+
+    good, failed = _each(entries, change)
+    return {"Successful": [{"Id": entry_id} for entry_id in good], "Failed": failed}

@@ -1,0 +1,121 @@
+"""Messages as SQS has them and as atomq stores them.
+
+A message sent through SQS is a native message of one document, the body; its MessageAttributes
+are the message's properties, one a name: a ``String`` attribute is the property's text, any
+other type an object ``{"DataType", "StringValue" | "BinaryValue" (base64)}`` so that the type
+round-trips. Read back, a text property is a ``String`` attribute, a number a ``Number`` one,
+such an object its own type, and other properties of natively sent messages are left out.
+
+A message's size is SQS's: its body's UTF-8 and, per attribute, its name, data type and value
+(a binary value's bytes), held to the queue's MaximumMessageSize.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
+from atomq.api.sqs.context import SqsQueue, integer, required
+from atomq.errors import SqsError
+from atomq.platform.models import OutgoingDocument, OutgoingMessage
+
+MAX_ATTRIBUTES = 10
+ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}(?<!\.)")
+DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,250})?")
+
+
+def checked_attributes(raw: Any) -> dict[str, dict[str, Any]]:
+    """Checked MessageAttributes, each ``{"DataType", "StringValue" | "BinaryValue" (base64 text)}``."""
+    if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES:
+        raise SqsError("InvalidParameterValue", f"MessageAttributes maps at most {MAX_ATTRIBUTES} names to values")
+    out = {}
+    for name, value in raw.items():
+        if not ATTRIBUTE_NAME.fullmatch(name):
+            raise SqsError("InvalidParameterValue", f"message attribute name {name!r} breaks SQS's rule: letters, "
+                                                    "digits, _ - and ., not starting with AWS. or Amazon.")
+        data_type = value.get("DataType") if isinstance(value, dict) else None
+        if not isinstance(data_type, str) or not DATA_TYPE.fullmatch(data_type):
+            raise SqsError("InvalidParameterValue", f"message attribute {name} needs a DataType of String, Number "
+                                                    "or Binary (or one of those and .<custom>)")
+        kind = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
+        given = value.get(kind)
+        if not isinstance(given, str) or not given:
+            raise SqsError("InvalidParameterValue", f"message attribute {name} of type {data_type} needs a "
+                                                    f"non-empty {kind}")
+        if kind == "BinaryValue":
+            try:
+                base64.b64decode(given, validate=True)
+            except ValueError:  # binascii.Error, or text that is not ASCII
+                raise SqsError("InvalidParameterValue", f"message attribute {name}'s BinaryValue is not "
+                                                        "base64") from None
+        else:
+            check_body(given, f"MessageAttributes.{name}")
+        out[name] = {"DataType": data_type, kind: given}
+    return out
+
+
+def as_property(attribute: dict[str, Any]) -> Any:
+    return attribute["StringValue"] if attribute["DataType"] == "String" else attribute
+
+
+def as_attribute(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        return {"DataType": "String", "StringValue": value}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"DataType": "Number", "StringValue": json.dumps(value)}
+    if isinstance(value, dict) and isinstance(value.get("DataType"), str) and DATA_TYPE.fullmatch(value["DataType"]):
+        kind = "BinaryValue" if value["DataType"].startswith("Binary") else "StringValue"
+        if isinstance(value.get(kind), str):
+            return {"DataType": value["DataType"], kind: value[kind]}
+    return None
+
+
+def md5_attributes(attributes: dict[str, dict[str, Any]]) -> str | None:
+    return md5_of_attributes({name: {**a, "BinaryValue": base64.b64decode(a["BinaryValue"])} if "BinaryValue" in a
+                              else a for name, a in attributes.items()})
+
+
+
+def size_of(body: str, attributes: dict[str, dict[str, Any]]) -> int:
+    """The message's size as SQS counts it."""
+    size = len(body.encode())
+    for name, a in attributes.items():
+        value = base64.b64decode(a["BinaryValue"]) if "BinaryValue" in a else a["StringValue"].encode()
+        size += len(name.encode()) + len(a["DataType"].encode()) + len(value)
+    return size
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message a send checked: what is stored, and what the answer says of it."""
+
+    message: OutgoingMessage
+    answer: dict[str, Any]
+    size: int
+
+
+def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
+    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size and delay."""
+    body = required(params, "MessageBody")
+    if not isinstance(body, str) or not body:
+        raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
+    check_body(body)
+    if integer(params, "DelaySeconds", 0, 900, 0):
+        raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
+                                                "scheduled): DelaySeconds must be 0")
+    attributes = checked_attributes(params.get("MessageAttributes", {}))
+    size = size_of(body, attributes)
+    if size > queue.max_size:
+        raise SqsError("InvalidParameterValue", f"the message is {size} bytes; queue {queue.name} takes at most "
+                                                f"{queue.max_size} (its MaximumMessageSize)")
+    answer = {"MD5OfMessageBody": md5_of_body(body)}
+    md5 = md5_attributes(attributes)
+    if md5 is not None:
+        answer["MD5OfMessageAttributes"] = md5
+    message = OutgoingMessage(documents=(OutgoingDocument(body),),
+                              properties={n: as_property(a) for n, a in attributes.items()})
+    return Outgoing(message, answer, size)

@@ -1,0 +1,172 @@
+"""SQS's queue attributes on atomq queues: each one that has a native setting is that setting, the
+others are fields of the queue's config (``context.QUEUE_FIELDS``).
+
+| attribute | native |
+| --- | --- |
+| VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be) |
+| MessageRetentionPeriod (60–1,209,600, default 4 days) | ``message_ttl_s``, expired messages discarded |
+| MaximumMessageSize (1,024–1,048,576, default 262,144) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
+| ReceiveMessageWaitTimeSeconds (0–20) | a config field: the wait of a receive that names none |
+| DelaySeconds | 0 only: atomq has no delayed delivery (a send cannot be scheduled) |
+
+``MaximumMessageSize`` is checked by the front as SQS measures a message (body, attribute names,
+types and values); the native limit, which counts the attributes in their stored JSON form, is
+set that much higher so the two never disagree on a message SQS would take.
+
+A queue made through SQS also gets what SQS does without asking: a visibility time-out makes the
+message visible again at once (``redeliver_now``: no redelivery delay; it counts a receive), and
+a message is dead-lettered only after ``SQS_MAX_REDELIVERIES`` receives (SQS keeps it until its
+retention ends; RedrivePolicy is not taken yet). Attributes atomq does not take are refused by
+name, never ignored: a client must not believe that a setting holds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from atomq import defaults
+from atomq.api.sqs.context import (
+    CREATED_FIELD,
+    DEFAULT_MAX_SIZE,
+    MAX_SIZE_FIELD,
+    MODIFIED_FIELD,
+    REDELIVER_NOW_FIELD,
+    WAIT_FIELD,
+    SqsContext,
+    SqsQueue,
+    integer,
+)
+from atomq.errors import SqsError
+from atomq.platform.models import OnExpire, QueueInfo
+
+MAX_VISIBILITY_S = 43_200
+DEFAULT_VISIBILITY_S = 30
+MAX_DELAY_S = 900
+RETENTION_RANGE_S = (60, 1_209_600)
+DEFAULT_RETENTION_S = 345_600
+SIZE_RANGE = (1_024, 1_048_576)
+MAX_WAIT_S = 20
+ATTRIBUTES_ALLOWANCE = 4_096
+"""What the stored JSON form of ten attributes may add to a message over SQS's measure of it."""
+SQS_MAX_REDELIVERIES = defaults.MAX_REDELIVERIES_RANGE[1]
+LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
+
+SETTABLE = {
+    "VisibilityTimeout": (0, MAX_VISIBILITY_S, DEFAULT_VISIBILITY_S),
+    "DelaySeconds": (0, MAX_DELAY_S, 0),
+    "MessageRetentionPeriod": (*RETENTION_RANGE_S, DEFAULT_RETENTION_S),
+    "MaximumMessageSize": (*SIZE_RANGE, DEFAULT_MAX_SIZE),
+    "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT_S, 0),
+}
+READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+             "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
+NOT_TAKEN = {
+    "RedrivePolicy": "dead letters moved to another queue are not taken yet (a queue's own dead letters are "
+                     "atomq's: GET /v1/queues/{name}/dead-letters)",
+    "RedriveAllowPolicy": "dead letters moved to another queue are not taken yet",
+    "FifoQueue": "FIFO queues are not taken yet",
+    "ContentBasedDeduplication": "FIFO queues are not taken yet",
+    "DeduplicationScope": "FIFO queues are not taken yet",
+    "FifoThroughputLimit": "FIFO queues are not taken yet",
+    "Policy": "atomq's access is its API keys: a queue has no policy",
+    "KmsMasterKeyId": "atomq does not encrypt with KMS",
+    "KmsDataKeyReusePeriodSeconds": "atomq does not encrypt with KMS",
+    "SqsManagedSseEnabled": "atomq does not encrypt messages at rest itself",
+}
+"""Attributes SQS has and atomq does not take, with why: set, they are refused; asked for, left out."""
+
+
+def checked(ctx: SqsContext, attributes: Any) -> dict[str, int]:
+    """The settable attributes given, as numbers, each checked; InvalidAttributeName for one atomq
+    does not take, InvalidAttributeValue for a value out of its range."""
+    if not isinstance(attributes, dict):
+        raise SqsError("InvalidParameterValue", "Attributes must map attribute names to values")
+    out = {}
+    for name, value in attributes.items():
+        if name == "FifoQueue" and str(value).lower() == "false":
+            continue  # a standard queue, which is what atomq makes
+        if name in NOT_TAKEN or name in READ_ONLY or name not in SETTABLE:
+            why = NOT_TAKEN.get(name) or ("it is read-only" if name in READ_ONLY else "SQS has no such attribute")
+            raise SqsError("InvalidAttributeName", f"atomq does not take the queue attribute {name}: {why}",
+                           attribute=name)
+        low, high, _ = SETTABLE[name]
+        try:
+            out[name] = integer({name: value}, name, low, high, 0)
+        except SqsError as exc:
+            raise SqsError("InvalidAttributeValue", exc.message, attribute=name) from None
+    if out.get("DelaySeconds"):
+        raise SqsError("InvalidAttributeValue", "atomq has no delayed delivery yet: DelaySeconds must be 0",
+                       attribute="DelaySeconds")
+    retention = ctx.services.current_settings().document_retention_s
+    if out.get("MessageRetentionPeriod", 0) > retention:
+        raise SqsError("InvalidAttributeValue", f"this node keeps messages at most {retention:g} s (its "
+                       "document_retention_s): MessageRetentionPeriod cannot be longer",
+                       attribute="MessageRetentionPeriod")
+    return out
+
+
+def native_settings(values: dict[str, int]) -> dict[str, Any]:
+    """The native settings (``put_queue``'s arguments) of the attributes ``values``."""
+    out: dict[str, Any] = {}
+    if "VisibilityTimeout" in values:
+        out["ack_timeout_s"] = values["VisibilityTimeout"] or LEAST_ACK_TIMEOUT_S
+    if "MessageRetentionPeriod" in values:
+        out["message_ttl_s"] = values["MessageRetentionPeriod"]
+    if "MaximumMessageSize" in values:
+        out["max_message_bytes"] = values["MaximumMessageSize"] + ATTRIBUTES_ALLOWANCE
+    return out
+
+
+def sqs_fields(values: dict[str, int]) -> dict[str, str | int]:
+    """The config fields of the attributes ``values`` that have no native setting, and the time of change."""
+    out: dict[str, str | int] = {MODIFIED_FIELD: int(time.time())}
+    if "MaximumMessageSize" in values:
+        out[MAX_SIZE_FIELD] = values["MaximumMessageSize"]
+    if "ReceiveMessageWaitTimeSeconds" in values:
+        out[WAIT_FIELD] = values["ReceiveMessageWaitTimeSeconds"]
+    return out
+
+
+def new_queue_settings(values: dict[str, int]) -> tuple[dict[str, Any], dict[str, str | int]]:
+    """The native settings and config fields of a queue made through SQS: the attributes given,
+    SQS's defaults for the others, and what SQS does without asking (see the module's notes)."""
+    full = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
+    native = {**native_settings(full), "on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES}
+    fields = {**sqs_fields(full), REDELIVER_NOW_FIELD: 1}
+    fields[CREATED_FIELD] = fields[MODIFIED_FIELD]
+    return native, fields
+
+
+def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int]:
+    """The settable attributes as the queue holds them now."""
+    retention = ctx.services.current_settings().document_retention_s
+    return {"VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": 0,
+            "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
+            "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
+
+
+def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, int]) -> str | None:
+    """The first of the attributes ``values`` the queue holds otherwise; None when it holds them all."""
+    now = current(ctx, info, queue)
+    return next((name for name, value in values.items() if now[name] != value), None)
+
+
+def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str]) -> dict[str, str]:
+    """GetQueueAttributes' answer: the attributes ``names`` asks for (``All``: every one the queue
+    has), as SQS writes them, text; InvalidAttributeName for a name SQS does not know."""
+    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | {"All"}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"SQS has no queue attribute {unknown[0]}", attribute=unknown[0])
+    every: dict[str, Any] = {**current(ctx, info, queue),
+                             "ApproximateNumberOfMessages": max(info.depth - info.scheduled, 0),
+                             "ApproximateNumberOfMessagesNotVisible": info.in_flight,
+                             "ApproximateNumberOfMessagesDelayed": info.scheduled,
+                             "QueueArn": ctx.arn(queue.name)}
+    if CREATED_FIELD in queue.fields:
+        every["CreatedTimestamp"] = queue.fields[CREATED_FIELD]
+    if MODIFIED_FIELD in queue.fields:
+        every["LastModifiedTimestamp"] = queue.fields[MODIFIED_FIELD]
+    wanted = every if "All" in names else {n: every[n] for n in names if n in every}
+    return {name: str(value) for name, value in wanted.items()}
