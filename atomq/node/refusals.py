@@ -18,14 +18,22 @@ CODES = {400: "invalid_input", 403: "forbidden", 414: "uri_too_long", 417: "expe
 """The codes of the statuses gunicorn refuses with (``gunicorn.workers.base.Worker.handle_error``)."""
 
 
+def error_body(code: str, message: str) -> bytes:
+    """The one JSON error shape, for an answer the server writes before the app sees the request."""
+    return json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+
+
+def error_head(status: int, reason: str, length: int) -> bytes:
+    """The head of such an answer: the connection closes after it."""
+    return (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode("latin-1")
+
+
 def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
     """What gunicorn's ``write_error`` sends, as the one JSON error shape."""
-    body = json.dumps({"error": {"code": CODES.get(status, "invalid_input"),
-                                 "message": f"the server could not read the request: {message or reason}",
-                                 "details": {}}}).encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
-    util.write_nonblock(sock, head + body)
+    body = error_body(CODES.get(status, "invalid_input"),
+                      f"the server could not read the request: {message or reason}")
+    util.write_nonblock(sock, error_head(status, reason, len(body)) + body)
 
 
 def install() -> None:
