@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -192,6 +193,18 @@ def test_each_request_of_a_kept_alive_connection_has_its_own_deadline(node: Node
         conn.sendall(node.head(LENGTH) + b"{")
         with trickling([conn]):
             assert error_code(read_answer(conn), 408) == "request_timeout"
+
+
+def test_pipelined_requests_are_each_served(node: Node) -> None:
+    """Bytes read ahead past one request (the next one, in the same packet) are the next request's."""
+    body = json.dumps(send_body()).encode()
+    last = node.head(len(body)).replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n") + body
+    with node.connect() as conn:
+        conn.sendall((node.head(len(body)) + body) * 2 + last)
+        answers = b""
+        while chunk := conn.recv(65536):
+            answers += chunk
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answers) == [b"201"] * 3, answers
 
 
 def test_a_body_over_the_limit_gets_413_at_once_while_it_trickles(node: Node) -> None:

@@ -5,11 +5,15 @@ gunicorn's threaded worker hands a connection to a thread as soon as its first b
 the thread then blocks until the whole request is read: 100 connections that sent a header line
 every 2 s, or a complete head and then a body a byte a second, held every thread of a node, and
 every tenant's send timed out. gunicorn has no setting for this, so the node's worker reads what a
-connection has sent without blocking, keeps it in the connection's own parser buffer, and hands the
+connection has sent without blocking, keeps it ahead of the connection's parser (``ReadAhead``), and hands the
 connection back to gunicorn's poller until the head and then the body (by its Content-Length, or
 by its chunked framing: ``request_framing``) are in (gunicorn's own "pending" state, which costs no
 thread); only then does a thread take the request, and it finds every byte it reads in memory.
-Each request of a kept-alive connection starts afresh.
+A body arriving fast is read on by the thread that found it (``_still_flowing``) rather than
+passed through the poller for each socket buffer's worth.
+Each request of a kept-alive connection starts afresh. A client that waits for "100 Continue"
+before its body gets it once its head is in (gunicorn sends another when a thread takes the
+request; RFC 9110 has clients read any number of 1xx answers).
 
 The deadlines (``Limits``): the head within ``head_deadline_s`` of its first byte, the body within
 ``body_deadline_s`` of the head's end plus a second per ``MIN_BODY_BYTES_PER_S`` of it received (a
@@ -29,9 +33,8 @@ from __future__ import annotations
 
 import enum
 import errno
-import io
+import select
 import socket
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from gunicorn.workers.gthread import TConn
 from atomq import defaults
 from atomq.api.errors import DRAIN_LIMIT_BYTES
 from atomq.node import refusals
+from atomq.node.request_buffers import BodyBudget, ReadAhead
 from atomq.node.request_framing import ChunkedBody, Framing, framing_of
 
 MAX_CONNECTIONS_PER_ADDRESS = 256
@@ -55,6 +59,11 @@ MAX_HEAD_BYTES = 64 * 1024
 """Past this, the head is handed to gunicorn's parser, which refuses it by its own limits."""
 READ_BYTES = 1024 * 1024
 """The most one read takes from a socket: a fast body comes in a few reads per wake."""
+FLOW_WAIT_S = 0.002
+"""How long a thread waits for more of a body that is arriving fast (``_still_flowing``)."""
+FAST_BYTES_PER_S = 4 * 1024 * 1024
+"""A body arriving at least this fast keeps the thread that reads it: one client holding a thread
+this way spends the bandwidth of a fast upload, not a trickle."""
 CHUNKED_OVERHEAD = 2
 """A chunked body may take this many times the limit with its framing; past it (chunks of a byte or
 two) it is refused as too large, whatever its data adds up to."""
@@ -84,33 +93,6 @@ class Limits:
     @property
     def address_body_bytes(self) -> int:
         return BODIES_PER_ADDRESS * self.max_body_bytes
-
-
-class BodyBudget:
-    """The bytes of bodies still arriving, by client address, in one worker. Threads reserve (a
-    request being read) and the main thread releases (a connection closed), so it takes a lock."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._held: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def reserve(self, address: str, size: int) -> bool:
-        with self._lock:
-            if self._held[address] + size > self.limit:
-                return False
-            self._held[address] += size
-            return True
-
-    def release(self, address: str, size: int) -> None:
-        with self._lock:
-            self._held[address] -= size
-            if self._held[address] <= 0:
-                del self._held[address]
-
-    def held(self, address: str) -> int:
-        with self._lock:
-            return self._held[address]
 
 
 class Request:
@@ -148,15 +130,6 @@ class Request:
         return now - self.body_since > limits.body_deadline_s + received / limits.min_body_bytes_per_s
 
 
-def _size(buf: io.BytesIO) -> int:
-    return buf.seek(0, io.SEEK_END)
-
-
-def _peek(buf: io.BytesIO, start: int, end: int) -> bytes:
-    with buf.getbuffer() as view:
-        return bytes(view[start:end])
-
-
 def _recv(sock: socket.socket, size: int) -> bytes | None:
     """What the client has sent, up to ``size``, without waiting: None when nothing is there; an
     error other than "nothing yet" reads as the end (the thread meets it, as gunicorn would)."""
@@ -175,11 +148,13 @@ def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
     """Reads what ``conn`` (initialised) has sent, without blocking, into its parser's buffer, and
     says what comes next. Runs in a pool thread, one at a time per connection."""
     now = time.monotonic()
-    unreader = conn.parser.unreader
-    held = _size(unreader.buf)
+    unreader: ReadAhead = conn.parser.unreader
+    unreader.take_back()
+    held = unreader.size
     request = conn.request
     if request is None or (not held and not request.head_end):
         request = conn.request = Request(now)  # a request starts with its first byte
+    flowing = 0  # bytes of this wake
     while True:
         step = _advance(conn, request, held, now, limits, budget)
         if step is not None:
@@ -187,7 +162,10 @@ def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
         want = _wanted(request, held, limits)
         chunk = _recv(conn.sock, want)
         if chunk is None:
-            break
+            if not (request.head_end and _still_flowing(conn.sock, flowing, now)):
+                break
+            continue
+        flowing += len(chunk)
         if not chunk:
             if request.discarding:
                 return _close(conn)
@@ -198,8 +176,7 @@ def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
             if not request.discard_left:
                 return _close(conn)
             continue
-        unreader.buf.seek(0, io.SEEK_END)
-        unreader.buf.write(chunk)
+        unreader.add(chunk)
         held += len(chunk)
         if request.chunked is not None and not budget.reserve(conn.address, len(chunk)):
             return _refuse_budget(conn, budget)
@@ -211,8 +188,21 @@ def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
     if (request.head_end and request.framing and request.framing.expects_continue and not request.continued
             and not request.discarding):
         request.continued = True
-        _send(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
+        refusals.send_now(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
     return Step.WAIT
+
+
+def _still_flowing(sock: socket.socket, flowing: int, since: float) -> bool:
+    """Whether a body arriving fast has more within ``FLOW_WAIT_S``: the thread reads on rather
+    than pass the connection back and forth through the poller for each socket buffer's worth (a
+    body of 9 MB took half as long again). A client slower than ``FAST_BYTES_PER_S`` over this wake
+    goes back to the poller, after one such wait at most."""
+    if flowing + FAST_BYTES_PER_S * FLOW_WAIT_S < FAST_BYTES_PER_S * (time.monotonic() - since + FLOW_WAIT_S):
+        return False
+    try:
+        return bool(select.select([sock], [], [], FLOW_WAIT_S)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _wanted(request: Request, held: int, limits: Limits) -> int:
@@ -226,18 +216,18 @@ def _wanted(request: Request, held: int, limits: Limits) -> int:
 def _advance(conn: CountedConn, request: Request, held: int, now: float, limits: Limits,
              budget: BodyBudget) -> Step | None:
     """Where the request stands with ``held`` bytes in: a step when one is due, None to read on."""
-    buf = conn.parser.unreader.buf
+    reader: ReadAhead = conn.parser.unreader
     if request.discarding:
         return None
     if not request.head_end:
-        window = _peek(buf, request.searched, min(held, MAX_HEAD_BYTES + len(HEAD_END)))
+        window = reader.peek(request.searched, MAX_HEAD_BYTES + len(HEAD_END))
         at = window.find(HEAD_END)
         if at < 0:
             request.searched = max(0, request.searched + len(window) - len(HEAD_END) + 1)
             return _serve(conn, budget) if held > MAX_HEAD_BYTES else None
         request.head_end = request.searched + at + len(HEAD_END)
         request.body_since = now
-        request.framing = framing_of(_peek(buf, 0, request.head_end))
+        request.framing = framing_of(reader.peek(0, request.head_end))
         if request.framing is None:
             return _serve(conn, budget)  # no body, or one gunicorn refuses before reading it
         length = request.framing.length
@@ -255,7 +245,7 @@ def _advance(conn: CountedConn, request: Request, held: int, now: float, limits:
         else:
             request.reserved = length
     if request.chunked is not None:
-        request.chunked.follow(lambda start, end: _peek(buf, request.head_end + start, request.head_end + end),
+        request.chunked.follow(lambda start, end: reader.peek(request.head_end + start, request.head_end + end),
                                request.body_in(held))
         over = (request.chunked.data_in(request.body_in(held)) > limits.max_body_bytes
                 or request.body_in(held) > CHUNKED_OVERHEAD * limits.max_body_bytes)
@@ -279,14 +269,14 @@ def _refuse_too_large(conn: CountedConn, request: Request, held: int, length: in
     """A 413 at once; the body is then read and thrown away on the poller, up to its end or
     ``DRAIN_LIMIT_BYTES``, so that a client still sending does not see a reset instead."""
     body_in = request.body_in(held)
-    conn.parser.unreader.buf = io.BytesIO()
+    conn.parser.unreader.drop()
     budget.release(conn.address, request.reserved)
     request.reserved = 0
     request.discarding = True
     request.discarded = body_in
     request.discard_left = max(0, min(length if length is not None else DRAIN_LIMIT_BYTES, DRAIN_LIMIT_BYTES) - body_in)
-    body = refusals.error_body("too_large", "the request body is larger than this server accepts")
-    _send(conn.sock, refusals.error_head(413, "Payload Too Large", len(body)) + body)
+    refusals.answer(conn.sock, 413, "Payload Too Large", "too_large",
+                    "the request body is larger than this server accepts", drain=False)
     conn.answered = True
     return None if request.discard_left else Step.CLOSE
 
@@ -306,14 +296,17 @@ def refuse_slow_request(conn: CountedConn, limits: Limits) -> None:
             f"per {limits.min_body_bytes_per_s} bytes, with no pause of the connection's keep-alive time")
 
 
+def refuse_stopping(conn: CountedConn) -> None:
+    """A request still arriving when the worker stops: the client sends it again, to another."""
+    _answer(conn, 503, "Service Unavailable", "unavailable",
+            "this server process is stopping: send the request again")
+
+
 def refuse_connection(sock: socket.socket) -> None:
     """A 503 for a connection past its address's bound, then closed."""
-    _drain(sock)
-    body = refusals.error_body(
-        "too_many_connections",
-        f"this address holds {MAX_CONNECTIONS_PER_ADDRESS} connections to this server process already: "
-        "close idle ones, or reuse them (keep-alive)")
-    _send(sock, refusals.error_head(503, "Service Unavailable", len(body)) + body)
+    refusals.answer(sock, 503, "Service Unavailable", "too_many_connections",
+                    f"this address holds {MAX_CONNECTIONS_PER_ADDRESS} connections to this server process "
+                    "already: close idle ones, or reuse them (keep-alive)")
     try:
         sock.shutdown(socket.SHUT_WR)
         sock.close()
@@ -322,34 +315,10 @@ def refuse_connection(sock: socket.socket) -> None:
 
 
 def _answer(conn: CountedConn, status: int, reason: str, code: str, message: str) -> None:
-    """A refusal the connection ends with. What the client sent already is read first (best effort):
-    a socket closed with unread bytes resets, and the answer may be lost."""
+    """A refusal the connection ends with (``refusals.answer``); its request is over."""
     conn.forget_request(None)
-    _drain(conn.sock)
-    body = refusals.error_body(code, message)
-    _send(conn.sock, refusals.error_head(status, reason, len(body)) + body)
+    refusals.answer(conn.sock, status, reason, code, message)
     conn.answered = True
-
-
-def _drain(sock: socket.socket) -> None:
-    try:
-        sock.setblocking(False)
-        sock.recv(65536)
-    except OSError:
-        pass
-
-
-def _send(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.setblocking(False)
-        sock.send(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            sock.setblocking(True)
-        except OSError:
-            pass
 
 
 def address_of(client: Any) -> str:
@@ -375,6 +344,18 @@ class CountedConn(TConn):  # type: ignore[misc]  # gunicorn has no type informat
         end (which runs in the worker's main thread and would stall every connection meanwhile)."""
         open_by_address[self.address] += 1
 
+    def init(self) -> None:
+        """gunicorn's, with the parser reading through ``ReadAhead``."""
+        fresh = self.parser is None
+        super().init()
+        if fresh and not self.is_http2:
+            self.parser.unreader = ReadAhead(self.sock)
+
+    def request_done(self) -> None:
+        """After a thread served a request: bytes read ahead past it are gunicorn's to find."""
+        if self.parser is not None and isinstance(self.parser.unreader, ReadAhead):
+            self.parser.unreader.give_back()
+
     def forget_request(self, budget: BodyBudget | None) -> None:
         """The request is a thread's now, or answered: its bytes count no more against the address."""
         if self.request is not None:
@@ -384,7 +365,7 @@ class CountedConn(TConn):  # type: ignore[misc]  # gunicorn has no type informat
     def close(self, graceful: bool = False) -> None:
         if self._open is not None:
             if self.request is not None and not self.answered and self.parser is not None \
-                    and _size(self.parser.unreader.buf):
+                    and self.parser.unreader.size:
                 refuse_slow_request(self, self.limits)  # gunicorn's pending time-out: a pause too long
             self.forget_request(None)
             self._open[self.address] -= 1
