@@ -145,8 +145,8 @@ def _recv(sock: socket.socket, size: int) -> bytes | None:
 
 
 def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
-    """Reads what ``conn`` (initialised) has sent, without blocking, into its parser's buffer, and
-    says what comes next. Runs in a pool thread, one at a time per connection."""
+    """Reads what ``conn`` (initialised) has sent, without blocking, ahead of its parser
+    (``ReadAhead``), and says what comes next. Runs in a pool thread, one at a time per connection."""
     now = time.monotonic()
     unreader: ReadAhead = conn.parser.unreader
     unreader.take_back()
@@ -162,7 +162,7 @@ def next_step(conn: CountedConn, limits: Limits, budget: BodyBudget) -> Step:
         want = _wanted(request, held, limits)
         chunk = _recv(conn.sock, want)
         if chunk is None:
-            if not (request.head_end and _still_flowing(conn.sock, flowing, now)):
+            if not (request.head_end and not request.discarding and _still_flowing(conn.sock, flowing, now)):
                 break
             continue
         flowing += len(chunk)
