@@ -41,6 +41,17 @@ MAX_REQUEST_BYTES = 10 * _MIB
 they are read, so a worker never buffers more."""
 MIN_MAX_REQUEST_BYTES = _KIB
 """Below a kilobyte not even a small send with its headers' worth of JSON fits."""
+HEAD_DEADLINE_S = 10.0
+"""How long a client may take to send a request's line and headers from their first byte: a second
+is plenty on any network; ten leave room for a congested one."""
+BODY_DEADLINE_S = 10.0
+"""How long a client may take to send a request's body from the end of its head, besides the time
+its bytes take at ``MIN_BODY_BYTES_PER_S``: a large body on a slow link is not cut off, a trickle is."""
+DEADLINE_RANGE_S = (0.1, 600.0)
+"""A tenth of a second already takes a fast client on a nearby network; past ten minutes a slow
+client is only holding a connection."""
+MIN_BODY_BYTES_PER_S = 32 * _KIB
+"""256 kbit/s, a poor mobile uplink: a body of ``MAX_REQUEST_BYTES`` may take 320 s more."""
 SHUTDOWN_TIMEOUT_S = 20.0
 """Above a long-poll's end (within a second) and a slow request; below systemd's 90 s before SIGKILL."""
 SHUTDOWN_TIMEOUT_RANGE_S = (1, 600)

@@ -38,9 +38,11 @@ Five parts (--parts, default all), each on a store or node of its own:
             sends over a keep-alive session, one every 50 ms for --seconds,
             alone and while 1,000 connections from another address
             (127.0.0.2) send a header line each half second and never
-            finish their heads; p50, p99, max and how many were answered
-            201, and how many of the 1,000 the node took (the rest it
-            refuses: a bound per address)
+            finish their heads, then while 1,000 connections from there send
+            a complete head of a send announcing a body of 1,000,000 bytes
+            and then that body a byte a second; p50, p99, max and how many
+            were answered 201, and what became of the 1,000 (held open,
+            refused 503 by a bound per address, answered 408 by a deadline)
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: "scripts": {case: longest ms}, "bystander": {phase: {p50_ms,
@@ -299,25 +301,31 @@ def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {tenant['api_key']}"}
     expect(requests.put(f"{node.base}/v1/queues/q", json={"model": "point_to_point"}, headers=headers, timeout=10),
            201, "creating the queue")
+    body_head = (f"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tenant['api_key']}\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{").encode()
+    # What each slow connection sends first, then again and again, and how often.
+    phases = {"alone": None, "1000_slow_connections": (b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n", b"X-Slow: 1\r\n", 0.5),
+              "1000_slow_bodies": (body_head, b"x", 1.0)}
     out: dict[str, Any] = {}
-    for phase in ("alone", "1000_slow_connections"):
+    for phase, sends in phases.items():
         slow: list[socket.socket] = []
         stop = threading.Event()
         trickler = None
-        if phase != "alone":
+        if sends is not None:
+            first, again, every = sends
             for _ in range(1000):
                 conn = socket.create_connection(("127.0.0.1", node.port), timeout=10, source_address=("127.0.0.2", 0))
                 try:
-                    conn.sendall(b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n")
+                    conn.sendall(first)
                 except OSError:
                     pass  # refused at once: past the address's bound
                 slow.append(conn)
 
             def trickle() -> None:
-                while not stop.wait(0.5):
+                while not stop.wait(every):
                     for c in slow:
                         try:
-                            c.sendall(b"X-Slow: 1\r\n")
+                            c.sendall(again)
                         except OSError:
                             pass
 
@@ -339,7 +347,7 @@ def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
         stop.set()
         if trickler is not None:
             trickler.join()
-        fates = {"refused_503": 0, "timed_out_408": 0, "open": 0}
+        fates = {"refused_503": 0, "timed_out_408": 0, "closed": 0, "open": 0}
         for c in slow:
             c.setblocking(False)
             try:
@@ -348,8 +356,8 @@ def run_slow(seconds: float, bench: BenchRun) -> dict[str, Any]:
                 head = None
             except OSError:
                 head = b"HTTP/1.1 503"  # reset after the refusal
-            fates["open" if head is None else "refused_503" if head.startswith(b"HTTP/1.1 503")
-                  else "timed_out_408"] += 1
+            fates["open" if head is None else "closed" if not head else "refused_503"
+                  if head.startswith(b"HTTP/1.1 503") else "timed_out_408"] += 1
             c.close()
         out[phase] = {**latencies(timings), "answered": answered, **({"slow": fates} if slow else {})}
         progress(f"  {phase}: {out[phase]}")

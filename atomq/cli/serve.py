@@ -43,6 +43,13 @@ from atomq.errors import AtomqError
 @click.option("--max-request-bytes", type=click.IntRange(defaults.MIN_MAX_REQUEST_BYTES),
               default=defaults.MAX_REQUEST_BYTES, show_default=True, **env("MAX_REQUEST_BYTES"),
               help="Larger request bodies get 413 before they are read.")
+@click.option("--head-deadline", type=click.FloatRange(*defaults.DEADLINE_RANGE_S), default=defaults.HEAD_DEADLINE_S,
+              show_default=True, metavar="SECONDS", **env("HEAD_DEADLINE"),
+              help="How long a client may take to send a request's line and headers; past it, 408.")
+@click.option("--body-deadline", type=click.FloatRange(*defaults.DEADLINE_RANGE_S), default=defaults.BODY_DEADLINE_S,
+              show_default=True, metavar="SECONDS", **env("BODY_DEADLINE"),
+              help="How long a client may take to send a request's body, besides 1 s per "
+                   f"{defaults.MIN_BODY_BYTES_PER_S // 1024} KiB of it; past it, 408.")
 @click.option("--shutdown-timeout", type=click.FloatRange(*defaults.SHUTDOWN_TIMEOUT_RANGE_S),
               default=defaults.SHUTDOWN_TIMEOUT_S, show_default=True, **env("SHUTDOWN_TIMEOUT"),
               help="Seconds SIGTERM waits for requests in flight.")
@@ -89,7 +96,8 @@ from atomq.errors import AtomqError
                    "Keep it under Prometheus's scrape_timeout.")
 def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_eviction: bool, appendfsync: str,
           http_workers: int,
-          threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, shutdown_timeout: float,
+          threads: int, max_longpolls_per_tenant: int, max_request_bytes: int, head_deadline: float,
+          body_deadline: float, shutdown_timeout: float,
           workers: int, rq_redis_url: str | None, replace_owner_key: bool, advertise_url: str | None,
           execution_timeout: int,
           max_send_documents: int, spark: bool | None, spark_master: str, metrics_public: bool,
@@ -110,7 +118,8 @@ def serve(data_dir: Path, host: str, port: int, redis_url: str | None, allow_evi
                             allow_eviction=allow_eviction, appendfsync=appendfsync, http_workers=http_workers,
                             threads=threads,
                             max_longpolls_per_tenant=max_longpolls_per_tenant,
-                            max_request_bytes=max_request_bytes, shutdown_timeout_s=shutdown_timeout,
+                            max_request_bytes=max_request_bytes, head_deadline_s=head_deadline,
+                            body_deadline_s=body_deadline, shutdown_timeout_s=shutdown_timeout,
                             workers=workers, rq_redis_url=rq_redis_url, replace_owner_key=replace_owner_key,
                             advertise_url=advertise_url,
                             execution_timeout_s=execution_timeout, max_send_documents=max_send_documents,

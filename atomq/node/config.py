@@ -24,6 +24,8 @@ class NodeConfig:
     threads: int = defaults.THREADS
     max_longpolls_per_tenant: int = defaults.MAX_LONGPOLLS_PER_TENANT
     max_request_bytes: int = defaults.MAX_REQUEST_BYTES
+    head_deadline_s: float = defaults.HEAD_DEADLINE_S
+    body_deadline_s: float = defaults.BODY_DEADLINE_S
     shutdown_timeout_s: float = defaults.SHUTDOWN_TIMEOUT_S
     maintenance_interval_s: float = defaults.MAINTENANCE_INTERVAL_S
     workers: int = defaults.EXECUTION_WORKERS

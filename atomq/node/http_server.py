@@ -29,6 +29,7 @@ from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
 from atomq.node import refusals, slow_clients
+from atomq.node.request_buffers import BodyBudget
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
 from atomq.node.worker_loops import start_loops, stop_loops
@@ -66,10 +67,16 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
 
     loops: tuple[list[threading.Thread], threading.Event] | None = None
     open_by_address: Counter[str]
+    limits: slow_clients.Limits
+    bodies: BodyBudget
 
     def init_process(self) -> None:
         refusals.install()
         self.open_by_address = Counter()
+        c = self.app.config
+        self.limits = slow_clients.Limits(head_deadline_s=c.head_deadline_s, body_deadline_s=c.body_deadline_s,
+                                          max_body_bytes=c.max_request_bytes)
+        self.bodies = BodyBudget(self.limits.address_body_bytes)
         super().init_process()
 
     def accept(self, listener: Any) -> None:
@@ -88,20 +95,25 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
         self.nr_conns += 1
         sock.setblocking(True)
         self.enqueue_req(slow_clients.CountedConn(self.cfg, sock, client, listener.getsockname(),
-                                                  self.open_by_address))
+                                                  self.open_by_address, self.bodies, self.limits))
 
     def handle(self, conn: Any) -> Any:
-        """A thread parses a request only once its head is in (``slow_clients``); until then the
-        connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
+        """A thread parses a request only once its head and body are in (``slow_clients``); until
+        then the connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
         if self.cfg.is_ssl or self.cfg.http2_cleartext != "off" or conn.is_http2:
             return super().handle(conn)
         conn.init()
-        ready = slow_clients.head_is_buffered(conn)
-        if ready is None:
-            return False  # answered 408: gunicorn closes it
-        if not ready:
+        step = slow_clients.next_step(conn, self.limits, self.bodies)
+        if step is slow_clients.Step.CLOSE:
+            return False  # answered (408, 413, 503): gunicorn closes it
+        if step is slow_clients.Step.WAIT:
+            if not self.alive:  # gunicorn would take the deferral for a kept-alive connection, and spin
+                slow_clients.refuse_stopping(conn)
+                return False
             return DEFER
-        return super().handle(conn)
+        result = super().handle(conn)
+        conn.request_done()
+        return result
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         wsgi = getattr(self, "wsgi", None)  # absent while the worker is still loading the app
