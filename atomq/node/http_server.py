@@ -28,7 +28,7 @@ from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
-from atomq.node import refusals, slow_clients
+from atomq.node import keepalive, refusals, slow_clients
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
 from atomq.node.worker_loops import start_loops, stop_loops
@@ -66,10 +66,12 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
 
     loops: tuple[list[threading.Thread], threading.Event] | None = None
     open_by_address: Counter[str]
+    lingering: keepalive.Lingering
 
     def init_process(self) -> None:
         refusals.install()
         self.open_by_address = Counter()
+        self.lingering = keepalive.Lingering(self.cfg.threads)
         super().init_process()
 
     def accept(self, listener: Any) -> None:
@@ -91,10 +93,23 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
                                                   self.open_by_address))
 
     def handle(self, conn: Any) -> Any:
-        """A thread parses a request only once its head is in (``slow_clients``); until then the
-        connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
+        """Serves the connection's request, then its next ones while they come within
+        ``keepalive.LINGER_S`` of each answer and another thread is idle (``atomq.node.keepalive``)."""
         if self.cfg.is_ssl or self.cfg.http2_cleartext != "off" or conn.is_http2:
             return super().handle(conn)
+        self.lingering.enter()
+        try:
+            while True:
+                kept = self.handle_one(conn)
+                if (kept is not True or not self.alive or not self.lingering.may_linger()
+                        or not keepalive.next_request_within(conn, keepalive.LINGER_S)):
+                    return kept
+        finally:
+            self.lingering.leave()
+
+    def handle_one(self, conn: Any) -> Any:
+        """A thread parses a request only once its head is in (``slow_clients``); until then the
+        connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
         conn.init()
         ready = slow_clients.head_is_buffered(conn)
         if ready is None:
