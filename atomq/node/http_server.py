@@ -28,7 +28,7 @@ from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
-from atomq.node import refusals, slow_clients
+from atomq.node import keepalive, refusals, slow_clients
 from atomq.node.request_buffers import BodyBudget
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
@@ -69,6 +69,7 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
     open_by_address: Counter[str]
     limits: slow_clients.Limits
     bodies: BodyBudget
+    lingering: keepalive.Lingering
 
     def init_process(self) -> None:
         refusals.install()
@@ -77,6 +78,7 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
         self.limits = slow_clients.Limits(head_deadline_s=c.head_deadline_s, body_deadline_s=c.body_deadline_s,
                                           max_body_bytes=c.max_request_bytes)
         self.bodies = BodyBudget(self.limits.address_body_bytes)
+        self.lingering = keepalive.Lingering(self.cfg.threads)
         super().init_process()
 
     def accept(self, listener: Any) -> None:
@@ -98,10 +100,23 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
                                                   self.open_by_address, self.bodies, self.limits))
 
     def handle(self, conn: Any) -> Any:
-        """A thread parses a request only once its head and body are in (``slow_clients``); until
-        then the connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
+        """Serves the connection's request, then its next ones while they come within
+        ``keepalive.LINGER_S`` of each answer and another thread is idle (``atomq.node.keepalive``)."""
         if self.cfg.is_ssl or self.cfg.http2_cleartext != "off" or conn.is_http2:
             return super().handle(conn)
+        self.lingering.enter()
+        try:
+            while True:
+                kept = self.handle_one(conn)
+                if (kept is not True or not self.alive or not self.lingering.may_linger()
+                        or not keepalive.next_request_within(conn, keepalive.LINGER_S)):
+                    return kept
+        finally:
+            self.lingering.leave()
+
+    def handle_one(self, conn: Any) -> Any:
+        """A thread parses a request only once its head and body are in (``slow_clients``); until
+        then the connection waits on gunicorn's poller, as gunicorn's own deferred connections do."""
         conn.init()
         step = slow_clients.next_step(conn, self.limits, self.bodies)
         if step is slow_clients.Step.CLOSE:
