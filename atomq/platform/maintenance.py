@@ -21,13 +21,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from atomq.errors import NotFound, StorageError
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.queues.components import Components
 from atomq.platform.queues.names import check_tenant_id
+from atomq.platform.queues.send_journal import STALE_MS, SendJournals
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
 from atomq.platform.store import keys as k
 from atomq.platform.store.format_version import FORMAT_VERSION, record_format
@@ -56,13 +57,15 @@ TENANTS_PER_READ = 100
 @dataclass(frozen=True)
 class DueWork:
     """One tenant's maintenance due now: destinations (by index name) to sweep, destinations
-    holding messages past the retention, removals under way, and the bytes of expired
-    de-duplication markers just taken off its usage."""
+    holding messages past the retention, removals under way, the bytes of expired
+    de-duplication markers just taken off its usage, and the chunked sends whose requests left
+    them untouched (``send_journal``: their journals' names)."""
 
     due: list[str]
     old: list[str]
     removals: list[str]
     marker_bytes: int
+    journals: list[str] = field(default_factory=list)
 
 
 class Maintained(store_sizes.Measured, Protocol):
@@ -80,6 +83,7 @@ class Maintenance:
     def __init__(self, shared: Shared, components: Components) -> None:
         self._shared = shared
         self._components = components
+        self._journals = SendJournals(shared)
 
     def migrate_older_format(self) -> None:
         """Recounts every tenant's usage with the bookkeeping and builds its due indexes
@@ -162,22 +166,24 @@ class Maintenance:
     def due_work(self, tenants: Sequence[str], limit: int = 100) -> dict[str, DueWork]:
         """What each tenant's maintenance has to do now, read from its indexes for all of
         ``tenants`` in one round trip (one a node on a cluster); takes expired de-duplication markers off their usage."""
-        args = [round(self._shared.settings.document_retention_s * 1000), limit]
+        args = [round(self._shared.settings.document_retention_s * 1000), limit, STALE_MS]
         calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
-        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting] for t, tk in calls}
+        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting, tk.send_journals] for t, tk in calls}
         replies = self._shared.storage.run_many("due", [(keys[tenant], args) for tenant, _ in calls])
         out = {}
         for (tenant, _), reply in zip(calls, replies):
             if isinstance(reply, Exception):  # that call failed (run_many already ran a missing script again): once more alone, to raise its error
                 reply = self._shared.storage.run("due", keys[tenant], args)
-            due, old, removals, freed = reply
+            due, old, removals, freed, stale = reply
             out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
-                                  removals=[m.decode() for m in removals], marker_bytes=int(freed))
+                                  removals=[m.decode() for m in removals], marker_bytes=int(freed),
+                                  journals=[m.decode() for m in stale])
         return out
 
     def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]:
-        """One round of maintenance for one tenant: finishes removals, sweeps the destinations
-        that have something due, purges those holding messages past the retention.
+        """One round of maintenance for one tenant: finishes chunked sends their requests left
+        and removals, sweeps the destinations that have something due, purges those holding
+        messages past the retention.
 
         Visits only what the tenant's indexes say is due, so an idle queue costs
         nothing and a tenant with many queues does not slow the others' rounds; and
@@ -188,13 +194,15 @@ class Maintenance:
         if work is None:
             work = self.due_work([tenant])[tenant]
         budget = ChunkBudget(CHUNKS_PER_TENANT_ROUND)
+        sends = sum(self._journals.resume(tk, name, budget) for name in work.journals)
         finished = sum(self._components.finish_removal(tk, marker, budget) for marker in work.removals)
         moved = sum(self._sweep(tk, *tk.destination_named(m), budget) for m in work.due)
         purged = 0
         if work.old:
             cutoff_ms = self._retention_cutoff_ms()
             purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms, budget) for m in work.old)
-        return {"removals": finished, "moved": moved, "purged": purged, "marker_bytes": work.marker_bytes}
+        return {"removals": finished, "moved": moved, "purged": purged, "marker_bytes": work.marker_bytes,
+                "sends_finished": sends}
 
 
 def maintain_all(qs: Maintained) -> dict[str, int]:
@@ -204,11 +212,11 @@ def maintain_all(qs: Maintained) -> dict[str, int]:
     trip, and works only on that: a round costs about one script call per
     idle tenant, whatever its number of queues.
     """
-    totals = {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0}
+    totals = {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0, "sends_finished": 0}
     tenants = qs.tenants()
     for start in range(0, len(tenants), TENANTS_PER_READ):
         for tenant, work in qs.due_work(tenants[start:start + TENANTS_PER_READ]).items():
-            if not (work.due or work.old or work.removals or work.marker_bytes):
+            if not (work.due or work.old or work.removals or work.marker_bytes or work.journals):
                 continue
             try:
                 for name, count in qs.maintain(tenant, work).items():

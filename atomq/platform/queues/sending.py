@@ -36,6 +36,7 @@ from atomq.platform.queues.request_records import (
     stored_answer,
 )
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
+from atomq.platform.queues.send_journal import SendJournals, chunked
 from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each
 from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.queues.topics import check_topic
@@ -44,6 +45,11 @@ from atomq.platform.store import keys as k
 
 Admit = Callable[[int], None]
 """Given the message copies a send is about to store, before it writes; raises to refuse it."""
+
+
+JOURNAL_UNDER_WAY, PREPARED = -2, -3
+"""The send script's first reply item when the call is a chunked send's (``send_journal``): one
+already under way (a retry found its journal), or just prepared; either way the caller makes its copies."""
 
 
 class _QuotaRefused(AtomqError):
@@ -123,6 +129,7 @@ class Sending:
         self._routes = routes
         self._management = management
         self._topics = topics
+        self._journals = SendJournals(shared)
 
     def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
              idempotency_key: str | None = None) -> list[str]:
@@ -300,11 +307,14 @@ class Sending:
                 keys.extend(d.as_list())
             route_args += [expected, len(dests), *(d.member for d in dests)]
             destinations += len(dests)
+        journal = tk.send_journal_name(call.token.token, call.field)
         keys.extend(dedupe_keys)
-        keys += [tk.due, tk.oldest, tk.marker_ledger, tk.usage]
+        keys += [tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest, tk.marker_ledger,
+                 tk.usage]
         settings = self._shared.settings
+        staged = journal if chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
-                marker_gen, call.field, call.digest, call.token.window_ms, *route_args, *args_tail[1:]]
+                marker_gen, call.field, call.digest, call.token.window_ms, staged, *route_args, *args_tail[1:]]
         errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
                   "IDEMREUSED": lambda _: key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
@@ -312,12 +322,15 @@ class Sending:
                   "TOOBIG": lambda words: _message_too_big(targets, words)}
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
+        synced: Any = None
         try:
-            if sync:
+            if sync and not staged:
                 reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
                                                     settings.sync_timeout_ms, writes_once=True)
             else:
                 reply = storage.run("send", keys, args, errors, writes_once=True)
+            if int(reply[0]) in (JOURNAL_UNDER_WAY, PREPARED):
+                reply, synced = self._finish(tk, journal, keys[6], call)
         except OutcomeUnknown as exc:
             raise outcome_unknown(exc, call.token) from None
         except _QuotaRefused:
@@ -330,7 +343,7 @@ class Sending:
             sent = Sent(*stored_answer(reply[1]))  # as the first try answered, whatever the routes are now
         else:
             sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]), destinations=destinations)
-        if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
+        if sync and synced is not None and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
             raise NotDurable(
                 f"the send was stored but not synced to "
                 f"{f'{settings.sync_min_replicas} replicas' if synced[0] else 'disk'} within "
@@ -338,6 +351,19 @@ class Sending:
                 ids=sent.ids, synced_local=synced[0], synced_replicas=synced[1],
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
+
+    def _finish(self, tk: k.TenantKeys, journal: str, record: str, call: RecordedCall) -> tuple[list[Any], Any]:
+        """Makes the copies of a chunked send (``send_journal``), then answers as a repeat of the
+        call does: from the request's record, with WAITAOF's acknowledgements when this caller ran
+        the last step (None when another caller did, the maintenance or a retry, and waited)."""
+        done = self._journals.finish(tk, journal, record)
+        answer = done.answer
+        if answer is None:
+            answer = self._shared.storage.call(self._shared.client.hget, record, call.field)
+            if answer is None:
+                raise OutcomeUnknown("the send's steps were finished elsewhere and its record is gone",
+                                     redis_error="")
+        return [-1, answer], done.synced
 
     def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[tuple[str, str]]]:
         """The script's arguments for a send's messages, and the batch's distinct ("", dedupe id)

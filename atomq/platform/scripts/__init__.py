@@ -22,7 +22,7 @@ from atomq.platform.queues.footprint import lua_prelude
 from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.keys import DEST_KEY_COUNT
 
-LIB_PARTS = ("_lib_state", "_lib_values", "_lib_failures", "_lib_exclusive", "_lib_sweep")
+LIB_PARTS = ("_lib_state", "_lib_values", "_lib_failures", "_lib_exclusive", "_lib_sweep", "_lib_send")
 """The shared helpers, by concern, prepended to every script in this order (a Lua local is seen
 only below its definition, and helpers of one part call those of the parts before it). Every
 script gets all of them rather than only those it calls: Valkey compiles a script once per SHA,
@@ -31,6 +31,7 @@ calls between some hundred helpers for no gain."""
 
 NAMES = (
     "send",
+    "send_apply",
     "get",
     "settle",
     "browse",
@@ -67,7 +68,9 @@ refusal) and answered as the memory state says. They are flagged ``allow-oom`` (
 the store knows script flags (Valkey, Redis 7 and later; not fakeredis); what they add (an
 in-flight entry, a dead letter) is small against what acks free. Sends and the creation of queues,
 subscribers and listeners are not flagged: at maxmemory the store refuses them, as the node's
-memory state already does before it (``atomq.platform.watch.memory_state``)."""
+memory state already does before it (``atomq.platform.watch.memory_state``). The steps of a chunked send
+after its first (``send_apply``) are flagged: the first step admitted and counted their bytes, and a
+request half made must be finished, not stuck until memory comes down."""
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 

@@ -1,4 +1,4 @@
--- Shared prelude, part 3 of 5 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
+-- Shared prelude, part 3 of 6 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
 -- The message id and reason of a dead letter queue entry's fields (m, r, f).
 local function dead_letter_fields(f)
   local id, reason

@@ -1,4 +1,4 @@
--- Shared prelude, part 1 of 5 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
+-- Shared prelude, part 1 of 6 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
 -- The parts are prepended to every script, in order.
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
 -- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,

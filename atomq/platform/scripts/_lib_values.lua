@@ -1,4 +1,4 @@
--- Shared prelude, part 2 of 5 (atomq.platform.scripts.LIB_PARTS): Last-value queues, forgetting message copies and what a copy costs a destination's limits.
+-- Shared prelude, part 2 of 6 (atomq.platform.scripts.LIB_PARTS): Last-value queues, forgetting message copies and what a copy costs a destination's limits.
 -- Last-value queues. A message's key is the value of the queue's
 -- last_value_key property (text as it is, another JSON value as its JSON; ""
 -- when the message lacks it, or when the queue names no property). The lv hash

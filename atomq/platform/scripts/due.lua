@@ -6,10 +6,12 @@
 -- KEYS[3]      the tenant's marker ledger (hash <expiry ms> -> bytes)
 -- KEYS[4]      the tenant's usage hash (field markers)
 -- KEYS[5]      the tenant's set of removals under way
+-- KEYS[6]      the tenant's index of chunked sends under way (journal -> last step, ms)
 -- ARGV[1]      the document retention in ms
 -- ARGV[2]      at most this many destinations of each kind
+-- ARGV[3]      how long a chunked send may go untouched before the maintenance finishes it (ms)
 -- Returns {due destinations, destinations holding messages past the retention,
---          removals under way, marker bytes taken off}.
+--          removals under way, marker bytes taken off, chunked sends left untouched}.
 
 local now = now_ms()
 local limit = tonumber(ARGV[2])
@@ -28,4 +30,5 @@ if #expired > 0 then
   redis.call('HDEL', KEYS[3], unpack(expired))
   redis.call('HINCRBY', KEYS[4], 'markers', -freed)
 end
-return {due, old, removals, freed}
+local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, limit)
+return {due, old, removals, freed, stale}

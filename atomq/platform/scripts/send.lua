@@ -7,8 +7,10 @@
 --              and per stored script call its field, ARGV[7], holding its answer)
 -- KEYS[8..]    per queue: cfg, subs (subscriber set; checked through cfg.subv),
 --              then DEST_KEYS keys per destination of it; after the queues the
---              de-duplication markers, then the tenant's due index, its index of
---              oldest messages, its marker ledger and (last) its usage hash
+--              de-duplication markers, then this call's journal (used when it is
+--              chunked), the tenant's index of journals, its hash of pending copies,
+--              its due index, its index of oldest messages, its marker ledger and
+--              (last) its usage hash
 -- ARGV[1]      the topic patterns' version the caller matched with ('' for a send)
 -- ARGV[2]      number of queues
 -- ARGV[3]      de-duplication window in ms
@@ -21,7 +23,9 @@
 -- ARGV[8]      the digest of the request's body ('' when the node made the request's token:
 --              no other request can carry it, and its record is not counted in the usage)
 -- ARGV[9]      how long the record is kept, in ms
--- ARGV[10..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
+-- ARGV[10]     '' to store the batch whole; else the journal's name in the tenant's
+--              index of journals: the call only prepares a chunked send (below)
+-- ARGV[11..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
 --              version>", no subscriber version for point-to-point, then "|sync" for a
 --              queue whose sends wait for the disk), its number of
 --              destinations, and each destination's name in the indexes of due and
@@ -64,8 +68,19 @@
 -- max_message_bytes refuses the batch with TOOBIG <queue index> <message
 -- index> <bytes> <max>. The reply is then {dropped, ids...}: the number of
 -- messages dropped to make room, then the ids.
+-- Destinations count the copies chunked sends still owe them as held (the
+-- pending hash: _lib_send.lua). A call that finds its journal (a chunked send of
+-- this call under way) stores nothing and returns {-2}: the caller goes on with
+-- its steps (send_apply.lua). A call that prepares a chunked send (ARGV[10]) does
+-- every check of a whole one, then stores the ids, markers, documents and the
+-- usage, reserves each destination's copies in the pending hash, and writes the
+-- journal the steps make the copies from; it copies nothing, drops nothing (each
+-- step makes room in its own destinations) and returns {-3, destinations, new
+-- messages}. A prepared send with no new message (every one a repeat) is stored
+-- whole instead, since it has no copies to make.
 
 local RECORD, record_field, digest = KEYS[7], ARGV[7], ARGV[8]
+local JOURNAL, JOURNALS, PENDING = KEYS[#KEYS - 6], KEYS[#KEYS - 5], KEYS[#KEYS - 4]
 local earlier = redis.call('HMGET', RECORD, '#b', record_field)
 if earlier[1] and earlier[1] ~= digest then
   return redis.error_reply('IDEMREUSED the request\'s key was used for another body')
@@ -75,6 +90,14 @@ if earlier[2] then
   redis.call('HINCRBY', RECORD, '#n', 1)
   return {-1, earlier[2]}
 end
+local journaled = redis.call('HGET', JOURNAL, 'dg')
+if journaled then
+  if journaled ~= digest then
+    return redis.error_reply('IDEMREUSED the request\'s key was used for another body')
+  end
+  return {-2}
+end
+local staged = ARGV[10] ~= ''
 if ARGV[1] ~= '' and (redis.call('HGET', KEYS[6], '#v') or '0') ~= ARGV[1] then
   return redis.error_reply('STALETOPICS the topic patterns changed')
 end
@@ -83,7 +106,7 @@ local window = tonumber(ARGV[3])
 local nmsg = tonumber(ARGV[4])
 local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
-local kpos, apos, copies = 8, 10, 0
+local kpos, apos, copies = 8, 11, 0
 local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
@@ -103,7 +126,7 @@ for qi = 1, nqueue do
   local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {},
               max_n = tonumber(c[7] or '0'), max_b = tonumber(c[8] or '0'), max_mb = tonumber(c[9] or '0'),
               overflow = c[10] or 'reject_new', to_dl = c[11] == '1', max_dead_letters = tonumber(c[12] or '0'),
-              add_n = 0, add_b = 0}
+              add_n = 0, add_b = 0, copy_b = 0}
   if c[5] == '1' then qd.last_value_key = c[6] or '' end
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
@@ -128,96 +151,6 @@ local now = now_ms()
 local function expiry_in(qd, x)
   if qd.ttl > 0 and (not x or now + qd.ttl < x) then return now + qd.ttl end
   return x
-end
-
-local OVERFLOW_REASON = 'overflow'
-
--- Counts bytes that leave by themselves at until_ms (a de-duplication marker, the
--- request's record) in the usage hash's markers, and in the ledger's bucket the
--- maintenance takes them off at (due.lua): buckets of a 32nd of their window (at
--- least 1 s), so the ledger holds ~33 fields a window.
-local function ledger_add(ledger, usage, until_ms, window_ms, bytes)
-  local width = math.max(1000, math.floor(window_ms / 32))
-  redis.call('HINCRBY', ledger, (math.floor(until_ms / width) + 1) * width, bytes)
-  redis.call('HINCRBY', usage, 'markers', bytes)
-end
-
--- The oldest waiting (ready or scheduled) messages of destination d in send
--- order, of priority p only when p is given (`sched`: the scheduled ones by
--- priority, read once): at least the k oldest, when that many wait, and
--- whether more wait than those returned. The ready ones come from the stream
--- and rz, k from each: past the last one read of a source that had more,
--- another of it may be older, so the list ends there.
-local function waiting(d, p, k, sched)
-  local ids, horizon = {}, nil
-  local function add(list)
-    for _, id in ipairs(list) do ids[#ids + 1] = id end
-    if #list == k then
-      local last = send_order(list[#list])
-      if not horizon or last < horizon then horizon = last end
-    end
-  end
-  if not p or p == DEFAULT_PRIORITY then
-    local stream = {}
-    for _, e in ipairs(redis.call('XRANGE', d.ready, '-', '+', 'COUNT', k)) do stream[#stream + 1] = e[2][2] end
-    add(stream)
-  end
-  if p then
-    local band = tostring(9 - p)
-    add(redis.call('ZRANGEBYSCORE', d.rz, band .. string.rep('0', 13), band .. string.rep('9', 13), 'LIMIT', 0, k))
-  else
-    local ranked, scored = {}, in_send_order(d, k)
-    for i = 1, #scored, 2 do ranked[#ranked + 1] = scored[i] end
-    add(ranked)
-  end
-  for q = p or 0, p or 9 do
-    for _, id in ipairs(sched[q] or {}) do ids[#ids + 1] = id end
-  end
-  local seq, kept = {}, {}
-  for _, id in ipairs(ids) do
-    seq[id] = send_order(id)
-    if not horizon or seq[id] <= horizon then kept[#kept + 1] = id end
-  end
-  table.sort(kept, function(a, b) return seq[a] < seq[b] end)
-  return kept, horizon ~= nil
-end
-
--- The waiting messages an overflowing send drops from destination d to make
--- room for need_n more copies and need_b more bytes: the oldest, or with
--- `lowest` the lowest priority first and the oldest of each. Returns nil when
--- they cannot make that room, or (`lowest`) when making it would take a
--- waiting message of a higher priority than the send's highest, top_new.
-local function make_room(d, lowest, need_n, need_b, top_new)
-  local sched = {}
-  for _, id in ipairs(redis.call('ZRANGE', d.sched, 0, -1)) do
-    local _, p = env_head(redis.call('HGET', d.msg, id))
-    sched[p] = sched[p] or {}
-    sched[p][#sched[p] + 1] = id
-  end
-  local levels = {false}
-  if lowest then levels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9} end
-  local victims, got_n, got_b = {}, 0, 0
-  for _, p in ipairs(levels) do
-    if lowest and p > top_new then return nil end
-    local k = math.max(need_n - got_n, 16)
-    local base_n, base_b, base_v = got_n, got_b, #victims
-    while true do
-      local ids, more = waiting(d, p or nil, k, sched)
-      got_n, got_b = base_n, base_b
-      for i = #victims, base_v + 1, -1 do victims[i] = nil end
-      for _, id in ipairs(ids) do
-        if got_n >= need_n and got_b >= need_b then return victims end
-        local dc, fails, where = parse_state(redis.call('HGET', d.state, id))
-        victims[#victims + 1] = {id = id, where = where, dc = dc, fails = fails}
-        got_n = got_n + 1
-        if need_b > 0 then got_b = got_b + message_bytes(d, id) end
-      end
-      if got_n >= need_n and got_b >= need_b then return victims end
-      if not more then break end
-      k = k * 4
-    end
-  end
-  return nil
 end
 
 -- Pass 1, reads only: which messages are new, and what they would store.
@@ -272,6 +205,7 @@ for m = 1, nmsg do
         heads[qi][m] = head
         local envelope = #head + 1 + #ARGV[pos + 1]
         new_bytes = new_bytes + (COPY_BYTES + envelope) * #qd.dests
+        qd.copy_b = qd.copy_b + COPY_BYTES + envelope
         local size = envelope + content
         if qd.max_mb > 0 and size > qd.max_mb then
           return redis.error_reply(string.format('TOOBIG %d %d %.0f %.0f', qi, m, size, qd.max_mb))
@@ -295,8 +229,9 @@ end
 local drops = {}          -- {d, qd, victims} per destination that drops waiting messages
 for qi, qd in ipairs(queues) do
   if (qd.max_n > 0 or qd.max_b > 0) and qd.add_n > 0 then
-    for _, d in ipairs(qd.dests) do
-      local n, b = held_count(d), tonumber(redis.call('GET', d.held) or '0')
+    for i, d in ipairs(qd.dests) do
+      local owed_n, owed_b = pending_of(PENDING, qd.members[i], qd.gen)
+      local n, b = held_count(d) + owed_n, tonumber(redis.call('GET', d.held) or '0') + owed_b
       local need_n = qd.max_n > 0 and n + qd.add_n - qd.max_n or 0
       local need_b = qd.max_b > 0 and b + qd.add_b - qd.max_b or 0
       if need_n > 0 or need_b > 0 then
@@ -311,7 +246,8 @@ for qi, qd in ipairs(queues) do
           return redis.error_reply(string.format('QUEUEFULL %d %s %.0f %.0f %s %d', qi, limit, max, held,
                                                  qd.overflow, fits and 1 or 0))
         end
-        drops[#drops + 1] = {d = d, qd = qd, victims = victims}
+        -- A chunked send's step chooses them again when it copies to d, against what d holds then.
+        if not staged then drops[#drops + 1] = {d = d, qd = qd, victims = victims} end
       end
     end
   end
@@ -368,11 +304,63 @@ for m = 1, nmsg do
   end
 end
 
+local function answer_tail()
+  local answer, run = {copies .. '|' .. stamp .. '|' .. seq_before .. '|'}, 0
+  for m = 1, nmsg do
+    if is_new[m] then
+      run = run + 1
+    else
+      if run > 0 then answer[#answer + 1] = '+' .. run .. ',' end
+      run = 0
+      answer[#answer + 1] = ids[m] .. ','
+    end
+  end
+  if run > 0 then answer[#answer + 1] = '+' .. run end
+  return table.concat(answer)
+end
+
+if marker_bytes > 0 then ledger_add(LEDGER, USAGE, now + window, window, marker_bytes) end
+for _, qd in ipairs(queues) do
+  count('sent', new_count, qd.cfg)
+  count_rate('s', new_count, now, qd.cfg)
+end
+
+if staged and #fresh > 0 then
+  -- The journal: what the steps need to make the copies without the request (send_apply.lua).
+  call_batched('HSET', DOC, doc_args)
+  if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
+  if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
+  redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
+  local j = {'c', 0, 'n', copies, 'nf', #fresh, 'st', stamp, 'mx', top_new, 'an', answer_tail(), 'dr', 0,
+             'rf', record_field, 'rk', RECORD, 'dg', digest, 'rms', ARGV[9], 'sy', sync and 1 or 0}
+  local di = 0
+  for qi, qd in ipairs(queues) do
+    j[#j + 1], j[#j + 2] = 'q' .. qi, qd.ttl .. '|' .. qd.add_b .. '|' .. qd.copy_b
+    for i = 1, #qd.dests do
+      di = di + 1
+      j[#j + 1], j[#j + 2] = 'd' .. di, qi .. '|' .. qd.gen .. '|' .. qd.members[i]
+      pend(PENDING, qd.members[i], qd.gen, #fresh, qd.add_b)
+    end
+  end
+  for f, m in ipairs(fresh) do
+    j[#j + 1] = 'm' .. f
+    j[#j + 1] = ids[m] .. '|' .. ARGV[starts[m] + 2] .. '|' .. priorities[m] .. '|' .. (expiries[m] or 0) .. '|' ..
+                ARGV[starts[m] + 1]
+  end
+  call_batched('HSET', JOURNAL, j)
+  redis.call('ZADD', JOURNALS, now, ARGV[10])
+  return {-3, copies, #fresh}
+end
+
 -- Pass 3: a copy of each new message in every destination.
 if #fresh > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
+  local fresh_ids, fresh_priorities, fresh_json = {}, {}, {}
+  for f, m in ipairs(fresh) do
+    fresh_ids[f], fresh_priorities[f], fresh_json[f] = ids[m], priorities[m], ARGV[starts[m] + 1]
+  end
   for qi, qd in ipairs(queues) do
     local msg_args, expiry_args, first_expiry = {}, {}, nil
     for _, m in ipairs(fresh) do
@@ -385,94 +373,24 @@ if #fresh > 0 then
         if not first_expiry or x < first_expiry then first_expiry = x end
       end
     end
+    local batch = {msg = msg_args, all = all_args, exp = expiry_args, first = first_expiry, ids = fresh_ids,
+                   priorities = fresh_priorities, json = fresh_json, bytes = qd.add_b, lv = qd.last_value_key,
+                   cfg = qd.cfg}
     for i, d in ipairs(qd.dests) do
-      redis.call('INCRBY', d.held, qd.add_b)
-      redis.call('ZADD', OLDEST, 'NX', now, qd.members[i])
-      call_batched('HSET', d.msg, msg_args)
-      call_batched('ZADD', d.all, all_args)
-      local state_args, ranked_args = {}, {}
-      for _, m in ipairs(fresh) do
-        local id = ids[m]
-        local where = 'z'
-        if priorities[m] == DEFAULT_PRIORITY then
-          where = 'r' .. redis.call('XADD', d.ready, '*', 'm', id)
-        else
-          ranked_args[#ranked_args + 1] = ready_score(priorities[m], id)
-          ranked_args[#ranked_args + 1] = id
-        end
-        state_args[#state_args + 1] = id
-        state_args[#state_args + 1] = '0|0|' .. where
-      end
-      call_batched('HSET', d.state, state_args)
-      if #ranked_args > 0 then
-        call_batched('ZADD', d.rz, ranked_args)
-        wake(d)
-      end
-      if first_expiry then
-        call_batched('ZADD', d.exp, expiry_args)
-        due_by(DUE, qd.members[i], first_expiry)
-      end
-      if qd.last_value_key then
-        for _, m in ipairs(fresh) do
-          last_value_arrives(d, ids[m], last_value_key(qd.last_value_key, ARGV[starts[m] + 1]), USAGE, qd.cfg)
-        end
-      end
+      store_copies(d, qd.members[i], batch, now, DUE, OLDEST, USAGE)
     end
   end
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
   redis.call('HINCRBY', USAGE, 'messages', #fresh * copies)
 end
-if marker_bytes > 0 then ledger_add(LEDGER, USAGE, now + window, window, marker_bytes) end
 local dropped = 0
 for _, plan in ipairs(drops) do
-  local d, qd, gone, n = plan.d, plan.qd, {}, 0
-  for _, v in ipairs(plan.victims) do
-    -- A last-value message the batch itself superseded is gone already.
-    if redis.call('HEXISTS', d.state, v.id) == 1 then
-      unlink(d, v.id, v.where)
-      n = n + 1
-      if qd.to_dl then
-        dead_letter(d, qd, v.id, v.dc, v.fails, OVERFLOW_REASON, USAGE, qd.cfg)
-      else
-        gone[#gone + 1] = v.id
-      end
-    end
-  end
-  forget(d, gone, USAGE, 0, false)
-  count('dropped', n, qd.cfg)
-  dropped = dropped + n
-end
-for _, qd in ipairs(queues) do
-  count('sent', new_count, qd.cfg)
-  count_rate('s', new_count, now, qd.cfg)
+  dropped = dropped + drop_victims(plan.d, plan.qd, plan.victims, USAGE)
 end
 -- A send whose messages were all stored before (repeated dedupe ids) writes nothing else, and a
 -- wait for the disk after a call that wrote nothing returns at once: this write makes the caller's
 -- wait cover everything stored before it, the originals included.
 if sync then redis.call('HINCRBY', queues[1].cfg, 'n:sync_sends', 1) end
-local answer, run = {dropped .. ':' .. copies .. '|' .. stamp .. '|' .. seq_before .. '|'}, 0
-for m = 1, nmsg do
-  if is_new[m] then
-    run = run + 1
-  else
-    if run > 0 then answer[#answer + 1] = '+' .. run .. ',' end
-    run = 0
-    answer[#answer + 1] = ids[m] .. ','
-  end
-end
-if run > 0 then answer[#answer + 1] = '+' .. run end
-local stored = table.concat(answer)
-local record_ms = tonumber(ARGV[9])
-local fields = {record_field, stored}
-if digest ~= '' then
-  fields[3], fields[4] = '#b', digest
-end
-redis.call('HSET', RECORD, unpack(fields))
-redis.call('PEXPIRE', RECORD, record_ms)
-if digest ~= '' then
-  -- A sender's key counts against its quota as a de-duplication marker does, until it expires;
-  -- the node's own token, kept minutes, is the node's cost.
-  ledger_add(LEDGER, USAGE, now + record_ms, record_ms, MARKER_BYTES + #RECORD + #record_field + #stored + #digest)
-end
+write_record(RECORD, record_field, dropped .. ':' .. answer_tail(), digest, tonumber(ARGV[9]), LEDGER, USAGE, now)
 table.insert(ids, 1, dropped)
 return ids

@@ -95,6 +95,28 @@ class TenantKeys:
         since a client's Idempotency-Key may hold any printable character."""
         return f"{self._p}:req:{hashlib.sha1(token.encode('utf-8')).hexdigest()}"
 
+    def send_journal_name(self, token: str, call_field: str) -> str:
+        """A chunked send's journal's name in :attr:`send_journals`: one a script call of a request
+        (its token and its field in the request's record), hashed as :meth:`request_record` is."""
+        return hashlib.sha1(f"{token}\0{call_field}".encode("utf-8")).hexdigest()
+
+    def send_journal(self, name: str) -> str:
+        """What a chunked send's steps make its copies from (``send_journal.SendJournals``), by
+        its name in :attr:`send_journals`."""
+        return f"{self._p}:jr:{name}"
+
+    @property
+    def send_journals(self) -> str:
+        """Sorted set: the chunked sends under way, by journal name, scored by when one last
+        stepped (ms): the maintenance finishes those left untouched."""
+        return f"{self._p}:journals"
+
+    @property
+    def pending_copies(self) -> str:
+        """Hash ``<destination member>|<queue generation>`` -> the copies chunked sends under way
+        still owe the destination, and ``...|b`` -> their bytes: what its limits count as held."""
+        return f"{self._p}:pending"
+
     @property
     def oldest(self) -> str:
         return f"{self._p}:oldest"

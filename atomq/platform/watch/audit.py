@@ -112,6 +112,29 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     return out
 
 
+def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int]:
+    """What the chunked sends under way (``send_journal``) still owe: the pending hash's fields
+    they account for, a reference to each of their documents per destination not yet copied to, and
+    the usage bytes of those copies, which their first step counted."""
+    pending: Counter[str] = Counter()
+    refs: Counter[str] = Counter()
+    reserved = 0
+    for name in client.zrange(tk.send_journals, 0, -1):
+        journal = {f.decode(): v.decode() for f, v in client.hgetall(tk.send_journal(name.decode())).items()}
+        if not journal:
+            continue
+        docs = [f"{m.split('|', 2)[0]}.{n}" for f, m in journal.items() if f[0] == "m" and f[1:].isdigit()
+                for n in range(1, int(m.split("|", 2)[1]) + 1)]
+        for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
+            queue, gen, member = journal[f"d{i}"].split("|", 2)
+            _, add_b, copy_b = journal[f"q{queue}"].split("|")
+            pending[f"{member}|{gen}"] += int(journal["nf"])
+            pending[f"{member}|{gen}|b"] += int(add_b)
+            reserved += int(copy_b)
+            refs.update(docs)
+    return {f: n for f, n in pending.items() if n}, refs, reserved
+
+
 def _recount(client: Any, tk: k.TenantKeys) -> tuple[int, int, int]:
     """What the tenant's data holds, as the usage hash's fields count it: bytes, markers, messages."""
     stored, copies = 0, 0
@@ -128,7 +151,7 @@ def _recount(client: Any, tk: k.TenantKeys) -> tuple[int, int, int]:
         props = client.hstrlen(tk.doc_props, doc)
         stored += DOC_BYTES + client.hstrlen(tk.doc, doc) + (DOC_BYTES + props if props else 0)
     markers = sum(int(v) for v in client.hvals(tk.marker_ledger))
-    return stored, markers, copies
+    return stored + _journals(client, tk)[2], markers, copies
 
 
 def recount_usage(client: Any, tenant: str) -> dict[str, int]:
@@ -202,6 +225,11 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         for msg_id, env in envs.items():
             for n in range(1, _doc_count(env) + 1):
                 refs[f"{msg_id}.{n}"] += 1
+    owed, journal_refs, _ = _journals(r, tk)
+    refs.update(journal_refs)
+    pending = {f.decode(): int(v) for f, v in r.hgetall(tk.pending_copies).items()}
+    if pending != owed:
+        problems.append(f"pending copies say {pending}, the chunked sends under way owe {owed}")
     stored_refs = {i.decode(): int(v) for i, v in r.hgetall(tk.doc_refs).items()}
     if stored_refs != {doc: n for doc, n in refs.items() if n > 1}:
         problems.append("document reference counts disagree with the messages that refer to them")
