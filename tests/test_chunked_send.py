@@ -5,6 +5,10 @@ whoever finds its journal: the request, its retry, or the maintenance once its n
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -239,4 +243,44 @@ def test_a_publish_at_the_real_chunk_bound_is_stored_in_steps(valkey, tenant: st
     assert ran.count("send_apply") == 2, "8 queues of 500 copies, then 1"
     assert all(held(qs, tenant, f"q{i}") == published.ids for i in range(9))
     assert_audit_clean(client, {tenant})
+    client.close()
+
+
+def _publish_and_hang(url: str, tenant: str, stepped: Any) -> None:
+    """A process of its own: a chunked publish whose node stops answering after its first step."""
+    import redis
+
+    send_journal.CHUNK_COPIES = 10
+    real = send_journal.SendJournals.finish
+
+    def one_step_then_hang(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
+                           budget: ChunkBudget | None = None) -> send_journal.Finished:
+        real(self, tk, name, record, ChunkBudget(1))
+        stepped.set()
+        threading.Event().wait()  # until killed
+        raise AssertionError("killed before")
+
+    send_journal.SendJournals.finish = one_step_then_hang  # type: ignore[method-assign]
+    QueueServer(redis.Redis.from_url(url), FAST).publish(tenant, "x/1", [msg("a"), msg("b"), msg("c")])
+
+
+def test_a_node_killed_mid_request_leaves_nothing_lost_or_reserved(
+        valkey, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    destinations = five_destinations(qs, tenant)
+    ctx = multiprocessing.get_context("fork")
+    stepped = ctx.Event()
+    node = ctx.Process(target=_publish_and_hang, args=(valkey.url, tenant, stepped))
+    node.start()
+    try:
+        assert stepped.wait(30), "the publish made its first step"
+    finally:
+        os.kill(node.pid, signal.SIGKILL)
+        node.join(10)
+    assert held(qs, tenant, "s", "three") == [] and len(held(qs, tenant, "a")) == 3, "its first step only"
+    assert finish_by_maintenance(qs, tenant, monkeypatch)["sends_finished"] == 1
+    ids = held(qs, tenant, "a")
+    assert len(ids) == 3 and all(held(qs, tenant, q, s) == ids for q, s in destinations)
+    assert not client.exists(k.TenantKeys(tenant).pending_copies)
     client.close()

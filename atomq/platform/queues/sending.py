@@ -153,7 +153,8 @@ class Sending:
         Conflict (``idempotency_key_reused``). A send whose answer the store lost raises
         OutcomeUnknown: sent again with the same key, it is stored once. ``admit`` is given the
         message copies the send is about to store, before anything is written, and may refuse it
-        (the server's limits: ``atomq.platform.guards.server_limits``).
+        (the server's limits: ``atomq.platform.guards.server_limits``). A batch of more copies than
+        ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one.
         """
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
@@ -197,7 +198,8 @@ class Sending:
         order of the messages of each topic; messages of topics that reach different sets of queues
         are stored group by group, so a queue that two such groups reach gets them group by group.
         ``idempotency_key`` and ``admit`` as in :meth:`send_batch`: a repeat stores only what no try
-        stored yet."""
+        stored yet. A group of more copies than ``send_journal.CHUNK_COPIES`` is checked whole, then
+        copied in steps (``send_journal``): its queues may see it land queue by queue."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         token = RequestToken.of(idempotency_key)
         if len(topics) != len(messages):

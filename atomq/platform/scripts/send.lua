@@ -200,10 +200,16 @@ for m = 1, nmsg do
         if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
         content = content + data + props
       end
+      local by_ttl = {}   -- the head of queues of one message_ttl_ms is the same: made once
+      local json = #ARGV[pos + 1]
       for qi, qd in ipairs(queues) do
-        local head = make_head(ndocs, priority, expiry_in(qd, x))
+        local head = by_ttl[qd.ttl]
+        if not head then
+          head = make_head(ndocs, priority, expiry_in(qd, x))
+          by_ttl[qd.ttl] = head
+        end
         heads[qi][m] = head
-        local envelope = #head + 1 + #ARGV[pos + 1]
+        local envelope = #head + 1 + json
         new_bytes = new_bytes + (COPY_BYTES + envelope) * #qd.dests
         qd.copy_b = qd.copy_b + COPY_BYTES + envelope
         local size = envelope + content
