@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
 
-CHUNK_COPIES = 4_000
-"""The most message copies one step of a send makes (about 12 µs each, so one script stays near
-50 ms at the heaviest shape a send may take: 1,000 messages of 10 documents each). A call of at
+CHUNK_COPIES = 3_000
+"""The most message copies one step of a send makes. A copy costs the store 10 to 12 µs of its one
+thread (bench/request_bounds.py), so a step holds it some 35 ms, under the 50 ms one-tenant bound
+with room for the dearer shapes (priorities, expiries, last values, overflow drops). A call of at
 most this many copies runs as one script, as before chunking; so does a call to one destination,
-whose copies a request's size bounds (``max_messages_per_request``) to a step's."""
+whose copies a request's size bounds (``max_messages_per_request``, 1,000)."""
 
 STALE_MS = 5_000
 """A journal no step touched for this long is finished by the maintenance: its request died."""

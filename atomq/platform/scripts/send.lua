@@ -162,8 +162,21 @@ local priorities = {}     -- message index -> priority
 local expiries = {}       -- message index -> its own expiry (ms) or nil
 local dds = {}            -- message index -> dedupe key index
 local heads = {}          -- queue index -> message index -> envelope head there
-for qi = 1, nqueue do heads[qi] = {} end
-local new_count, new_bytes, top_new = 0, 0, -1
+-- Queues of one message_ttl_ms give a message the same head: each class of them makes it once a
+-- message, so a publish to many queues costs a pass over its messages, not over messages x queues.
+local classes, class_of = {}, {}
+for qi, qd in ipairs(queues) do
+  local c = class_of[qd.ttl]
+  if not c then
+    c = {qd = qd, queues = {}, limited = {}, heads = {}, copy_b = 0, add_b = 0}
+    class_of[qd.ttl] = c
+    classes[#classes + 1] = c
+  end
+  c.queues[#c.queues + 1] = qi
+  if qd.max_mb > 0 then c.limited[#c.limited + 1] = qi end
+  heads[qi] = c.heads
+end
+local new_count, new_bytes, top_new, added = 0, 0, -1, 0
 local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
@@ -200,28 +213,32 @@ for m = 1, nmsg do
         if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
         content = content + data + props
       end
-      local by_ttl = {}   -- the head of queues of one message_ttl_ms is the same: made once
       local json = #ARGV[pos + 1]
-      for qi, qd in ipairs(queues) do
-        local head = by_ttl[qd.ttl]
-        if not head then
-          head = make_head(ndocs, priority, expiry_in(qd, x))
-          by_ttl[qd.ttl] = head
-        end
-        heads[qi][m] = head
+      for _, c in ipairs(classes) do
+        local head = make_head(ndocs, priority, expiry_in(c.qd, x))
+        c.heads[m] = head
         local envelope = #head + 1 + json
-        new_bytes = new_bytes + (COPY_BYTES + envelope) * #qd.dests
-        qd.copy_b = qd.copy_b + COPY_BYTES + envelope
         local size = envelope + content
-        if qd.max_mb > 0 and size > qd.max_mb then
-          return redis.error_reply(string.format('TOOBIG %d %d %.0f %.0f', qi, m, size, qd.max_mb))
+        for _, qi in ipairs(c.limited) do
+          local most = queues[qi].max_mb
+          if size > most then
+            return redis.error_reply(string.format('TOOBIG %d %d %.0f %.0f', qi, m, size, most))
+          end
         end
-        qd.add_n, qd.add_b = qd.add_n + 1, qd.add_b + size
+        c.copy_b, c.add_b = c.copy_b + COPY_BYTES + envelope, c.add_b + size
       end
+      added = added + 1
       if priority > top_new then top_new = priority end
     end
   end
   pos = pos + 3 + ndocs * 2
+end
+for _, c in ipairs(classes) do
+  for _, qi in ipairs(c.queues) do
+    local qd = queues[qi]
+    qd.add_n, qd.add_b, qd.copy_b = added, c.add_b, c.copy_b
+    new_bytes = new_bytes + c.copy_b * #qd.dests
+  end
 end
 if quota > 0 and new_bytes > 0 then
   local counted = redis.call('HMGET', USAGE, 'bytes', 'markers')
