@@ -332,7 +332,16 @@ class Sending:
             else:
                 reply = storage.run("send", keys, args, errors, writes_once=True)
             if int(reply[0]) in (JOURNAL_UNDER_WAY, PREPARED):
-                reply, synced = self._finish(tk, journal, keys[6], call)
+                done = self._journals.finish(tk, journal, keys[6])
+                reply, synced = [-1, done.answer], done.synced
+                if done.answer is None or (sync and synced is None):
+                    # Another caller (a retry, the maintenance) made the last step: the call again
+                    # answers from the record, and on a sync queue waits for the disk, as any repeat does.
+                    if sync:
+                        reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
+                                                            settings.sync_timeout_ms, writes_once=True)
+                    else:
+                        reply = storage.run("send", keys, args, errors, writes_once=True)
         except OutcomeUnknown as exc:
             raise outcome_unknown(exc, call.token) from None
         except _QuotaRefused:
@@ -345,7 +354,7 @@ class Sending:
             sent = Sent(*stored_answer(reply[1]))  # as the first try answered, whatever the routes are now
         else:
             sent = Sent(ids=[i.decode() for i in reply[1:]], dropped=int(reply[0]), destinations=destinations)
-        if sync and synced is not None and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
+        if sync and (synced[0] < 1 or synced[1] < settings.sync_min_replicas):
             raise NotDurable(
                 f"the send was stored but not synced to "
                 f"{f'{settings.sync_min_replicas} replicas' if synced[0] else 'disk'} within "
@@ -353,19 +362,6 @@ class Sending:
                 ids=sent.ids, synced_local=synced[0], synced_replicas=synced[1],
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
-
-    def _finish(self, tk: k.TenantKeys, journal: str, record: str, call: RecordedCall) -> tuple[list[Any], Any]:
-        """Makes the copies of a chunked send (``send_journal``), then answers as a repeat of the
-        call does: from the request's record, with WAITAOF's acknowledgements when this caller ran
-        the last step (None when another caller did, the maintenance or a retry, and waited)."""
-        done = self._journals.finish(tk, journal, record)
-        answer = done.answer
-        if answer is None:
-            answer = self._shared.storage.call(self._shared.client.hget, record, call.field)
-            if answer is None:
-                raise OutcomeUnknown("the send's steps were finished elsewhere and its record is gone",
-                                     redis_error="")
-        return [-1, answer], done.synced
 
     def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[tuple[str, str]]]:
         """The script's arguments for a send's messages, and the batch's distinct ("", dedupe id)
