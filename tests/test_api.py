@@ -425,6 +425,20 @@ def test_publish_subscribe_over_http(acme) -> None:
     assert [s["name"] for s in acme("GET", "/v1/queues/news", status=200)["subscribers"]] == ["a"]
 
 
+def test_a_publish_past_the_chunk_bound_is_stored_whole_and_answered_once(acme) -> None:
+    """4 queues x 1,000 messages: 4,000 copies, past ``send_journal.CHUNK_COPIES``, so stored in
+    steps (the served node's own constant); the answer comes once every copy is made."""
+    for q in ("b1", "b2", "b3", "b4"):
+        acme("PUT", f"/v1/queues/{q}", {"model": "point_to_point", "topics": ["bulk/>"]}, 201)
+    body = {"messages": [{"documents": [{"data": f"m{i}"}]} for i in range(1000)]}
+    published = acme("POST", "/v1/topics/bulk/1/messages", body, 201)
+    assert published["copies"] == 4000 and published["queues"] == ["b1", "b2", "b3", "b4"]
+    for q in ("b1", "b2", "b3", "b4"):
+        assert acme("GET", f"/v1/queues/{q}", status=200)["depth"] == 1000
+    page = acme("GET", "/v1/queues/b4/messages", status=200, limit=1000)["messages"]
+    assert [m["id"] for m in page] == published["ids"], "every copy, in the request's order"
+
+
 def test_a_tenant_never_sees_another_tenants_data(acme, other, owner) -> None:
     acme("PUT", "/v1/queues/secret", {"model": "point_to_point"}, 201)
     acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe"}, 201)

@@ -71,17 +71,19 @@ class SendJournals:
                 return Finished(None)
             done, total, fresh, sync = int(head[0]), int(head[1]), int(head[2]), head[3] == b"1"
             members = storage.call(client.hmget, journal, [f"d{i}" for i in range(done + 1, total + 1)])
+            if None in members:
+                continue  # finished between the two reads
             per_step = max(1, CHUNK_COPIES // fresh)
             while done < total:
                 if budget is not None and not budget.take():
                     return Finished(None)
                 step = min(per_step, total - done)
-                keys = [tk.doc, tk.doc_props, tk.doc_refs, "", journal, tk.send_journals, tk.pending_copies, record,
-                        tk.usage, tk.due, tk.oldest, tk.marker_ledger]
+                destinations: list[str] = []
                 for raw in members[:step]:
                     qk, d = tk.destination_named(raw.decode().split("|", 2)[2])
-                    keys += [qk.config, qk.subscribers, *d.as_list()]
-                keys[3] = keys[12]
+                    destinations += [qk.config, qk.subscribers, *d.as_list()]
+                keys = [tk.doc, tk.doc_props, tk.doc_refs, destinations[0], journal, tk.send_journals,
+                        tk.pending_copies, record, tk.usage, tk.due, tk.oldest, tk.marker_ledger, *destinations]
                 args = [done, step, name]
                 synced = None
                 if sync and done + step == total:
