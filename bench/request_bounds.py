@@ -5,10 +5,12 @@ Five parts (--parts, default all), each on a store or node of its own:
 
   scripts   an embedded Valkey (AOF everysec) and the library in this
             process: each script at the bounds a request may reach, timed
-            by the store itself (SLOWLOG, every call logged), and the most
-            CPU time Valkey's main thread spent on one call (schedstat: what
-            a busy machine's descheduling does not inflate); the longest
-            call of --repeat runs (default 3) of each case: a send of 1,000
+            by the store itself (SLOWLOG, every call logged), and the CPU
+            time Valkey's main thread spent on each call (schedstat: what a
+            busy machine's descheduling does not inflate): the most, the
+            first call's of each run, and the median and p90 of the later
+            calls (the steps of a chunked send); the longest call of
+            --repeat runs (default 3) of each case: a send of 1,000
             messages of 1 KiB; of 1,000 messages of 10 documents of 900 B
             (the request size's bound); a publish of 1,000 messages to a
             topic 100 queues attract, the same of 10 documents of 900 B each,
@@ -48,7 +50,8 @@ Five parts (--parts, default all), each on a store or node of its own:
             refused 503 by a bound per address, answered 408 by a deadline)
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
-JSON object: "scripts": {case: {wall_ms, cpu_ms}}, "bystander": {phase: {p50_ms,
+JSON object: "scripts": {case: {wall_ms, cpu_ms, first_cpu_ms, and for
+several calls rest_median_cpu_ms, rest_p90_cpu_ms}}, "bystander": {phase: {p50_ms,
 p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
 match_ms}}, "changes": {"100"|"10000": {rebuild_ms, update_ms, updated_mib,
 fresh_mib}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
@@ -107,10 +110,11 @@ def main_thread_cpu_ns(pid: int) -> int:
         return int(f.read().split()[0])
 
 
-def most_script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> float:
-    """The most CPU time of Valkey's main thread one script call of ``run()`` took, in ms: unlike
-    SLOWLOG's wall time, a figure a busy machine (the store descheduled mid-script) leaves alone."""
-    storage, most = qs.storage, [0]
+def script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> list[float]:
+    """The CPU time of Valkey's main thread each script call of ``run()`` took, in order, in ms:
+    unlike SLOWLOG's wall time, a figure a busy machine (the store descheduled mid-script) leaves
+    far less inflated."""
+    storage, spent = qs.storage, []
     plain, durably = storage.run, storage.run_durably
 
     def timed(call: Any) -> Any:
@@ -119,7 +123,7 @@ def most_script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> float:
             try:
                 return call(*args, **kwargs)
             finally:
-                most[0] = max(most[0], main_thread_cpu_ns(pid) - before)
+                spent.append((main_thread_cpu_ns(pid) - before) / 1e6)
         return wrapper
 
     storage.run, storage.run_durably = timed(plain), timed(durably)  # type: ignore[method-assign]
@@ -127,7 +131,7 @@ def most_script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> float:
         run()
     finally:
         del storage.run, storage.run_durably
-    return most[0] / 1e6
+    return spent
 
 
 def script_cases(qs: QueueServer) -> dict[str, Any]:
@@ -189,9 +193,14 @@ def run_scripts(qs: QueueServer, repeat: int) -> dict[str, Any]:
         runs, cpu = [], []
         for _ in range(repeat):
             setup()
-            runs.append(longest_script_ms(client, lambda: cpu.append(most_script_cpu_ms(qs, pid, timed))))
-        out[case] = {"wall_ms": max(runs), "cpu_ms": round(max(cpu), 1)}
-        progress(f"  {case}: longest script {out[case]['wall_ms']:.1f} ms, {out[case]['cpu_ms']:.1f} ms of CPU")
+            runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed))))
+        out[case] = {"wall_ms": max(runs), "cpu_ms": round(max(max(c) for c in cpu), 1),
+                     "first_cpu_ms": [round(c[0], 1) for c in cpu]}
+        rest = sorted(ms for c in cpu for ms in c[1:])
+        if len(rest) > 1:  # a chunked send's steps after its first: their spread
+            out[case].update(rest_median_cpu_ms=round(statistics.median(rest), 1),
+                             rest_p90_cpu_ms=round(rest[int(len(rest) * 0.9)], 1))
+        progress(f"  {case}: longest script {out[case]['wall_ms']:.1f} ms; CPU {out[case]}")
     client.config_set("slowlog-log-slower-than", 10_000)
     return out
 
