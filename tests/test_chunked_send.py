@@ -50,13 +50,14 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 @pytest.fixture
 def dies_after_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The request's node dies after the first step of a chunked send: the journal stays, untouched."""
+    """The request's node dies after the first step of copies of a chunked send (the step before it
+    writes the documents' reference counts): the journal stays, untouched."""
     real = send_journal.SendJournals.finish
 
     def one_step(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
                  budget: ChunkBudget | None = None) -> send_journal.Finished:
         if budget is None:
-            real(self, tk, name, record, ChunkBudget(1))
+            real(self, tk, name, record, ChunkBudget(2))
             raise StorageError("the node died")
         return real(self, tk, name, record, budget)
 
@@ -89,7 +90,7 @@ def test_a_publish_past_the_chunk_is_stored_in_steps_one_copy_a_destination_in_o
     messages = [msg(f"m{i}", f"doc{i}", colour="red") for i in range(4)]
     messages[1] = dataclasses.replace(messages[1], priority=7)
     published = qs.publish(tenant, "x/1", messages)
-    assert steps == ["send"] + ["send_apply"] * 3, "4 messages: 2 destinations (8 copies) a step"
+    assert steps == ["send"] + ["send_apply"] * 4, "the reference counts, then 2 destinations (8 copies) a step"
     assert published.queues == ["a", "b", "s"] and published.copies == 20 and published.dropped == 0
     for queue, sub in destinations:
         assert sorted(held(qs, tenant, queue, sub)) == sorted(published.ids)
@@ -136,7 +137,7 @@ def test_drop_oldest_across_steps_drops_exactly_what_each_destination_needs(
     destinations = five_destinations(qs, tenant, max_messages=4, overflow="drop_oldest")
     old = qs.publish(tenant, "x/old", [msg(f"old{i}") for i in range(3)])
     new = qs.publish(tenant, "x/new", [msg(f"new{i}") for i in range(3)])
-    assert steps.count("send_apply") == 4, "two chunked publishes: 3 destinations (9 copies), then 2"
+    assert steps.count("send_apply") == 6, "two chunked publishes: counts, 3 destinations (9 copies), then 2"
     assert new.dropped == 5 * 2, "each destination holds 3 + 3 and keeps 4: two of the oldest go"
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == old.ids[2:] + new.ids
@@ -149,7 +150,7 @@ def test_a_last_value_queue_keeps_the_newest_of_each_key_across_steps(
     qs.put_queue(tenant, "prices", P2P, topics=["x/>"], last_value=True, last_value_key="sym")
     older = qs.publish(tenant, "x/1", [msg("1.07", sym="EUR"), msg("150", sym="JPY")])
     newer = qs.publish(tenant, "x/1", [msg("1.08", sym="EUR"), msg("1.27", sym="GBP")])
-    assert steps.count("send_apply") == 4
+    assert steps.count("send_apply") == 6
     assert sorted(held(qs, tenant, "prices")) == sorted([older.ids[1], *newer.ids])
     assert held(qs, tenant, "a") == older.ids + newer.ids
     assert_audit_clean(qs.client, {tenant})
@@ -176,6 +177,30 @@ def test_a_node_dying_between_steps_leaves_the_rest_to_the_maintenance(
     assert_audit_clean(qs.client, {tenant})
 
 
+def test_a_node_dying_right_after_the_prepare_leaves_the_documents_counted_by_the_journal(
+        qs: QueueServer, tenant: str, steps: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = five_destinations(qs, tenant)
+    real = send_journal.SendJournals.finish
+
+    def dies(self: send_journal.SendJournals, *args: Any, **kwargs: Any) -> send_journal.Finished:
+        raise StorageError("the node died")
+
+    monkeypatch.setattr(send_journal.SendJournals, "finish", dies)
+    with pytest.raises(StorageError):
+        qs.publish(tenant, "x/1", [msg("a", "b"), msg("c"), msg("d")])
+    tk = k.TenantKeys(tenant)
+    assert qs.client.hlen(tk.doc) == 4 and qs.client.hlen(tk.doc_refs) == 0, "the first step writes the counts"
+    assert_audit_clean(qs.client, {tenant})
+    qs.delete_queue(tenant, "b")
+    monkeypatch.setattr(send_journal.SendJournals, "finish", real)
+    assert finish_by_maintenance(qs, tenant, monkeypatch)["sends_finished"] == 1
+    assert {d.documents[0].data for d in qs.get(tenant, "s", max_messages=10, subscriber="two")} == {"a", "c", "d"}
+    assert all(len(held(qs, tenant, q, sub)) == 3 for q, sub in destinations if q != "b")
+    assert qs.client.hgetall(tk.doc_refs) == {f"{i}.1".encode(): b"4" for i in held(qs, tenant, "a")} | {
+        f"{held(qs, tenant, 'a')[0]}.2".encode(): b"4"}, "four destinations left, four references each"
+    assert_audit_clean(qs.client, {tenant})
+
+
 def test_a_retry_mid_journal_goes_on_with_it_and_stores_nothing_twice(
         qs: QueueServer, tenant: str, steps: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = five_destinations(qs, tenant)
@@ -186,7 +211,7 @@ def test_a_retry_mid_journal_goes_on_with_it_and_stores_nothing_twice(
                    budget: ChunkBudget | None = None) -> send_journal.Finished:
         calls.append(1)
         if len(calls) == 1:
-            real(self, tk, name, record, ChunkBudget(1))
+            real(self, tk, name, record, ChunkBudget(2))
             raise StorageError("the store's answer was lost")
         return real(self, tk, name, record, budget)
 
@@ -195,7 +220,7 @@ def test_a_retry_mid_journal_goes_on_with_it_and_stores_nothing_twice(
     with pytest.raises(StorageError):
         qs.publish(tenant, "x/1", batch, idempotency_key="order-9")
     again = qs.publish(tenant, "x/1", batch, idempotency_key="order-9")
-    assert steps == ["send", "send_apply", "send", "send_apply"], "the retry makes the copies the first did not"
+    assert steps == ["send", "send_apply", "send_apply", "send", "send_apply"], "the retry makes the rest"
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == again.ids
     assert qs.publish(tenant, "x/1", batch, idempotency_key="order-9").ids == again.ids
@@ -236,7 +261,7 @@ def test_a_send_to_sync_queues_waits_for_the_disk_after_its_last_step(valkey, te
     five_destinations(qs, tenant, durability="sync")
     with pytest.raises(NotDurable) as err:
         qs.publish(tenant, "x/1", [msg("a"), msg("b"), msg("c")])
-    assert steps == ["send", "send_apply", "send_apply"]
+    assert steps == ["send", "send_apply", "send_apply", "send_apply"]
     assert err.value.details["ids"] == held(qs, tenant, "s", "three"), "stored, every copy, not synced"
     client.close()
 
@@ -252,7 +277,7 @@ def test_a_publish_at_the_real_chunk_bound_is_stored_in_steps(valkey, tenant: st
     messages = [msg("x") for _ in range(500)]
     published = qs.publish(tenant, "big/1", messages)
     assert send_journal.CHUNK_COPIES == 3_000 and published.copies == 3_500
-    assert ran.count("send_apply") == 2, "6 queues of 500 copies, then 1"
+    assert ran.count("send_apply") == 3, "the reference counts, 6 queues of 500 copies, then 1"
     assert all(held(qs, tenant, f"q{i}") == published.ids for i in range(7))
     assert_audit_clean(client, {tenant})
     client.close()
@@ -267,7 +292,7 @@ def _publish_and_hang(url: str, tenant: str, stepped: Any) -> None:
 
     def one_step_then_hang(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
                            budget: ChunkBudget | None = None) -> send_journal.Finished:
-        real(self, tk, name, record, ChunkBudget(1))
+        real(self, tk, name, record, ChunkBudget(2))
         stepped.set()
         threading.Event().wait()  # until killed
         raise AssertionError("killed before")

@@ -10,9 +10,10 @@ is therefore stored in steps, all or nothing in outcome:
    documents and the usage, each destination's copies reserved in the tenant's pending hash
    (which its limits count as held, so a racing send sees the room taken), and a journal holding
    what the copies are made from. Consumers see nothing yet.
-2. ``send_apply.lua`` makes the copies of the next destinations whose copies fit
-   :data:`CHUNK_COPIES`, all of a destination's in one step, and moves the cursor; the last step
-   writes the request's record and deletes the journal.
+2. ``send_apply.lua`` writes the documents' reference counts (a step of its own: at 10 documents
+   a message they are a fifth of the first call), then makes the copies of the next destinations
+   whose copies fit :data:`CHUNK_COPIES`, all of a destination's in one step, and moves the
+   cursor; the last step writes the request's record and deletes the journal.
 
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
@@ -66,10 +67,11 @@ class SendJournals:
         journal = tk.send_journal(name)
         settings = self._shared.settings
         while True:
-            head = storage.call(client.hmget, journal, "c", "n", "nf", "sy")
+            head = storage.call(client.hmget, journal, "c", "n", "nf", "sy", "dc")
             if head[0] is None:
                 return Finished(None)
             done, total, fresh, sync = int(head[0]), int(head[1]), int(head[2]), head[3] == b"1"
+            refs_owed = head[4] is not None  # the documents' reference counts: a step of their own
             members = storage.call(client.hmget, journal, [f"d{i}" for i in range(done + 1, total + 1)])
             if None in members:
                 continue  # finished between the two reads
@@ -77,12 +79,13 @@ class SendJournals:
             while done < total:
                 if budget is not None and not budget.take():
                     return Finished(None)
-                step = min(per_step, total - done)
+                step = 0 if refs_owed else min(per_step, total - done)
                 destinations: list[str] = []
                 for raw in members[:step]:
                     qk, d = tk.destination_named(raw.decode().split("|", 2)[2])
                     destinations += [qk.config, qk.subscribers, *d.as_list()]
-                keys = [tk.doc, tk.doc_props, tk.doc_refs, destinations[0], journal, tk.send_journals,
+                cfg = destinations[0] if destinations else tk.usage  # a step of no destination reads none
+                keys = [tk.doc, tk.doc_props, tk.doc_refs, cfg, journal, tk.send_journals,
                         tk.pending_copies, record, tk.usage, tk.due, tk.oldest, tk.marker_ledger, *destinations]
                 args = [done, step, name]
                 synced = None
@@ -98,7 +101,7 @@ class SendJournals:
                     return Finished(reply[1], synced)
                 if kind == "m":
                     break  # another caller stepped: read the journal again
-                done, members = int(reply[1]), members[step:]
+                done, members, refs_owed = int(reply[1]), members[step:], False
 
     def resume(self, tk: k.TenantKeys, name: str, budget: ChunkBudget) -> int:
         """Goes on, within ``budget``, with a journal the maintenance found untouched (its request's

@@ -5,7 +5,8 @@
 --              messages, st their send time, mx their highest priority, an the
 --              request record's answer after its dropped count, dr the messages
 --              dropped so far, rf/rk/dg/rms the record's field, key, body digest and
---              lifetime, sy 1 when a queue's sends wait for the disk (the caller
+--              lifetime, dc 1 while the documents' reference counts are owed (the
+--              first step writes them), sy 1 when a queue's sends wait for the disk (the caller
 --              waits after the last step, whose writes cover the others); q<i> per
 --              queue "<message_ttl_ms>|<bytes a destination holds more>|<usage
 --              bytes of a destination's copies>"; d<i> per destination "<queue
@@ -17,7 +18,8 @@
 -- KEYS[9..12]  the tenant's usage hash, due index, index of oldest messages, marker ledger
 -- KEYS[13..]   per destination of the step: its queue's cfg, subs, then DEST_KEYS keys
 -- ARGV[1]      the destinations done when the caller read the journal
--- ARGV[2]      the destinations of this step (the next ones, in the journal's order)
+-- ARGV[2]      the destinations of this step (the next ones, in the journal's order);
+--              0 for the step that only writes the documents' reference counts
 -- ARGV[3]      the journal's name in the index
 -- Each destination gets all of its copies in this one step, in the request's
 -- order, as a whole send would have stored them (the prepared send time, heads
@@ -33,7 +35,7 @@
 
 local JOURNAL, JOURNALS, PENDING, RECORD = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local USAGE, DUE, OLDEST, LEDGER = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms')
+local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc')
 if not j[1] then return {'g'} end
 local done, total, nfresh, at, top_new = tonumber(j[1]), tonumber(j[2]), tonumber(j[3]), tonumber(j[4]), tonumber(j[5])
 local step = tonumber(ARGV[2])
@@ -51,6 +53,23 @@ local all_args = {}
 for f, id in ipairs(ids) do
   all_args[#all_args + 1] = 0
   all_args[#all_args + 1] = id
+end
+
+if j[11] then
+  -- Every destination refers to every document, and none does yet: the count is theirs.
+  local refs = {}
+  for f, id in ipairs(ids) do
+    for k = 1, ndocs[f] do
+      refs[#refs + 1] = id .. '.' .. k
+      refs[#refs + 1] = total
+    end
+  end
+  call_batched('HSET', DOCR, refs)
+  redis.call('HDEL', JOURNAL, 'dc')
+end
+if step == 0 then
+  redis.call('ZADD', JOURNALS, 'XX', now_ms(), ARGV[3])
+  return {'c', done}
 end
 
 local dests = {}

@@ -125,12 +125,18 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
             continue
         docs = [f"{m.split('|', 2)[0]}.{n}" for f, m in journal.items() if f[0] == "m" and f[1:].isdigit()
                 for n in range(1, int(m.split("|", 2)[1]) + 1)]
+        # Before its first step a journal's documents have no reference counts (that step writes
+        # them): each stands as one reference, which no count records.
+        counts_owed = "dc" in journal
         for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
             queue, gen, member = journal[f"d{i}"].split("|", 2)
             _, add_b, copy_b = journal[f"q{queue}"].split("|")
             pending[f"{member}|{gen}"] += int(journal["nf"])
             pending[f"{member}|{gen}|b"] += int(add_b)
             reserved += int(copy_b)
+            if not counts_owed:
+                refs.update(docs)
+        if counts_owed:
             refs.update(docs)
     return {f: n for f, n in pending.items() if n}, refs, reserved
 
