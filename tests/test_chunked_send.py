@@ -263,6 +263,13 @@ def test_a_send_to_sync_queues_waits_for_the_disk_after_its_last_step(valkey, te
         qs.publish(tenant, "x/1", [msg("a"), msg("b"), msg("c")])
     assert steps == ["send", "send_apply", "send_apply", "send_apply"]
     assert err.value.details["ids"] == held(qs, tenant, "s", "three"), "stored, every copy, not synced"
+    batch = [msg("d"), msg("e"), msg("f"), msg("g")]  # 12 copies to the subscribers of s: chunked
+    with pytest.raises(NotDurable) as sent:
+        qs.send_batch(tenant, "s", batch, idempotency_key="k-1")
+    with pytest.raises(NotDurable) as repeated:  # answered from the record, it waits as the first did
+        qs.send_batch(tenant, "s", batch, idempotency_key="k-1")
+    assert repeated.value.details["ids"] == sent.value.details["ids"]
+    assert len(held(qs, tenant, "s", "one")) == 7, "nothing twice"
     client.close()
 
 

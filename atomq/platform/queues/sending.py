@@ -331,17 +331,19 @@ class Sending:
                                                     settings.sync_timeout_ms, writes_once=True)
             else:
                 reply = storage.run("send", keys, args, errors, writes_once=True)
+            answered = True  # by this caller's own call, or its last step, which waited for the disk
             if int(reply[0]) in (JOURNAL_UNDER_WAY, PREPARED):
                 done = self._journals.finish(tk, journal, keys[6])
-                reply, synced = [-1, done.answer], done.synced
-                if done.answer is None or (sync and synced is None):
-                    # Another caller (a retry, the maintenance) made the last step: the call again
-                    # answers from the record, and on a sync queue waits for the disk, as any repeat does.
-                    if sync:
-                        reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
-                                                            settings.sync_timeout_ms, writes_once=True)
-                    else:
-                        reply = storage.run("send", keys, args, errors, writes_once=True)
+                reply, synced, answered = [-1, done.answer], done.synced, done.answer is not None
+            if not answered or (sync and synced is None):
+                # Another caller (a retry, the maintenance) made the last step, or a chunked call was
+                # answered whole (a repeat) without a wait: the call again answers from the record, and
+                # on a sync queue waits for the disk, as any repeat does.
+                if sync:
+                    reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
+                                                        settings.sync_timeout_ms, writes_once=True)
+                else:
+                    reply = storage.run("send", keys, args, errors, writes_once=True)
         except OutcomeUnknown as exc:
             raise outcome_unknown(exc, call.token) from None
         except _QuotaRefused:
