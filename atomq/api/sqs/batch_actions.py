@@ -65,7 +65,7 @@ def _each(entries: list[dict[str, Any]],
 
 
 def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    queue = ctx.queue(params)
+    queue = ctx.queue(params, recent=True)
     entries = _entries(params)
     good, failed = _each(entries, lambda entry: outgoing(queue, entry))
     checked: dict[str, Outgoing] = good
@@ -84,7 +84,7 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
 
 def delete_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """One ack of the valid receipts; a receipt that holds no delivery any more succeeds, as SQS."""
-    name = ctx.queue_of(params)
+    name = ctx.queue_of(params, recent=True)
     entries = _entries(params)
     good, failed = _each(entries, lambda entry: checked_receipt(entry.get("ReceiptHandle")))
     if good:
@@ -96,7 +96,7 @@ def delete_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
 
 
 def change_message_visibility_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    name = ctx.queue_of(params)
+    name = ctx.queue_of(params, recent=True)
     entries = _entries(params)
 
     def change(entry: dict[str, Any]) -> None:

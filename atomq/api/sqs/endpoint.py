@@ -18,10 +18,18 @@ from flask import Blueprint, Response, current_app, g, request
 from atomq.api.sqs import batch_actions, message_actions, queue_actions, render, signing, tags
 from atomq.api.sqs.context import SqsContext
 from atomq.api.sqs.errors import as_sqs_error
+from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.api.sqs.wire import JSON, QUERY, SqsCall, is_json, read_json, read_query
 from atomq.errors import AtomqError, SqsError
 
 bp = Blueprint("sqs", __name__)
+RECENT_QUEUES = "atomq_sqs_recent_queues"
+"""The app's extension holding this process's ``RecentQueues``, made when the blueprint is registered."""
+
+
+@bp.record_once
+def _install(state: Any) -> None:
+    state.app.extensions[RECENT_QUEUES] = RecentQueues()
 
 Handler = Callable[[SqsContext, dict[str, Any]], dict[str, Any]]
 HANDLERS: dict[str, Handler] = {
@@ -71,7 +79,7 @@ def sqs(account: int | None, name: str | None) -> Response:
             raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account")
         ctx = SqsContext(services, identity.tenant_id, identity.key_id, account_id,
                          request.host_url.rstrip("/"), name, request.content_length or 0,
-                         signing.region_of(request))
+                         signing.region_of(request), current_app.extensions[RECENT_QUEUES])
         return render.answer(call.protocol, call.action, handler(ctx, call.params), request_id)
     except AtomqError as exc:
         return render.error(protocol, as_sqs_error(exc), request_id)

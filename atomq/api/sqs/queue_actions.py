@@ -34,6 +34,7 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         native, extra = qa.new_queue_settings(values)
         s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
                            extra_fields={**extra, **tag_fields(tags)})
+        ctx.forget(name)
         return {"QueueUrl": ctx.queue_url(name)}
     queue = ctx.named(name)
     other = qa.differing(ctx, s.queues.get_queue(ctx.tenant, name), queue, values)
@@ -59,6 +60,7 @@ def set_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
                                       extra_fields=qa.sqs_fields(values))
     else:
         ctx.services.queues.fields.set(ctx.tenant, queue.name, qa.sqs_fields(values))
+    ctx.forget(queue.name)
     return {}
 
 
@@ -102,5 +104,7 @@ def list_queues(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    ctx.services.queues.delete_queue(ctx.tenant, ctx.queue_of(params))
+    name = ctx.queue_of(params)
+    ctx.services.queues.delete_queue(ctx.tenant, name)
+    ctx.forget(name)
     return {}
