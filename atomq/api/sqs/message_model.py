@@ -80,9 +80,9 @@ def md5_attributes(attributes: dict[str, dict[str, Any]]) -> str | None:
 
 
 
-def size_of(body: str, attributes: dict[str, dict[str, Any]]) -> int:
-    """The message's size as SQS counts it."""
-    size = len(body.encode())
+def size_of(body: bytes, attributes: dict[str, dict[str, Any]]) -> int:
+    """The message's size as SQS counts it (``body`` in UTF-8)."""
+    size = len(body)
     for name, a in attributes.items():
         value = base64.b64decode(a["BinaryValue"]) if "BinaryValue" in a else a["StringValue"].encode()
         size += len(name.encode()) + len(a["DataType"].encode()) + len(value)
@@ -104,16 +104,17 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
-    if integer(params, "DelaySeconds", 0, 900, 0):
+    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
         raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
                                                 "scheduled): DelaySeconds must be 0")
-    attributes = checked_attributes(params.get("MessageAttributes", {}))
-    size = size_of(body, attributes)
+    attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
+    encoded = body.encode()
+    size = size_of(encoded, attributes)
     if size > queue.max_size:
         raise SqsError("InvalidParameterValue", f"the message is {size} bytes; queue {queue.name} takes at most "
                                                 f"{queue.max_size} (its MaximumMessageSize)")
-    answer = {"MD5OfMessageBody": md5_of_body(body)}
-    md5 = md5_attributes(attributes)
+    answer = {"MD5OfMessageBody": md5_of_body(encoded)}
+    md5 = md5_attributes(attributes) if attributes else None
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),
