@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from atomq.api.services import Services
+from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
@@ -105,7 +106,7 @@ class SqsContext:
                 fields = None
             if fields is None:
                 self.forget(name)
-                raise SqsError("QueueDoesNotExist", f"queue {name} does not exist")
+                raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, queue=name)
             if self.recent is not None:
                 self.recent.keep(self.tenant, name, fields)
         if fields["model"] != QueueModel.POINT_TO_POINT.value:
@@ -113,13 +114,16 @@ class SqsContext:
         return SqsQueue(name, fields)
 
     def name_in_url(self, url: str) -> str:
+        """The queue a QueueUrl names by its path; a bare queue name (which SDK resources built from a
+        name send, and SQS takes) names that queue."""
+        if SQS_QUEUE_NAME.fullmatch(url):
+            return url
         try:
             parts = urlsplit(url).path.strip("/").split("/")
         except ValueError:
             parts = []
         if len(parts) != 2 or parts[0] != self.account_id or not parts[1]:
-            raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account: it reads "
-                                                f"<endpoint>/{self.account_id}/<queue name>")
+            raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, expected=f"<endpoint>/{self.account_id}/<queue name>")
         return parts[1]
 
     def forget(self, name: str) -> None:

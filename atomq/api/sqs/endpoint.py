@@ -19,7 +19,7 @@ from atomq.api.key_checks import KeyCheckThrottle
 from atomq.api.services import Services
 from atomq.api.sqs import batch_actions, message_actions, queue_actions, render, signing, tags
 from atomq.api.sqs.context import SqsContext
-from atomq.api.sqs.errors import as_sqs_error
+from atomq.api.sqs.errors import NO_SUCH_QUEUE, as_sqs_error
 from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.api.sqs.wire import JSON, QUERY, SqsCall, is_json, read_json, read_query
 from atomq.errors import AtomqError, SqsError
@@ -80,7 +80,7 @@ def answer(request: Request, services: Services, throttle: KeyCheckThrottle, rec
                 raise SqsError("UnsupportedOperation", f"atomq does not take the SQS action {call.action!r}")
             account_id = services.tenants.sqs.account_id(identity.tenant_id)
             if account is not None and str(account) != account_id:
-                raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account")
+                raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE)
             ctx = SqsContext(services, identity.tenant_id, identity.key_id, account_id,
                              request.host_url.rstrip("/"), name, request.content_length or 0,
                              signing.region_of(request), recent)

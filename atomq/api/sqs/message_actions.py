@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from atomq.api.sqs.checksums import md5_of_body
+from atomq.api.sqs.errors import INVALID_RECEIPT
 from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
 from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
 from atomq.errors import InvalidInput, SqsError
@@ -89,7 +90,7 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
 def checked_receipt(receipt: Any) -> str:
     """A receipt handle as a receive gave it; ReceiptHandleIsInvalid else."""
     if not isinstance(receipt, str) or not RECEIPT.fullmatch(receipt):
-        raise SqsError("ReceiptHandleIsInvalid", "the receipt handle is not one this queue gave")
+        raise SqsError("ReceiptHandleIsInvalid", INVALID_RECEIPT)
     return receipt
 
 

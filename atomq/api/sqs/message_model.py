@@ -111,8 +111,8 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     encoded = body.encode()
     size = size_of(encoded, attributes)
     if size > queue.max_size:
-        raise SqsError("InvalidParameterValue", f"the message is {size} bytes; queue {queue.name} takes at most "
-                                                f"{queue.max_size} (its MaximumMessageSize)")
+        raise SqsError("InvalidParameterValue", "One or more parameters are invalid. Reason: Message must be "
+                                                f"shorter than {queue.max_size} bytes.", size=size)
     answer = {"MD5OfMessageBody": md5_of_body(encoded)}
     md5 = md5_attributes(attributes) if attributes else None
     if md5 is not None:

@@ -10,6 +10,7 @@ from typing import Any
 from atomq import defaults
 from atomq.api.sqs import queue_attributes as qa
 from atomq.api.sqs.context import SQS_QUEUE_NAME, SqsContext, integer, required, string_list
+from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.tags import checked_tags, tag_fields
 from atomq.errors import SqsError
 from atomq.platform.models import QueueModel
@@ -24,7 +25,8 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str) or not SQS_QUEUE_NAME.fullmatch(name):
         if isinstance(name, str) and name.endswith(".fifo"):
             raise SqsError("InvalidParameterValue", "FIFO queues (.fifo) are not taken yet")
-        raise SqsError("InvalidParameterValue", "QueueName must be 1 to 80 letters, digits, - and _")
+        raise SqsError("InvalidParameterValue", "Can only include alphanumeric characters, hyphens, or underscores. "
+                                                "1 to 80 in length")
     values = qa.checked(ctx, params.get("Attributes", {}))
     tags = checked_tags(params.get("tags", {}), "tags")
     s = ctx.services
@@ -74,7 +76,7 @@ def get_queue_url(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     name = required(params, "QueueName")
     owner = params.get("QueueOwnerAWSAccountId")
     if not isinstance(name, str) or (owner is not None and owner != ctx.account_id):
-        raise SqsError("QueueDoesNotExist", "the specified queue does not exist")
+        raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE)
     ctx.point_to_point(name)
     return {"QueueUrl": ctx.queue_url(name)}
 
