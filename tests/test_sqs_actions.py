@@ -247,6 +247,8 @@ def test_errors_read_as_sqs_words_them(sqs: Any) -> None:
         "Too many tags added for queue worded."
     deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "a", "ReceiptHandle": "nope"}])
     assert deleted["Failed"][0]["Message"] == 'The input receipt handle "nope" is not a valid receipt handle.'
+    too_long = error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "b" * 262_145}])
+    assert too_long["Message"] == "Batch requests cannot be longer than 262144 bytes. You have sent 262145 bytes."
     sqs.send_message(QueueUrl="worded", MessageBody="by name")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl="worded")["Messages"]] == ["by name"]
     sqs.delete_queue(QueueUrl=url)

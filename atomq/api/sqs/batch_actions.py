@@ -65,15 +65,29 @@ def _each(entries: list[dict[str, Any]],
     return good, failed
 
 
+def _bytes_of(entry: dict[str, Any]) -> int:
+    """An entry's size as SQS adds up a batch: its body and its attributes' names, types and values
+    (what is not text counts nothing here; the entry's own check refuses it)."""
+    body = entry.get("MessageBody")
+    size = len(body.encode("utf-8", "surrogatepass")) if isinstance(body, str) else 0
+    attributes = entry.get("MessageAttributes")
+    for name, value in attributes.items() if isinstance(attributes, dict) else ():
+        parts = [name, *(value.get(k) for k in ("DataType", "StringValue"))] if isinstance(value, dict) else [name]
+        size += sum(len(part.encode("utf-8", "surrogatepass")) for part in parts if isinstance(part, str))
+        binary = value.get("BinaryValue") if isinstance(value, dict) else None
+        size += len(binary) * 3 // 4 if isinstance(binary, str) else 0  # base64's bytes, near enough
+    return size
+
+
 def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     queue = ctx.queue(params, recent=True)
     entries = _entries(params, "SendMessageBatch")
+    total = sum(_bytes_of(entry) for entry in entries)  # as SQS: before any entry is checked on its own
+    if total > queue.max_size:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {queue.max_size} bytes. "
+                                              f"You have sent {total} bytes.")
     good, failed = _each(entries, lambda entry: outgoing(queue, entry))
     checked: dict[str, Outgoing] = good
-    total = sum(out.size for out in checked.values())
-    if total > queue.max_size:
-        raise SqsError("BatchRequestTooLong", f"the batch's messages are {total} bytes together; queue "
-                                              f"{queue.name} takes at most {queue.max_size} in one request")
     successful = []
     if checked:
         sent = ctx.services.send(ctx.tenant, queue.name, [out.message for out in checked.values()],
