@@ -34,13 +34,18 @@ def checked_attributes(raw: Any) -> dict[str, dict[str, Any]]:
         raise SqsError("InvalidParameterValue", f"MessageAttributes maps at most {MAX_ATTRIBUTES} names to values")
     out = {}
     for name, value in raw.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]*", name):  # SQS's own words for a character outside its set
+            raise SqsError("InvalidParameterValue", f"The message attribute name '{name}' is invalid. Attribute name "
+                                                    "can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period "
+                                                    "(.) characters.")
         if not ATTRIBUTE_NAME.fullmatch(name):
             raise SqsError("InvalidParameterValue", f"message attribute name {name!r} breaks SQS's rule: letters, "
                                                     "digits, _ - and ., not starting with AWS. or Amazon.")
         data_type = value.get("DataType") if isinstance(value, dict) else None
         if not isinstance(data_type, str) or not DATA_TYPE.fullmatch(data_type):
-            raise SqsError("InvalidParameterValue", f"message attribute {name} needs a DataType of String, Number "
-                                                    "or Binary (or one of those and .<custom>)")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' has an invalid message attribute "
+                                                    "type, the set of supported type prefixes is Binary, Number, and "
+                                                    "String.")
         kind = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
         given = value.get(kind)
         if not isinstance(given, str) or not given:
