@@ -89,8 +89,8 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document
     app.register_blueprint(metrics.blp)
     app.register_blueprint(sqs_blueprint)  # SQS's own protocols, signed with SigV4: not in the OpenAPI document
-    app.wsgi_app = HotPath(app, app.wsgi_app)  # type: ignore[method-assign]
     sqs_front.install(app)
+    app.wsgi_app = HotPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 

@@ -1,5 +1,5 @@
-"""The JSON protocol's SQS requests served without Flask: a WSGI callable in front of the app's
-(``atomq.api.hot_path``'s, which serves the native message routes the same way).
+"""The JSON protocol's SQS requests served without Flask: a WSGI callable in front of Flask's, behind
+``atomq.api.hot_path`` (which serves the native message routes the same way and hands it the rest).
 
 Why: an SQS request is the JSON protocol's ``POST /`` nearly always, and Flask's request context,
 URL matching and before/after hooks cost it about a tenth of its CPU, where a native send served
@@ -64,5 +64,5 @@ class SqsFront:
 
 
 def install(app: Flask) -> None:
-    """Puts the front before the app's WSGI callable (after the hot path is installed)."""
+    """Puts the front before Flask's WSGI callable (the hot path then goes before it)."""
     app.wsgi_app = SqsFront(app, app.wsgi_app)  # type: ignore[method-assign]
