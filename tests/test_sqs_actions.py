@@ -222,3 +222,33 @@ def test_tags_and_listing(sqs: Any, tenant: tuple[AtomqClient, dict[str, str]]) 
         if not token:
             break
     assert names == [f"page-{n}" for n in range(5)]
+
+
+def test_errors_read_as_sqs_words_them(sqs: Any) -> None:
+    """Clients and test suites compare SQS's messages word for word (moto's suite, run against a node,
+    found these): the common refusals carry SQS's own text, and a bare queue name is a QueueUrl."""
+    def error_of(call: Any, **kwargs: Any) -> dict[str, str]:
+        with pytest.raises(ClientError) as raised:
+            call(**kwargs)
+        return dict(raised.value.response["Error"])
+
+    url = sqs.create_queue(QueueName="worded")["QueueUrl"]
+    assert error_of(sqs.get_queue_url, QueueName="nowhere")["Message"] == "The specified queue does not exist."
+    assert error_of(sqs.send_message, QueueUrl=url.replace("worded", "gone"),
+                    MessageBody="x")["Message"] == "The specified queue does not exist."
+    assert error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="nope")["Message"] == \
+        "The input receipt handle is invalid."
+    assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[])["Message"] == \
+        "There should be at least one SendMessageBatchRequestEntry in the request."
+    assert error_of(sqs.tag_queue, QueueUrl=url, Tags={})["Message"] == "The request must contain the parameter Tags."
+    assert error_of(sqs.untag_queue, QueueUrl=url, TagKeys=[])["Message"] == \
+        "Tag keys must be between 1 and 128 characters in length."
+    assert error_of(sqs.tag_queue, QueueUrl=url, Tags={f"k{i}": "v" for i in range(51)})["Message"] == \
+        "Too many tags added for queue worded."
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "a", "ReceiptHandle": "nope"}])
+    assert deleted["Failed"][0]["Message"] == 'The input receipt handle "nope" is not a valid receipt handle.'
+    too_long = error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "b" * 262_145}])
+    assert too_long["Message"] == "Batch requests cannot be longer than 262144 bytes. You have sent 262145 bytes."
+    sqs.send_message(QueueUrl="worded", MessageBody="by name")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl="worded")["Messages"]] == ["by name"]
+    sqs.delete_queue(QueueUrl=url)

@@ -36,6 +36,7 @@ from atomq.api.schemas.common import BulkSelector, ErrorSchema, Selection, Selec
 from atomq.api.schemas.messages import ExtendSchema, NackSchema, OutgoingDocumentSchema, ReleaseSchema
 from atomq.api.services import Services
 from atomq.api.sqs import credentials
+from atomq.api.sqs import front as sqs_front
 from atomq.api.sqs.endpoint import bp as sqs_blueprint
 from atomq.api.wire import strict_json
 
@@ -88,6 +89,7 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document
     app.register_blueprint(metrics.blp)
     app.register_blueprint(sqs_blueprint)  # SQS's own protocols, signed with SigV4: not in the OpenAPI document
+    sqs_front.install(app)
     app.wsgi_app = HotPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app
 

@@ -27,8 +27,14 @@ beside its key's entry in the key's own slot (``keys.sqs_secret_table``).
   never reused, and kept in the tenant's record: stable for its life.
 
 A pair works while its key's entry exists: revoking or rotating the key
-(which revokes the old one) deletes the entry first, and every SigV4 check
-reads it, nothing cached, so the pair ends at once on every node.
+(which revokes the old one) deletes the entry first. ``identity`` reads the
+entry every time; the SigV4 check reads it through ``signer``, which keeps
+what it read for at most ``SIGNER_CACHE_S`` (1 s) in the process: the
+contract lets a revocation take up to 2 s to reach every node, and the
+request path saves a store round trip on nearly every request. A revocation
+made through this process's ``TenantStore`` is seen here at once
+(``forget``); only an unknown or revoked id is never kept, so a pair stored
+a moment ago works at once.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import hmac
 import re
 import secrets
 import string
+import time
 from dataclasses import dataclass
 
 from atomq.errors import Conflict, Unauthorized
@@ -54,6 +61,10 @@ BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
 ACCOUNT_DIGITS = 12
 ACCOUNT_CLAIM_TRIES = 20
 """Draws of an account id before giving up: 9 * 10**11 of them, so a clash is rare and 20 in a row never."""
+SIGNER_CACHE_S = 1.0
+"""How long ``signer`` keeps an identity it read: half the 2 s a revocation may take to reach every node."""
+CACHE_ENTRIES = 10_000
+"""Identities (and account ids) one process keeps at most: past it, the cache starts again empty."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,8 @@ class SqsKeys:
         self._read = client.register_script(scripts.SQS_READ)
         self._store_secret = client.register_script(scripts.SQS_STORE_SECRET)
         self._set_account = client.register_script(scripts.SET_ACCOUNT)
+        self._signers: dict[str, tuple[float, SqsIdentity]] = {}
+        self._accounts: dict[str, str] = {}
 
     def issued(self, tenant_id: str, key_id: str, api_key: str) -> SqsCredentials:
         """The pair of a key just issued (its secret stored with it, see ``TenantStore``)."""
@@ -140,13 +153,45 @@ class SqsKeys:
             return None
         return SqsIdentity(api_keys.tenant_of(entry.encode()) or "", key_id, secret)
 
+    def signer(self, access_key: str) -> SqsIdentity | None:
+        """``identity``, as read at most ``SIGNER_CACHE_S`` ago in this process (see the module's
+        docstring for why that is within the contract); None is never kept."""
+        now = time.monotonic()
+        held = self._signers.get(access_key)
+        if held is not None and held[0] > now:
+            return held[1]
+        identity = self.identity(access_key)
+        if identity is None:
+            self._signers.pop(access_key, None)
+            return None
+        if len(self._signers) >= CACHE_ENTRIES:
+            self._signers.clear()
+        self._signers[access_key] = (now + SIGNER_CACHE_S, identity)
+        return identity
+
+    def forget(self, key_id: str) -> None:
+        """Drops what ``signer`` keeps of key ``key_id``: its revocation, made here, holds here at once."""
+        self._signers.pop(access_key_id(key_id), None)
+
     def _entry_and_secret(self, key_id: str) -> tuple[str | None, str | None]:
         entry, secret = self.storage.call(self._read, keys=[k.api_key_table(key_id), k.sqs_secret_table(key_id)],
                                           args=[key_id])
         return (entry.decode() if entry else None), (secret.decode() if secret else None)
 
     def account_id(self, tenant_id: str) -> str:
-        """The tenant's account id, drawn and claimed on first need; Unauthorized once the tenant is gone."""
+        """The tenant's account id, drawn and claimed on first need; Unauthorized once the tenant is gone.
+        Kept in the process once read: it never changes in the tenant's life, and a tenant id is never
+        issued again."""
+        known = self._accounts.get(tenant_id)
+        if known is not None:
+            return known
+        account = self._account_id(tenant_id)
+        if len(self._accounts) >= CACHE_ENTRIES:
+            self._accounts.clear()
+        self._accounts[tenant_id] = account
+        return account
+
+    def _account_id(self, tenant_id: str) -> str:
         record = k.tenant_record(tenant_id)
         held = self.storage.call(self.client.hget, record, "sqs_account")
         if held is not None:

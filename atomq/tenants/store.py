@@ -8,8 +8,10 @@ set of tenants (``aq:tenants``) are in other slots, so no one script can
 change both. Every step that spans them is ordered so that a crash between two
 steps leaves nothing that works when it should not: revocation and removal
 delete a key's entry first, so a key stops working before anything else
-changes. Nothing is cached: every request reads the entry, so that holds at
-once on every node.
+changes. Nothing is cached for an API key: every request reads the entry, so
+that holds at once on every node. An SQS pair's check keeps what it read for
+up to a second in each process (``sqs_keys.SqsKeys.signer``), within the 2 s
+the contract allows a revocation to reach every node.
 """
 
 from __future__ import annotations
@@ -263,6 +265,7 @@ class TenantStore:
             if api_keys.tenant_of(self.storage.call(self.client.hget, table, key_id)) == tenant_id:
                 self.storage.call(self.client.hdel, table, key_id)
                 self.storage.call(self.client.hdel, k.sqs_secret_table(key_id), key_id)
+                self.sqs.forget(key_id)
         self._unlink_keyspace(tenant_id, keep=record)
         self.storage.call(self.client.srem, k.TENANTS_KEY, tenant_id)
         self.storage.call(self.client.srem, lk.LISTENER_TENANTS_KEY, tenant_id)
@@ -327,6 +330,7 @@ class TenantStore:
         if owned:
             self.storage.call(self.client.hdel, table, key_id)  # first: the key and its SQS pair end here
             self.storage.call(self.client.hdel, k.sqs_secret_table(key_id), key_id)
+            self.sqs.forget(key_id)
         # Also finishes a revocation (or a key's creation) that a crash cut short.
         if not self.storage.call(self.client.srem, k.tenant_api_keys(tenant_id), key_id) and not owned:
             raise missing

@@ -27,13 +27,13 @@ MAX_ENTRIES = 10
 ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 
-def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
+def _entries(params: dict[str, Any], action: str) -> list[dict[str, Any]]:
     """The batch's entries, checked against the batch's own rules."""
     entries = required(params, "Entries")
     if not isinstance(entries, list):
         raise SqsError("InvalidParameterValue", "Entries must be a list of entries")
     if not entries:
-        raise SqsError("EmptyBatchRequest", "the batch holds no entries: give 1 to 10")
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {action}RequestEntry in the request.")
     if len(entries) > MAX_ENTRIES:
         raise SqsError("TooManyEntriesInBatchRequest", f"the batch holds {len(entries)} entries; at most "
                                                        f"{MAX_ENTRIES}")
@@ -41,7 +41,8 @@ def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
     for entry in entries:
         entry_id = entry.get("Id") if isinstance(entry, dict) else None
         if not isinstance(entry_id, str) or not ENTRY_ID.fullmatch(entry_id):
-            raise SqsError("InvalidBatchEntryId", "each entry needs an Id of 1 to 80 letters, digits, - and _")
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
+                                                  "hyphens and underscores. It can be at most 80 letters long.")
         ids.append(entry_id)
     if len(set(ids)) != len(ids):
         raise SqsError("BatchEntryIdsNotDistinct", "two entries of the batch have the same Id")
@@ -64,15 +65,29 @@ def _each(entries: list[dict[str, Any]],
     return good, failed
 
 
+def _bytes_of(entry: dict[str, Any]) -> int:
+    """An entry's size as SQS adds up a batch: its body and its attributes' names, types and values
+    (what is not text counts nothing here; the entry's own check refuses it)."""
+    body = entry.get("MessageBody")
+    size = len(body.encode("utf-8", "surrogatepass")) if isinstance(body, str) else 0
+    attributes = entry.get("MessageAttributes")
+    for name, value in attributes.items() if isinstance(attributes, dict) else ():
+        parts = [name, *(value.get(k) for k in ("DataType", "StringValue"))] if isinstance(value, dict) else [name]
+        size += sum(len(part.encode("utf-8", "surrogatepass")) for part in parts if isinstance(part, str))
+        binary = value.get("BinaryValue") if isinstance(value, dict) else None
+        size += len(binary) * 3 // 4 if isinstance(binary, str) else 0  # base64's bytes, near enough
+    return size
+
+
 def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    queue = ctx.queue(params)
-    entries = _entries(params)
+    queue = ctx.queue(params, recent=True)
+    entries = _entries(params, "SendMessageBatch")
+    total = sum(_bytes_of(entry) for entry in entries)  # as SQS: before any entry is checked on its own
+    if total > queue.max_size:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {queue.max_size} bytes. "
+                                              f"You have sent {total} bytes.")
     good, failed = _each(entries, lambda entry: outgoing(queue, entry))
     checked: dict[str, Outgoing] = good
-    total = sum(out.size for out in checked.values())
-    if total > queue.max_size:
-        raise SqsError("BatchRequestTooLong", f"the batch's messages are {total} bytes together; queue "
-                                              f"{queue.name} takes at most {queue.max_size} in one request")
     successful = []
     if checked:
         sent = ctx.services.send(ctx.tenant, queue.name, [out.message for out in checked.values()],
@@ -82,11 +97,20 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     return {"Successful": successful, "Failed": failed}
 
 
+def _receipt_of(entry: dict[str, Any]) -> str:
+    """An entry's receipt handle; its failure names it, in SQS's words."""
+    try:
+        return checked_receipt(entry.get("ReceiptHandle"))
+    except SqsError as exc:
+        raise SqsError(exc.shape, f"The input receipt handle \"{entry.get('ReceiptHandle')}\" is not a valid "
+                                  "receipt handle.") from None
+
+
 def delete_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """One ack of the valid receipts; a receipt that holds no delivery any more succeeds, as SQS."""
-    name = ctx.queue_of(params)
-    entries = _entries(params)
-    good, failed = _each(entries, lambda entry: checked_receipt(entry.get("ReceiptHandle")))
+    name = ctx.queue_of(params, recent=True)
+    entries = _entries(params, "DeleteMessageBatch")
+    good, failed = _each(entries, _receipt_of)
     if good:
         try:
             ctx.services.queues.ack(ctx.tenant, name, receipts=list(dict.fromkeys(good.values())))
@@ -96,8 +120,8 @@ def delete_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
 
 
 def change_message_visibility_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    name = ctx.queue_of(params)
-    entries = _entries(params)
+    name = ctx.queue_of(params, recent=True)
+    entries = _entries(params, "ChangeMessageVisibilityBatch")
 
     def change(entry: dict[str, Any]) -> None:
         receipt = checked_receipt(entry.get("ReceiptHandle"))

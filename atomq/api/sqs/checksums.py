@@ -39,9 +39,10 @@ BINARY_TRANSPORT = 2
 OUTSIDE_BODY_RULE = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def md5_of_body(body: str) -> str:
-    """SQS's ``MD5OfMessageBody``."""
-    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
+def md5_of_body(body: str | bytes) -> str:
+    """SQS's ``MD5OfMessageBody`` (of the body's UTF-8, when it is given as text)."""
+    data = body.encode("utf-8") if isinstance(body, str) else body
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def _utf16_order(name: str) -> bytes:
@@ -71,7 +72,10 @@ def md5_of_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> str | None
 
 
 def check_body(body: str, field: str = "MessageBody") -> str:
-    """Returns ``body`` if every character is one SQS allows, else InvalidMessageContents naming the first."""
+    """Returns ``body`` if every character is one SQS allows, else InvalidMessageContents naming the first.
+    Printable ASCII, most bodies, is allowed without the search (tabs, line ends and the rest are searched)."""
+    if body.isascii() and body.isprintable():
+        return body
     bad = OUTSIDE_BODY_RULE.search(body)
     if bad is not None:
         raise SqsError("InvalidMessageContents", f"{field} holds the character U+{ord(bad.group()):04X} at "

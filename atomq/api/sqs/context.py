@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from atomq.api.services import Services
+from atomq.api.sqs.errors import NO_SUCH_QUEUE
+from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
 
@@ -66,6 +68,8 @@ class SqsContext:
     path_queue: str | None = None
     content_length: int = 0
     region: str = "us-east-1"
+    recent: RecentQueues | None = None
+    """This process's queues read a moment ago (``recent_queues``); None reads the store every time."""
 
     def queue_url(self, name: str) -> str:
         return f"{self.base_url}/{self.account_id}/{name}"
@@ -73,14 +77,15 @@ class SqsContext:
     def arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{self.account_id}:{name}"
 
-    def queue_of(self, params: dict[str, Any]) -> str:
+    def queue_of(self, params: dict[str, Any], recent: bool = False) -> str:
         """The name of the queue a request names (see :meth:`queue`)."""
-        return self.queue(params).name
+        return self.queue(params, recent).name
 
-    def queue(self, params: dict[str, Any]) -> SqsQueue:
+    def queue(self, params: dict[str, Any], recent: bool = False) -> SqsQueue:
         """The queue a request names by ``QueueUrl`` (or, in the query protocol, by its own path),
-        read with its SQS fields in one round trip; a publish/subscribe queue is
-        InvalidParameterValue, an unknown one QueueDoesNotExist."""
+        read with its SQS fields in one round trip (``recent``: as this process read it at most a
+        second ago, for the message actions); a publish/subscribe queue is InvalidParameterValue,
+        an unknown one QueueDoesNotExist."""
         url = params.get("QueueUrl")
         if url is None and self.path_queue is not None:
             name = self.path_queue
@@ -89,29 +94,42 @@ class SqsContext:
             if not isinstance(url, str):
                 raise SqsError("InvalidParameterValue", "QueueUrl must be a string")
             name = self.name_in_url(url)
-        return self.named(name)
+        return self.named(name, recent)
 
-    def named(self, name: str) -> SqsQueue:
+    def named(self, name: str, recent: bool = False) -> SqsQueue:
         """The queue ``name`` with its SQS fields (as :meth:`queue`)."""
-        try:
-            fields = self.services.queues.fields.read(self.tenant, name, QUEUE_FIELDS)
-        except InvalidInput:  # not a name a queue can have
-            fields = None
+        fields = self.recent.get(self.tenant, name) if recent and self.recent is not None else None
         if fields is None:
-            raise SqsError("QueueDoesNotExist", f"queue {name} does not exist")
+            try:
+                fields = self.services.queues.fields.read(self.tenant, name, QUEUE_FIELDS)
+            except InvalidInput:  # not a name a queue can have
+                fields = None
+            if fields is None:
+                self.forget(name)
+                raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, queue=name)
+            if self.recent is not None:
+                self.recent.keep(self.tenant, name, fields)
         if fields["model"] != QueueModel.POINT_TO_POINT.value:
             raise _pubsub(name)
         return SqsQueue(name, fields)
 
     def name_in_url(self, url: str) -> str:
+        """The queue a QueueUrl names by its path; a bare queue name (which SDK resources built from a
+        name send, and SQS takes) names that queue."""
+        if SQS_QUEUE_NAME.fullmatch(url):
+            return url
         try:
             parts = urlsplit(url).path.strip("/").split("/")
         except ValueError:
             parts = []
         if len(parts) != 2 or parts[0] != self.account_id or not parts[1]:
-            raise SqsError("QueueDoesNotExist", "the queue URL names no queue of this account: it reads "
-                                                f"<endpoint>/{self.account_id}/<queue name>")
+            raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, expected=f"<endpoint>/{self.account_id}/<queue name>")
         return parts[1]
+
+    def forget(self, name: str) -> None:
+        """Drops what this process read of queue ``name``: the action changed or deleted it."""
+        if self.recent is not None:
+            self.recent.forget(self.tenant, name)
 
     def point_to_point(self, name: str) -> None:
         """QueueDoesNotExist for no such queue; InvalidParameterValue for a publish/subscribe one."""

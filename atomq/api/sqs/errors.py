@@ -69,6 +69,10 @@ SHAPES: dict[str, tuple[str, int]] = {
 }
 
 SHAPE_PREFIX = "com.amazonaws.sqs#"
+NO_SUCH_QUEUE = "The specified queue does not exist."
+"""SQS's own message for QueueDoesNotExist, word for word: clients and tests compare it."""
+INVALID_RECEIPT = "The input receipt handle is invalid."
+"""SQS's own message for a malformed receipt handle (ReceiptHandleIsInvalid)."""
 
 
 def legacy_code(shape: str) -> str:
@@ -92,8 +96,10 @@ def as_sqs_error(exc: AtomqError) -> SqsError:
     if isinstance(exc, SqsError):
         return exc
     shape = "InvalidParameterValue"
+    if isinstance(exc, NotFound) and ("queue" in exc.details or "queue" in exc.message):
+        return SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, **exc.details)
     if isinstance(exc, NotFound):
-        shape = "QueueDoesNotExist" if "queue" in exc.details or "queue" in exc.message else "InvalidParameterValue"
+        shape = "InvalidParameterValue"
     elif isinstance(exc, RateLimited):
         shape = "RequestThrottled"
     elif isinstance(exc, QuotaExceeded):

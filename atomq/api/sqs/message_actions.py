@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from atomq.api.sqs.checksums import md5_of_body
+from atomq.api.sqs.errors import INVALID_RECEIPT
 from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
 from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
 from atomq.errors import InvalidInput, SqsError
@@ -26,7 +27,7 @@ SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFir
 
 
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    queue = ctx.queue(params)
+    queue = ctx.queue(params, recent=True)
     out = outgoing(queue, params)
     sent = ctx.services.send(ctx.tenant, queue.name, [out.message], ctx.content_length)
     return {"MessageId": sent.ids[0], **out.answer}
@@ -65,7 +66,7 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """A get of up to ``MaxNumberOfMessages``, waiting up to ``WaitTimeSeconds`` (the queue's
     ReceiveMessageWaitTimeSeconds when not given) for the first; ``VisibilityTimeout`` moves the
     deliveries' deadline when it is not the queue's own (0: given back at once)."""
-    queue = ctx.queue(params)
+    queue = ctx.queue(params, recent=True)
     most = integer(params, "MaxNumberOfMessages", 1, MAX_RECEIVE, 1)
     wait_s = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_S, queue.wait_s)
     visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_S, 0) if "VisibilityTimeout" in params \
@@ -89,13 +90,13 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
 def checked_receipt(receipt: Any) -> str:
     """A receipt handle as a receive gave it; ReceiptHandleIsInvalid else."""
     if not isinstance(receipt, str) or not RECEIPT.fullmatch(receipt):
-        raise SqsError("ReceiptHandleIsInvalid", "the receipt handle is not one this queue gave")
+        raise SqsError("ReceiptHandleIsInvalid", INVALID_RECEIPT)
     return receipt
 
 
 def delete_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """Acks the delivery the receipt names; a receipt that no longer holds one changes nothing (as SQS)."""
-    name = ctx.queue_of(params)
+    name = ctx.queue_of(params, recent=True)
     receipt = checked_receipt(required(params, "ReceiptHandle"))
     try:
         ctx.services.queues.ack(ctx.tenant, name, receipts=[receipt])
@@ -120,7 +121,7 @@ def change_visibility(ctx: SqsContext, queue: str, receipt: str, seconds: int) -
 
 
 def change_message_visibility(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    name = ctx.queue_of(params)
+    name = ctx.queue_of(params, recent=True)
     receipt = checked_receipt(required(params, "ReceiptHandle"))
     required(params, "VisibilityTimeout")
     change_visibility(ctx, name, receipt, integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_S, 0))

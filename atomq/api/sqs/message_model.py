@@ -34,13 +34,18 @@ def checked_attributes(raw: Any) -> dict[str, dict[str, Any]]:
         raise SqsError("InvalidParameterValue", f"MessageAttributes maps at most {MAX_ATTRIBUTES} names to values")
     out = {}
     for name, value in raw.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]*", name):  # SQS's own words for a character outside its set
+            raise SqsError("InvalidParameterValue", f"The message attribute name '{name}' is invalid. Attribute name "
+                                                    "can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period "
+                                                    "(.) characters.")
         if not ATTRIBUTE_NAME.fullmatch(name):
             raise SqsError("InvalidParameterValue", f"message attribute name {name!r} breaks SQS's rule: letters, "
                                                     "digits, _ - and ., not starting with AWS. or Amazon.")
         data_type = value.get("DataType") if isinstance(value, dict) else None
         if not isinstance(data_type, str) or not DATA_TYPE.fullmatch(data_type):
-            raise SqsError("InvalidParameterValue", f"message attribute {name} needs a DataType of String, Number "
-                                                    "or Binary (or one of those and .<custom>)")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' has an invalid message attribute "
+                                                    "type, the set of supported type prefixes is Binary, Number, and "
+                                                    "String.")
         kind = "BinaryValue" if data_type.startswith("Binary") else "StringValue"
         given = value.get(kind)
         if not isinstance(given, str) or not given:
@@ -80,9 +85,9 @@ def md5_attributes(attributes: dict[str, dict[str, Any]]) -> str | None:
 
 
 
-def size_of(body: str, attributes: dict[str, dict[str, Any]]) -> int:
-    """The message's size as SQS counts it."""
-    size = len(body.encode())
+def size_of(body: bytes, attributes: dict[str, dict[str, Any]]) -> int:
+    """The message's size as SQS counts it (``body`` in UTF-8)."""
+    size = len(body)
     for name, a in attributes.items():
         value = base64.b64decode(a["BinaryValue"]) if "BinaryValue" in a else a["StringValue"].encode()
         size += len(name.encode()) + len(a["DataType"].encode()) + len(value)
@@ -104,16 +109,17 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
-    if integer(params, "DelaySeconds", 0, 900, 0):
+    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
         raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
                                                 "scheduled): DelaySeconds must be 0")
-    attributes = checked_attributes(params.get("MessageAttributes", {}))
-    size = size_of(body, attributes)
+    attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
+    encoded = body.encode()
+    size = size_of(encoded, attributes)
     if size > queue.max_size:
-        raise SqsError("InvalidParameterValue", f"the message is {size} bytes; queue {queue.name} takes at most "
-                                                f"{queue.max_size} (its MaximumMessageSize)")
-    answer = {"MD5OfMessageBody": md5_of_body(body)}
-    md5 = md5_attributes(attributes)
+        raise SqsError("InvalidParameterValue", "One or more parameters are invalid. Reason: Message must be "
+                                                f"shorter than {queue.max_size} bytes.", size=size)
+    answer = {"MD5OfMessageBody": md5_of_body(encoded)}
+    md5 = md5_attributes(attributes) if attributes else None
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),

@@ -10,6 +10,7 @@ from typing import Any
 from atomq import defaults
 from atomq.api.sqs import queue_attributes as qa
 from atomq.api.sqs.context import SQS_QUEUE_NAME, SqsContext, integer, required, string_list
+from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.tags import checked_tags, tag_fields
 from atomq.errors import SqsError
 from atomq.platform.models import QueueModel
@@ -24,7 +25,8 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str) or not SQS_QUEUE_NAME.fullmatch(name):
         if isinstance(name, str) and name.endswith(".fifo"):
             raise SqsError("InvalidParameterValue", "FIFO queues (.fifo) are not taken yet")
-        raise SqsError("InvalidParameterValue", "QueueName must be 1 to 80 letters, digits, - and _")
+        raise SqsError("InvalidParameterValue", "Can only include alphanumeric characters, hyphens, or underscores. "
+                                                "1 to 80 in length")
     values = qa.checked(ctx, params.get("Attributes", {}))
     tags = checked_tags(params.get("tags", {}), "tags")
     s = ctx.services
@@ -34,6 +36,7 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         native, extra = qa.new_queue_settings(values)
         s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
                            extra_fields={**extra, **tag_fields(tags)})
+        ctx.forget(name)
         return {"QueueUrl": ctx.queue_url(name)}
     queue = ctx.named(name)
     other = qa.differing(ctx, s.queues.get_queue(ctx.tenant, name), queue, values)
@@ -59,6 +62,7 @@ def set_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
                                       extra_fields=qa.sqs_fields(values))
     else:
         ctx.services.queues.fields.set(ctx.tenant, queue.name, qa.sqs_fields(values))
+    ctx.forget(queue.name)
     return {}
 
 
@@ -72,7 +76,7 @@ def get_queue_url(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     name = required(params, "QueueName")
     owner = params.get("QueueOwnerAWSAccountId")
     if not isinstance(name, str) or (owner is not None and owner != ctx.account_id):
-        raise SqsError("QueueDoesNotExist", "the specified queue does not exist")
+        raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE)
     ctx.point_to_point(name)
     return {"QueueUrl": ctx.queue_url(name)}
 
@@ -102,5 +106,7 @@ def list_queues(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
-    ctx.services.queues.delete_queue(ctx.tenant, ctx.queue_of(params))
+    name = ctx.queue_of(params)
+    ctx.services.queues.delete_queue(ctx.tenant, name)
+    ctx.forget(name)
     return {}

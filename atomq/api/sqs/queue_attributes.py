@@ -158,7 +158,7 @@ def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str
     known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | {"All"}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SqsError("InvalidAttributeName", f"SQS has no queue attribute {unknown[0]}", attribute=unknown[0])
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.", attribute=unknown[0])
     every: dict[str, Any] = {**current(ctx, info, queue),
                              "ApproximateNumberOfMessages": max(info.depth - info.scheduled, 0),
                              "ApproximateNumberOfMessagesNotVisible": info.in_flight,

@@ -19,6 +19,7 @@ import json
 import uuid
 from typing import Any
 
+import orjson
 from flask import Response
 
 from atomq.api.sqs import errors
@@ -76,7 +77,7 @@ def _xml_fields(result: dict[str, Any], action: str) -> str:
 def answer(protocol: str, action: str, result: dict[str, Any], request_id: str) -> Response:
     """A successful answer of ``action`` with ``result`` (the JSON protocol's members)."""
     if protocol == JSON:
-        response = Response(json.dumps(result, separators=(",", ":")), 200, content_type=JSON_TYPE)
+        response = Response(orjson.dumps(result), 200, content_type=JSON_TYPE)
     else:
         inner = f"<{action}Result>{_xml_fields(result, action)}</{action}Result>" if result else ""
         response = Response(f'<?xml version="1.0" encoding="UTF-8"?><{action}Response xmlns="{NAMESPACE}">{inner}'

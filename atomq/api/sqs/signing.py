@@ -46,7 +46,7 @@ def authenticate(request: Request, keys: SqsKeys, throttle: KeyCheckThrottle,
     found: list[SqsIdentity] = []
 
     def secret_of(access_key: str) -> str | None:
-        identity = keys.identity(access_key)
+        identity = keys.signer(access_key)
         if identity is None:
             return None
         found.append(identity)

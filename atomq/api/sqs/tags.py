@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from atomq.api.sqs.context import TAG_PREFIX, SqsContext, required, string_list
+from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.errors import QuotaExceeded, SqsError
 
 MAX_TAGS = 50
@@ -40,12 +41,16 @@ def tag_fields(tags: dict[str, str]) -> dict[str, str | int]:
 
 def tag_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     name = ctx.queue_of(params)
-    tags = checked_tags(required(params, "Tags"))
-    if tags:
-        try:
-            ctx.services.queues.fields.set(ctx.tenant, name, tag_fields(tags), prefix=TAG_PREFIX, most=MAX_TAGS)
-        except QuotaExceeded:
-            raise SqsError("InvalidParameterValue", f"queue {name} would have more than {MAX_TAGS} tags") from None
+    raw = required(params, "Tags")
+    if isinstance(raw, dict) and len(raw) > MAX_TAGS:
+        raise SqsError("InvalidParameterValue", f"Too many tags added for queue {name}.")
+    tags = checked_tags(raw)
+    if not tags:  # as SQS: a TagQueue that tags nothing is refused
+        raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+    try:
+        ctx.services.queues.fields.set(ctx.tenant, name, tag_fields(tags), prefix=TAG_PREFIX, most=MAX_TAGS)
+    except QuotaExceeded:
+        raise SqsError("InvalidParameterValue", f"Too many tags added for queue {name}.") from None
     return {}
 
 
@@ -53,8 +58,9 @@ def untag_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     name = ctx.queue_of(params)
     required(params, "TagKeys")
     keys = string_list(params, "TagKeys")
-    if keys:
-        ctx.services.queues.fields.delete(ctx.tenant, name, [TAG_PREFIX + key for key in keys], prefix=TAG_PREFIX)
+    if not keys or not all(1 <= len(key) <= MAX_KEY_CHARS for key in keys):
+        raise SqsError("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.")
+    ctx.services.queues.fields.delete(ctx.tenant, name, [TAG_PREFIX + key for key in keys], prefix=TAG_PREFIX)
     return {}
 
 
@@ -62,5 +68,5 @@ def list_queue_tags(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     name = ctx.queue_of(params)
     tags = ctx.services.queues.fields.with_prefix(ctx.tenant, name, TAG_PREFIX)
     if tags is None:
-        raise SqsError("QueueDoesNotExist", f"queue {name} does not exist")
+        raise SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, queue=name)
     return {"Tags": dict(sorted(tags.items()))} if tags else {}

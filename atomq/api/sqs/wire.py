@@ -20,9 +20,10 @@ text): the handlers check and convert them, with one rule for both.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from atomq.errors import SqsError
 
@@ -63,7 +64,7 @@ def read_json(target: str, body: bytes) -> SqsCall:
     if not target.startswith(TARGET_PREFIX):
         raise SqsError("UnsupportedOperation", f"X-Amz-Target {target!r} is not AmazonSQS.<Action>")
     try:
-        params = json.loads(body) if body.strip() else {}
+        params = orjson.loads(body) if body.strip() else {}
     except (ValueError, UnicodeDecodeError):
         raise SqsError("SerializationException", "the body is not a JSON object") from None
     if not isinstance(params, dict):
