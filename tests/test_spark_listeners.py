@@ -242,3 +242,32 @@ def test_the_batch_reaches_a_spark_process_as_a_frame_of_the_input_schema_row_pe
          "document_index": 0, "document_id": "1-000000000002.1", "payload": bytearray("héllo".encode()),
          "text": "héllo", "document_properties": "{}"},
     ]
+
+
+def test_a_batch_of_2500_is_two_partitions_whose_executors_send_their_outputs_in_order(
+        harness: Harness, tenant: Tenant) -> None:
+    """``forward`` gives its outputs' positions, so the executors write them: a partition a core
+    (two of 1,250 rows), each sending its rows in order in requests of 100 (13 each), a message of
+    several documents one output each."""
+    api = tenant.api
+    api.put_queue("in", access="exclusive")
+    api.put_queue("out")
+    several = wire.message([wire.document(f"part {i}") for i in range(3)])
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(997)])
+    api.request("POST", "/v1/queues/in/messages", {"messages": [several]})
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(997, 1997)])
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(1997, 2497)])
+    api.request("PUT", "/v1/listeners/wide", {"queue": "in", "process": "forward", "engine": "spark",
+                                              "batch_size": 2498, "settings": {"to": "out"}})
+    drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/wide")["executions"] == 1, "the execution")
+    stored = texts(api, "out")
+    expected = [f"doc {i:04d}" for i in range(997)] + [f"part {i}" for i in range(3)] + \
+        [f"doc {i:04d}" for i in range(997, 2497)]
+    assert sorted(stored) == sorted(expected)
+    parts = [expected[:1250], expected[1250:]]
+    for part in parts:  # each partition's outputs in their order; the partitions side by side
+        assert [t for t in stored if t in set(part)] == part
+    window = harness.services.queues.client.hget(k.tenant_rate_window(tenant.id, harness.services.node_id), "count")
+    assert int(window) == 26 + 1  # the outputs' requests, and the test's send of the message of three
+    queue_in = api.queue("in")
+    assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
