@@ -20,10 +20,12 @@ from rq import Queue, SimpleWorker
 
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
+from atomq.errors import AtomqError, QuotaExceeded, RateLimited
 from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
 from atomq.spark_workers.worker import SparkWorker
+from atomq.spark_workers.writes import PartitionResult, raise_first_error
 from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from support.in_process_node import InProcessNode
@@ -271,3 +273,18 @@ def test_a_batch_of_2500_is_two_partitions_whose_executors_send_their_outputs_in
     assert int(window) == 26 + 1  # the outputs' requests, and the test's send of the message of three
     queue_in = api.queue("in")
     assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
+
+
+def test_a_partitions_refusal_is_raised_on_the_driver_as_the_node_answered_it() -> None:
+    """A rate limit an executor met keeps its retry_after, so the execution defers its batch as the
+    driver's own send would have; an error class that cannot be made again still says what failed."""
+    sent = PartitionResult(100, 0, None)
+    with pytest.raises(RateLimited) as limited:
+        raise_first_error([sent, PartitionResult(0, 0, ("RateLimited", "slow down", {"retry_after": 7}))])
+    assert limited.value.retry_after == 7 and limited.value.message == "slow down"
+    with pytest.raises(QuotaExceeded):
+        raise_first_error([PartitionResult(0, 0, ("QuotaExceeded", "full", {"limit": 1, "used": 1}))])
+    with pytest.raises(AtomqError) as odd:
+        raise_first_error([PartitionResult(0, 0, ("RateLimited", "no details", {}))])
+    assert type(odd.value) is AtomqError and odd.value.message == "no details"
+    raise_first_error([sent])
