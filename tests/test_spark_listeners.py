@@ -23,7 +23,7 @@ from atomq.client import AtomqClient, wire
 from atomq.errors import AtomqError, QuotaExceeded, RateLimited
 from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
-from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
+from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame, echo_service, echo_service_rows
 from atomq.spark_workers.worker import SparkWorker
 from atomq.spark_workers.writes import PartitionResult, raise_first_error
 from atomq.workers.context import InputDocument, InputMessage
@@ -288,3 +288,19 @@ def test_a_partitions_refusal_is_raised_on_the_driver_as_the_node_answered_it() 
         raise_first_error([PartitionResult(0, 0, ("RateLimited", "no details", {}))])
     assert type(odd.value) is AtomqError and odd.value.message == "no details"
     raise_first_error([sent])
+
+
+@pytest.mark.parametrize("settings", [{"echo_queue": "e", "errors_queue": "x"},
+                                      {"echo_topic": "boomi/echo", "errors_topic": "boomi/errors/echo-service"}])
+def test_the_echo_services_row_function_gives_its_dataframes_rows(spark: Any, settings: dict[str, Any]) -> None:
+    """The executors run ``echo_service.rows`` on the rows they send; the DataFrame pipeline is the
+    process's definition, and the two give the same output rows."""
+    payloads = [b'{"msgId": "a/b c", "n": 1}', b'{"n": 2}', b"\xff not JSON", b"[1]"]
+    batch = [InputMessage(f"1-00000000000{i}", 1, {}, (InputDocument(p),)) for i, p in enumerate(payloads)]
+    batch.append(InputMessage("1-000000000009", 1, {}, tuple(InputDocument(p) for p in payloads[:2])))
+    frame = batch_frame(spark, batch)
+    columns = ("queue", "topic", "message_id", "position", "text", "properties")
+    wanted = sorted(tuple(r.asDict().get(c) for c in columns) for r in echo_service(frame, settings).collect())
+    made = echo_service_rows(settings)
+    got = sorted(tuple(o.get(c) for c in columns) for r in frame.collect() for o in made(r.asDict()))
+    assert got == wanted and len(got) == 6

@@ -12,7 +12,10 @@ input message it came from: its outputs' dedupe ids derive from it),
 ``payload`` (binary) or ``text``, and optionally ``properties`` and
 ``document_properties`` (JSON), and ``position``: the output's place among its message's outputs,
 which lets the executors write the outputs in parallel (``atomq.spark_workers.writes``; the
-built-in processes give their outputs one a document, ``position`` its index). A process marked ``checkpointed`` gets the
+built-in processes give their outputs one a document, ``position`` its index). A process may also
+carry ``rows``: given the settings, a function of one input row (a dict of the input columns) to
+its output rows (dicts with ``position``); the executors then run it on the rows they send,
+in one pass from the JVM to Python (``echo-service`` does). A process marked ``checkpointed`` gets the
 batch without the redelivered messages its checkpoint shows were processed,
 and its checkpoint is published after its outputs (``atomq.workers.checkpoint``).
 """
@@ -20,7 +23,7 @@ and its checkpoint is published after its outputs (``atomq.workers.checkpoint``)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -49,6 +52,7 @@ ENTRY_POINT_GROUP = "atomq.spark_processes"
 PROCESSES_ENV = "ATOMQ_SPARK_PROCESSES"
 
 SparkProcess = Callable[[DataFrame, dict[str, Any]], DataFrame]
+RowOutputs = Callable[[dict[str, Any]], Iterable[dict[str, Any]]]
 
 INPUT_SCHEMA = StructType([
     StructField("message_id", StringType(), False),
@@ -115,8 +119,25 @@ def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
                          F.col("r.props").alias("properties"))
 
 
+def echo_service_rows(settings: dict[str, Any]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """The echo-service as a function of one input row to its output rows, the same as
+    :func:`echo_service`'s: run by the executors that send them, it spares the rows a pass
+    through the UDF's Python worker and back to the JVM (about half the job, BENCHMARKS.md)."""
+    echo, errors = settings.get("echo_topic"), settings.get("errors_topic")
+
+    def outputs(row: dict[str, Any]) -> list[dict[str, Any]]:
+        route, body, props, topic = _echo_route_row(  # type: ignore[no-untyped-call]
+            row["message_id"], row["payload"], echo, errors)
+        target = {"topic": topic} if echo is not None else {"queue": settings[f"{route}_queue"]}
+        return [{**target, "message_id": row["message_id"], "position": row["document_index"], "text": body,
+                 "properties": props}]
+
+    return outputs
+
+
 echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]
 echo_service.checkpointed = True  # type: ignore[attr-defined]
+echo_service.rows = echo_service_rows  # type: ignore[attr-defined]
 
 
 PARTITION_ROWS = 1000
@@ -170,22 +191,21 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext,
         return
     results: list[PartitionResult] | None = None
     try:
-        outputs = process(batch_frame(spark, todo), ctx.settings)
-        names = set(outputs.columns)
-        data_column = "text" if "text" in names else "payload"
-        read = outputs.select(*[c for c in ("queue", "topic", "message_id", "position", data_column, "properties",
-                                            "document_properties") if c in names])
-        if sink is not None and "position" in names:
-            ids = frozenset(m.id for m in ctx.messages)
-            listener = ctx.listener
-            tasks = min(spark.sparkContext.defaultParallelism, -(-len(todo) // PARTITION_ROWS))
-            # Coalesced, not repartitioned: a partition keeps consecutive rows, in their order.
-            results = read.coalesce(max(1, tasks)).rdd.mapPartitions(
-                lambda part: send_partition(sink, listener, data_column, ids, part)).collect()
+        frame = batch_frame(spark, todo)
+        if sink is not None and hasattr(process, "rows"):
+            results = _written_by_executors(spark, ctx, sink, frame, process.rows(ctx.settings))
         else:
-            # Only the columns read here go through Arrow (a process may add others Arrow cannot
-            # hold), and come back as dicts, with no Row object a row as collect() makes.
-            rows = read.toArrow().to_pylist()
+            outputs = process(frame, ctx.settings)
+            names = set(outputs.columns)
+            data_column = "text" if "text" in names else "payload"
+            read = outputs.select(*[c for c in ("queue", "topic", "message_id", "position", data_column,
+                                                "properties", "document_properties") if c in names])
+            if sink is not None and "position" in names:
+                results = _written_by_executors(spark, ctx, sink, read, None)
+            else:
+                # Only the columns read here go through Arrow (a process may add others Arrow cannot
+                # hold), and come back as dicts, with no Row object a row as collect() makes.
+                rows = read.toArrow().to_pylist()
     except Py4JError as exc:
         raise EngineUnavailable(f"Spark failed: {type(exc).__name__}") from None
     except Exception:
@@ -193,14 +213,34 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext,
             raise EngineUnavailable("the Spark worker's SparkContext stopped during the execution") from None
         raise
     if results is not None:
-        raise_first_error(results)
-        nowhere = sum(r.stored_nowhere for r in results)
-        if nowhere:
-            ctx.log.warning("%d outputs were stored nowhere (no queue attracts their topic)", nowhere)
+        _after_executors(ctx, results)
     else:
         _send_from_driver(ctx, rows, names, data_column)
     if checkpointed:
         checkpoint.record(ctx, todo)
+
+
+def _written_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: ExecutorSink, frame: DataFrame,
+                          rows: RowOutputs | None) -> list[PartitionResult]:
+    """One job: each partition (of consecutive rows: coalesced, not repartitioned) sends its
+    outputs, made by ``rows`` from the input rows when given, else the rows of ``frame`` as they are."""
+    ids = frozenset(m.id for m in ctx.messages)
+    listener = ctx.listener
+    rows_in = sum(len(m.documents) for m in ctx.messages)  # at most the frame's rows: one a document
+    tasks = max(1, min(spark.sparkContext.defaultParallelism, -(-rows_in // PARTITION_ROWS)))
+
+    def send(part: Iterable[Any]) -> Iterator[PartitionResult]:
+        dicts = (r.asDict() for r in part)
+        return send_partition(sink, listener, ids, (o for d in dicts for o in rows(d)) if rows else dicts)
+
+    return frame.coalesce(tasks).rdd.mapPartitions(send).collect()
+
+
+def _after_executors(ctx: ExecutionContext, results: list[PartitionResult]) -> None:
+    raise_first_error(results)
+    nowhere = sum(r.stored_nowhere for r in results)
+    if nowhere:
+        ctx.log.warning("%d outputs were stored nowhere (no queue attracts their topic)", nowhere)
 
 
 def _send_from_driver(ctx: ExecutionContext, rows: list[dict[str, Any]], names: set[str], data_column: str) -> None:

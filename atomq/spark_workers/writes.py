@@ -52,8 +52,8 @@ class PartitionResult:
     error: tuple[str, str, dict[str, Any]] | None
 
 
-def _message(listener: str, row: dict[str, Any], data_column: str) -> dict[str, Any]:
-    data = row[data_column]
+def _message(listener: str, row: dict[str, Any]) -> dict[str, Any]:
+    data = row["text"] if "text" in row else row["payload"]
     doc_props = row.get("document_properties")
     document = InputDocument(data.encode("utf-8") if isinstance(data, str) else bytes(data),
                              json.loads(doc_props) if doc_props else {})
@@ -62,22 +62,21 @@ def _message(listener: str, row: dict[str, Any], data_column: str) -> dict[str, 
                         f"{listener}/{row['message_id']}/{row['position']}")
 
 
-def send_partition(sink: ExecutorSink, listener: str, data_column: str, batch_ids: frozenset[str],
-                   rows: Iterable[Any]) -> Iterator[PartitionResult]:
+def send_partition(sink: ExecutorSink, listener: str, batch_ids: frozenset[str],
+                   rows: Iterable[dict[str, Any]]) -> Iterator[PartitionResult]:
     """Sends one partition's outputs; runs in an executor's Python worker. A refusal by the node
     (rate limit, quota) comes back as a result for the driver to raise, with its details intact."""
     with AtomqClient(sink.api_url, sink.token) as client:
         client.headers.update(sink.headers)
         sender = BatchingSender(client, sink.max_documents)
         try:
-            for raw in rows:
-                row = raw.asDict()
+            for row in rows:
                 if row["message_id"] not in batch_ids:
                     raise InvalidInput("a Spark process's output must carry the message_id of its input",
                                        field="message_id")
                 topic = row.get("topic")
                 target = Target(topic, topic=True) if topic is not None else Target(row["queue"])
-                sender.add(target, _message(listener, row, data_column))
+                sender.add(target, _message(listener, row))
             sender.flush()
         except AtomqError as exc:
             yield PartitionResult(sender.documents, sender.stored_nowhere, (type(exc).__name__, exc.message,
