@@ -226,7 +226,7 @@ def _written_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: Exec
     outputs, made by ``rows`` from the input rows when given, else the rows of ``frame`` as they are."""
     ids = frozenset(m.id for m in ctx.messages)
     listener = ctx.listener
-    rows_in = sum(len(m.documents) for m in ctx.messages)  # at most the frame's rows: one a document
+    rows_in = sum(len(m.documents) for m in ctx.messages)  # the frame has a row a document of those it processes
     tasks = max(1, min(spark.sparkContext.defaultParallelism, -(-rows_in // PARTITION_ROWS)))
 
     def send(part: Iterable[Any]) -> Iterator[PartitionResult]:
