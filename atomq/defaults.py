@@ -258,7 +258,11 @@ MAX_LISTENERS_PER_TENANT = 100
 LISTENER_BATCH_SIZE = 10
 """Messages one execution processes unless the listener says: a short execution, a small redelivery."""
 MAX_LISTENER_BATCH_SIZE = 1000
-"""As ``MAX_GET``: an execution's batch is delivered by one get."""
+"""As ``MAX_GET``: a fork execution's batch is delivered by one get."""
+MAX_SPARK_LISTENER_BATCH_SIZE = 10_000
+"""A Spark execution pays a job's fixed cost (100-250 ms on two local cores) whatever its size, so
+larger batches pay it less often; its batch is taken by gets of ``MAX_GET`` and settled in one call
+(``MAX_SELECTORS``), and 10,000 messages keep a start's answer to a few megabytes."""
 MAX_CONCURRENT_EXECUTIONS = 1000
 """Executions of one listener at once (0: no limit); past a thousand the limit means nothing."""
 MAX_LISTENER_SETTINGS_BYTES = 64 * _KIB

@@ -482,6 +482,39 @@ def _forwarding_execution(harness: Harness, tenant: Tenant) -> tuple[str, str]:
     return _manual_execution(harness, tenant, "t", "in")
 
 
+def test_a_spark_listeners_batch_may_pass_one_get_and_keeps_the_send_order(harness: Harness, tenant: Tenant) -> None:
+    """A Spark listener takes up to 10,000 messages an execution (a fork one 1,000): its start takes
+    them by gets of 1,000 from the exclusive queue, oldest first, and its finish acks them all."""
+    api = tenant.api
+    api.put_queue("in", access="exclusive")
+    api.put_queue("out")
+    body = {"queue": "in", "process": "forward", "batch_size": defaults.MAX_LISTENER_BATCH_SIZE + 1,
+            "settings": {"to": "out"}}
+    with pytest.raises(InvalidInput) as fork_batch:
+        api.request("PUT", "/v1/listeners/big", body)
+    assert fork_batch.value.details["field"] == "batch_size"
+    with pytest.raises(InvalidInput):
+        api.request("PUT", "/v1/listeners/big", {**body, "engine": "spark",
+                                                  "batch_size": defaults.MAX_SPARK_LISTENER_BATCH_SIZE + 1})
+    api.request("PUT", "/v1/listeners/big", {**body, "engine": "spark", "batch_size": 2500})
+    texts = [f"m{i}" for i in range(2600)]
+    for first in range(0, len(texts), 1000):
+        api.send_texts("in", texts[first:first + 1000])
+    store = harness.supervisor.listeners
+    ((execution_id, *_), _), = store.schedule_all([ScheduleCall(
+        tenant.id, "big", store.get(tenant.id, "big").spec, k.TenantKeys(tenant.id).queue("in").destination(),
+        "xmanual")], 60_000)
+    token = harness.services.tenants.execution_tokens.mint(tenant.id, "big", execution_id, 60)
+    base = f"/v1/listeners/big/executions/{execution_id}"
+    with AtomqClient(harness.url, token) as horse:
+        started = horse.request("POST", f"{base}/start")
+        taken = [wire.document_bytes(m["documents"][0]).decode() for m in started["messages"]]
+        assert taken == texts[:2500]
+        assert horse.request("POST", f"{base}/finish", {"ok": True, "processed": [
+            m["id"] for m in started["messages"]]}) == {"acked": 2500, "requeued": 0, "dead_lettered": 0}
+    assert api.queue("in")["depth"] == 100
+
+
 def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing(
         harness: Harness, tenant: Tenant) -> None:
     """The ids a finish says it processed are strings, at most a batch of them; a finish that
@@ -492,7 +525,7 @@ def test_a_finish_names_what_is_wrong_with_its_processed_ids_and_settles_nothing
     with AtomqClient(harness.url, token) as horse:
         started = horse.request("POST", f"{base}/start")
         message_id = started["messages"][0]["id"]
-        for processed, field in (([message_id, 7], "1"), ([message_id] * (defaults.MAX_LISTENER_BATCH_SIZE + 1), None),
+        for processed, field in (([message_id, 7], "1"), ([message_id] * (defaults.MAX_SPARK_LISTENER_BATCH_SIZE + 1), None),
                                  ("not a list", None)):
             with pytest.raises(InvalidInput) as bad:
                 horse.request("POST", f"{base}/finish", {"ok": True, "processed": processed})

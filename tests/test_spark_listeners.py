@@ -20,10 +20,12 @@ from rq import Queue, SimpleWorker
 
 from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
+from atomq.errors import AtomqError, QuotaExceeded, RateLimited
 from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
-from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame
+from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame, echo_service, echo_service_rows
 from atomq.spark_workers.worker import SparkWorker
+from atomq.spark_workers.writes import PartitionResult, raise_first_error
 from atomq.workers.context import InputDocument, InputMessage
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from support.in_process_node import InProcessNode
@@ -242,3 +244,63 @@ def test_the_batch_reaches_a_spark_process_as_a_frame_of_the_input_schema_row_pe
          "document_index": 0, "document_id": "1-000000000002.1", "payload": bytearray("héllo".encode()),
          "text": "héllo", "document_properties": "{}"},
     ]
+
+
+def test_a_batch_of_2500_is_two_partitions_whose_executors_send_their_outputs_in_order(
+        harness: Harness, tenant: Tenant) -> None:
+    """``forward`` gives its outputs' positions, so the executors write them: a partition a core
+    (two of 1,250 rows), each sending its rows in order in requests of 100 (13 each), a message of
+    several documents one output each."""
+    api = tenant.api
+    api.put_queue("in", access="exclusive")
+    api.put_queue("out")
+    several = wire.message([wire.document(f"part {i}") for i in range(3)])
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(997)])
+    api.request("POST", "/v1/queues/in/messages", {"messages": [several]})
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(997, 1997)])
+    harness.services.queues.send(tenant.id, "in", [msg(f"doc {i:04d}") for i in range(1997, 2497)])
+    api.request("PUT", "/v1/listeners/wide", {"queue": "in", "process": "forward", "engine": "spark",
+                                              "batch_size": 2498, "settings": {"to": "out"}})
+    drive(harness, tenant, lambda: api.request("GET", "/v1/listeners/wide")["executions"] == 1, "the execution")
+    stored = texts(api, "out")
+    expected = [f"doc {i:04d}" for i in range(997)] + [f"part {i}" for i in range(3)] + \
+        [f"doc {i:04d}" for i in range(997, 2497)]
+    assert sorted(stored) == sorted(expected)
+    parts = [expected[:1250], expected[1250:]]
+    for part in parts:  # each partition's outputs in their order; the partitions side by side
+        assert [t for t in stored if t in set(part)] == part
+    window = harness.services.queues.client.hget(k.tenant_rate_window(tenant.id, harness.services.node_id), "count")
+    assert int(window) == 26 + 1  # the outputs' requests, and the test's send of the message of three
+    queue_in = api.queue("in")
+    assert (queue_in["depth"], queue_in["in_flight"]) == (0, 0)
+
+
+def test_a_partitions_refusal_is_raised_on_the_driver_as_the_node_answered_it() -> None:
+    """A rate limit an executor met keeps its retry_after, so the execution defers its batch as the
+    driver's own send would have; an error class that cannot be made again still says what failed."""
+    sent = PartitionResult(100, 0, None)
+    with pytest.raises(RateLimited) as limited:
+        raise_first_error([sent, PartitionResult(0, 0, ("RateLimited", "slow down", {"retry_after": 7}))])
+    assert limited.value.retry_after == 7 and limited.value.message == "slow down"
+    with pytest.raises(QuotaExceeded):
+        raise_first_error([PartitionResult(0, 0, ("QuotaExceeded", "full", {"limit": 1, "used": 1}))])
+    with pytest.raises(AtomqError) as odd:
+        raise_first_error([PartitionResult(0, 0, ("RateLimited", "no details", {}))])
+    assert type(odd.value) is AtomqError and odd.value.message == "no details"
+    raise_first_error([sent])
+
+
+@pytest.mark.parametrize("settings", [{"echo_queue": "e", "errors_queue": "x"},
+                                      {"echo_topic": "boomi/echo", "errors_topic": "boomi/errors/echo-service"}])
+def test_the_echo_services_row_function_gives_its_dataframes_rows(spark: Any, settings: dict[str, Any]) -> None:
+    """The executors run ``echo_service.rows`` on the rows they send; the DataFrame pipeline is the
+    process's definition, and the two give the same output rows."""
+    payloads = [b'{"msgId": "a/b c", "n": 1}', b'{"n": 2}', b"\xff not JSON", b"[1]"]
+    batch = [InputMessage(f"1-00000000000{i}", 1, {}, (InputDocument(p),)) for i, p in enumerate(payloads)]
+    batch.append(InputMessage("1-000000000009", 1, {}, tuple(InputDocument(p) for p in payloads[:2])))
+    frame = batch_frame(spark, batch)
+    columns = ("queue", "topic", "message_id", "position", "text", "properties")
+    wanted = sorted(tuple(r.asDict().get(c) for c in columns) for r in echo_service(frame, settings).collect())
+    made = echo_service_rows(settings)
+    got = sorted(tuple(o.get(c) for c in columns) for r in frame.collect() for o in made(r.asDict()))
+    assert got == wanted and len(got) == 6

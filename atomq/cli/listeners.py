@@ -97,9 +97,10 @@ def listeners_show(c: AtomqClient, name: str) -> None:
 @click.option("--subscriber",
               help="Publish/subscribe queues only: the subscriber to read (default: the listener's name); "
                    "created when deployed.")
-@click.option("--batch-size", type=click.IntRange(1, defaults.MAX_LISTENER_BATCH_SIZE),
+@click.option("--batch-size", type=click.IntRange(1, defaults.MAX_SPARK_LISTENER_BATCH_SIZE),
               default=defaults.LISTENER_BATCH_SIZE, show_default=True,
-              help="Most messages one execution processes.")
+              help=f"Most messages one execution processes: up to {defaults.MAX_LISTENER_BATCH_SIZE} on the fork "
+                   f"engine, {defaults.MAX_SPARK_LISTENER_BATCH_SIZE} on Spark.")
 @click.option("--max-concurrent", "max_concurrent", type=click.IntRange(0, defaults.MAX_CONCURRENT_EXECUTIONS),
               default=0, show_default=True, help="Most executions running at once (0: no limit).")
 @click.option("--engine", type=click.Choice(["fork", "spark"]),

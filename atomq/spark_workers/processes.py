@@ -10,7 +10,12 @@ message and document) and the listener's settings, and returns a DataFrame
 with the columns ``queue`` or ``topic`` (where each output goes), ``message_id`` (the
 input message it came from: its outputs' dedupe ids derive from it),
 ``payload`` (binary) or ``text``, and optionally ``properties`` and
-``document_properties`` (JSON). A process marked ``checkpointed`` gets the
+``document_properties`` (JSON), and ``position``: the output's place among its message's outputs,
+which lets the executors write the outputs in parallel (``atomq.spark_workers.writes``; the
+built-in processes give their outputs one a document, ``position`` its index). A process may also
+carry ``rows``: given the settings, a function of one input row (a dict of the input columns) to
+its output rows (dicts with ``position``); the executors then run it on the rows they send,
+in one pass from the JVM to Python (``echo-service`` does). A process marked ``checkpointed`` gets the
 batch without the redelivered messages its checkpoint shows were processed,
 and its checkpoint is published after its outputs (``atomq.workers.checkpoint``).
 """
@@ -18,7 +23,7 @@ and its checkpoint is published after its outputs (``atomq.workers.checkpoint``)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +42,7 @@ from pyspark.sql.types import (
 
 from atomq.client import wire
 from atomq.errors import EngineUnavailable, InvalidInput
+from atomq.spark_workers.writes import ExecutorSink, PartitionResult, raise_first_error, send_partition
 from atomq.workers import checkpoint
 from atomq.workers.builtin import echo_route, echo_topic, validate_echo, validate_forward
 from atomq.workers.context import ExecutionContext, InputDocument, InputMessage
@@ -46,6 +52,7 @@ ENTRY_POINT_GROUP = "atomq.spark_processes"
 PROCESSES_ENV = "ATOMQ_SPARK_PROCESSES"
 
 SparkProcess = Callable[[DataFrame, dict[str, Any]], DataFrame]
+RowOutputs = Callable[[dict[str, Any]], Iterable[dict[str, Any]]]
 
 INPUT_SCHEMA = StructType([
     StructField("message_id", StringType(), False),
@@ -72,8 +79,8 @@ def load(name: str) -> SparkProcess:
 
 def forward(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
     """Every input document goes on as a message of its own to ``settings["to"]``."""
-    return df.select(F.lit(settings["to"]).alias("queue"), "message_id", "payload", "properties",
-                     "document_properties")
+    return df.select(F.lit(settings["to"]).alias("queue"), "message_id", F.col("document_index").alias("position"),
+                     "payload", "properties", "document_properties")
 
 
 forward.validate_settings = validate_forward  # type: ignore[attr-defined]
@@ -101,17 +108,41 @@ def echo_service(df: DataFrame, settings: dict[str, Any]) -> DataFrame:
     publishes = "echo_topic" in settings
     topics = [F.lit(settings["echo_topic"]), F.lit(settings["errors_topic"])] if publishes else [
         F.lit(None).cast(StringType())] * 2
-    routed = df.select("message_id", "document_index", _echo_route("message_id", "payload", *topics).alias("r"))
+    routed = df.select("message_id", F.col("document_index").alias("position"),
+                       _echo_route("message_id", "payload", *topics).alias("r"))
     if publishes:
         target = F.col("r.topic").alias("topic")
     else:
         target = F.when(F.col("r.route") == "echo", F.lit(settings["echo_queue"])).otherwise(
             F.lit(settings["errors_queue"])).alias("queue")
-    return routed.select(target, "message_id", F.col("r.body").alias("text"), F.col("r.props").alias("properties"))
+    return routed.select(target, "message_id", "position", F.col("r.body").alias("text"),
+                         F.col("r.props").alias("properties"))
+
+
+def echo_service_rows(settings: dict[str, Any]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """The echo-service as a function of one input row to its output rows, the same as
+    :func:`echo_service`'s: run by the executors that send them, it spares the rows a pass
+    through the UDF's Python worker and back to the JVM (about half the job, BENCHMARKS.md)."""
+    echo, errors = settings.get("echo_topic"), settings.get("errors_topic")
+
+    def outputs(row: dict[str, Any]) -> list[dict[str, Any]]:
+        route, body, props, topic = _echo_route_row(  # type: ignore[no-untyped-call]
+            row["message_id"], row["payload"], echo, errors)
+        target = {"topic": topic} if echo is not None else {"queue": settings[f"{route}_queue"]}
+        return [{**target, "message_id": row["message_id"], "position": row["document_index"], "text": body,
+                 "properties": props}]
+
+    return outputs
 
 
 echo_service.validate_settings = validate_echo  # type: ignore[attr-defined]
 echo_service.checkpointed = True  # type: ignore[attr-defined]
+echo_service.rows = echo_service_rows  # type: ignore[attr-defined]
+
+
+PARTITION_ROWS = 1000
+"""Fewest rows a partition of outputs the executors write holds: a batch this small is written by
+one task, in as few requests as the driver would send, a larger one by up to one task a core."""
 
 
 def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
@@ -128,8 +159,9 @@ def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
             rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data,
                          wire.utf8_text(doc.data), json.dumps(doc.properties)))
     columns = list(zip(*rows)) if rows else [()] * len(_ARROW_INPUT)
-    return spark.createDataFrame(pa.Table.from_arrays(
-        [pa.array(values, type=column.type) for values, column in zip(columns, _ARROW_INPUT)], schema=_ARROW_INPUT))
+    table = pa.Table.from_arrays(
+        [pa.array(values, type=column.type) for values, column in zip(columns, _ARROW_INPUT)], schema=_ARROW_INPUT)
+    return spark.createDataFrame(table)
 
 
 def spark_alive(spark: SparkSession) -> bool:
@@ -141,9 +173,11 @@ def spark_alive(spark: SparkSession) -> bool:
         return False
 
 
-def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) -> None:
-    """Runs a Spark process on the execution's batch and hands its outputs to ``ctx.send``
-    (which buffers them into requests of 100 and gives each its dedupe id).
+def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext,
+                 sink: ExecutorSink | None = None) -> None:
+    """Runs a Spark process on the execution's batch and sends its outputs: written by the
+    executors when they carry ``position`` and ``sink`` says where to (``writes``), else collected
+    and handed to ``ctx.send`` (which buffers them into requests of 100 and gives each its dedupe id).
 
     When Spark itself is gone the batch is not the messages' fault: EngineUnavailable
     gives it back without counting a failed delivery.
@@ -155,21 +189,61 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
     todo = checkpoint.unprocessed(ctx) if checkpointed else list(ctx.messages)
     if not todo:
         return
+    results: list[PartitionResult] | None = None
     try:
-        outputs = process(batch_frame(spark, todo), ctx.settings)
-        names = set(outputs.columns)
-        data_column = "text" if "text" in names else "payload"
-        read = [c for c in ("queue", "topic", "message_id", data_column, "properties", "document_properties")
-                if c in names]
-        # Only the columns read here go through Arrow (a process may add others Arrow cannot
-        # hold), and come back as dicts, with no Row object a row as collect() makes.
-        rows = outputs.select(*read).toArrow().to_pylist()
+        frame = batch_frame(spark, todo)
+        if sink is not None and hasattr(process, "rows"):
+            results = _written_by_executors(spark, ctx, sink, frame, process.rows(ctx.settings))
+        else:
+            outputs = process(frame, ctx.settings)
+            names = set(outputs.columns)
+            data_column = "text" if "text" in names else "payload"
+            read = outputs.select(*[c for c in ("queue", "topic", "message_id", "position", data_column,
+                                                "properties", "document_properties") if c in names])
+            if sink is not None and "position" in names:
+                results = _written_by_executors(spark, ctx, sink, read, None)
+            else:
+                # Only the columns read here go through Arrow (a process may add others Arrow cannot
+                # hold), and come back as dicts, with no Row object a row as collect() makes.
+                rows = read.toArrow().to_pylist()
     except Py4JError as exc:
         raise EngineUnavailable(f"Spark failed: {type(exc).__name__}") from None
     except Exception:
         if not spark_alive(spark):
             raise EngineUnavailable("the Spark worker's SparkContext stopped during the execution") from None
         raise
+    if results is not None:
+        _after_executors(ctx, results)
+    else:
+        _send_from_driver(ctx, rows, names, data_column)
+    if checkpointed:
+        checkpoint.record(ctx, todo)
+
+
+def _written_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: ExecutorSink, frame: DataFrame,
+                          rows: RowOutputs | None) -> list[PartitionResult]:
+    """One job: each partition (of consecutive rows: coalesced, not repartitioned) sends its
+    outputs, made by ``rows`` from the input rows when given, else the rows of ``frame`` as they are."""
+    ids = frozenset(m.id for m in ctx.messages)
+    listener = ctx.listener
+    rows_in = sum(len(m.documents) for m in ctx.messages)  # the frame has a row a document of those it processes
+    tasks = max(1, min(spark.sparkContext.defaultParallelism, -(-rows_in // PARTITION_ROWS)))
+
+    def send(part: Iterable[Any]) -> Iterator[PartitionResult]:
+        dicts = (r.asDict() for r in part)
+        return send_partition(sink, listener, ids, (o for d in dicts for o in rows(d)) if rows else dicts)
+
+    return frame.coalesce(tasks).rdd.mapPartitions(send).collect()
+
+
+def _after_executors(ctx: ExecutionContext, results: list[PartitionResult]) -> None:
+    raise_first_error(results)
+    nowhere = sum(r.stored_nowhere for r in results)
+    if nowhere:
+        ctx.log.warning("%d outputs were stored nowhere (no queue attracts their topic)", nowhere)
+
+
+def _send_from_driver(ctx: ExecutionContext, rows: list[dict[str, Any]], names: set[str], data_column: str) -> None:
     by_id = {m.id: m for m in ctx.messages}
     for row in rows:
         source = by_id.get(row["message_id"])
@@ -186,5 +260,3 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext) 
             ctx.publish(row["topic"], [document], properties, source=source)
         else:
             ctx.send(row["queue"], [document], properties, source=source)
-    if checkpointed:
-        checkpoint.record(ctx, todo)

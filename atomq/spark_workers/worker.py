@@ -30,10 +30,11 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout
 from rq.job import JobStatus
 
-from atomq import telemetry
+from atomq import defaults, telemetry
 from atomq.errors import ExecutionTimeLimit
 from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.processes import run_on_spark, spark_alive
+from atomq.spark_workers.writes import ExecutorSink
 from atomq.workers import execution, liveness
 
 log = logging.getLogger("atomq.spark_worker")
@@ -162,7 +163,8 @@ class SparkWorker:
             # The supervisor gives every job --execution-timeout; one without takes rq's own default, as rq would.
             limit = TimeLimit(sc, job.id, float(job.timeout or Queue.DEFAULT_TIMEOUT))
             try:
-                execution.run(**job.kwargs, runner=lambda name, ctx: limit.run(run_on_spark, self.spark, name, ctx))
+                execution.run(**job.kwargs, runner=lambda name, ctx: limit.run(
+                    run_on_spark, self.spark, name, ctx, self._sink(job.kwargs)))
             finally:
                 limit.cancel()
         except Exception as exc:  # the supervisor sees the execution lost; the worker goes on
@@ -172,6 +174,14 @@ class SparkWorker:
                 self._running.pop(job.id, None)
             job.delete()
             self.slots.release()
+
+    @staticmethod
+    def _sink(kwargs: dict[str, Any]) -> ExecutorSink:
+        """Where the executors send the execution's outputs: the node and token its job names,
+        with the trace headers of the execution's span (made by ``execution.run`` before the process)."""
+        return ExecutorSink(kwargs["api_url"], kwargs["token"],
+                            int(kwargs.get("max_send_documents", defaults.MAX_SEND_DOCUMENTS)),
+                            telemetry.trace_headers())
 
     def run(self, stop: threading.Event) -> None:
         """Works until ``stop`` is set (or the SparkContext is gone: the worker then exits and

@@ -17,7 +17,9 @@ class ListenerPutSchema(Strict):
     process = fields.String(required=True, validate=validate.Length(1, 128),
                             metadata={"description": "a process registered by the runtime owner"})
     batch_size = Int(load_default=defaults.LISTENER_BATCH_SIZE,
-                     validate=validate.Range(1, defaults.MAX_LISTENER_BATCH_SIZE))
+                     validate=validate.Range(1, defaults.MAX_SPARK_LISTENER_BATCH_SIZE), metadata={
+                         "description": f"at most {defaults.MAX_LISTENER_BATCH_SIZE} on the fork engine, "
+                                        f"{defaults.MAX_SPARK_LISTENER_BATCH_SIZE} on Spark"})
     max_concurrent_executions = Int(load_default=0,
                                     validate=validate.Range(0, defaults.MAX_CONCURRENT_EXECUTIONS),
                                     metadata={"description": "0 = unlimited"})
@@ -68,7 +70,7 @@ class ExecutionFinishSchema(Strict):
         "description": "failed because the node refused its sends (rate limit, quota): give the batch back "
                        "without counting a failed delivery, and back off this long"})
     processed = StringList(fields.String(), load_default=list,
-                           validate=validate.Length(max=defaults.MAX_LISTENER_BATCH_SIZE),
+                           validate=validate.Length(max=defaults.MAX_SPARK_LISTENER_BATCH_SIZE),
                            metadata={"description": "ids of the batch's messages it processed (ok only)"})
 
 

@@ -18,8 +18,10 @@ from atomq.errors import AtomqError
               help="Where the echo-service listener runs.")
 @click.option("--spark-master", default="local[2]", show_default=True, **env("SPARK_MASTER"),
               help="The Spark master of the demo's Spark worker.")
-@click.option("--batch-size", type=click.IntRange(1, defaults.MAX_LISTENER_BATCH_SIZE), default=500,
-              show_default=True, help="Messages per execution.")
+@click.option("--batch-size", type=click.IntRange(1, defaults.MAX_SPARK_LISTENER_BATCH_SIZE), default=500,
+              show_default=True,
+              help=f"Messages per execution (up to {defaults.MAX_LISTENER_BATCH_SIZE} on fork, "
+                   f"{defaults.MAX_SPARK_LISTENER_BATCH_SIZE} on Spark).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the demo node's data here (default: a temporary directory, removed afterwards).")
 def demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None) -> None:

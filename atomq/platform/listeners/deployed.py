@@ -39,6 +39,12 @@ WAKE_TTL_MS = 10_000
 """How long a wake-up waits for a supervisor to take it."""
 
 
+def max_batch_size(engine: str) -> int:
+    """The largest batch an engine's execution takes: a fork execution's is one get, a Spark
+    execution's may be several (see ``defaults.MAX_SPARK_LISTENER_BATCH_SIZE``)."""
+    return defaults.MAX_SPARK_LISTENER_BATCH_SIZE if engine == "spark" else defaults.MAX_LISTENER_BATCH_SIZE
+
+
 def check_listener_name(name: str) -> str:
     """Listener names follow the queue name rule."""
     return check_queue_name(name, field="name")
@@ -60,7 +66,7 @@ class ListenerSpec:
         check_queue_name(self.queue, field="queue")
         if self.subscriber is not None:
             check_subscriber_name(self.subscriber)
-        check_integer_range(self.batch_size, "batch_size", 1, defaults.MAX_LISTENER_BATCH_SIZE)
+        check_integer_range(self.batch_size, "batch_size", 1, max_batch_size(self.engine))
         check_integer_range(self.max_concurrent_executions, "max_concurrent_executions", 0,
                             defaults.MAX_CONCURRENT_EXECUTIONS)
         if self.engine not in ENGINES:

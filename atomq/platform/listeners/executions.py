@@ -88,8 +88,7 @@ class Executions:
             return None
         try:
             queue = self.queues.get_queue(tenant, spec.queue)
-            # On an exclusive queue the listener is one consumer, under its own name.
-            got = self.queues.get(tenant, spec.queue, spec.batch_size, 0, spec.subscriber, consumer=name)
+            got = self._take(tenant, name, spec)
         except AtomqError as exc:
             self.listeners.finish(tenant, name, execution, "failed", f"taking the batch failed: {exc.message}")
             raise
@@ -102,6 +101,28 @@ class Executions:
         processed = self.listeners.processed(tenant, name, [m.id for m in got if m.redelivered])
         return StartedExecution(listener=listener, ack_timeout_s=queue.ack_timeout_s, messages=got,
                                 processed=frozenset(processed))
+
+    def _take(self, tenant: str, name: str, spec: ListenerSpec) -> list[Delivery]:
+        """The batch, by gets of at most the queue's ``max_get``, until it is full or the queue has
+        no more ready: a Spark listener's batch may be larger than one get. On an exclusive queue the
+        listener is one consumer, under its own name, so the gets keep the send order."""
+        most = self.queues.settings.max_get
+        got: list[Delivery] = []
+        while len(got) < spec.batch_size:
+            want = min(most, spec.batch_size - len(got))
+            try:
+                taken = self.queues.get(tenant, spec.queue, want, 0, spec.subscriber, consumer=name)
+            except AtomqError as exc:
+                if not got:
+                    raise
+                # What the earlier gets took is in flight: it runs as this batch rather than wait out
+                # its ack time-out as a failed delivery.
+                log.info("taking the rest of a batch of %s failed: %s", name, exc.message)
+                break
+            got += taken
+            if len(taken) < want:
+                break
+        return got
 
     def extend(self, tenant: str, execution: str) -> int:
         """Moves the batch's ack deadline a full ack time-out ahead; how many messages it moved."""
