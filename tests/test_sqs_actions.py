@@ -252,3 +252,19 @@ def test_errors_read_as_sqs_words_them(sqs: Any) -> None:
     sqs.send_message(QueueUrl="worded", MessageBody="by name")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl="worded")["Messages"]] == ["by name"]
     sqs.delete_queue(QueueUrl=url)
+
+
+def test_a_native_property_sqs_cannot_carry_is_left_out_not_a_failed_receive(
+        sqs: Any, tenant: tuple[AtomqClient, dict[str, str]]) -> None:
+    native, _ = tenant
+    url = sqs.create_queue(QueueName="native-properties")["QueueUrl"]
+    native.send("native-properties", [
+        {"documents": [{"data": "odd"}],
+         "properties": {"blob": {"DataType": "Binary", "BinaryValue": "abc"}, "ok": "yes"}},
+        {"documents": [{"data": "plain"}]}])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    assert sorted(m["Body"] for m in got) == ["odd", "plain"]
+    (odd,) = [m for m in got if m["Body"] == "odd"]
+    assert odd["MessageAttributes"] == {"ok": {"DataType": "String", "StringValue": "yes"}}
+    sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                    for i, m in enumerate(got)])

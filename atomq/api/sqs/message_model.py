@@ -68,14 +68,24 @@ def as_property(attribute: dict[str, Any]) -> Any:
 
 
 def as_attribute(value: Any) -> dict[str, Any] | None:
+    """A message property as the SQS attribute it reads as, or None for one SQS cannot carry: the
+    property was sent natively, where nothing checked it against SQS's rules (a BinaryValue that is
+    not base64 would otherwise fail every receive of its message, and of the messages got with it)."""
     if isinstance(value, str):
         return {"DataType": "String", "StringValue": value}
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return {"DataType": "Number", "StringValue": json.dumps(value)}
     if isinstance(value, dict) and isinstance(value.get("DataType"), str) and DATA_TYPE.fullmatch(value["DataType"]):
         kind = "BinaryValue" if value["DataType"].startswith("Binary") else "StringValue"
-        if isinstance(value.get(kind), str):
-            return {"DataType": value["DataType"], kind: value[kind]}
+        given = value.get(kind)
+        if not isinstance(given, str):
+            return None
+        if kind == "BinaryValue":
+            try:
+                base64.b64decode(given, validate=True)
+            except ValueError:  # binascii.Error, or text that is not ASCII
+                return None
+        return {"DataType": value["DataType"], kind: given}
     return None
 
 
