@@ -103,10 +103,10 @@ def test_every_tampering_is_a_signature_that_does_not_match() -> None:
     assert refused(changed(stated, body=b'{"a": 1}')) == "SignatureDoesNotMatch"
 
 
-def test_host_and_date_must_be_signed() -> None:
+def test_host_date_and_target_must_be_signed() -> None:
     good = signed()
     auth = good.header("authorization") or ""
-    for dropped in ("host;", "x-amz-date"):
+    for dropped in ("host;", "x-amz-date", "x-amz-target"):
         header = auth.replace(dropped, "").replace(";;", ";").replace("=;", "=").replace(";,", ",")
         assert dropped.strip(";") not in header.split("SignedHeaders=")[1].split(",")[0]
         assert refused(changed(good, headers={**good.headers, "authorization": [header]})) == "SignatureDoesNotMatch"

@@ -17,7 +17,10 @@ signing key), as the SDKs compute them:
   (RFC 3986 unreserved characters kept, a space as ``%20``), and sorts by name,
   then value;
 - each signed header's values are trimmed, inner runs of spaces made one, and
-  joined with commas; ``host`` must be signed, and so must ``x-amz-date``;
+  joined with commas; ``host`` must be signed, and so must ``x-amz-date``, and
+  ``x-amz-target`` when the request has one (it names the action of a JSON
+  request, which the body does not: unsigned, a captured SendMessage could be
+  replayed as a DeleteQueue of the same queue);
 - the payload hash is ``x-amz-content-sha256`` when the client sent it (then it
   must also be the body's SHA-256: else a signed hash would vouch for another
   body) and the body's SHA-256 otherwise;
@@ -107,6 +110,8 @@ def parse_authorization(request: SignedRequest) -> Signature:
         raise SqsError(MISMATCH, f"the credential is scoped to service {parts[3]!r}; this endpoint is 'sqs'")
     signed = tuple(match.group("signed").lower().split(";"))
     missing = [name for name in REQUIRED_SIGNED if name not in signed]
+    if request.header("x-amz-target") and "x-amz-target" not in signed:
+        missing.append("x-amz-target")  # else a captured request could be replayed as another action
     if missing:
         raise SqsError(MISMATCH, f"the signature must cover the headers {', '.join(missing)}")
     return Signature(parts[0], parts[1], parts[2], parts[3], signed, match.group("signature").lower())
