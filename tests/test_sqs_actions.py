@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from atomq.api.sqs.checksums import md5_of_attributes
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
-from support.sqs import sqs_client
+from support.sqs import sqs_client, sqs_tenant
 from support.waiting import wait_until
 
 
@@ -25,10 +25,8 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture(scope="module")
 def tenant(node: AtomqServe) -> Iterator[tuple[AtomqClient, dict[str, str]]]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        created = owner.create_tenant("sqs-actions")
-    with AtomqClient(node.url, created["api_key"]) as native:
-        yield native, created["sqs"]
+    with sqs_tenant(node, "sqs-actions") as made:
+        yield made
 
 
 @pytest.fixture(scope="module")

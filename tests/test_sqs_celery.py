@@ -19,6 +19,7 @@ import pytest
 
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
+from support.sqs import sqs_tenant
 from support.waiting import wait_until
 
 pytest.importorskip("celery", reason="Celery is not installed: pip install celery 'kombu[sqs]' (the [test] extra has them)")
@@ -54,10 +55,8 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture(scope="module")
 def tenant(node: AtomqServe) -> Iterator[tuple[AtomqClient, dict[str, str]]]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        created = owner.create_tenant("celery-users")
-    with AtomqClient(node.url, created["api_key"]) as native:
-        yield native, created["sqs"]
+    with sqs_tenant(node, "celery-users") as made:
+        yield made
 
 
 def _stop(worker: subprocess.Popen[bytes]) -> None:

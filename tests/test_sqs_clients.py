@@ -18,6 +18,7 @@ import pytest
 
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
+from support.sqs import sqs_tenant
 
 JS_SDK = "@aws-sdk/client-sqs@3"
 
@@ -29,10 +30,8 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture(scope="module")
 def tenant(node: AtomqServe) -> Iterator[tuple[AtomqClient, dict[str, str]]]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        created = owner.create_tenant("sqs-clients")
-    with AtomqClient(node.url, created["api_key"]) as native:
-        yield native, created["sqs"]
+    with sqs_tenant(node, "sqs-clients") as made:
+        yield made
 
 
 def aws_cli() -> str:

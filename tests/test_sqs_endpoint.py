@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from atomq.api.sqs.checksums import md5_of_attributes
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
-from support.sqs import sqs_client
+from support.sqs import sqs_client, sqs_tenant
 
 @pytest.fixture(scope="module")
 def node(serve_for_module: ServeFactory) -> AtomqServe:
@@ -26,10 +26,8 @@ def node(serve_for_module: ServeFactory) -> AtomqServe:
 
 @pytest.fixture(scope="module")
 def tenant(node: AtomqServe) -> Iterator[tuple[AtomqClient, dict[str, str]]]:
-    with AtomqClient(node.url, node.owner_key) as owner:
-        created = owner.create_tenant("sqs-boto3")
-    with AtomqClient(node.url, created["api_key"]) as native:
-        yield native, created["sqs"]
+    with sqs_tenant(node, "sqs-boto3") as made:
+        yield made
 
 
 def test_boto3_makes_finds_lists_and_deletes_queues(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]]) -> None:

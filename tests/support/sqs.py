@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
+from atomq.client import AtomqClient
 from support.served_node import AtomqServe
 
 NO_RETRIES = Config(retries={"max_attempts": 1, "mode": "standard"})
@@ -17,3 +20,12 @@ def sqs_client(node: AtomqServe, pair: dict[str, str], region: str = "eu-west-1"
     return boto3.client("sqs", endpoint_url=node.url, region_name=region, config=NO_RETRIES,
                         aws_access_key_id=overrides.get("access", pair["access_key_id"]),
                         aws_secret_access_key=overrides.get("secret", pair["secret_access_key"]))
+
+
+@contextmanager
+def sqs_tenant(node: AtomqServe, name: str) -> Iterator[tuple[AtomqClient, dict[str, str]]]:
+    """A new tenant of ``node``: its native client, and the SQS pair its key came with."""
+    with AtomqClient(node.url, node.owner_key) as owner:
+        created = owner.create_tenant(name)
+    with AtomqClient(node.url, created["api_key"]) as native:
+        yield native, created["sqs"]
