@@ -140,14 +140,19 @@ def paused_store(tmp_path: Path) -> Iterator[EmbeddedValkey]:
 
 class ScriptSends:
     """Counts the scripts the store's clients send (EVALSHA), and the commands sent after the first
-    (a retry on a new connection starts with its handshake), across connections."""
+    (a retry on a new connection starts with its handshake), across connections; with ``thread``
+    set, only the commands that thread sends (no other thread's command passes for a retry)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         self.after_first = 0
+        self.thread: threading.Thread | None = None
         original = redis.connection.AbstractConnection.send_packed_command
 
         def counted(conn: Any, command: Any, *args: Any, **kwargs: Any) -> None:
+            if self.thread is not None and threading.current_thread() is not self.thread:
+                original(conn, command, *args, **kwargs)
+                return
             if self.count:
                 self.after_first += 1
             data = command if isinstance(command, (bytes, str)) else b"".join(
@@ -187,6 +192,7 @@ def paused_while(pid: int, sends: ScriptSends, call: Callable[[], Any], at: tupl
 
         storage.run = stopping
     worker = threading.Thread(target=run)
+    sends.thread = worker
     try:
         worker.start()
         wait_until(lambda: sends.after_first > 0, 20, "the client to try again after a time-out")
