@@ -66,7 +66,9 @@ def test_every_call_on_an_exclusive_queue_names_its_consumer(qs: QueueServer, te
 
 def test_a_silent_active_consumer_loses_its_place_and_its_messages_come_back_in_order(
         qs: QueueServer, tenant: str) -> None:
-    qs.put_queue(tenant, "ex", P2P, access="exclusive", ack_timeout_s=0.3, max_redeliveries=0)
+    # After b takes over, the checks below run within one ack time-out of b's and c's last calls
+    # (else they in turn lose their place): 1 s leaves a loaded machine room for them.
+    qs.put_queue(tenant, "ex", P2P, access="exclusive", ack_timeout_s=1.0, max_redeliveries=0)
     ids = send_numbered(qs, tenant, 5)
     held = qs.get(tenant, "ex", max_messages=3, consumer="a")
     assert texts(held) == ["m1", "m2", "m3"]
