@@ -95,23 +95,19 @@ def as_sqs_error(exc: AtomqError) -> SqsError:
     ServiceUnavailable (which they retry too), any other bad input InvalidParameterValue."""
     if isinstance(exc, SqsError):
         return exc
-    shape = "InvalidParameterValue"
     if isinstance(exc, NotFound) and ("queue" in exc.details or "queue" in exc.message):
         return SqsError("QueueDoesNotExist", NO_SUCH_QUEUE, **exc.details)
-    if isinstance(exc, NotFound):
-        shape = "InvalidParameterValue"
-    elif isinstance(exc, RateLimited):
-        shape = "RequestThrottled"
-    elif isinstance(exc, QuotaExceeded):
-        shape = "OverLimit"
-    elif isinstance(exc, StorageError):
-        shape = "ServiceUnavailable"
-    elif isinstance(exc, Unauthorized):
-        shape = "InvalidClientTokenId"
-    elif isinstance(exc, Forbidden):
-        shape = "AccessDenied"
-    elif isinstance(exc, (InvalidInput, TooLarge, Conflict)):
-        shape = "InvalidParameterValue"
-    elif exc.http_status >= 500:
-        shape = "InternalFailure"
+    shape = next((shape for kinds, shape in _SHAPES if isinstance(exc, kinds)),
+                 "InternalFailure" if exc.http_status >= 500 else "InvalidParameterValue")
     return SqsError(shape, exc.message, **exc.details)
+
+
+_SHAPES: tuple[tuple[type[AtomqError] | tuple[type[AtomqError], ...], str], ...] = (
+    ((NotFound, InvalidInput, TooLarge, Conflict), "InvalidParameterValue"),
+    (RateLimited, "RequestThrottled"),
+    (QuotaExceeded, "OverLimit"),
+    (StorageError, "ServiceUnavailable"),
+    (Unauthorized, "InvalidClientTokenId"),
+    (Forbidden, "AccessDenied"),
+)
+"""The native errors' SQS shapes, the first that an error is an instance of."""
