@@ -27,6 +27,7 @@ from typing import Protocol
 from atomq.errors import NotFound, StorageError
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.queues.components import Components
+from atomq.platform.queues.dead_letter_targets import STALE_ERRORS, DeadLetterTargets
 from atomq.platform.queues.names import check_tenant_id
 from atomq.platform.queues.send_journal import STALE_MS, SendJournals
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
@@ -80,9 +81,10 @@ class Maintained(store_sizes.Measured, Protocol):
 class Maintenance:
     """The maintenance work of every tenant, one idempotent script at a time."""
 
-    def __init__(self, shared: Shared, components: Components) -> None:
+    def __init__(self, shared: Shared, components: Components, targets: DeadLetterTargets) -> None:
         self._shared = shared
         self._components = components
+        self._targets = targets
         self._journals = SendJournals(shared)
 
     def migrate_older_format(self) -> None:
@@ -127,16 +129,20 @@ class Maintenance:
     def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys,
                budget: ChunkBudget | None = None) -> int:
         moved = 0
+        s = self._shared.settings
+
+        def chunk(target: list[str]) -> int:
+            return int(self._shared.storage.run(
+                "sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest, *target],
+                [s.delays_ms_arg, s.chunk_size, d.member],
+                errors={"NOQUEUE": lambda _: queue_not_found(qk.name), **STALE_ERRORS}))
         while budget is None or budget.take():
             try:
-                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
-                                                 [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
-                                                  d.member],
-                                                 errors={"NOQUEUE": lambda _: queue_not_found(qk.name)}))
+                n = self._targets.retrying(tk, qk, chunk)
             except NotFound:
                 return moved  # removed since it was indexed; the script took it out of the indexes
             moved += n
-            if n < self._shared.settings.chunk_size:
+            if n < s.chunk_size:
                 return moved
         return moved  # what is still due stays in the due index: the next round goes on
 

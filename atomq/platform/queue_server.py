@@ -19,6 +19,7 @@ from __future__ import annotations
 from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.queues.components import Components
+from atomq.platform.queues.dead_letter_targets import DeadLetterTargets
 from atomq.platform.queues.delivery import Deliveries
 from atomq.platform.queues.management import Management
 from atomq.platform.queues.queue_fields import QueueFields
@@ -56,13 +57,14 @@ class QueueServer:
         self.storage.scripts.load_all(client)
         self.counters = MessageCounters(self.storage)
         routes = Routes(self._shared)
-        components = Components(self._shared, routes)
+        targets = DeadLetterTargets(self._shared)
+        components = Components(self._shared, routes, targets)
         management = Management(self._shared, routes, components)
         self.topic_matchers = TopicIndex(self._shared)
         """The tenants' topic matchers this server caches (and how often it rebuilt or updated one)."""
         sending = Sending(self._shared, routes, management, self.topic_matchers)
-        deliveries = Deliveries(self._shared, components)
-        maintenance = Maintenance(self._shared, components)
+        deliveries = Deliveries(self._shared, components, targets)
+        maintenance = Maintenance(self._shared, components, targets)
 
         self.put_queue = components.put_queue
         self.fields = QueueFields(self._shared)

@@ -121,6 +121,18 @@ class TenantKeys:
     def oldest(self) -> str:
         return f"{self._p}:oldest"
 
+    @property
+    def move_tasks(self) -> str:
+        """Hash: a move task's id -> its record (JSON), and ``src:<queue>`` -> the id of the task
+        under way from that queue (``atomq.platform.queues.move_tasks``)."""
+        return f"{self._p}:moves"
+
+    @property
+    def move_tasks_due(self) -> str:
+        """Sorted set: the move tasks under way, by id, scored by when the next step of each is due
+        (ms): what the maintenance runs."""
+        return f"{self._p}:moves:due"
+
     def destination_named(self, member: str) -> tuple[QueueKeys, DestinationKeys]:
         """The destination a due index names (see :attr:`DestinationKeys.member`)."""
         queue, _, subscriber = member.partition("/")
