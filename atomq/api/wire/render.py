@@ -81,6 +81,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         **dataclasses.asdict(info.limits),
         "overflow": info.limits.overflow.value,
         "durability": info.durability.value,
+        "dead_letter_queue": info.dead_letter_queue,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [
