@@ -56,6 +56,9 @@ NAMES = (
     "refusal",
     "reserve",
     "forget_nodes",
+    "move_start",
+    "move_cancel",
+    "move_step",
 )
 
 
