@@ -34,7 +34,10 @@ REDELIVER_NOW_FIELD = "redeliver_now"
 """Read by the scripts: a failed delivery (a visibility time-out) is ready again at once."""
 ACK_TIMEOUT_FIELD = "ack_timeout_ms"
 """The queue's native ack deadline: a receive that asks for the same visibility moves nothing."""
-QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD)
+ALLOW_FIELD = "sqs:redrive_allow"
+"""The queue's RedriveAllowPolicy as it was given (JSON; "" or absent: none, which allows all;
+``redrive_policies``)."""
+QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
 

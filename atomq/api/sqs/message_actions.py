@@ -17,13 +17,18 @@ from atomq.api.sqs.errors import INVALID_RECEIPT
 from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
 from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
 from atomq.errors import InvalidInput, SqsError
-from atomq.platform.models import Delivery
+from atomq.platform.models import DEAD_LETTER_PROPERTIES, Delivery
 from atomq.platform.queues.names import RECEIPT
 
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
-SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp")
+SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp",
+                     "DeadLetterQueueSourceArn")
+HIDDEN_PROPERTIES = frozenset(DEAD_LETTER_PROPERTIES)
+"""The record of a move to a dead letter queue, which SQS keeps out of a message's attributes (its
+source is the system attribute DeadLetterQueueSourceArn): a client that sends a dead letter's
+attributes on must not find more than it sent, or more than SQS's ten."""
 
 
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +48,8 @@ def _body(delivery: Delivery) -> str:
     return data[0] if len(data) == 1 else json.dumps(data)
 
 
-def _rendered(delivery: Delivery, system: list[str], names: list[str], received_ms: int) -> dict[str, Any]:
+def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: list[str],
+              received_ms: int) -> dict[str, Any]:
     """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
     the time of the delivery under way only, which is the first one's for a first delivery."""
     body = _body(delivery)
@@ -52,10 +58,14 @@ def _rendered(delivery: Delivery, system: list[str], names: list[str], received_
     known = {"ApproximateReceiveCount": str(delivery.delivery_count),
              "SentTimestamp": str(int(delivery.enqueued_at * 1000)),
              "ApproximateFirstReceiveTimestamp": str(received_ms)}
+    source = delivery.properties.get(DEAD_LETTER_PROPERTIES[1])
+    if isinstance(source, str) and "/" not in source:  # not a subscriber's, which SQS cannot name
+        known["DeadLetterQueueSourceArn"] = ctx.arn(source)
     chosen = {k: v for k, v in known.items() if "All" in system or k in system}
     if chosen:
         out["Attributes"] = chosen
-    attributes = {n: a for n, v in delivery.properties.items() if _wanted(names, n) and (a := as_attribute(v))}
+    attributes = {n: a for n, v in delivery.properties.items()
+                  if n not in HIDDEN_PROPERTIES and _wanted(names, n) and (a := as_attribute(v))}
     if attributes:
         out["MessageAttributes"] = attributes
         out["MD5OfMessageAttributes"] = md5_attributes(attributes)
@@ -84,7 +94,7 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)
     if not taken.deliveries:
         return {}
-    return {"Messages": [_rendered(d, system, names, received_ms) for d in taken.deliveries]}
+    return {"Messages": [_rendered(ctx, d, system, names, received_ms) for d in taken.deliveries]}
 
 
 def checked_receipt(receipt: Any) -> str:

@@ -13,11 +13,14 @@ others are fields of the queue's config (``context.QUEUE_FIELDS``).
 types and values); the native limit, which counts the attributes in their stored JSON form, is
 set that much higher so the two never disagree on a message SQS would take.
 
+RedrivePolicy and RedriveAllowPolicy are the queue's ``dead_letter_queue`` and
+``max_redeliveries``, and the queues it takes dead letters from: ``redrive_policies``.
+
 A queue made through SQS also gets what SQS does without asking: a visibility time-out makes the
-message visible again at once (``redeliver_now``: no redelivery delay; it counts a receive), and
-a message is dead-lettered only after ``SQS_MAX_REDELIVERIES`` receives (SQS keeps it until its
-retention ends; RedrivePolicy is not taken yet). Attributes atomq does not take are refused by
-name, never ignored: a client must not believe that a setting holds.
+message visible again at once (``redeliver_now``: no redelivery delay; it counts a receive, as does
+a visibility of 0), and, without a RedrivePolicy, a message is dead-lettered only after
+``SQS_MAX_REDELIVERIES`` receives (SQS keeps it until its retention ends). Attributes atomq does
+not take are refused by name, never ignored: a client must not believe that a setting holds.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from atomq import defaults
 from atomq.api.sqs.context import (
+    ALLOW_FIELD,
     CREATED_FIELD,
     DEFAULT_MAX_SIZE,
     MAX_SIZE_FIELD,
@@ -37,7 +41,15 @@ from atomq.api.sqs.context import (
     SqsQueue,
     integer,
 )
-from atomq.errors import SqsError
+from atomq.api.sqs.redrive_policies import (
+    AllowPolicy,
+    Redrive,
+    allow_fields,
+    checked_allow,
+    checked_redrive,
+    invalid,
+)
+from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import OnExpire, QueueInfo
 
 MAX_VISIBILITY_S = 43_200
@@ -61,10 +73,9 @@ SETTABLE = {
 }
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
+POLICIES = ("RedrivePolicy", "RedriveAllowPolicy")
+"""Settable attributes whose values are JSON policies (``redrive_policies``)."""
 NOT_TAKEN = {
-    "RedrivePolicy": "dead letters moved to another queue are not taken yet (a queue's own dead letters are "
-                     "atomq's: GET /v1/queues/{name}/dead-letters)",
-    "RedriveAllowPolicy": "dead letters moved to another queue are not taken yet",
     "FifoQueue": "FIFO queues are not taken yet",
     "ContentBasedDeduplication": "FIFO queues are not taken yet",
     "DeduplicationScope": "FIFO queues are not taken yet",
@@ -77,15 +88,22 @@ NOT_TAKEN = {
 """Attributes SQS has and atomq does not take, with why: set, they are refused; asked for, left out."""
 
 
-def checked(ctx: SqsContext, attributes: Any) -> dict[str, int]:
-    """The settable attributes given, as numbers, each checked; InvalidAttributeName for one atomq
-    does not take, InvalidAttributeValue for a value out of its range."""
+def checked(ctx: SqsContext, attributes: Any) -> dict[str, Any]:
+    """The settable attributes given, each checked: numbers, and the policies as ``Redrive`` and
+    ``AllowPolicy``; InvalidAttributeName for one atomq does not take, InvalidAttributeValue for
+    a value out of its range, InvalidParameterValue for a policy SQS would refuse."""
     if not isinstance(attributes, dict):
         raise SqsError("InvalidParameterValue", "Attributes must map attribute names to values")
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in attributes.items():
         if name == "FifoQueue" and str(value).lower() == "false":
             continue  # a standard queue, which is what atomq makes
+        if name == "RedrivePolicy":
+            out[name] = checked_redrive(ctx, value)
+            continue
+        if name == "RedriveAllowPolicy":
+            out[name] = checked_allow(ctx, value)
+            continue
         if name in NOT_TAKEN or name in READ_ONLY or name not in SETTABLE:
             why = NOT_TAKEN.get(name) or ("it is read-only" if name in READ_ONLY else "SQS has no such attribute")
             raise SqsError("InvalidAttributeName", f"atomq does not take the queue attribute {name}: {why}",
@@ -106,7 +124,7 @@ def checked(ctx: SqsContext, attributes: Any) -> dict[str, int]:
     return out
 
 
-def native_settings(values: dict[str, int]) -> dict[str, Any]:
+def native_settings(values: dict[str, Any]) -> dict[str, Any]:
     """The native settings (``put_queue``'s arguments) of the attributes ``values``."""
     out: dict[str, Any] = {}
     if "VisibilityTimeout" in values:
@@ -115,51 +133,72 @@ def native_settings(values: dict[str, int]) -> dict[str, Any]:
         out["message_ttl_s"] = values["MessageRetentionPeriod"]
     if "MaximumMessageSize" in values:
         out["max_message_bytes"] = values["MaximumMessageSize"] + ATTRIBUTES_ALLOWANCE
+    redrive: Redrive | None = values.get("RedrivePolicy")
+    if redrive is not None:
+        out["dead_letter_queue"] = redrive.target or ""
+        out["max_redeliveries"] = SQS_MAX_REDELIVERIES if redrive.max_receives is None else redrive.max_receives - 1
     return out
 
 
-def sqs_fields(values: dict[str, int]) -> dict[str, str | int]:
+def sqs_fields(values: dict[str, Any]) -> dict[str, str | int]:
     """The config fields of the attributes ``values`` that have no native setting, and the time of change."""
     out: dict[str, str | int] = {MODIFIED_FIELD: int(time.time())}
     if "MaximumMessageSize" in values:
         out[MAX_SIZE_FIELD] = values["MaximumMessageSize"]
     if "ReceiveMessageWaitTimeSeconds" in values:
         out[WAIT_FIELD] = values["ReceiveMessageWaitTimeSeconds"]
+    if "RedriveAllowPolicy" in values:
+        out.update(allow_fields(values["RedriveAllowPolicy"]))
     return out
 
 
-def new_queue_settings(values: dict[str, int]) -> tuple[dict[str, Any], dict[str, str | int]]:
+def new_queue_settings(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | int]]:
     """The native settings and config fields of a queue made through SQS: the attributes given,
     SQS's defaults for the others, and what SQS does without asking (see the module's notes)."""
-    full = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
-    native = {**native_settings(full), "on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES}
+    full = {**{name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()},
+            **{name: values[name] for name in POLICIES if name in values}}
+    native = {"on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES, **native_settings(full)}
     fields = {**sqs_fields(full), REDELIVER_NOW_FIELD: 1}
     fields[CREATED_FIELD] = fields[MODIFIED_FIELD]
     return native, fields
 
 
-def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int]:
+def refused_policy(ctx: SqsContext, exc: InvalidInput, values: dict[str, Any]) -> SqsError | InvalidInput:
+    """A native refusal of the RedrivePolicy's target (``dead_letter_queue``) in SQS's words; others as they are."""
+    redrive = values.get("RedrivePolicy")
+    if exc.details.get("field") != "dead_letter_queue" or redrive is None:
+        return exc
+    return invalid("RedrivePolicy", redrive.text(ctx), f"{exc.message}.")
+
+
+def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, Any]:
     """The settable attributes as the queue holds them now."""
     retention = ctx.services.current_settings().document_retention_s
+    target = info.dead_letter_queue or None
     return {"VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": 0,
             "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
-            "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
+            "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s,
+            "RedrivePolicy": Redrive(target, info.max_redeliveries + 1 if target else None),
+            "RedriveAllowPolicy": queue.fields.get(ALLOW_FIELD, "")}
 
 
-def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, int]) -> str | None:
+def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, Any]) -> str | None:
     """The first of the attributes ``values`` the queue holds otherwise; None when it holds them all."""
     now = current(ctx, info, queue)
-    return next((name for name, value in values.items() if now[name] != value), None)
+    return next((name for name, value in values.items()
+                 if now[name] != (value.text if isinstance(value, AllowPolicy) else value)), None)
 
 
 def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str]) -> dict[str, str]:
     """GetQueueAttributes' answer: the attributes ``names`` asks for (``All``: every one the queue
     has), as SQS writes them, text; InvalidAttributeName for a name SQS does not know."""
-    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | {"All"}
+    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | set(POLICIES) | {"All"}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.", attribute=unknown[0])
-    every: dict[str, Any] = {**current(ctx, info, queue),
+    held = current(ctx, info, queue)
+    redrive, allowed = held.pop("RedrivePolicy").text(ctx), held.pop("RedriveAllowPolicy")
+    every: dict[str, Any] = {**held,
                              "ApproximateNumberOfMessages": max(info.depth - info.scheduled, 0),
                              "ApproximateNumberOfMessagesNotVisible": info.in_flight,
                              "ApproximateNumberOfMessagesDelayed": info.scheduled,
@@ -168,5 +207,9 @@ def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str
         every["CreatedTimestamp"] = queue.fields[CREATED_FIELD]
     if MODIFIED_FIELD in queue.fields:
         every["LastModifiedTimestamp"] = queue.fields[MODIFIED_FIELD]
+    if redrive is not None:
+        every["RedrivePolicy"] = redrive
+    if allowed:
+        every["RedriveAllowPolicy"] = allowed
     wanted = every if "All" in names else {n: every[n] for n in names if n in every}
     return {name: str(value) for name, value in wanted.items()}
