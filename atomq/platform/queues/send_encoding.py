@@ -31,9 +31,12 @@ def check_batch_size(messages: Sequence[OutgoingMessage], s: QueueSettings) -> N
 
 
 def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
-                topics: Sequence[str] | None = None) -> list[Encoded]:
+                topics: Sequence[str] | None = None, delay_s: float | None = None) -> list[Encoded]:
     """Each message checked and encoded on its own (a problem is named by its place in the
-    request), to be assembled into the arguments of one script or of several."""
+    request), to be assembled into the arguments of one script or of several. ``delay_s``: the
+    send's delay, for each message that gives none of its own."""
+    if delay_s is not None:
+        check_delay(delay_s, "delay_s")
     bare: dict[str, str] = {}
     out = []
     for i, m in enumerate(messages):
@@ -58,12 +61,13 @@ def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
         if envelope is None:
             envelope = BARE_ENVELOPE if topic is None else bare.get(topic) or bare.setdefault(
                 topic, topic_envelope(topic))
-        plain = m.priority is None and m.expires_at is None and m.ttl_s is None
+        delay = delay_s if m.delay_s is None else m.delay_s
+        plain = m.priority is None and m.expires_at is None and m.ttl_s is None and delay is None
         rest: list[Any] = [envelope, len(m.documents)]
         for j, doc in enumerate(m.documents):
             data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
             rest += [data, props]
-        out.append(Encoded(dedupe, "" if plain else timing(m, i), rest))
+        out.append(Encoded(dedupe, "" if plain else timing(m, i, delay), rest))
     return out
 
 
@@ -74,7 +78,7 @@ class Encoded:
     dedupe: tuple[str, str] | None
     """(topic, dedupe id); topic "" for a send."""
     timing: str
-    """",<priority>,<expiry ms>,<ttl ms>" for a message that sets any, else ""."""
+    """",<priority>,<expiry ms>,<ttl ms>[,<delay ms>]" for a message that sets any, else ""."""
     rest: list[Any]
     """The envelope, the number of documents, and each document's data and properties."""
 
@@ -95,10 +99,12 @@ def assembled(encoded: Sequence[Encoded]) -> tuple[list[Any], list[tuple[str, st
     return args, list(index)
 
 
-def timing(m: OutgoingMessage, i: int) -> str:
+def timing(m: OutgoingMessage, i: int, delay_s: float | None = None) -> str:
     """What follows the dedupe key index in the first script argument of a message that sets its
-    priority or expiry: the priority, expiry (ms, 0 for none) and time to live (ms, 0 for none), as
-    ``<index>,<priority>,<expiry>,<ttl>`` (a message that sets neither passes the index alone)."""
+    priority, expiry or delay: the priority, expiry (ms, 0 for none), time to live (ms, 0 for none)
+    and, when the message or its send gives one (``delay_s``), the delay (ms, 0 for none, whatever
+    the queue's), as ``<index>,<priority>,<expiry>,<ttl>[,<delay>]`` (a message that sets none of
+    them passes the index alone, and gets its queue's delay)."""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
@@ -114,7 +120,18 @@ def timing(m: OutgoingMessage, i: int) -> str:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    return f",{priority},{expires_ms},{ttl_ms}"
+    if delay_s is None:
+        return f",{priority},{expires_ms},{ttl_ms}"
+    if m.delay_s is not None:
+        check_delay(m.delay_s, f"messages.{i}.delay_s")
+    return f",{priority},{expires_ms},{ttl_ms},{round(delay_s * 1000)}"
+
+
+def check_delay(delay_s: object, field: str) -> None:
+    """Refuses a delay that is not a number of seconds from 0 to ``defaults.MAX_DELAY_S``."""
+    most = defaults.MAX_DELAY_S
+    if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= most:
+        raise InvalidInput(f"delay_s must be a number of seconds from 0 (none) to {most:g}", field=field)
 
 
 def _finite_number(value: object) -> bool:
