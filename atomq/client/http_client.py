@@ -348,7 +348,8 @@ class AtomqClient:
                state: str | None = None) -> Iterator[Any]:
         """Every waiting and in-flight message (only those in ``state``: ready, in_flight or
         scheduled, when set), page by page, without consuming them. A message in flight carries
-        ``holder``, ``delivered_at`` and ``deadline``: who holds it, since when, until when."""
+        ``holder``, ``delivered_at`` and ``deadline``: who holds it, since when, until when; a
+        scheduled one ``due_at`` (with ``delivery_count`` 0 when its send delayed it)."""
         return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit, state=state)
 
     def dead_letters(self, queue: str, subscriber: str | None = None,
