@@ -5,6 +5,7 @@ of one script call, or of several (a publish to many topics groups its messages 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -30,13 +31,18 @@ def check_batch_size(messages: Sequence[OutgoingMessage], s: QueueSettings) -> N
                        field="messages", limit=s.max_documents_per_send)
 
 
+def with_delay(messages: Sequence[OutgoingMessage], delay_s: float | None) -> Sequence[OutgoingMessage]:
+    """``messages``, each that gives no ``delay_s`` of its own given the send's (None: as they are)."""
+    if delay_s is None:
+        return messages
+    check_delay(delay_s, "delay_s")
+    return [m if m.delay_s is not None else dataclasses.replace(m, delay_s=delay_s) for m in messages]
+
+
 def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
-                topics: Sequence[str] | None = None, delay_s: float | None = None) -> list[Encoded]:
+                topics: Sequence[str] | None = None) -> list[Encoded]:
     """Each message checked and encoded on its own (a problem is named by its place in the
-    request), to be assembled into the arguments of one script or of several. ``delay_s``: the
-    send's delay, for each message that gives none of its own."""
-    if delay_s is not None:
-        check_delay(delay_s, "delay_s")
+    request), to be assembled into the arguments of one script or of several."""
     bare: dict[str, str] = {}
     out = []
     for i, m in enumerate(messages):
@@ -61,13 +67,12 @@ def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
         if envelope is None:
             envelope = BARE_ENVELOPE if topic is None else bare.get(topic) or bare.setdefault(
                 topic, topic_envelope(topic))
-        delay = delay_s if m.delay_s is None else m.delay_s
-        plain = m.priority is None and m.expires_at is None and m.ttl_s is None and delay is None
+        plain = m.priority is None and m.expires_at is None and m.ttl_s is None and m.delay_s is None
         rest: list[Any] = [envelope, len(m.documents)]
         for j, doc in enumerate(m.documents):
             data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
             rest += [data, props]
-        out.append(Encoded(dedupe, "" if plain else timing(m, i, delay), rest))
+        out.append(Encoded(dedupe, "" if plain else timing(m, i), rest))
     return out
 
 
@@ -99,12 +104,12 @@ def assembled(encoded: Sequence[Encoded]) -> tuple[list[Any], list[tuple[str, st
     return args, list(index)
 
 
-def timing(m: OutgoingMessage, i: int, delay_s: float | None = None) -> str:
+def timing(m: OutgoingMessage, i: int) -> str:
     """What follows the dedupe key index in the first script argument of a message that sets its
     priority, expiry or delay: the priority, expiry (ms, 0 for none), time to live (ms, 0 for none)
-    and, when the message or its send gives one (``delay_s``), the delay (ms, 0 for none, whatever
-    the queue's), as ``<index>,<priority>,<expiry>,<ttl>[,<delay>]`` (a message that sets none of
-    them passes the index alone, and gets its queue's delay)."""
+    and, when it gives one, its delay (ms, 0 for none, whatever the queue's), as
+    ``<index>,<priority>,<expiry>,<ttl>[,<delay>]`` (a message that sets none of them passes the
+    index alone, and gets its queue's delay)."""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
@@ -120,11 +125,10 @@ def timing(m: OutgoingMessage, i: int, delay_s: float | None = None) -> str:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    if delay_s is None:
+    if m.delay_s is None:
         return f",{priority},{expires_ms},{ttl_ms}"
-    if m.delay_s is not None:
-        check_delay(m.delay_s, f"messages.{i}.delay_s")
-    return f",{priority},{expires_ms},{ttl_ms},{round(delay_s * 1000)}"
+    check_delay(m.delay_s, f"messages.{i}.delay_s")
+    return f",{priority},{expires_ms},{ttl_ms},{round(m.delay_s * 1000)}"
 
 
 def check_delay(delay_s: object, field: str) -> None:

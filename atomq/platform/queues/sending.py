@@ -37,7 +37,7 @@ from atomq.platform.queues.request_records import (
 )
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.queues.send_journal import SendJournals, chunked
-from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each
+from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each, with_delay
 from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.queues.topics import check_topic
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
@@ -156,15 +156,11 @@ class Sending:
         message copies the send is about to store, before anything is written, and may refuse it
         (the server's limits: ``atomq.platform.guards.server_limits``). A batch of more copies than
         ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one.
-
-        ``delay_s`` delays the first delivery of each message that gives no ``delay_s`` of its own
-        (and the queue's ``delay_s`` applies to a message neither gives one): a delayed message is
-        stored, counted and limited like any other, but no get takes it before it is due; then it
-        joins the ready messages as if sent at that time. An exclusive queue refuses a delay.
+        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery").
         """
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
-        args_tail, dedupe_ids = self._encode_batch(messages, delay_s)
+        args_tail, dedupe_ids = self._encode_batch(with_delay(messages, delay_s))
         dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
         call = RecordedCall(token, token.digest(["send", queue], args_tail), positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
@@ -184,19 +180,17 @@ class Sending:
         """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
         or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
         de-duplication window stores nothing again and answers with its original id;
-        ``idempotency_key``, ``admit`` and ``delay_s`` (every copy of a message waits as long) as in
-        :meth:`send_batch`."""
+        ``idempotency_key``, ``admit`` and ``delay_s`` (of every copy) as in :meth:`send_batch`."""
         check_topic(topic)
-        done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes,
-                                 idempotency_key=idempotency_key, admit=admit, delay_s=delay_s)
+        done = self.publish_many(tenant, [topic] * len(messages), with_delay(messages, delay_s), quota_bytes,
+                                 idempotency_key=idempotency_key, admit=admit)
         # One group: every message stored, or (no queue attracts the topic) none.
         return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped,
                          copies=done.copies[topic])
 
     def publish_many(self, tenant: str, topics: Sequence[str], messages: Sequence[OutgoingMessage],
                      quota_bytes: int = 0, progress: PublishedMany | None = None,
-                     idempotency_key: str | None = None, admit: Admit | None = None,
-                     delay_s: float | None = None) -> PublishedMany:
+                     idempotency_key: str | None = None, admit: Admit | None = None) -> PublishedMany:
         """Publishes each message to its own topic (``topics[i]`` for ``messages[i]``) in as few
         steps as the queues they reach allow: the messages whose topics reach the same queues are
         stored together, all or nothing, in one script, which is what lets an execution whose every
@@ -206,7 +200,7 @@ class Sending:
         its dedupe ids. A ``dedupe_id`` counts per topic, as in :meth:`publish`. A queue keeps the
         order of the messages of each topic; messages of topics that reach different sets of queues
         are stored group by group, so a queue that two such groups reach gets them group by group.
-        ``idempotency_key``, ``admit`` and ``delay_s`` as in :meth:`send_batch`: a repeat stores only what no try
+        ``idempotency_key`` and ``admit`` as in :meth:`send_batch`: a repeat stores only what no try
         stored yet. A group of more copies than ``send_journal.CHUNK_COPIES`` is checked whole, then
         copied in steps (``send_journal``): its queues may see it land queue by queue."""
         tk = k.TenantKeys(check_tenant_id(tenant))
@@ -219,7 +213,7 @@ class Sending:
         for topic, i in first.items():
             check_topic(topic, field=f"messages.{i}.topic")  # each topic once, named by its first place
         check_batch_size(messages, self._shared.settings)
-        encoded = encode_each(messages, self._shared.settings, topics, delay_s)
+        encoded = encode_each(messages, self._shared.settings, topics)
         done = progress if progress is not None else PublishedMany(ids=[None] * len(messages))
         digest = token.digest(["publish", *topics], *(e.digest_parts() for e in encoded))
         if token.key is not None:
@@ -330,7 +324,9 @@ class Sending:
                   "IDEMREUSED": lambda _: key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
                   "QUEUEFULL": lambda words: _queue_full(targets, words),
-                  "DELAYEXCLUSIVE": lambda words: _delay_refused(targets, words),
+                  "DELAYEXCLUSIVE": lambda words: InvalidInput(
+                      f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
+                      "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),
                   "TOOBIG": lambda words: _message_too_big(targets, words)}
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
@@ -375,12 +371,11 @@ class Sending:
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
 
-    def _encode_batch(self, messages: Sequence[OutgoingMessage],
-                      delay_s: float | None) -> tuple[list[Any], list[tuple[str, str]]]:
+    def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[tuple[str, str]]]:
         """The script's arguments for a send's messages, and the batch's distinct ("", dedupe id)
         pairs in order."""
         check_batch_size(messages, self._shared.settings)
-        return assembled(encode_each(messages, self._shared.settings, delay_s=delay_s))
+        return assembled(encode_each(messages, self._shared.settings))
 
 
 def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
@@ -395,13 +390,6 @@ def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
                      f"{advice}", queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
     full.can_fit = fits == "1"
     return full
-
-
-def _delay_refused(targets: list[k.QueueKeys], words: list[str]) -> InvalidInput:
-    """The send script's DELAYEXCLUSIVE <queue index> as the error."""
-    queue = targets[int(words[0]) - 1].name
-    return InvalidInput(f"queue {queue} is exclusive: it delivers in send order, so it takes no delayed message "
-                        "(a delay would hold back every message sent after it)", field="delay_s", queue=queue)
 
 
 def _message_too_big(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:
