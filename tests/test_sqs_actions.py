@@ -230,8 +230,12 @@ def test_delay_seconds_per_message_and_per_queue(sqs: Any, tenant: tuple[AtomqCl
     assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages") is None
     native.put_queue("orders.fifo")  # FIFO itself is not taken yet: a native queue of that name stands in
     fifo = url.replace("delayed", "orders.fifo")
-    refused = code_of(sqs.send_message, QueueUrl=fifo, MessageBody="x", DelaySeconds=0)
-    assert refused == "InvalidParameterValue"
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(QueueUrl=fifo, MessageBody="x", DelaySeconds=5)
+    assert refused.value.response["Error"] == {  # SQS's words (moto's AWS-verified test has them)
+        "Code": "InvalidParameterValue", "Message": "Value 5 for parameter DelaySeconds is invalid. Reason: The "
+        "request include parameter that is not valid for this queue type.", "Type": "Sender"}
+    sqs.send_message(QueueUrl=fifo, MessageBody="0 is taken", DelaySeconds=0)
     sqs.send_message(QueueUrl=fifo, MessageBody="the queue's delay applies")
 
 

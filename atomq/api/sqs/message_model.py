@@ -122,11 +122,11 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     check_body(body)
     delay_s = None  # the queue's DelaySeconds
     if "DelaySeconds" in params:
-        if queue.fifo:  # a FIFO queue's messages keep their order: only the queue's own delay applies
-            raise SqsError("InvalidParameterValue", f"Value {params['DelaySeconds']} for parameter DelaySeconds is "
-                                                    "invalid. Reason: The request include parameter that is not "
-                                                    "valid for this queue type.")
         delay_s = integer(params, "DelaySeconds", 0, MAX_DELAY_S, 0)
+        if queue.fifo and delay_s:  # its messages keep their order: only the queue's delay applies (0 is taken)
+            raise SqsError("InvalidParameterValue", f"Value {delay_s} for parameter DelaySeconds is invalid. Reason: "
+                                                    "The request include parameter that is not valid for this queue "
+                                                    "type.")
     attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
     encoded = body.encode()
     size = size_of(encoded, attributes)
