@@ -137,7 +137,7 @@ class Maintenance:
 
         def chunk(target: list[str]) -> int:
             return int(self._shared.storage.run(
-                "sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest, *target],
+                "sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest, tk.seq, *target],
                 [s.delays_ms_arg, s.chunk_size, d.member],
                 errors={"NOQUEUE": lambda _: queue_not_found(qk.name), **STALE_ERRORS}))
         while budget is None or budget.take():

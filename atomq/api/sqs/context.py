@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from atomq import defaults
 from atomq.api.services import Services
 from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.recent_queues import RecentQueues
@@ -40,6 +41,8 @@ ALLOW_FIELD = "sqs:redrive_allow"
 QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
+LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
+"""The native ack deadline of a queue whose VisibilityTimeout is 0 (a deadline is at least this)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,17 @@ class SqsQueue:
     @property
     def wait_s(self) -> int:
         return int(self.fields.get(WAIT_FIELD, 0))
+
+    @property
+    def fifo(self) -> bool:
+        """A FIFO queue, as SQS tells one: by the ``.fifo`` that ends its name."""
+        return self.name.endswith(".fifo")
+
+    @property
+    def visibility_s(self) -> float:
+        """The queue's VisibilityTimeout, from its native ack deadline (0: the least one)."""
+        ack_timeout_s = int(self.fields.get(ACK_TIMEOUT_FIELD, defaults.ACK_TIMEOUT_S * 1000)) / 1000
+        return 0 if ack_timeout_s <= LEAST_ACK_TIMEOUT_S else ack_timeout_s
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
 from atomq.api.sqs.context import SqsQueue, integer, required
+from atomq.api.sqs.queue_attributes import MAX_DELAY_S
 from atomq.errors import SqsError
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 
@@ -119,9 +120,13 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
-    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
-        raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
-                                                "scheduled): DelaySeconds must be 0")
+    delay_s = None  # the queue's DelaySeconds
+    if "DelaySeconds" in params:
+        delay_s = integer(params, "DelaySeconds", 0, MAX_DELAY_S, 0)
+        if queue.fifo and delay_s:  # its messages keep their order: only the queue's delay applies (0 is taken)
+            raise SqsError("InvalidParameterValue", f"Value {delay_s} for parameter DelaySeconds is invalid. Reason: "
+                                                    "The request include parameter that is not valid for this queue "
+                                                    "type.")
     attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
     encoded = body.encode()
     size = size_of(encoded, attributes)
@@ -133,5 +138,5 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: as_property(a) for n, a in attributes.items()})
+                              properties={n: as_property(a) for n, a in attributes.items()}, delay_s=delay_s)
     return Outgoing(message, answer, size)

@@ -52,9 +52,10 @@ STALE_ERRORS = {"STALEDLQ": lambda _: StaleDeadLetterTarget("the queue's dead_le
 
 def target_keys(tk: k.TenantKeys, name: str) -> list[str]:
     """The keys a script is given for target ``name`` (``dead_letter_target`` in the scripts): its
-    cfg, its destination, the tenant's index of oldest messages, hash of pending copies and due index."""
+    cfg, its destination, the tenant's index of oldest messages, hash of pending copies, due index
+    and message counter."""
     qk = tk.queue(name)
-    return [qk.config, *qk.destination().as_list(), tk.oldest, tk.pending_copies, tk.due]
+    return [qk.config, *qk.destination().as_list(), tk.oldest, tk.pending_copies, tk.due, tk.seq]
 
 
 def setting_fields(tk: k.TenantKeys, queue: str, target: str) -> tuple[list[str], str | None]:

@@ -122,7 +122,7 @@ class Deliveries:
             target = self._targets.keys(tk, qk)
             # The call's record lets a repeat of it by the store's client answer what it delivered.
             record = tk.request_record(made_token("get"))
-            keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, *target]
+            keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq, *target]
             get = ("get", keys, args, {**self._shared.queue_errors(queue), **STALE_ERRORS})
             if acks is not None:
                 settle = self._settle_call("ack", "", tenant, queue, *acks, subscriber, consumer, target)
@@ -248,7 +248,8 @@ class Deliveries:
         s = self._shared.settings
         # The call's record lets a repeat of it by the store's client answer what it settled.
         record = tk.request_record(made_token("settle"))
-        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, *target],
+        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq,
+                                                                    *target],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
                  CALL_RECORD_MS, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(

@@ -42,7 +42,13 @@ local EXPIRED_REASON = 'expired'
 -- (config fields dlq_to, its name, and dlq_key, its cfg key). A script that may dead-letter
 -- takes the target's keys from KEYS[at] on (atomq.platform.queues.dead_letter_targets): its cfg,
 -- the DEST_KEYS keys of its destination, and the tenant's index of oldest messages, hash of
--- pending copies and due index.
+-- pending copies, due index and message counter.
+
+-- The target queue `name` whose keys (dead_letter_targets.target_keys) start at KEYS[at].
+local function target_at(at, name)
+  return {name = name, cfg = KEYS[at], d = dest_at(at + 1), oldest = KEYS[at + 1 + DEST_KEYS],
+          pending = KEYS[at + 2 + DEST_KEYS], due = KEYS[at + 3 + DEST_KEYS], seq = KEYS[at + 4 + DEST_KEYS]}
+end
 
 -- Reads the queue's dead_letter_queue setting into q.target (none: nil), with the keys the
 -- caller passed from KEYS[at] on; `member` names the destination the dead letters leave (its
@@ -57,8 +63,8 @@ local function dead_letter_target(q, at, member)
     return redis.error_reply('STALEDLQ the queue\'s dead_letter_queue changed')
   end
   if name ~= '' then
-    q.target = {name = name, cfg = key, d = dest_at(at + 1), oldest = KEYS[at + 1 + DEST_KEYS],
-                pending = KEYS[at + 2 + DEST_KEYS], due = KEYS[at + 3 + DEST_KEYS], source = member}
+    q.target = target_at(at, name)
+    q.target.source = member
   end
 end
 
@@ -100,20 +106,16 @@ local function lift(d, id, bytes)
 end
 
 -- Puts message `id` with envelope `env` (counting `size` bytes of limits) into point-to-point
--- queue t ({name, d, oldest, due}) as a first delivery waiting at its priority: on the ready
--- stream at the default priority, else in rz; an expiry goes into the expiry index.
+-- queue t (target_at) as a first delivery waiting at its priority, as if sent now: it takes the
+-- tenant's next sequence number for its place in rz, as a delayed copy that falls due does
+-- (arrive, _lib_sweep.lua); an expiry goes into the expiry index.
 local function land(t, id, env, size)
   local _, priority, expiry = env_head(env)
   redis.call('HSET', t.d.msg, id, env)
   redis.call('ZADD', t.d.all, 0, id)
-  local where = 'z'
-  if priority == DEFAULT_PRIORITY then
-    where = 'r' .. redis.call('XADD', t.d.ready, '*', 'm', id)
-  else
-    redis.call('ZADD', t.d.rz, ready_score(priority, id), id)
-    wake(t.d)
-  end
-  redis.call('HSET', t.d.state, id, fmt_state(0, 0, where))
+  redis.call('ZADD', t.d.rz, seq_score(priority, string.format('%.0f', redis.call('INCR', t.seq))), id)
+  wake(t.d)
+  redis.call('HSET', t.d.state, id, fmt_state(0, 0, 'z'))
   redis.call('INCRBY', t.d.held, size)
   redis.call('ZADD', t.oldest, 'LT', tonumber(string.match(id, '^%d+')), t.name)
   if expiry then

@@ -6,11 +6,13 @@
 -- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
 -- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
 -- #active -> the active one), held (the bytes of the copies it holds that are
--- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
+-- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq),
+-- delayed (how many copies in sched wait out their send's delay).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f<since>,<holder> in flight
 --   since <since> (ms, when the get delivered it) with <holder> (who got it, see
---   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead.
+--   get.lua; data of format 6 and older has a bare f), s scheduled (for a redelivery, or,
+--   with delivery count 0, at the end of its send's delay), d<stream id> dead.
 --   No part holds a '|': the first "|f" of a state marks one in flight.
 -- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
 -- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
@@ -59,7 +61,7 @@ local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
           rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11],
-          held = KEYS[i + 12]}
+          held = KEYS[i + 12], delayed = KEYS[i + 13]}
 end
 
 local function require_queue()
@@ -96,9 +98,11 @@ end
 -- sequence number ending its id). Built as a string: 14 digits are exact
 -- in a sorted set's double, and Lua would print a number with 14 digits
 -- of precision only.
-local function ready_score(priority, id)
-  local s = string.match(id, '%-(%d+)$')
+local function seq_score(priority, s)
   return (9 - priority) .. string.rep('0', 13 - #s) .. s
+end
+local function ready_score(priority, id)
+  return seq_score(priority, string.match(id, '%-(%d+)$'))
 end
 
 -- A message id's place in its tenant's send order: the sequence number ending it.
@@ -254,7 +258,13 @@ local function make_ready(d, id, dc, fails)
   wake(d)
 end
 
--- Takes a message out of whatever structure holds it in the destination.
+-- Counts n more (negative: fewer) copies of the destination waiting out their send's delay.
+local function count_delayed(d, n)
+  if n ~= 0 and redis.call('INCRBY', d.delayed, n) <= 0 then redis.call('DEL', d.delayed) end
+end
+
+-- Takes a message out of whatever structure holds it in the destination
+-- (before its state changes: a scheduled one that was never delivered was delayed).
 local function unlink(d, id, where)
   local tag = string.sub(where, 1, 1)
   if tag == 'r' then
@@ -265,6 +275,8 @@ local function unlink(d, id, where)
     redis.call('ZREM', d.inflight, id)
   elseif tag == 's' then
     redis.call('ZREM', d.sched, id)
+    local s = redis.call('HGET', d.state, id)
+    if s and parse_state(s) == 0 then count_delayed(d, -1) end
   elseif tag == 'd' then
     redis.call('XDEL', d.dlq, string.sub(where, 2))
   end

@@ -38,11 +38,7 @@ local usage = KEYS[EXTRA]
 local d = dest_at(5)
 local given = ARGV[3]
 local t = nil
-if given ~= '' then
-  local at = EXTRA + 3
-  t = {name = given, cfg = KEYS[at], d = dest_at(at + 1), oldest = KEYS[at + 1 + DEST_KEYS],
-       pending = KEYS[at + 2 + DEST_KEYS], due = KEYS[at + 3 + DEST_KEYS]}
-end
+if given ~= '' then t = target_at(EXTRA + 3, given) end
 
 local function finish(status, failure, failed_on)
   rec['status'] = status

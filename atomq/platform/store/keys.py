@@ -258,13 +258,19 @@ class DestinationKeys:
         envelope and the documents' data and properties of each): what ``max_bytes`` holds."""
         return f"{self.base}:held"
 
+    @property
+    def delayed(self) -> str:
+        """How many copies wait out their send's delay (in ``sched`` with no delivery yet): the
+        delayed count of queue info and metrics, kept by the scripts that add and take them."""
+        return f"{self.base}:delayed"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held]
+                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held, self.delayed]
 
 
-DEST_KEY_COUNT = 13
+DEST_KEY_COUNT = 14
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"

@@ -79,6 +79,11 @@ def _envelopes_and_states(r: Any, d: k.DestinationKeys) -> tuple[dict[str, str],
     return envs, states
 
 
+def _delayed_count(states: dict[str, str]) -> int:
+    """The copies waiting out their send's delay: scheduled, never delivered (delivery count 0)."""
+    return sum(1 for state in states.values() if state.startswith("0|") and state.split("|", 2)[2][:1] == "s")
+
+
 def _doc_count(env: str) -> int:
     """A stored envelope's document count: its head up to the first "," or "|"."""
     return int(env.split("|", 1)[0].split(",", 1)[0])
@@ -179,7 +184,13 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     stored, markers, copies = _recount(client, tk)
     client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
     for d in _destinations(client, tk):
-        client.set(d.held, _held_bytes(client, tk, *_envelopes_and_states(client, d)))
+        envs, states = _envelopes_and_states(client, d)
+        client.set(d.held, _held_bytes(client, tk, envs, states))
+        delayed = _delayed_count(states)
+        if delayed:
+            client.set(d.delayed, delayed)
+        else:
+            client.delete(d.delayed)
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -219,6 +230,9 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: in-flight set and states disagree")
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
+        delayed, waiting = int(r.get(d.delayed) or 0), _delayed_count(states)
+        if delayed != waiting:
+            problems.append(f"{d.base}: the delayed count says {delayed}, the schedule holds {waiting} never delivered")
         if ranked != seen["z"]:
             problems.append(f"{d.base}: ordered ready set and states disagree")
         if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"]:
