@@ -22,6 +22,7 @@ from atomq.platform.models import (
     QueueInfo,
     QueueLimits,
     QueueModel,
+    QueueOrdering,
     ReasonCount,
     Taken,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "QueueInfo",
     "QueueLimits",
     "QueueModel",
+    "QueueOrdering",
     "QueueServer",
     "QueueSettings",
     "ReasonCount",

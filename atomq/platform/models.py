@@ -22,7 +22,7 @@ DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # The envelope's optional JSON fields: their names, and their short keys in the stored JSON
 # (envelope_json's fast path and Envelope.optional_fields name them too).
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"), ("group", "g"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
@@ -65,6 +65,17 @@ class Durability(str, Enum):
     """Once its data is synced to disk (and on ``min_replicas`` replicas)."""
 
 
+class QueueOrdering(str, Enum):
+    """What a queue holds back so that messages are processed in order."""
+
+    NONE = "none"
+    """Nothing: any number of messages out at once, each get taking them by priority, then send order."""
+    GROUP = "group"
+    """One message of a group out at a time (ready, in flight or waiting out a redelivery delay),
+    the group's in send order; groups are independent, and a message of no group is ordered with
+    no other (``atomq.platform.scripts``' ``_lib_groups.lua``)."""
+
+
 class MessageState(str, Enum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
@@ -72,8 +83,9 @@ class MessageState(str, Enum):
     DEAD = "dead"
 
 
-STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "f": MessageState.IN_FLIGHT,
-                "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "w": MessageState.READY,
+                "f": MessageState.IN_FLIGHT, "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+"""A message waiting behind its group's head (w) is ready: it is delivered in its turn."""
 
 
 @dataclass(slots=True)
@@ -91,7 +103,8 @@ class OutgoingMessage:
     ``priority`` (0 to 9, None for the default 4): a higher one is delivered first.
     ``expires_at`` (seconds since the epoch) and ``ttl_s`` (seconds from the send, on
     the store's clock): the message expires at the earliest of them and its queue's
-    ``message_ttl_s``.
+    ``message_ttl_s``. ``group``: on a queue whose ordering is ``group``, the message is
+    delivered once every earlier message of its group is settled (``QueueOrdering``).
     """
 
     documents: tuple[OutgoingDocument, ...]
@@ -103,6 +116,7 @@ class OutgoingMessage:
     ttl_s: float | None = None
     topic: str | None = None
     """Set by a publish: the topic the message was published to."""
+    group: str | None = None
 
     def envelope_json(self, topic: str | None = None) -> str | None:
         """The stored envelope's JSON; ``topic`` (a publish's) overrides the message's own. None for
@@ -110,7 +124,7 @@ class OutgoingMessage:
         (``topic_envelope``), which a publish makes once a topic, and only for a topic that has
         such messages (a hundred outputs, a topic and a property each, made a hundred for nothing:
         half a millisecond)."""
-        if not self.properties and self.dedupe_id is None and self.traceparent is None and (
+        if not self.properties and self.dedupe_id is None and self.traceparent is None and self.group is None and (
                 self.topic is None or topic is not None):
             return None  # the common case, without building a dict
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
@@ -137,6 +151,7 @@ class Envelope:
     dedupe_id: str | None = None
     traceparent: str | None = None
     topic: str | None = None
+    group: str | None = None
     version: int = ENVELOPE_VERSION
 
     @classmethod
@@ -159,6 +174,8 @@ class Envelope:
             out["traceparent"] = self.traceparent
         if self.topic is not None:
             out["topic"] = self.topic
+        if self.group is not None:
+            out["group"] = self.group
         return out
 
 
@@ -341,6 +358,7 @@ class QueueInfo:
     """Summed over subscribers as the counts are (see ``DestinationCounts.held_bytes``)."""
     limits: QueueLimits = field(default_factory=QueueLimits)
     durability: Durability = Durability.ASYNC
+    ordering: QueueOrdering = QueueOrdering.NONE
 
 
 @dataclass(frozen=True)

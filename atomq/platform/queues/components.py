@@ -26,6 +26,7 @@ from atomq.platform.models import (
     QueueAccess,
     QueueInfo,
     QueueModel,
+    QueueOrdering,
 )
 from atomq.platform.queues.names import check_subscriber_name, check_tenant_id
 from atomq.platform.queues.queue_config import config_fields, read_limits
@@ -40,6 +41,11 @@ from atomq.platform.shared import (
 )
 from atomq.platform.store import keys as k
 from atomq.platform.watch.counters import QUEUE_COUNTS
+
+
+PER_DESTINATION = 7
+"""The reads of a destination's counts in ``_queue_infos``: ready stream, ordered ready set, schedule,
+in-flight set, dead letters, held bytes, and the messages waiting behind their group's head."""
 
 
 class Components:
@@ -69,6 +75,7 @@ class Components:
         overflow: Overflow | str | None = None,
         overflow_to_dead_letters: bool | None = None,
         durability: Durability | str | None = None,
+        ordering: QueueOrdering | str | None = None,
         extra_fields: Mapping[str, str | int] | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
@@ -80,6 +87,8 @@ class Components:
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
         ``durability``: sync, a send is answered once its data is synced to disk (``Durability``).
+        ``ordering``: group, one message of a group out at a time, in send order (``QueueOrdering``);
+        a change applies to the messages sent after it, those sent before go out as they went.
         ``extra_fields``: config fields another front keeps with the queue (``QueueFields``),
         stored as they are in the same script, so a queue is never seen without them.
         """
@@ -92,7 +101,7 @@ class Components:
             ) from None
         named = config_fields(model, max_redeliveries=max_redeliveries, ack_timeout_s=ack_timeout_s,
                               message_ttl_s=message_ttl_s, on_expire=on_expire, last_value=last_value,
-                              last_value_key=last_value_key, access=access, durability=durability,
+                              last_value_key=last_value_key, access=access, durability=durability, ordering=ordering,
                               max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                               max_dead_letters=max_dead_letters, overflow=overflow,
                               overflow_to_dead_letters=overflow_to_dead_letters)
@@ -161,6 +170,7 @@ class Components:
                 pipe.zcard(d.inflight)
                 pipe.xlen(d.dlq)
                 pipe.get(d.held)
+                pipe.zcard(d.group_waiting)
             if cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode():
                 pipe.hgetall(qk.destination().consumers)
             pipe.hget(tk.topic_patterns, name)
@@ -169,11 +179,11 @@ class Components:
         parts, at = [], 0
         for name, qk, model, cfg, dests in found:
             exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
-            size = 6 * len(dests) + (3 if exclusive else 2)
+            size = PER_DESTINATION * len(dests) + (3 if exclusive else 2)
             parts.append((exclusive, raw[at:at + size]))
             at += size
         # Destinations holding ranked messages (outside the stream): their counts by priority, all at once.
-        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * 6 + 1]]
+        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * PER_DESTINATION + 1]]
                   for (_, qk, _, _, dests), (_, part) in zip(found, parts)]
         by_priority = (self._ranked_by_priority(ranked) if any(ranked)
                        else [Counter[int]() for _ in found])
@@ -190,8 +200,8 @@ class Components:
         total = [0, 0, 0, 0, 0]
         by_priority: Counter[int] = Counter(ranked_by_priority)
         for i, sub in enumerate(dests):
-            stream, ordered, sched, flight, dead, held = raw[i * 6 : i * 6 + 6]
-            counts = DestinationCounts(depth=stream + ordered + sched, in_flight=flight, dead_letters=dead,
+            stream, ordered, sched, flight, dead, held, waiting = raw[i * PER_DESTINATION:(i + 1) * PER_DESTINATION]
+            counts = DestinationCounts(depth=stream + ordered + sched + waiting, in_flight=flight, dead_letters=dead,
                                        scheduled=sched, held_bytes=int(held or 0))
             by_priority[defaults.DEFAULT_PRIORITY] += stream
             total[0] += counts.depth
@@ -223,6 +233,7 @@ class Components:
             held_bytes=total[4],
             limits=read_limits(cfg),
             durability=Durability(cfg.get(b"durability", b"async").decode()),
+            ordering=QueueOrdering(cfg.get(b"ordering", b"none").decode()),
         )
 
     def _ranked_by_priority(self, queues: list[list[k.DestinationKeys]]) -> list[Counter[int]]:

@@ -1,4 +1,4 @@
--- Shared prelude, part 1 of 6 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
+-- Shared prelude, part 1 of 7 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
 -- The parts are prepended to every script, in order.
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
 -- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
@@ -6,11 +6,13 @@
 -- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
 -- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
 -- #active -> the active one), held (the bytes of the copies it holds that are
--- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
+-- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq),
+-- grp and gw (a group-ordered queue's groups: see _lib_groups.lua).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f<since>,<holder> in flight
 --   since <since> (ms, when the get delivered it) with <holder> (who got it, see
---   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead.
+--   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead,
+--   w waiting in gw behind its group's head.
 --   No part holds a '|': the first "|f" of a state marks one in flight.
 -- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
 -- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
@@ -59,7 +61,7 @@ local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
           rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11],
-          held = KEYS[i + 12]}
+          held = KEYS[i + 12], grp = KEYS[i + 13], gw = KEYS[i + 14]}
 end
 
 local function require_queue()
@@ -254,6 +256,27 @@ local function make_ready(d, id, dc, fails)
   wake(d)
 end
 
+-- A message's group: the "g" of its envelope's JSON (`json`), nil for none. The head has no
+-- room for it (a group may hold ',' and '|'); only an envelope that names a "g" is parsed.
+local function json_group(json)
+  if not string.find(json, '"g":', 1, true) then return nil end
+  local g = cjson.decode(json)['g']
+  if type(g) == 'string' then return g end
+  return nil
+end
+
+-- The group of a stored envelope (nil, or false for a message that is gone: none).
+local function group_of(env)
+  return env and json_group(string.sub(env, string.find(env, '|', 1, true) + 1))
+end
+
+-- A message's member in gw: a group's messages are one lexical range ("<group>\0" to
+-- "<group>\1": no group holds a character below '!'), in send order.
+local function group_member(group, id)
+  local s = string.match(id, '%-(%d+)$')
+  return group .. '\0' .. string.rep('0', 16 - #s) .. s .. '|' .. id
+end
+
 -- Takes a message out of whatever structure holds it in the destination.
 local function unlink(d, id, where)
   local tag = string.sub(where, 1, 1)
@@ -267,6 +290,8 @@ local function unlink(d, id, where)
     redis.call('ZREM', d.sched, id)
   elseif tag == 'd' then
     redis.call('XDEL', d.dlq, string.sub(where, 2))
+  elseif tag == 'w' then
+    redis.call('ZREM', d.gw, group_member(group_of(redis.call('HGET', d.msg, id)), id))
   end
 end
 

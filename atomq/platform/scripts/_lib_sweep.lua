@@ -1,4 +1,4 @@
--- Shared prelude, part 5 of 6 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
+-- Shared prelude, part 6 of 7 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
 -- Moves due redeliveries to ready, fails expired deliveries and expires
 -- messages whose time to live ran out, at most `limit` of each (`usage`:
 -- the tenant's usage hash). Returns the number of messages moved.

@@ -246,13 +246,27 @@ class DestinationKeys:
         envelope and the documents' data and properties of each): what ``max_bytes`` holds."""
         return f"{self.base}:held"
 
+    @property
+    def groups(self) -> str:
+        """A group-ordered queue's groups that have a message out (ready, in flight or waiting
+        out a redelivery delay): group -> that message's id, the group's head."""
+        return f"{self.base}:grp"
+
+    @property
+    def group_waiting(self) -> str:
+        """The messages of those groups that wait behind their group's head: a sorted set of score 0,
+        members ``<group>\\0<16-digit send sequence>|<id>``, so one group's are a lexical range in
+        send order."""
+        return f"{self.base}:gw"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held]
+                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held, self.groups,
+                self.group_waiting]
 
 
-DEST_KEY_COUNT = 13
+DEST_KEY_COUNT = 15
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
