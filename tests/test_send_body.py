@@ -19,6 +19,8 @@ VALID = [
     {"messages": [{"documents": [{"data": "", "properties": {"k": "v", "n": 1}}], "properties": {"a": [1]},
                    "dedupe_id": "d" * 256, "priority": 9, "expires_at": 1.5, "traceparent": "00-1-2-01"}]},
     {"messages": [{"documents": [DOC], "priority": 0, "expires_at": 17}] * 3},
+    {"messages": [{"documents": [DOC], "group": "g" * 128}, {"documents": [DOC], "group": "!~|,\\\""},
+                  {"documents": [DOC], "group": None}]},
 ]
 INVALID = [
     [],
@@ -43,6 +45,12 @@ INVALID = [
     {"messages": [{"documents": [DOC], "priority": 1.0}]},
     {"messages": [{"documents": [DOC], "expires_at": "soon"}]},
     {"messages": [{"documents": [DOC], "traceparent": "t" * 257}]},
+    {"messages": [{"documents": [DOC], "group": ""}]},
+    {"messages": [{"documents": [DOC], "group": "g" * 129}]},
+    {"messages": [{"documents": [DOC], "group": "a b"}]},
+    {"messages": [{"documents": [DOC], "group": "a\n"}]},
+    {"messages": [{"documents": [DOC], "group": "é"}]},
+    {"messages": [{"documents": [DOC], "group": 7}]},
     {"messages": [{"documents": [DOC], "unknown": 1}]},
     {"messages": [{"documents": [DOC]}], "more": 1},
     {"messages": [{"documents": [DOC]}, "not an object"]},

@@ -81,6 +81,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         **dataclasses.asdict(info.limits),
         "overflow": info.limits.overflow.value,
         "durability": info.durability.value,
+        "ordering": info.ordering.value,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [
