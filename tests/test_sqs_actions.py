@@ -64,7 +64,7 @@ def test_queue_attributes_are_the_native_settings(sqs: Any, tenant: tuple[AtomqC
                                         AttributeNames=["All"])["Attributes"]
     assert (defaults["VisibilityTimeout"], defaults["MessageRetentionPeriod"], defaults["MaximumMessageSize"],
             defaults["DelaySeconds"]) == ("30", "345600", "262144", "0")
-    for attributes, code in (({"FifoQueue": "true"}, "InvalidAttributeName"),
+    for attributes, code in (({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
                              ({"RedrivePolicy": '{"maxReceiveCount": "2"}'}, "InvalidAttributeName"),
                              ({"QueueArn": "x"}, "InvalidAttributeName"),
                              ({"DelaySeconds": "5"}, "InvalidAttributeValue"),

@@ -19,7 +19,7 @@ from typing import Any
 
 from atomq.api.sqs.context import SqsContext, integer, required
 from atomq.api.sqs.errors import legacy_code
-from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt
+from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt, sent_answer
 from atomq.api.sqs.message_model import Outgoing, outgoing
 from atomq.errors import InvalidInput, SqsError
 
@@ -92,7 +92,7 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     if checked:
         sent = ctx.services.send(ctx.tenant, queue.name, [out.message for out in checked.values()],
                                  ctx.content_length)
-        successful = [{"Id": entry_id, "MessageId": message_id, **out.answer}
+        successful = [{"Id": entry_id, **sent_answer(queue, message_id, out)}
                       for (entry_id, out), message_id in zip(checked.items(), sent.ids)]
     return {"Successful": successful, "Failed": failed}
 

@@ -8,11 +8,19 @@ such an object its own type, and other properties of natively sent messages are 
 
 A message's size is SQS's: its body's UTF-8 and, per attribute, its name, data type and value
 (a binary value's bytes), held to the queue's MaximumMessageSize.
+
+A MessageGroupId is the message's native ``group``: on a FIFO queue (ordered by group) it is
+required and orders the message; on a standard queue it is carried (SQS's fair queues take it, and
+kombu sends it). A FIFO message's MessageDeduplicationId, or with ContentBasedDeduplication the
+SHA-256 of its body, is its native ``dedupe_id``: a repeat within the de-duplication window (the
+server's ``dedupe_window_s``, 5 minutes as SQS's) answers the first's id and is never delivered.
+Its SequenceNumber is the send sequence ending its id, in 20 digits: it grows within the queue.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -22,6 +30,7 @@ from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
 from atomq.api.sqs.context import SqsQueue, integer, required
 from atomq.errors import SqsError
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues.names import GROUP
 
 MAX_ATTRIBUTES = 10
 ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}(?<!\.)")
@@ -113,12 +122,54 @@ class Outgoing:
     size: int
 
 
+def sequence_number(message_id: str) -> str:
+    """A message's SequenceNumber: the send sequence ending its id, in 20 digits as SQS writes one."""
+    return f"{int(message_id.rsplit('-', 1)[1]):020d}"
+
+
+def _fifo_id(params: dict[str, Any], name: str) -> str | None:
+    """MessageGroupId or MessageDeduplicationId: 1 to 128 of letters, digits and punctuation."""
+    value = params.get(name)
+    if value is not None and (not isinstance(value, str) or not GROUP.fullmatch(value)):
+        raise SqsError("InvalidParameterValue", f"Value {str(value)[:128]} for parameter {name} is invalid. Reason: "
+                                                f"{name} can contain 1 to 128 alphanumeric and punctuation "
+                                                "characters.")
+    return value
+
+
+def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tuple[str | None, str | None]:
+    """The message's group and de-duplication id (see the module's notes); a FIFO queue takes no
+    per-message DelaySeconds, a standard one no MessageDeduplicationId."""
+    group = _fifo_id(params, "MessageGroupId")
+    dedupe = _fifo_id(params, "MessageDeduplicationId")
+    if not queue.fifo:
+        if dedupe is not None:
+            raise SqsError("InvalidParameterValue", f"Value {dedupe} for parameter MessageDeduplicationId is "
+                                                    "invalid. Reason: The request include parameter that is not "
+                                                    "valid for this queue type.")
+        return group, None
+    if group is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
+        raise SqsError("InvalidParameterValue", f"Value {params['DelaySeconds']} for parameter DelaySeconds is "
+                                                "invalid. Reason: The request include parameter that is not valid "
+                                                "for this queue type.")
+    if dedupe is None:
+        if not queue.content_dedupe:
+            raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                                                    "enabled or MessageDeduplicationId provided explicitly")
+        dedupe = hashlib.sha256(body.encode()).hexdigest()
+    return group, dedupe
+
+
 def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
-    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size and delay."""
+    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size, delay, and
+    group and de-duplication id."""
     body = required(params, "MessageBody")
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
+    group, dedupe = _group_and_dedupe(queue, params, body)
     if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
         raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
                                                 "scheduled): DelaySeconds must be 0")
@@ -133,5 +184,6 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: as_property(a) for n, a in attributes.items()})
+                              properties={n: as_property(a) for n, a in attributes.items()}, group=group,
+                              dedupe_id=dedupe)
     return Outgoing(message, answer, size)
