@@ -135,11 +135,16 @@ def test_a_duplicate_is_accepted_answered_as_the_first_and_never_delivered(sqs: 
     first = sqs.send_message(QueueUrl=url, MessageBody="pay 5", MessageGroupId="g", MessageDeduplicationId="p-1")
     repeat = sqs.send_message(QueueUrl=url, MessageBody="pay 5", MessageGroupId="g", MessageDeduplicationId="p-1")
     assert (repeat["MessageId"], repeat["SequenceNumber"]) == (first["MessageId"], first["SequenceNumber"])
-    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+    entries = [
         {"Id": "one", "MessageBody": "pay 5", "MessageGroupId": "g", "MessageDeduplicationId": "p-1"},
         {"Id": "two", "MessageBody": "pay 6", "MessageGroupId": "g", "MessageDeduplicationId": "p-2"},
         {"Id": "three", "MessageBody": "pay 6", "MessageGroupId": "g", "MessageDeduplicationId": "p-2"},
-        {"Id": "bad", "MessageBody": "x", "MessageGroupId": "g"}])
+        {"Id": "bad", "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "has space"}]
+    for lacking, code in (({"Id": "nogroup", "MessageBody": "x", "MessageDeduplicationId": "n"}, "MissingParameter"),
+                          ({"Id": "nodedupe", "MessageBody": "x", "MessageGroupId": "g"}, "InvalidParameterValue")):
+        assert code_of(sqs.send_message_batch, QueueUrl=url, Entries=[*entries, lacking]) == code, \
+            "the batch is refused whole, as SQS does"
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=entries)
     ids = {e["Id"]: e["MessageId"] for e in batch["Successful"]}
     assert ids["one"] == first["MessageId"] and ids["two"] == ids["three"] != first["MessageId"]
     assert [(f["Id"], f["Code"]) for f in batch["Failed"]] == [("bad", "InvalidParameterValue")]

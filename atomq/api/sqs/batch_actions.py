@@ -8,7 +8,9 @@ The request as a whole is refused (nothing done) for the batch's own rules: no e
 (EmptyBatchRequest), more than 10 (TooManyEntriesInBatchRequest), an id that breaks SQS's rule
 (InvalidBatchEntryId) or repeats (BatchEntryIdsNotDistinct), sends that together pass the
 queue's MaximumMessageSize (BatchRequestTooLong); and for what refuses a native send whole
-(a rate limit, a quota), which the SDKs retry.
+(a rate limit, a quota), which the SDKs retry. On a FIFO queue an entry without a MessageGroupId,
+or without a MessageDeduplicationId where the queue has no ContentBasedDeduplication, refuses the
+batch whole, as SQS does.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from atomq.api.sqs.context import SqsContext, integer, required
 from atomq.api.sqs.errors import legacy_code
 from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt, sent_answer
-from atomq.api.sqs.message_model import Outgoing, outgoing
+from atomq.api.sqs.message_model import Outgoing, check_fifo_ids, outgoing
 from atomq.errors import InvalidInput, SqsError
 
 MAX_ENTRIES = 10
@@ -86,6 +88,9 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     if total > queue.max_size:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {queue.max_size} bytes. "
                                               f"You have sent {total} bytes.")
+    if queue.fifo:
+        for entry in entries:
+            check_fifo_ids(queue, entry)
     good, failed = _each(entries, lambda entry: outgoing(queue, entry))
     checked: dict[str, Outgoing] = good
     successful = []

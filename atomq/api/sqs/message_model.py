@@ -137,6 +137,16 @@ def _fifo_id(params: dict[str, Any], name: str) -> str | None:
     return value
 
 
+def check_fifo_ids(queue: SqsQueue, params: dict[str, Any]) -> None:
+    """A FIFO queue's send names a MessageGroupId, and a MessageDeduplicationId unless the queue has
+    ContentBasedDeduplication: SQS refuses a batch whole when an entry lacks one."""
+    if params.get("MessageGroupId") is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+    if params.get("MessageDeduplicationId") is None and not queue.content_dedupe:
+        raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or "
+                                                "MessageDeduplicationId provided explicitly")
+
+
 def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tuple[str | None, str | None]:
     """The message's group and de-duplication id (see the module's notes); a FIFO queue takes no
     per-message DelaySeconds, a standard one no MessageDeduplicationId."""
@@ -148,18 +158,12 @@ def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tup
                                                     "invalid. Reason: The request include parameter that is not "
                                                     "valid for this queue type.")
         return group, None
-    if group is None:
-        raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+    check_fifo_ids(queue, params)
     if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
         raise SqsError("InvalidParameterValue", f"Value {params['DelaySeconds']} for parameter DelaySeconds is "
                                                 "invalid. Reason: The request include parameter that is not valid "
                                                 "for this queue type.")
-    if dedupe is None:
-        if not queue.content_dedupe:
-            raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
-                                                    "enabled or MessageDeduplicationId provided explicitly")
-        dedupe = hashlib.sha256(body.encode()).hexdigest()
-    return group, dedupe
+    return group, dedupe or hashlib.sha256(body.encode()).hexdigest()
 
 
 def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:

@@ -42,7 +42,7 @@ end
 -- max_dead_letters the oldest dead letters go.
 local function dead_letter(d, q, id, dc, fails, reason, usage, cfg)
   redis.call('DECRBY', d.held, message_bytes(d, id))
-  groups_leave(d, {id}, {redis.call('HGET', d.msg, id)})
+  groups_leave(d, {id})
   local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
   redis.call('ZREM', d.exp, id)  -- a dead letter does not expire

@@ -21,11 +21,13 @@ local function group_waits(d, group, id)
   return false
 end
 
--- Messages `ids` (envelopes `envs`, in order) leave destination d for good: a group's head that
--- leaves makes way for the group's next, or ends the group's entry when none waits. A message
--- that waited left gw by unlink, before. Costs one EXISTS where no group has a message out.
+-- Messages `ids` (envelopes `envs`, in order; nil: read here) leave destination d for good: a
+-- group's head that leaves makes way for the group's next, or ends the group's entry when none
+-- waits. A message that waited left gw by unlink, before. Costs one EXISTS where no group has a
+-- message out.
 local function groups_leave(d, ids, envs)
   if redis.call('EXISTS', d.grp) == 0 then return end
+  envs = envs or hmget_batched(d.msg, ids)
   for i, id in ipairs(ids) do
     local group = group_of(envs[i])
     if group and redis.call('HGET', d.grp, group) == id then
