@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from atomq.errors import InvalidInput, QueueFull
-from atomq.platform import MessageState, OutgoingMessage, QueueOrdering, QueueServer
+from atomq.platform import MessageState, OutgoingMessage, QueueOrdering, QueueServer, QueueSettings
 from atomq.platform.queues import send_journal
 from atomq.platform.store import keys as k
 from atomq.platform.store.storage import Storage
@@ -66,18 +66,26 @@ def test_a_group_is_held_while_its_head_is_out_and_the_others_go_on(qs: QueueSer
 
 def test_a_failed_head_comes_back_before_its_groups_next_and_its_delay_holds_the_group(
         qs: QueueServer, tenant: str, gq: str) -> None:
-    qs.send(tenant, gq, [grouped("a1", "a"), grouped("a2", "a"), grouped("b1", "b"), grouped("b2", "b")])
-    a1, b1 = qs.get(tenant, gq, max_messages=10)
-    qs.nack(tenant, gq, receipts=[a1.receipt])
+    slow = QueueServer(qs.client, QueueSettings(redelivery_delays_s=(30,)))
+    qs.send(tenant, gq, [grouped("a1", "a"), grouped("a2", "a"), grouped("b1", "b"), grouped("b2", "b"),
+                         grouped("c1", "c"), grouped("c2", "c"), grouped("d1", "d")])
+    a1, b1, c1, d1 = qs.get(tenant, gq, max_messages=10)
+    slow.nack(tenant, gq, receipts=[a1.receipt])
     qs.release(tenant, gq, receipts=[b1.receipt], delay_s=30)
-    assert qs.get(tenant, gq, max_messages=10) == [], "a1 waits out its delay, b1 its release: both groups held"
-    again = qs.get(tenant, gq, max_messages=10, wait_ms=5000)
-    assert (texts(again), again[0].delivery_count, again[0].redelivered) == (["a1"], 2, True)
-    qs.nack(tenant, gq, receipts=[again[0].receipt])
-    third = qs.get(tenant, gq, max_messages=10, wait_ms=5000)
-    assert (texts(third), third[0].delivery_count) == (["a1"], 3)
-    qs.ack(tenant, gq, receipts=[third[0].receipt])
-    assert texts(qs.get(tenant, gq, max_messages=10)) == ["a2"]
+    qs.ack(tenant, gq, receipts=[d1.receipt])
+    assert qs.get(tenant, gq, max_messages=10) == [], "a1 waits out its 30 s delay, b1 its release: a and b held"
+    states = {m.documents[0].data: m.state for m in browse_all(qs, tenant, gq)}
+    assert (states["a1"], states["a2"], states["b2"]) == (MessageState.SCHEDULED, MessageState.READY,
+                                                         MessageState.READY)
+    qs.nack(tenant, gq, receipts=[c1.receipt])  # the fast schedule: back after 0.05 s, before c2
+    for count in (2, 3):
+        again: list = []
+        wait_until(lambda: bool(again.extend(qs.get(tenant, gq, max_messages=10)) or again), 10, "c1 again")
+        assert [(d.documents[0].data, d.delivery_count, d.redelivered) for d in again] == [("c1", count, True)]
+        if count == 2:
+            qs.nack(tenant, gq, receipts=[again[0].receipt])
+    qs.ack(tenant, gq, receipts=[again[0].receipt])
+    assert texts(qs.get(tenant, gq, max_messages=10)) == ["c2"]
     assert_audit_clean(qs.client, {tenant})
 
 
