@@ -216,6 +216,10 @@ MAX_EXACT_INT = 2**53
 which hold every whole number up to here exactly."""
 MAX_REDELIVERY_DELAY_S = float(_DAY_S)
 """A message waits at most a day between two deliveries: longer is a schedule, not a retry."""
+MAX_DELAY_S = float(_DAY_S)
+"""The longest a send may delay a message's first delivery (and a queue's default delay): a day,
+as the longest redelivery delay, where SQS's DelaySeconds stops at 15 minutes. A delayed message
+waits in the redelivery schedule, which the maintenance visits when it falls due."""
 MAX_REDELIVERY_DELAYS = 100
 """The schedule travels to every delivery script as an argument: a hundred delays keeps it short."""
 MAX_DEDUPE_WINDOW_S = 7 * float(_DAY_S)

@@ -209,7 +209,7 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                                                 "superseded", "dropped"], 0),
                        "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
                        "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False,
-                       "durability": "async", "ordering": "none"}
+                       "durability": "async", "delayed": 0, "delay_s": 0.0, "ordering": "none"}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -887,6 +887,39 @@ def test_priorities_and_expiry_over_http(acme) -> None:
     assert got[0]["expires_at"] - got[0]["enqueued_at"] == pytest.approx(30, abs=0.01), "ttl_s beats the queue's 60"
     bad = {"messages": [{"documents": [{"data": "x"}], "ttl_s": 0}]}
     assert acme("POST", "/v1/queues/jobs/messages", bad, 400)["error"]["details"]["field"] == "messages.0.ttl_s"
+
+
+def test_delayed_delivery_over_http(acme) -> None:
+    assert acme("PUT", "/v1/queues/later", {"model": "point_to_point", "delay_s": 60}, 201)["delay_s"] == 60
+    body = {"messages": [{"documents": [{"data": "the send's second"}]},
+                         {"documents": [{"data": "at once"}], "delay_s": 0},
+                         {"documents": [{"data": "its own minute"}], "delay_s": 60}], "delay_s": 1}
+    soon, now, minute = acme("POST", "/v1/queues/later/messages", body, 201)["ids"]
+    (queue_default,) = send(acme, "later", "the queue's minute")
+    info = acme("GET", "/v1/queues/later", status=200)
+    assert (info["depth"], info["scheduled"], info["delayed"]) == (4, 3, 3)
+    waiting = acme("GET", "/v1/queues/later/messages", status=200, state="scheduled")["messages"]
+    assert {m["id"] for m in waiting} - {soon} == {minute, queue_default}, "the second's may be due already"
+    for m in waiting:
+        assert m["delivery_count"] == 0 and m["due_at"] > m["enqueued_at"]
+    assert [m["id"] for m in acme("POST", "/v1/queues/later/get", {"max": 10}, 200)["messages"]] == [now]
+    # A long poll returns when the second's message falls due.
+    due = acme("POST", "/v1/queues/later/get", {"max": 10, "wait_ms": 20_000}, 200)["messages"]
+    assert [(m["id"], m["delivery_count"]) for m in due] == [(soon, 1)]
+    assert acme("GET", "/v1/queues/later", status=200)["delayed"] == 2
+    acme("PUT", "/v1/queues/spread", {"model": "point_to_point", "topics": ["news/>"]}, 201)
+    published = acme("POST", "/v1/topics/news/eu/messages", {"messages": [{"documents": [{"data": "n"}]}],
+                                                              "delay_s": 60}, 201)
+    assert published["queues"] == ["spread"] and acme("GET", "/v1/queues/spread", status=200)["delayed"] == 1
+    for bad, field in (({"messages": [{"documents": [{"data": "x"}]}], "delay_s": -1}, "delay_s"),
+                       ({"messages": [{"documents": [{"data": "x"}], "delay_s": "1"}]}, "messages.0.delay_s"),
+                       ({"messages": [{"documents": [{"data": "x"}], "delay_s": 86_401}]}, "messages.0.delay_s")):
+        assert acme("POST", "/v1/queues/later/messages", bad, 400)["error"]["details"]["field"] == field
+    acme("PUT", "/v1/queues/ordered", {"model": "point_to_point", "access": "exclusive"}, 201)
+    refused = acme("POST", "/v1/queues/ordered/messages", body, 400)["error"]
+    assert (refused["code"], refused["details"]["field"]) == ("invalid_input", "delay_s")
+    assert acme("PUT", "/v1/queues/ordered", {"model": "point_to_point", "delay_s": 5}, 400)["error"]["details"][
+        "field"] == "delay_s"
 
 
 def test_dead_letters_by_reason_over_http(acme) -> None:

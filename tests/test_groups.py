@@ -168,6 +168,36 @@ def test_expiry_of_a_head_or_of_a_waiting_message_keeps_the_group_going(
     assert_audit_clean(qs.client, {tenant})
 
 
+def test_a_delayed_message_joins_its_group_when_it_falls_due(qs: QueueServer, tenant: str, gq: str) -> None:
+    late, now = qs.send(tenant, gq, [grouped("a1", "a", delay_s=0.1), grouped("a2", "a")])
+    (first,) = qs.get(tenant, gq, max_messages=10)
+    assert first.id == now, "a1 waits out its delay outside the group: a2 is the group's first"
+
+    def arrived() -> bool:
+        qs.sweep(tenant)
+        return {m.id: m.state for m in browse_all(qs, tenant, gq)}[late] is MessageState.READY
+
+    wait_until(arrived, 10, "a1 to fall due")
+    assert qs.get(tenant, gq, max_messages=10) == [], "a1 joined its group behind a2, which is out"
+    qs.ack(tenant, gq, receipts=[first.receipt])
+    assert [d.id for d in qs.get(tenant, gq, max_messages=10)] == [late]
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_queues_delay_keeps_each_groups_order(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "slow", P2P, ordering="group", delay_s=0.1)
+    qs.send(tenant, "slow", [grouped("a1", "a"), grouped("b1", "b"), grouped("a2", "a"), grouped("a3", "a")])
+    got: list = []
+    wait_until(lambda: bool(got.extend(qs.get(tenant, "slow", max_messages=10)) or got), 10, "the delay to pass")
+    got += qs.get(tenant, "slow", max_messages=10)
+    assert sorted(texts(got)) == ["a1", "b1"], "one of each group, a's first"
+    for expected in ("a2", "a3"):
+        qs.ack(tenant, "slow", receipts=[d.receipt for d in got])
+        got = qs.get(tenant, "slow", max_messages=10)
+        assert texts(got) == [expected]
+    assert_audit_clean(qs.client, {tenant})
+
+
 def test_a_change_of_ordering_applies_to_what_is_sent_after_it(qs: QueueServer, tenant: str, gq: str) -> None:
     qs.send(tenant, gq, [grouped("a1", "a"), grouped("a2", "a"), grouped("a3", "a")])
     qs.put_queue(tenant, gq, P2P, ordering="none")

@@ -43,14 +43,16 @@ def document(content: str | bytes, properties: Mapping[str, Any] | None = None) 
 
 def message(documents: list[dict[str, Any]], properties: Mapping[str, Any] | None = None,
             dedupe_id: str | None = None, priority: int | None = None, ttl_s: float | None = None,
-            expires_at: float | None = None, group: str | None = None) -> dict[str, Any]:
+            expires_at: float | None = None, delay_s: float | None = None,
+            group: str | None = None) -> dict[str, Any]:
     """A message as a send takes it: its documents (each from :func:`document`), and its properties,
-    de-duplication id, priority (0 to 9, higher first), expiry and group when given."""
+    de-duplication id, priority (0 to 9, higher first), expiry, delay (seconds before its first
+    delivery) and group when given."""
     out: dict[str, Any] = {"documents": documents}
     if properties is not None:
         out["properties"] = properties
     for name, value in (("dedupe_id", dedupe_id), ("priority", priority), ("ttl_s", ttl_s),
-                        ("expires_at", expires_at), ("group", group)):
+                        ("expires_at", expires_at), ("delay_s", delay_s), ("group", group)):
         if value is not None:
             out[name] = value
     return out

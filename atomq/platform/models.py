@@ -116,6 +116,9 @@ class OutgoingMessage:
     ttl_s: float | None = None
     topic: str | None = None
     """Set by a publish: the topic the message was published to."""
+    delay_s: float | None = None
+    """Seconds after the send before the message is first delivered (None: its queue's
+    ``delay_s``; 0: at once, whatever the queue's)."""
     group: str | None = None
 
     def envelope_json(self, topic: str | None = None) -> str | None:
@@ -214,7 +217,8 @@ class Delivery(Message):
 
 @dataclass(slots=True)
 class BrowsedMessage(Message):
-    """A message as a browse shows it; the last three are set only while it is in flight."""
+    """A message as a browse shows it; ``holder``, ``delivered_at`` and ``deadline`` are set only
+    while it is in flight, ``due_at`` only while it is scheduled."""
 
     state: MessageState = MessageState.READY
     failed_deliveries: int = 0
@@ -226,6 +230,9 @@ class BrowsedMessage(Message):
     delivery made before atomq kept it."""
     deadline: float | None = None
     """When its ack is due (epoch seconds), as extensions moved it."""
+    due_at: float | None = None
+    """Scheduled only: when it is due (epoch seconds), to be redelivered or, never delivered yet
+    (``delivery_count`` 0), delivered at the end of its send's delay."""
 
 
 @dataclass(slots=True)
@@ -287,10 +294,26 @@ class DestinationCounts:
     in_flight: int
     dead_letters: int
     scheduled: int = 0
-    """Of ``depth``, those waiting for a redelivery delay to pass."""
+    """Of ``depth``, those waiting for a delay to pass: a redelivery's, or their send's."""
     held_bytes: int = 0
     """The bytes of the messages neither acked nor dead (``depth`` and ``in_flight``): what
     ``max_bytes`` holds, each message its envelope and its documents' data and properties."""
+    delayed: int = 0
+    """Of ``scheduled``, those never delivered yet, waiting for their send's delay to pass."""
+
+
+@dataclass(frozen=True)
+class CountsNow:
+    """A destination's messages as they stand at one moment by the store's clock, ahead of the
+    sweep that would move them: ``waiting`` is what a get would take now (the ready ones, the
+    scheduled ones that are due, and the deliveries past their deadline, which fail and come
+    back); ``in_flight`` the deliveries before their deadline, ``scheduled`` the messages due
+    later, and ``delayed`` those waiting out their send's delay, due or not (a sweep moves them)."""
+
+    waiting: int
+    in_flight: int
+    scheduled: int
+    delayed: int
 
 
 @dataclass(frozen=True)
@@ -338,6 +361,8 @@ class QueueInfo:
     in_flight: int = 0
     dead_letters: int = 0
     scheduled: int = 0
+    delayed: int = 0
+    """Of ``scheduled``, the messages waiting for their send's delay to pass (``DestinationCounts``)."""
     subscribers: dict[str, DestinationCounts] = field(default_factory=dict)
     depth_by_priority: dict[int, int] = field(default_factory=dict)
     """Ready messages by priority, highest first, for the priorities that have some."""
@@ -358,6 +383,9 @@ class QueueInfo:
     """Summed over subscribers as the counts are (see ``DestinationCounts.held_bytes``)."""
     limits: QueueLimits = field(default_factory=QueueLimits)
     durability: Durability = Durability.ASYNC
+    delay_s: float = 0
+    """Each message sent to the queue waits this long before its first delivery, unless it gives
+    a delay of its own."""
     ordering: QueueOrdering = QueueOrdering.NONE
 
 

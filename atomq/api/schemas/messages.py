@@ -72,15 +72,27 @@ class OutgoingMessageSchema(Strict):
                        metadata={"description": "seconds from the send (the server's clock); the earliest of this, "
                                                 "expires_at and the queue's message_ttl_s applies"})
     traceparent = fields.String(validate=validate.Length(max=defaults.MAX_TRACEPARENT_CHARS), allow_none=True)
+    delay_s = Number(validate=validate.Range(0, defaults.MAX_DELAY_S), allow_none=True,
+                     metadata={"description": "seconds from the send before the message is first delivered; null or "
+                                              "left out: the send's delay_s, else the queue's; 0: at once"})
     group = fields.String(validate=[validate.Regexp(GROUP_PATTERN, error=GROUP_RULE), _is_group], allow_none=True,
                           metadata={"description": "the message's group (SQS's MessageGroupId): on a queue whose "
                                                    "ordering is group, it goes out once every earlier message of "
                                                    "its group is settled; elsewhere it is carried only"})
 
 
+
+def _send_delay() -> Number:
+    return Number(validate=validate.Range(0, defaults.MAX_DELAY_S), allow_none=True,
+                  metadata={"description": "seconds from the send before each message that gives no delay_s of "
+                                           "its own is first delivered (every copy of it, in every queue it "
+                                           "reaches); null or left out: each queue's own delay_s"})
+
+
 class SendSchema(Strict):
     messages = fields.List(fields.Nested(OutgoingMessageSchema), required=True,
                            validate=validate.Length(min=1))
+    delay_s = _send_delay()
 
 
 class TopicMessageSchema(OutgoingMessageSchema):
@@ -91,6 +103,7 @@ class TopicMessageSchema(OutgoingMessageSchema):
 
 class PublishManySchema(Strict):
     messages = fields.List(fields.Nested(TopicMessageSchema), required=True, validate=validate.Length(min=1))
+    delay_s = _send_delay()
 
 
 DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_lowest_priority) dropped waiting "
@@ -189,6 +202,9 @@ class BrowsedMessageSchema(MessageSchema):
     deadline = fields.Float(allow_none=True, metadata={"description": (
         "when its ack is due, in seconds since the epoch, as extends moved it; past it, the delivery "
         "fails at the next sweep" + IN_FLIGHT_ONLY)})
+    due_at = fields.Float(allow_none=True, metadata={"description": (
+        "when a scheduled message is due, in seconds since the epoch: redelivered then or, with delivery_count "
+        "0, first delivered at the end of its send's delay_s; present only on a scheduled message")})
 
 
 class BrowseArgs(PageArgs):

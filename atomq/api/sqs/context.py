@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from atomq import defaults
 from atomq.api.services import Services
 from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.recent_queues import RecentQueues
@@ -45,6 +46,8 @@ QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_T
                 THROUGHPUT_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
+LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
+"""The native ack deadline of a queue whose VisibilityTimeout is 0 (a deadline is at least this)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,12 @@ class SqsQueue:
     @property
     def content_dedupe(self) -> bool:
         return self.fields.get(CONTENT_DEDUPE_FIELD) == "true"
+
+    @property
+    def visibility_s(self) -> float:
+        """The queue's VisibilityTimeout, from its native ack deadline (0: the least one)."""
+        ack_timeout_s = int(self.fields.get(ACK_TIMEOUT_FIELD, defaults.ACK_TIMEOUT_S * 1000)) / 1000
+        return 0 if ack_timeout_s <= LEAST_ACK_TIMEOUT_S else ack_timeout_s
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ def _rendered(delivery: Delivery, system: list[str], names: list[str], received_
 def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """A get of up to ``MaxNumberOfMessages``, waiting up to ``WaitTimeSeconds`` (the queue's
     ReceiveMessageWaitTimeSeconds when not given) for the first; ``VisibilityTimeout`` moves the
-    deliveries' deadline when it is not the queue's own (0: given back at once)."""
+    deliveries' deadline when it is not the queue's own (0, or the queue's VisibilityTimeout of 0:
+    given back at once, visible to the next receive, as SQS does)."""
     queue = ctx.queue(params, recent=True)
     most = integer(params, "MaxNumberOfMessages", 1, MAX_RECEIVE, 1)
     wait_s = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_S, queue.wait_s)
@@ -95,7 +96,8 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         taken = s.queues.take(ctx.tenant, queue.name, most, wait_ms, stop=s.stopping, holder=f"key:{ctx.key_id}")
     received_ms = int(time.time() * 1000)
     receipts = [d.receipt for d in taken.deliveries]
-    if receipts and visibility == 0:  # visible again at once: given back, no failed delivery counted
+    if receipts and (visibility == 0 or (visibility is None and queue.visibility_s == 0)):
+        # Visible again at once: given back, no failed delivery counted (the receive is: the delivery count).
         s.queues.release(ctx.tenant, queue.name, receipts=receipts, delay_s=0)
     elif receipts and visibility is not None and str(visibility * 1000) != queue.fields.get(ACK_TIMEOUT_FIELD):
         s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)

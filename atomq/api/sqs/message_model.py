@@ -28,6 +28,7 @@ from typing import Any
 
 from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
 from atomq.api.sqs.context import SqsQueue, integer, required
+from atomq.api.sqs.queue_attributes import MAX_DELAY_S
 from atomq.errors import SqsError
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues.names import GROUP
@@ -148,8 +149,8 @@ def check_fifo_ids(queue: SqsQueue, params: dict[str, Any]) -> None:
 
 
 def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tuple[str | None, str | None]:
-    """The message's group and de-duplication id (see the module's notes); a FIFO queue takes no
-    per-message DelaySeconds, a standard one no MessageDeduplicationId."""
+    """The message's group and de-duplication id (see the module's notes); a standard queue takes no
+    MessageDeduplicationId."""
     group = _fifo_id(params, "MessageGroupId")
     dedupe = _fifo_id(params, "MessageDeduplicationId")
     if not queue.fifo:
@@ -159,10 +160,6 @@ def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tup
                                                     "valid for this queue type.")
         return group, None
     check_fifo_ids(queue, params)
-    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
-        raise SqsError("InvalidParameterValue", f"Value {params['DelaySeconds']} for parameter DelaySeconds is "
-                                                "invalid. Reason: The request include parameter that is not valid "
-                                                "for this queue type.")
     return group, dedupe or hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -174,9 +171,13 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
     group, dedupe = _group_and_dedupe(queue, params, body)
-    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
-        raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
-                                                "scheduled): DelaySeconds must be 0")
+    delay_s = None  # the queue's DelaySeconds
+    if "DelaySeconds" in params:
+        delay_s = integer(params, "DelaySeconds", 0, MAX_DELAY_S, 0)
+        if queue.fifo and delay_s:  # its messages keep their order: only the queue's delay applies (0 is taken)
+            raise SqsError("InvalidParameterValue", f"Value {delay_s} for parameter DelaySeconds is invalid. Reason: "
+                                                    "The request include parameter that is not valid for this queue "
+                                                    "type.")
     attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
     encoded = body.encode()
     size = size_of(encoded, attributes)
@@ -188,6 +189,6 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: as_property(a) for n, a in attributes.items()}, group=group,
-                              dedupe_id=dedupe)
+                              properties={n: as_property(a) for n, a in attributes.items()}, delay_s=delay_s,
+                              group=group, dedupe_id=dedupe)
     return Outgoing(message, answer, size)

@@ -3,11 +3,12 @@ others are fields of the queue's config (``context.QUEUE_FIELDS``).
 
 | attribute | native |
 | --- | --- |
-| VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be) |
+| VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be, and a
+receive then gives its messages back at once, as one asking for VisibilityTimeout 0 does) |
 | MessageRetentionPeriod (60–1,209,600, default 4 days) | ``message_ttl_s``, expired messages discarded |
 | MaximumMessageSize (1,024–1,048,576, default 262,144) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
 | ReceiveMessageWaitTimeSeconds (0–20) | a config field: the wait of a receive that names none |
-| DelaySeconds | 0 only: atomq has no delayed delivery (a send cannot be scheduled) |
+| DelaySeconds (0–900, default 0) | ``delay_s`` (a message's own DelaySeconds is its ``delay_s``) |
 | FifoQueue (a name ending in ``.fifo``) | ``ordering: group``, set when the queue is made (a queue's type never changes) |
 | ContentBasedDeduplication (FIFO) | a config field: a send without MessageDeduplicationId is de-duplicated by its body's SHA-256 |
 | DeduplicationScope (FIFO) | ``queue`` only: a de-duplication id is one across the queue's groups |
@@ -34,6 +35,7 @@ from atomq.api.sqs.context import (
     CONTENT_DEDUPE_FIELD,
     CREATED_FIELD,
     DEFAULT_MAX_SIZE,
+    LEAST_ACK_TIMEOUT_S,
     MAX_SIZE_FIELD,
     MODIFIED_FIELD,
     REDELIVER_NOW_FIELD,
@@ -49,6 +51,7 @@ from atomq.platform.models import OnExpire, QueueInfo, QueueOrdering
 MAX_VISIBILITY_S = 43_200
 DEFAULT_VISIBILITY_S = 30
 MAX_DELAY_S = 900
+"""SQS's longest DelaySeconds, of a queue or a message (a native delay may be longer)."""
 RETENTION_RANGE_S = (60, 1_209_600)
 DEFAULT_RETENTION_S = 345_600
 SIZE_RANGE = (1_024, 1_048_576)
@@ -56,7 +59,6 @@ MAX_WAIT_S = 20
 ATTRIBUTES_ALLOWANCE = 4_096
 """What the stored JSON form of ten attributes may add to a message over SQS's measure of it."""
 SQS_MAX_REDELIVERIES = defaults.MAX_REDELIVERIES_RANGE[1]
-LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
 
 SETTABLE = {
     "VisibilityTimeout": (0, MAX_VISIBILITY_S, DEFAULT_VISIBILITY_S),
@@ -135,9 +137,6 @@ def checked(ctx: SqsContext, attributes: Any, fifo: bool) -> dict[str, int | str
             out[name] = integer({name: value}, name, low, high, 0)
         except SqsError as exc:
             raise SqsError("InvalidAttributeValue", exc.message, attribute=name) from None
-    if out.get("DelaySeconds"):
-        raise SqsError("InvalidAttributeValue", "atomq has no delayed delivery yet: DelaySeconds must be 0",
-                       attribute="DelaySeconds")
     retention = ctx.services.current_settings().document_retention_s
     if int(out.get("MessageRetentionPeriod", 0)) > retention:
         raise SqsError("InvalidAttributeValue", f"this node keeps messages at most {retention:g} s (its "
@@ -153,6 +152,8 @@ def native_settings(values: dict[str, int | str]) -> dict[str, Any]:
         out["ack_timeout_s"] = values["VisibilityTimeout"] or LEAST_ACK_TIMEOUT_S
     if "MessageRetentionPeriod" in values:
         out["message_ttl_s"] = values["MessageRetentionPeriod"]
+    if "DelaySeconds" in values:
+        out["delay_s"] = values["DelaySeconds"]
     if "MaximumMessageSize" in values:
         out["max_message_bytes"] = int(values["MaximumMessageSize"]) + ATTRIBUTES_ALLOWANCE
     return out
@@ -186,7 +187,7 @@ def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int 
     """The settable attributes as the queue holds them now, a FIFO queue's own included."""
     retention = ctx.services.current_settings().document_retention_s
     out: dict[str, int | str] = {
-        "VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": 0,
+        "VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": round(info.delay_s),
         "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
         "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
     if queue.fifo:
@@ -202,6 +203,21 @@ def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[st
     return next((name for name, value in values.items() if now[name] != value), None)
 
 
+COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
+
+
+def counts(ctx: SqsContext, queue: SqsQueue) -> dict[str, int]:
+    """The approximate counts as SQS means them, at this moment: visible is what a receive would take
+    now (a delivery whose visibility ran out is visible again, whether or not a sweep moved it yet),
+    delayed what waits out its send's DelaySeconds, and not visible the rest (deliveries under way,
+    and, on a queue made natively, messages waiting out a redelivery delay)."""
+    now = ctx.services.queues.counts_now(ctx.tenant, queue.name)
+    delayed = min(now.delayed, now.scheduled)  # a delayed message due but not yet moved is visible
+    return {"ApproximateNumberOfMessages": now.waiting,
+            "ApproximateNumberOfMessagesNotVisible": now.in_flight + now.scheduled - delayed,
+            "ApproximateNumberOfMessagesDelayed": delayed}
+
+
 def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str]) -> dict[str, str]:
     """GetQueueAttributes' answer: the attributes ``names`` asks for (``All``: every one the queue
     has), as SQS writes them, text; InvalidAttributeName for a name SQS does not know."""
@@ -209,11 +225,9 @@ def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.", attribute=unknown[0])
-    every: dict[str, Any] = {**current(ctx, info, queue),
-                             "ApproximateNumberOfMessages": max(info.depth - info.scheduled, 0),
-                             "ApproximateNumberOfMessagesNotVisible": info.in_flight,
-                             "ApproximateNumberOfMessagesDelayed": info.scheduled,
-                             "QueueArn": ctx.arn(queue.name)}
+    every: dict[str, Any] = {**current(ctx, info, queue), "QueueArn": ctx.arn(queue.name)}
+    if "All" in names or any(n in COUNTS for n in names):
+        every.update(counts(ctx, queue))
     if CREATED_FIELD in queue.fields:
         every["CreatedTimestamp"] = queue.fields[CREATED_FIELD]
     if MODIFIED_FIELD in queue.fields:

@@ -19,6 +19,7 @@ from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform.models import (
     ConsumerInfo,
+    CountsNow,
     DestinationCounts,
     Durability,
     OnExpire,
@@ -42,10 +43,10 @@ from atomq.platform.shared import (
 from atomq.platform.store import keys as k
 from atomq.platform.watch.counters import QUEUE_COUNTS
 
-
-PER_DESTINATION = 7
-"""The reads of a destination's counts in ``_queue_infos``: ready stream, ordered ready set, schedule,
-in-flight set, dead letters, held bytes, and the messages waiting behind their group's head."""
+_PER_DEST = 8
+"""The reads of one destination in a queue's info (``_queue_infos``): its stream, ranked, scheduled,
+in-flight and dead counts, its held bytes, its delayed count and the messages waiting behind their
+group's head."""
 
 
 class Components:
@@ -75,6 +76,7 @@ class Components:
         overflow: Overflow | str | None = None,
         overflow_to_dead_letters: bool | None = None,
         durability: Durability | str | None = None,
+        delay_s: float | None = None,
         ordering: QueueOrdering | str | None = None,
         extra_fields: Mapping[str, str | int] | None = None,
     ) -> tuple[QueueInfo, bool]:
@@ -87,6 +89,8 @@ class Components:
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
         ``durability``: sync, a send is answered once its data is synced to disk (``Durability``).
+        ``delay_s``: each message sent to the queue is delivered no sooner than this long after its
+        send, unless it gives a delay of its own (not on an exclusive queue, which delivers in send order).
         ``ordering``: group, one message of a group out at a time, in send order (``QueueOrdering``);
         a change applies to the messages sent after it, those sent before go out as they went.
         ``extra_fields``: config fields another front keeps with the queue (``QueueFields``),
@@ -101,7 +105,8 @@ class Components:
             ) from None
         named = config_fields(model, max_redeliveries=max_redeliveries, ack_timeout_s=ack_timeout_s,
                               message_ttl_s=message_ttl_s, on_expire=on_expire, last_value=last_value,
-                              last_value_key=last_value_key, access=access, durability=durability, ordering=ordering,
+                              last_value_key=last_value_key, access=access, durability=durability, delay_s=delay_s,
+                              ordering=ordering,
                               max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                               max_dead_letters=max_dead_letters, overflow=overflow,
                               overflow_to_dead_letters=overflow_to_dead_letters)
@@ -121,6 +126,9 @@ class Components:
                 "EXCLUSIVEPUBSUB": lambda _: InvalidInput(
                     "an exclusive queue is point-to-point: set access non_exclusive to make it publish/subscribe",
                     field="access"),
+                "EXCLUSIVEDELAY": lambda _: InvalidInput(
+                    "an exclusive queue delivers in send order, so it delays no message: set delay_s 0 or access "
+                    "non_exclusive", field="delay_s" if delay_s else "access"),
                 "LASTVALUEPUBSUB": lambda _: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
@@ -143,6 +151,15 @@ class Components:
         if not infos:
             raise queue_not_found(name)
         return infos[0]
+
+    def counts_now(self, tenant: str, name: str) -> CountsNow:
+        """A point-to-point queue's counts at this moment, by the store's clock (``CountsNow``): what a
+        get would take now, where ``get_queue`` counts the messages where they were put last."""
+        tk, qk = queue_keys(tenant, name)
+        d = qk.destination()
+        ready, due, ahead, overdue, flight, delayed = (int(n) for n in self._shared.storage.run(
+            "counts_now", docs_and_config(tk, qk) + d.as_list(), [], errors=self._shared.queue_errors(name)))
+        return CountsNow(waiting=ready + due + overdue, in_flight=flight, scheduled=ahead, delayed=delayed)
 
     def _queue_infos(self, tenant: str, names: list[str]) -> list[QueueInfo]:
         """The queues of ``names`` that exist, with their counts, in two round trips however many
@@ -170,6 +187,7 @@ class Components:
                 pipe.zcard(d.inflight)
                 pipe.xlen(d.dlq)
                 pipe.get(d.held)
+                pipe.get(d.delayed)
                 pipe.zcard(d.group_waiting)
             if cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode():
                 pipe.hgetall(qk.destination().consumers)
@@ -179,11 +197,11 @@ class Components:
         parts, at = [], 0
         for name, qk, model, cfg, dests in found:
             exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
-            size = PER_DESTINATION * len(dests) + (3 if exclusive else 2)
+            size = _PER_DEST * len(dests) + (3 if exclusive else 2)
             parts.append((exclusive, raw[at:at + size]))
             at += size
         # Destinations holding ranked messages (outside the stream): their counts by priority, all at once.
-        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * PER_DESTINATION + 1]]
+        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * _PER_DEST + 1]]
                   for (_, qk, _, _, dests), (_, part) in zip(found, parts)]
         by_priority = (self._ranked_by_priority(ranked) if any(ranked)
                        else [Counter[int]() for _ in found])
@@ -197,18 +215,19 @@ class Components:
         ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
         consumers = _consumers(raw[-3], ack_timeout_s) if exclusive else ()
         per_sub: dict[str, DestinationCounts] = {}
-        total = [0, 0, 0, 0, 0]
+        total = [0, 0, 0, 0, 0, 0]
         by_priority: Counter[int] = Counter(ranked_by_priority)
         for i, sub in enumerate(dests):
-            stream, ordered, sched, flight, dead, held, waiting = raw[i * PER_DESTINATION:(i + 1) * PER_DESTINATION]
+            stream, ordered, sched, flight, dead, held, delayed, waiting = raw[i * _PER_DEST:(i + 1) * _PER_DEST]
             counts = DestinationCounts(depth=stream + ordered + sched + waiting, in_flight=flight, dead_letters=dead,
-                                       scheduled=sched, held_bytes=int(held or 0))
+                                       scheduled=sched, held_bytes=int(held or 0), delayed=int(delayed or 0))
             by_priority[defaults.DEFAULT_PRIORITY] += stream
             total[0] += counts.depth
             total[1] += counts.in_flight
             total[2] += counts.dead_letters
             total[3] += counts.scheduled
             total[4] += counts.held_bytes
+            total[5] += counts.delayed
             if sub is not None:
                 per_sub[sub] = counts
         return QueueInfo(
@@ -220,6 +239,7 @@ class Components:
             in_flight=total[1],
             dead_letters=total[2],
             scheduled=total[3],
+            delayed=total[5],
             subscribers=per_sub,
             depth_by_priority={p: n for p, n in sorted(by_priority.items(), reverse=True) if n},
             message_ttl_s=int(cfg.get(b"message_ttl_ms", 0)) / 1000,
@@ -233,6 +253,7 @@ class Components:
             held_bytes=total[4],
             limits=read_limits(cfg),
             durability=Durability(cfg.get(b"durability", b"async").decode()),
+            delay_s=int(cfg.get(b"delay_ms", 0)) / 1000,
             ordering=QueueOrdering(cfg.get(b"ordering", b"none").decode()),
         )
 

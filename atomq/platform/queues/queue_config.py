@@ -27,7 +27,8 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
                   message_ttl_s: float | None = None, on_expire: OnExpire | str | None = None,
                   last_value: bool | None = None, last_value_key: str | None = None,
                   access: QueueAccess | str | None = None, durability: Durability | str | None = None,
-                  ordering: QueueOrdering | str | None = None, **limits: Any) -> list[str | int]:
+                  delay_s: float | None = None, ordering: QueueOrdering | str | None = None,
+                  **limits: Any) -> list[str | int]:
     """The config fields (name, value, ...) of the settings given, each checked (InvalidInput naming
     it); a setting given as None is left out, so the queue keeps what it has. ``limits``: the
     settings of ``LIMIT_FIELDS``."""
@@ -45,6 +46,9 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
                                                   f"a number of seconds from 0 (none) to {most_ttl:g}")]
     if on_expire is not None:
         named += ["on_expire", _choice(OnExpire, on_expire, "on_expire").value]
+    if delay_s is not None:
+        named += ["delay_ms", _milliseconds(delay_s, "delay_s", 0, defaults.MAX_DELAY_S,
+                                            f"a number of seconds from 0 (none) to {defaults.MAX_DELAY_S:g}")]
     named += _last_value_fields(model, last_value, last_value_key)
     if access is not None:
         chosen = _choice(QueueAccess, access, "access")

@@ -56,6 +56,7 @@ NAMES = (
     "refusal",
     "reserve",
     "forget_nodes",
+    "counts_now",
 )
 
 

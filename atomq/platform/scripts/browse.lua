@@ -13,7 +13,7 @@
 -- ARGV[5]      the largest document a send accepts (bounds what one read may fetch)
 -- Returns {next cursor or "", n, then per message: id, state, envelope, then
 --          per document: data, properties; then for dead letters: reason, dead-lettered ms,
---          and for a message in flight: its ack deadline ms}.
+--          for a message in flight: its ack deadline ms, and for a scheduled one: its due ms}.
 -- The views but ids scan the destination's messages in id order, at most about ten
 -- pages' worth a call: a page ends early, with a cursor, where the scan stops. The in
 -- flight and scheduled states are read from their own sets instead while those hold no
@@ -31,8 +31,8 @@ if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 local picked, wheres = {}, {}
 local budget = limit * 10 + 100
 local now = now_ms()
--- A message scheduled for redelivery that is due (a release schedules it for now) is ready:
--- the next get takes it, so a browse shows it ready, not waiting.
+-- A scheduled message that is due (a redelivery or a delayed copy no sweep moved yet) is
+-- ready: the next get takes it, so a browse shows it ready, not waiting.
 local function as_seen(id, s)
   local dc, fails, where = parse_state(s)
   if string.byte(where) ~= 115 then return s end  -- 's'
@@ -173,6 +173,8 @@ for i = 1, kept do
     out[#out + 1] = tonumber(string.sub(where, 2, string.find(where, '-', 1, true) - 1))
   elseif in_flight_state(wheres[i]) then
     out[#out + 1] = redis.call('ZSCORE', d.inflight, id) or ''
+  elseif string.find(wheres[i], '|s', 1, true) then
+    out[#out + 1] = redis.call('ZSCORE', d.sched, id) or ''
   end
 end
 return out

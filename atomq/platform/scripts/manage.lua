@@ -80,8 +80,9 @@ local function manage()
         drop_expiry(d, id, KEYS[EXTRA])
         redis.call('INCRBY', d.held, message_bytes(d, id))
         local group = grouped and group_of(redis.call('HGET', d.msg, id))
-        if group and group_waits(d, group, id) then
-          redis.call('HSET', d.state, id, fmt_state(dc, 0, 'w'))
+        local place = string.match(id, '%-(%d+)$')  -- its send's
+        if group and group_waits(d, group, id, place) then
+          redis.call('HSET', d.state, id, fmt_state(dc, 0, 'w' .. place))
         else
           make_ready(d, id, dc, 0)
         end

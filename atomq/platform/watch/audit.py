@@ -66,9 +66,11 @@ def _group_of(env: str) -> str | None:
 def _group_problems(r: Any, d: k.DestinationKeys, envs: dict[str, str], states: dict[str, str]) -> list[str]:
     """Message groups (``_lib_groups.lua``): each group's head is a message of that group that is
     out (ready, in flight or scheduled); each waiting message is of a group whose head is out,
-    and waits in the waiting set under its group, at its place in send order. (A group may have
-    more than its head out: those sent before its queue's ordering became ``group``.)"""
-    tag = {msg_id: state.split("|", 2)[2][:1] for msg_id, state in states.items()}
+    and waits in the waiting set under its group, at the place its state names. (A group may have
+    more than its head out: those sent before its queue's ordering became ``group``, and delayed
+    copies, which join their group when they fall due.)"""
+    wheres = {msg_id: state.split("|", 2)[2] for msg_id, state in states.items()}
+    tag = {msg_id: where[:1] for msg_id, where in wheres.items()}
     heads = {g.decode(): i.decode() for g, i in r.hgetall(d.groups).items()}
     problems = []
     for group, msg_id in heads.items():
@@ -79,8 +81,9 @@ def _group_problems(r: Any, d: k.DestinationKeys, envs: dict[str, str], states: 
         group, _, rest = member.partition("\0")
         msg_id = rest[17:]
         waiting.add(msg_id)
+        place = wheres.get(msg_id, "")[1:]
         if tag.get(msg_id) != "w" or _group_of(envs[msg_id]) != group or group not in heads or \
-                rest[:17] != f"{int(msg_id.split('-')[1]):016d}|":
+                not place.isdigit() or rest[:17] != f"{int(place):016d}|":
             problems.append(f"{d.base}: {member!r} waits in the group set but is not a waiting message of a "
                             "group whose head is out")
     if waiting != {msg_id for msg_id, t in tag.items() if t == "w"}:
@@ -108,6 +111,11 @@ def _envelopes_and_states(r: Any, d: k.DestinationKeys) -> tuple[dict[str, str],
     envs = {i.decode(): v.decode() for i, v in r.hgetall(d.msg).items()}
     states = {i.decode(): v.decode() for i, v in r.hgetall(d.state).items()}
     return envs, states
+
+
+def _delayed_count(states: dict[str, str]) -> int:
+    """The copies waiting out their send's delay: scheduled, never delivered (delivery count 0)."""
+    return sum(1 for state in states.values() if state.startswith("0|") and state.split("|", 2)[2][:1] == "s")
 
 
 def _doc_count(env: str) -> int:
@@ -210,7 +218,13 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     stored, markers, copies = _recount(client, tk)
     client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
     for d in _destinations(client, tk):
-        client.set(d.held, _held_bytes(client, tk, *_envelopes_and_states(client, d)))
+        envs, states = _envelopes_and_states(client, d)
+        client.set(d.held, _held_bytes(client, tk, envs, states))
+        delayed = _delayed_count(states)
+        if delayed:
+            client.set(d.delayed, delayed)
+        else:
+            client.delete(d.delayed)
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -250,6 +264,9 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: in-flight set and states disagree")
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
+        delayed, waiting = int(r.get(d.delayed) or 0), _delayed_count(states)
+        if delayed != waiting:
+            problems.append(f"{d.base}: the delayed count says {delayed}, the schedule holds {waiting} never delivered")
         if ranked != seen["z"]:
             problems.append(f"{d.base}: ordered ready set and states disagree")
         if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"] | seen["w"]:
