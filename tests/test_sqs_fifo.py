@@ -112,6 +112,9 @@ def test_a_group_has_one_message_in_flight_and_groups_go_on_independently(sqs: A
     assert first[0]["Attributes"]["SequenceNumber"] == sent["Successful"][0]["SequenceNumber"]
     assert first[0]["Attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"a1").hexdigest()
     assert receive(sqs, url) == [], "every group has a message in flight"
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("3", "3"), \
+        "a2, a3 and b2 wait behind their groups"
 
     sqs.delete_message(QueueUrl=url, ReceiptHandle=first[1]["ReceiptHandle"])
     assert bodies(receive(sqs, url)) == ["b2"], "b goes on while a waits"
