@@ -258,37 +258,6 @@ class InFlight:
 
 
 @dataclass(frozen=True)
-class Page:
-    """One page of a listing; ``next`` is the cursor of the next page, or None."""
-
-    items: list[Any]
-    next: str | None
-
-
-@dataclass(frozen=True)
-class ReasonCount:
-    """A reason dead letters were given, and how many of those counted were."""
-
-    reason: str
-    count: int
-
-
-@dataclass(frozen=True)
-class DeadLetterReasons:
-    """The reasons present in a dead letter queue, the most frequent first: what an operator
-    picks from to see, resend or delete the dead letters of one reason.
-
-    Counted over the newest ``counted`` dead letters (a bounded read: there may be millions,
-    each with any nack reason); ``complete`` when those were all of them and no reason was
-    left out of ``reasons``.
-    """
-
-    reasons: list[ReasonCount]
-    counted: int
-    complete: bool
-
-
-@dataclass(frozen=True)
 class DestinationCounts:
     depth: int
     in_flight: int
