@@ -116,6 +116,8 @@ NACK_REASON = "nacked"
 """The reason of a dead letter whose last nack gave none."""
 MAX_DEDUPE_ID_CHARS = 256
 """A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
+MAX_GROUP_CHARS = 128
+"""A message's group is SQS's MessageGroupId: at most 128 characters."""
 PRIORITY_RANGE = (0, 9)
 """Ten levels, as AMQP's priorities, with no maximum to declare per queue: a higher one is delivered first."""
 DEFAULT_PRIORITY = 4

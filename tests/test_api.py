@@ -209,7 +209,8 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                                                 "superseded", "dropped"], 0),
                        "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
                        "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False,
-                       "durability": "async", "delayed": 0, "delay_s": 0.0, "dead_letter_queue": ""}
+                       "durability": "async", "delayed": 0, "delay_s": 0.0, "ordering": "none",
+                       "dead_letter_queue": ""}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -1033,6 +1034,28 @@ def test_a_last_value_queue_over_http(acme) -> None:
     refused = acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe", "last_value": True}, 400)
     assert refused["error"]["details"]["field"] == "last_value"
     acme("PUT", "/v1/queues/checkpoints", {"model": "point_to_point", "last_value": "yes"}, 400)
+
+
+def test_a_queue_ordered_by_group_over_http(acme) -> None:
+    created = acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "group"}, 201)
+    assert created["ordering"] == "group"
+    body = {"messages": [{"documents": [{"data": d}], "group": g}
+                         for d, g in (("open", "acct|17"), ("debit", "acct|17"), ("open", "acct-42"))]}
+    ids = acme("POST", "/v1/queues/payments/messages", body, 201)["ids"]
+    got = acme("POST", "/v1/queues/payments/get", {"max": 10}, 200)["messages"]
+    assert [(m["id"], m["group"]) for m in got] == [(ids[0], "acct|17"), (ids[2], "acct-42")]
+    browsed = acme("GET", "/v1/queues/payments/messages", status=200)["messages"]
+    assert [(m["state"], m["group"]) for m in browsed] == [("in_flight", "acct|17"), ("ready", "acct|17"),
+                                                          ("in_flight", "acct-42")]
+    assert acme("GET", "/v1/queues/payments", status=200)["depth"] == 1
+    acme("POST", "/v1/queues/payments/ack", {"receipts": [got[0]["receipt"]]}, 200)
+    assert [m["id"] for m in acme("POST", "/v1/queues/payments/get", {"max": 10}, 200)["messages"]] == [ids[1]]
+    bad = acme("POST", "/v1/queues/payments/messages", {"messages": [{"documents": [{"data": "x"}], "group": "a b"}]},
+               400)
+    assert bad["error"]["details"]["field"] == "messages.0.group"
+    assert acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "fifo"}, 400)
+    assert acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "none"}, 200)["ordering"] == \
+        "none"
 
 
 def test_an_exclusive_queue_over_http(acme) -> None:

@@ -348,6 +348,23 @@ def test_a_queues_dead_letters_move_to_the_queue_it_names(tenant_env: dict[str, 
     assert json.loads(ok("queues", "create", "jobs", "--dead-letter-queue", "", "--json"))["dead_letter_queue"] == ""
 
 
+def test_a_queue_ordered_by_group_holds_each_group_while_one_of_it_is_out(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+
+    assert json.loads(ok("queues", "create", "payments", "--ordering", "group", "--json"))["ordering"] == "group"
+    assert "ordering" in ok("queues", "show", "payments")
+    ok("send", "payments", "open", "debit", "--group", "acct-17")
+    ok("send", "payments", "open", "--group", "acct-42")
+    browsed = ok("browse", "payments")
+    assert "GROUP" in browsed and "acct-17" in browsed
+    got = json.loads(ok("get", "payments", "--max", "10", "--ack", "--json"))
+    assert [(m["documents"][0]["data"], m["group"]) for m in got] == [("open", "acct-17"), ("open", "acct-42")]
+    assert [m["documents"][0]["data"] for m in json.loads(ok("get", "payments", "--max", "10", "--json"))] == [
+        "debit"]
+    bad = run("send", "payments", "x", "--group", "with space", env=tenant_env)
+    assert bad.returncode != 0 and "group" in bad.stderr
+
+
 def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
 

@@ -13,6 +13,10 @@ from support.queues import browse_all, counts, dead_all, msg
 from support.waiting import wait_until
 
 
+def grouped(text: str, group: str) -> OutgoingMessage:
+    return OutgoingMessage(documents=(OutgoingDocument(text),), group=group)
+
+
 def test_a_message_nacked_past_its_redeliveries_lands_in_the_target_once_with_its_reason(
         qs: QueueServer, tenant: str) -> None:
     qs.put_queue(tenant, "dlq", "point_to_point")
@@ -188,3 +192,22 @@ def test_a_setting_changed_through_another_server_is_followed_at_once(qs: QueueS
     again = qs.take(tenant, "work", max_messages=1, ack_ids=[held[0].id])
     assert again.acked == 1 and again.deliveries == []
     assert [len(dead_all(qs, tenant, "work"))] + [qs.get_queue(tenant, n).depth for n in ("dlq1", "dlq2")] == [1, 1, 1]
+
+
+def test_groups_hold_across_a_move_out_of_and_into_queues_ordered_by_group(qs: QueueServer, tenant: str) -> None:
+    """A group's head that moves out makes way for its next; one that lands where its group has a
+    message out waits behind it."""
+    qs.put_queue(tenant, "dlq", "point_to_point", ordering="group")
+    qs.put_queue(tenant, "work", "point_to_point", ordering="group", max_redeliveries=0, dead_letter_queue="dlq")
+    first, second = qs.send(tenant, "work", [grouped("a1", "acct"), grouped("a2", "acct")])
+    [head] = qs.get(tenant, "work", max_messages=10)
+    assert head.id == first, "one of a group out at a time"
+    qs.nack(tenant, "work", [first], reason="bad")
+    [then] = qs.get(tenant, "work")
+    assert then.id == second, "the group's next goes out once its head moved away"
+    [in_dlq] = qs.get(tenant, "dlq")
+    assert in_dlq.id == first and in_dlq.envelope.group == "acct"
+    qs.nack(tenant, "work", [second], reason="bad too")  # lands behind its group's head, out in dlq
+    assert qs.get(tenant, "dlq") == []
+    qs.ack(tenant, "dlq", [first])
+    assert [m.id for m in qs.get(tenant, "dlq")] == [second]

@@ -64,7 +64,7 @@ def test_queue_attributes_are_the_native_settings(sqs: Any, tenant: tuple[AtomqC
                                         AttributeNames=["All"])["Attributes"]
     assert (defaults["VisibilityTimeout"], defaults["MessageRetentionPeriod"], defaults["MaximumMessageSize"],
             defaults["DelaySeconds"]) == ("30", "345600", "262144", "0")
-    for attributes, code in (({"FifoQueue": "true"}, "InvalidAttributeName"),
+    for attributes, code in (({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
                              ({"RedrivePolicy": '{"maxReceiveCount": "2"}'}, "InvalidParameterValue"),
                              ({"QueueArn": "x"}, "InvalidAttributeName"),
                              ({"DelaySeconds": "901"}, "InvalidAttributeValue"),
@@ -228,16 +228,16 @@ def test_delay_seconds_per_message_and_per_queue(sqs: Any, tenant: tuple[AtomqCl
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "0"})
     assert native.queue("delayed")["delay_s"] == 0
     assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages") is None
-    native.put_queue("orders.fifo")  # FIFO itself is not taken yet: a native queue of that name stands in
-    fifo = url.replace("delayed", "orders.fifo")
+    fifo = sqs.create_queue(QueueName="delays.fifo", Attributes={"FifoQueue": "true",
+                                                                "ContentBasedDeduplication": "true"})["QueueUrl"]
     with pytest.raises(ClientError) as refused:
-        sqs.send_message(QueueUrl=fifo, MessageBody="x", DelaySeconds=5)
+        sqs.send_message(QueueUrl=fifo, MessageBody="x", MessageGroupId="g", DelaySeconds=5)
     error = refused.value.response["Error"]  # SQS's words (moto's AWS-verified test has them)
     assert (error["Code"], error["Message"]) == ("InvalidParameterValue", "Value 5 for parameter DelaySeconds is "
                                                  "invalid. Reason: The request include parameter that is not valid "
                                                  "for this queue type.")
-    sqs.send_message(QueueUrl=fifo, MessageBody="0 is taken", DelaySeconds=0)
-    sqs.send_message(QueueUrl=fifo, MessageBody="the queue's delay applies")
+    sqs.send_message(QueueUrl=fifo, MessageBody="0 is taken", MessageGroupId="g", DelaySeconds=0)
+    sqs.send_message(QueueUrl=fifo, MessageBody="the queue's delay applies", MessageGroupId="g")
 
 
 def test_a_message_whose_visibility_ran_out_counts_as_visible_at_once(

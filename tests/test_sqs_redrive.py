@@ -262,3 +262,20 @@ def test_move_task_refusals_are_sqs_words(sqs: Any, node: AtomqServe,
 
 def _encode(held: dict[str, str]) -> str:
     return base64.urlsafe_b64encode(json.dumps(held).encode()).decode()
+
+
+def test_a_fifo_queues_dead_letter_queue_is_a_fifo_queue_and_keeps_the_group(
+        sqs: Any, tenant: tuple[AtomqClient, dict[str, str]]) -> None:
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    dlq = sqs.create_queue(QueueName="pay-dlq.fifo", Attributes=fifo)["QueueUrl"]
+    standard_arn = arn_of(sqs, sqs.create_queue(QueueName="pay-standard-dlq")["QueueUrl"])
+    code, message, _ = error_of(sqs.create_queue, QueueName="pay.fifo", Attributes={**fifo,
+                                                                                 **redrive(standard_arn, 1)})
+    assert code == "InvalidParameterValue" and "same type" in message
+    assert error_of(sqs.create_queue, QueueName="pay-plain", Attributes=redrive(arn_of(sqs, dlq), 1))[0] == \
+        "InvalidParameterValue"
+    url = sqs.create_queue(QueueName="pay.fifo", Attributes={**fifo, **redrive(arn_of(sqs, dlq), 1)})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="debit", MessageGroupId="acct-1")
+    assert len(sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]) == 1
+    [dead] = sqs.receive_message(QueueUrl=dlq, AttributeNames=["All"])["Messages"]
+    assert (dead["Body"], dead["Attributes"]["MessageGroupId"]) == ("debit", "acct-1")

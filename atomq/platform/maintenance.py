@@ -178,7 +178,7 @@ class Maintenance:
         ``tenants`` in one round trip (one a node on a cluster); takes expired de-duplication markers off their usage."""
         args = [round(self._shared.settings.document_retention_s * 1000), limit, STALE_MS]
         calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
-        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting, tk.send_journals, tk.move_tasks_due]
+        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting, tk.send_journals, tk.move_tasks(due=True)]
                 for t, tk in calls}
         replies = self._shared.storage.run_many("due", [(keys[tenant], args) for tenant, _ in calls])
         out = {}

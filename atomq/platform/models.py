@@ -22,7 +22,7 @@ DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # The envelope's optional JSON fields: their names, and their short keys in the stored JSON
 # (envelope_json's fast path and Envelope.optional_fields name them too).
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"), ("group", "g"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 DEAD_LETTER_PROPERTIES = ("dead_letter_reason", "dead_letter_source", "dead_letter_delivery_count")
 """The properties a message moved to its queue's ``dead_letter_queue`` has there: why it became a dead
@@ -70,6 +70,17 @@ class Durability(str, Enum):
     """Once its data is synced to disk (and on ``min_replicas`` replicas)."""
 
 
+class QueueOrdering(str, Enum):
+    """What a queue holds back so that messages are processed in order."""
+
+    NONE = "none"
+    """Nothing: any number of messages out at once, each get taking them by priority, then send order."""
+    GROUP = "group"
+    """One message of a group out at a time (ready, in flight or waiting out a redelivery delay),
+    the group's in send order; groups are independent, and a message of no group is ordered with
+    no other (``atomq.platform.scripts``' ``_lib_groups.lua``)."""
+
+
 class MessageState(str, Enum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
@@ -77,8 +88,9 @@ class MessageState(str, Enum):
     DEAD = "dead"
 
 
-STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "f": MessageState.IN_FLIGHT,
-                "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "w": MessageState.READY,
+                "f": MessageState.IN_FLIGHT, "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+"""A message waiting behind its group's head (w) is ready: it is delivered in its turn."""
 
 
 @dataclass(slots=True)
@@ -96,7 +108,8 @@ class OutgoingMessage:
     ``priority`` (0 to 9, None for the default 4): a higher one is delivered first.
     ``expires_at`` (seconds since the epoch) and ``ttl_s`` (seconds from the send, on
     the store's clock): the message expires at the earliest of them and its queue's
-    ``message_ttl_s``.
+    ``message_ttl_s``. ``group``: on a queue whose ordering is ``group``, the message is
+    delivered once every earlier message of its group is settled (``QueueOrdering``).
     """
 
     documents: tuple[OutgoingDocument, ...]
@@ -111,6 +124,7 @@ class OutgoingMessage:
     delay_s: float | None = None
     """Seconds after the send before the message is first delivered (None: its queue's
     ``delay_s``; 0: at once, whatever the queue's)."""
+    group: str | None = None
 
     def envelope_json(self, topic: str | None = None) -> str | None:
         """The stored envelope's JSON; ``topic`` (a publish's) overrides the message's own. None for
@@ -118,7 +132,7 @@ class OutgoingMessage:
         (``topic_envelope``), which a publish makes once a topic, and only for a topic that has
         such messages (a hundred outputs, a topic and a property each, made a hundred for nothing:
         half a millisecond)."""
-        if not self.properties and self.dedupe_id is None and self.traceparent is None and (
+        if not self.properties and self.dedupe_id is None and self.traceparent is None and self.group is None and (
                 self.topic is None or topic is not None):
             return None  # the common case, without building a dict
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
@@ -145,6 +159,7 @@ class Envelope:
     dedupe_id: str | None = None
     traceparent: str | None = None
     topic: str | None = None
+    group: str | None = None
     version: int = ENVELOPE_VERSION
 
     @classmethod
@@ -174,6 +189,8 @@ class Envelope:
             out["traceparent"] = self.traceparent
         if self.topic is not None:
             out["topic"] = self.topic
+        if self.group is not None:
+            out["group"] = self.group
         return out
 
 
@@ -250,37 +267,6 @@ class InFlight:
     """As ``BrowsedMessage.holder``."""
     delivered_at: float | None = None
     """As ``BrowsedMessage.delivered_at``."""
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a listing; ``next`` is the cursor of the next page, or None."""
-
-    items: list[Any]
-    next: str | None
-
-
-@dataclass(frozen=True)
-class ReasonCount:
-    """A reason dead letters were given, and how many of those counted were."""
-
-    reason: str
-    count: int
-
-
-@dataclass(frozen=True)
-class DeadLetterReasons:
-    """The reasons present in a dead letter queue, the most frequent first: what an operator
-    picks from to see, resend or delete the dead letters of one reason.
-
-    Counted over the newest ``counted`` dead letters (a bounded read: there may be millions,
-    each with any nack reason); ``complete`` when those were all of them and no reason was
-    left out of ``reasons``.
-    """
-
-    reasons: list[ReasonCount]
-    counted: int
-    complete: bool
 
 
 @dataclass(frozen=True)
@@ -381,6 +367,7 @@ class QueueInfo:
     delay_s: float = 0
     """Each message sent to the queue waits this long before its first delivery, unless it gives
     a delay of its own."""
+    ordering: QueueOrdering = QueueOrdering.NONE
     dead_letter_queue: str = ""
     """The point-to-point queue its dead letters move to, as ordinary messages ("": its own dead letters)."""
 

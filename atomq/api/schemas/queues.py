@@ -6,7 +6,7 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.api.schemas.common import NEXT_DOC, Bool, Int, Number, Strict
-from atomq.platform.models import Durability, Overflow
+from atomq.platform.models import Durability, Overflow, QueueOrdering
 from atomq.platform.queues.topics import PATTERN_PATTERN, PATTERN_RULE
 
 
@@ -80,6 +80,13 @@ class QueuePutSchema(Strict):
                                               "send, unless it (or its send) gives a delay_s of its own; 0: at once. "
                                               "Not on an exclusive queue, which delivers in send order. Left out: "
                                               "kept (a new queue: 0)"})
+    ordering = fields.String(validate=validate.OneOf([o.value for o in QueueOrdering]),
+                             metadata={"description": "group: one message of a group (a message's group) out at "
+                                                      "a time, ready, in flight or waiting out a redelivery delay; "
+                                                      "a group's messages in send order, also across redeliveries; "
+                                                      "groups independent; a message of no group ordered with no "
+                                                      "other. none: any number out at once. A change applies to "
+                                                      "what is sent after it. Left out: kept (a new queue: none)"})
 
 
 class ConsumerSchema(Strict):
@@ -89,7 +96,8 @@ class ConsumerSchema(Strict):
 
 
 class CountsSchema(Strict):
-    depth = fields.Integer(required=True, metadata={"description": "ready, or scheduled (for a redelivery, or "
+    depth = fields.Integer(required=True, metadata={"description": "ready (waiting behind their group's head "
+                                                                   "included), or scheduled (for a redelivery, or "
                                                                    "delayed by their send)"})
     in_flight = fields.Integer(required=True)
     dead_letters = fields.Integer(required=True)
@@ -141,6 +149,7 @@ class QueueSchema(CountsSchema):
     overflow_to_dead_letters = fields.Boolean(required=True)
     durability = fields.String(required=True, validate=validate.OneOf([d.value for d in Durability]))
     delay_s = fields.Float(required=True, metadata={"description": "the delay of a message that gives none"})
+    ordering = fields.String(required=True, validate=validate.OneOf([o.value for o in QueueOrdering]))
     dead_letter_queue = fields.String(required=True, metadata={"description": "the queue its dead letters move "
                                                                               "to; \"\": its own dead letters"})
     subscribers = fields.List(fields.Nested(SubscriberSchema))

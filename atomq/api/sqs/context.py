@@ -21,7 +21,9 @@ from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
 
-SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
+"""A standard queue's name, or a FIFO queue's: one that ends in ``.fifo`` (80 characters in all)."""
+FIFO_SUFFIX = ".fifo"
 
 MAX_SIZE_FIELD = "sqs:max_size"
 """The queue's MaximumMessageSize, as SQS measures a message (its native limit leaves room for
@@ -35,10 +37,16 @@ REDELIVER_NOW_FIELD = "redeliver_now"
 """Read by the scripts: a failed delivery (a visibility time-out) is ready again at once."""
 ACK_TIMEOUT_FIELD = "ack_timeout_ms"
 """The queue's native ack deadline: a receive that asks for the same visibility moves nothing."""
+CONTENT_DEDUPE_FIELD = "sqs:content_dedupe"
+"""A FIFO queue's ContentBasedDeduplication, ``true`` or ``false``: a send without a
+MessageDeduplicationId is de-duplicated by the SHA-256 of its body."""
+THROUGHPUT_FIELD = "sqs:throughput"
+"""A FIFO queue's FifoThroughputLimit as it was set (atomq holds no throughput quota of SQS's)."""
 ALLOW_FIELD = "sqs:redrive_allow"
 """The queue's RedriveAllowPolicy as it was given (JSON; "" or absent: none, which allows all;
 ``redrive_policies``)."""
-QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, ALLOW_FIELD)
+QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, CONTENT_DEDUPE_FIELD,
+                THROUGHPUT_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
 LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
@@ -62,8 +70,12 @@ class SqsQueue:
 
     @property
     def fifo(self) -> bool:
-        """A FIFO queue, as SQS tells one: by the ``.fifo`` that ends its name."""
-        return self.name.endswith(".fifo")
+        """A FIFO queue: its name ends in ``.fifo``, as SQS's clients (kombu) also tell one."""
+        return self.name.endswith(FIFO_SUFFIX)
+
+    @property
+    def content_dedupe(self) -> bool:
+        return self.fields.get(CONTENT_DEDUPE_FIELD) == "true"
 
     @property
     def visibility_s(self) -> float:

@@ -14,8 +14,8 @@ from typing import Any
 
 from atomq.api.sqs.checksums import md5_of_body
 from atomq.api.sqs.errors import INVALID_RECEIPT
-from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
-from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
+from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, SqsQueue, integer, required, string_list
+from atomq.api.sqs.message_model import Outgoing, as_attribute, md5_attributes, outgoing, sequence_number
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import DEAD_LETTER_PROPERTIES, Delivery
 from atomq.platform.queues.names import RECEIPT
@@ -23,19 +23,26 @@ from atomq.platform.queues.names import RECEIPT
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
-SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp",
-                     "DeadLetterQueueSourceArn")
 HIDDEN_PROPERTIES = frozenset(DEAD_LETTER_PROPERTIES)
 """The record of a move to a dead letter queue, which SQS keeps out of a message's attributes (its
 source is the system attribute DeadLetterQueueSourceArn): a client that sends a dead letter's
 attributes on must not find more than it sent, or more than SQS's ten."""
 
 
+def sent_answer(queue: SqsQueue, message_id: str, out: Outgoing) -> dict[str, Any]:
+    """What a send answers of one message; a FIFO queue's with its SequenceNumber (a duplicate's is
+    the first's, as its MessageId is)."""
+    answer = {"MessageId": message_id, **out.answer}
+    if queue.fifo:
+        answer["SequenceNumber"] = sequence_number(message_id)
+    return answer
+
+
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     queue = ctx.queue(params, recent=True)
     out = outgoing(queue, params)
     sent = ctx.services.send(ctx.tenant, queue.name, [out.message], ctx.content_length)
-    return {"MessageId": sent.ids[0], **out.answer}
+    return sent_answer(queue, sent.ids[0], out)
 
 
 def _wanted(names: list[str], name: str) -> bool:
@@ -48,16 +55,25 @@ def _body(delivery: Delivery) -> str:
     return data[0] if len(data) == 1 else json.dumps(data)
 
 
-def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: list[str],
-              received_ms: int) -> dict[str, Any]:
+def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: list[str], received_ms: int,
+              fifo: bool) -> dict[str, Any]:
     """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
-    the time of the delivery under way only, which is the first one's for a first delivery."""
+    the time of the delivery under way only, which is the first one's for a first delivery. A
+    message's MessageGroupId is shown wherever it has one; its SequenceNumber and
+    MessageDeduplicationId on a FIFO queue only, as SQS."""
     body = _body(delivery)
     out: dict[str, Any] = {"MessageId": delivery.id, "ReceiptHandle": delivery.receipt,
                            "MD5OfBody": md5_of_body(body), "Body": body}
     known = {"ApproximateReceiveCount": str(delivery.delivery_count),
              "SentTimestamp": str(int(delivery.enqueued_at * 1000)),
              "ApproximateFirstReceiveTimestamp": str(received_ms)}
+    envelope = delivery.envelope
+    if envelope.group is not None:
+        known["MessageGroupId"] = envelope.group
+    if fifo:
+        known["SequenceNumber"] = sequence_number(delivery.id)
+        if envelope.dedupe_id is not None:
+            known["MessageDeduplicationId"] = envelope.dedupe_id
     source = delivery.properties.get(DEAD_LETTER_PROPERTIES[1])
     if isinstance(source, str) and "/" not in source:  # not a subscriber's, which SQS cannot name
         known["DeadLetterQueueSourceArn"] = ctx.arn(source)
@@ -96,7 +112,7 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)
     if not taken.deliveries:
         return {}
-    return {"Messages": [_rendered(ctx, d, system, names, received_ms) for d in taken.deliveries]}
+    return {"Messages": [_rendered(ctx, d, system, names, received_ms, queue.fifo) for d in taken.deliveries]}
 
 
 def checked_receipt(receipt: Any) -> str:

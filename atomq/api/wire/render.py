@@ -85,6 +85,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "overflow": info.limits.overflow.value,
         "durability": info.durability.value,
         "delay_s": info.delay_s,
+        "ordering": info.ordering.value,
         "dead_letter_queue": info.dead_letter_queue,
     }
     if info.model.value == "publish_subscribe":

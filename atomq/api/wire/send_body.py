@@ -19,10 +19,11 @@ from atomq.api.schemas.common import LATEST_TIME_S
 from atomq.api.wire.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, unencodable
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues.names import GROUP, GROUP_RULE
 from atomq.platform.queues.topics import check_topic
 
 MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "ttl_s", "traceparent",
-                            "delay_s"})
+                            "delay_s", "group"})
 BODY_FIELDS = frozenset({"messages", "delay_s"})
 TOPIC_MESSAGE_FIELDS = MESSAGE_FIELDS | {"topic"}
 DOCUMENT_FIELDS = frozenset({"data", "data_base64", "properties"})
@@ -124,6 +125,9 @@ def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS,
     if traceparent is not None:
         _text(traceparent, "messages", i, "traceparent")
     own_delay = _delay(raw, "messages", i)
+    group = raw.get("group")
+    if group is not None and (not isinstance(group, str) or not GROUP.fullmatch(group)):
+        raise _fail(GROUP_RULE, "messages", i, "group")
     return OutgoingMessage(
         documents=(_document(docs[0], i, 0),) if len(docs) == 1 else
         tuple(_document(d, i, j) for j, d in enumerate(docs)),
@@ -134,6 +138,7 @@ def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS,
         dedupe_id=dedupe_id,
         traceparent=traceparent,
         delay_s=delay_s if own_delay is None else own_delay,
+        group=group,
     )
 
 

@@ -107,7 +107,7 @@ class MoveTasks:
         d = qk.destination()
         task_id = uuid.uuid4().hex
         text = self._shared.storage.run(
-            "move_start", docs_and_config(tk, qk) + [d.ready, d.ordered, tk.move_tasks, tk.move_tasks_due],
+            "move_start", docs_and_config(tk, qk) + [d.ready, d.ordered, tk.move_tasks(), tk.move_tasks(due=True)],
             [task_id, source, destination or "", rate or 0, KEPT_PER_SOURCE],
             errors={"NOQUEUE": lambda _: queue_not_found(source),
                     "MOVEBUSY": lambda words: Conflict(f"a move task of queue {source} is running: cancel it or let "
@@ -125,7 +125,7 @@ class MoveTasks:
         tk = k.TenantKeys(check_tenant_id(tenant))
         _check_id(task_id)
         was, text = self._shared.storage.run(
-            "move_cancel", [tk.move_tasks, tk.move_tasks_due], [task_id],
+            "move_cancel", [tk.move_tasks(), tk.move_tasks(due=True)], [task_id],
             errors={"NOTASK": lambda _: NotFound(f"move task {task_id} does not exist", task=task_id)})
         return MoveTask.from_record(text), bool(was)
 
@@ -133,13 +133,13 @@ class MoveTasks:
         """One task of the tenant, or None."""
         tk = k.TenantKeys(check_tenant_id(tenant))
         _check_id(task_id)
-        raw = self._shared.storage.call(self._shared.client.hget, tk.move_tasks, task_id)
+        raw = self._shared.storage.call(self._shared.client.hget, tk.move_tasks(), task_id)
         return None if raw is None else MoveTask.from_record(raw)
 
     def list(self, tenant: str, source: str, limit: int = KEPT_PER_SOURCE) -> list[MoveTask]:
         """The tasks of queue ``source`` whose records are kept, the newest first."""
         tk, _ = queue_keys(tenant, source)
-        held = self._shared.storage.call(self._shared.client.hgetall, tk.move_tasks)
+        held = self._shared.storage.call(self._shared.client.hgetall, tk.move_tasks())
         tasks = [MoveTask.from_record(raw) for name, raw in held.items() if not name.startswith(b"src:")]
         mine = sorted((t for t in tasks if t.source == source), key=lambda t: (t.started_at, t.id), reverse=True)
         return mine[:limit]
@@ -147,13 +147,13 @@ class MoveTasks:
     def step(self, tk: k.TenantKeys, task_id: str, budget: ChunkBudget) -> int:
         """Runs a due task's step for the maintenance: moves up to its rate, or chunk after chunk
         while ``budget`` lasts when it has none. Returns the messages moved."""
-        raw = self._shared.storage.call(self._shared.client.hget, tk.move_tasks, task_id)
+        raw = self._shared.storage.call(self._shared.client.hget, tk.move_tasks(), task_id)
         task = None if raw is None else MoveTask.from_record(raw)
         if task is None or task.status is not MoveTaskStatus.RUNNING:
-            self._shared.storage.call(self._shared.client.zrem, tk.move_tasks_due, task_id)
+            self._shared.storage.call(self._shared.client.zrem, tk.move_tasks(due=True), task_id)
             return 0
         qk = tk.queue(task.source)
-        base = docs_and_config(tk, qk) + qk.destination().as_list() + [tk.usage, tk.move_tasks, tk.move_tasks_due]
+        base = docs_and_config(tk, qk) + qk.destination().as_list() + [tk.usage, tk.move_tasks(), tk.move_tasks(due=True)]
         most = task.rate or self._shared.settings.chunk_size
         target, moved = task.destination, 0
         while budget.take():

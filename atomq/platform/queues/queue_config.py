@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from atomq import defaults
 from atomq.errors import InvalidInput
 from atomq.integer_range import check_integer_range
-from atomq.platform.models import Durability, OnExpire, Overflow, QueueAccess, QueueLimits, QueueModel
+from atomq.platform.models import Durability, OnExpire, Overflow, QueueAccess, QueueLimits, QueueModel, QueueOrdering
 
 LIMIT_FIELDS = {"max_messages": "max_messages", "max_bytes": "max_bytes", "max_message_bytes": "max_message_bytes",
                 "max_dead_letters": "max_dead_letters", "overflow": "overflow",
@@ -27,7 +27,8 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
                   message_ttl_s: float | None = None, on_expire: OnExpire | str | None = None,
                   last_value: bool | None = None, last_value_key: str | None = None,
                   access: QueueAccess | str | None = None, durability: Durability | str | None = None,
-                  delay_s: float | None = None, **limits: Any) -> list[str | int]:
+                  delay_s: float | None = None, ordering: QueueOrdering | str | None = None,
+                  **limits: Any) -> list[str | int]:
     """The config fields (name, value, ...) of the settings given, each checked (InvalidInput naming
     it); a setting given as None is left out, so the queue keeps what it has. ``limits``: the
     settings of ``LIMIT_FIELDS``."""
@@ -58,6 +59,8 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
     named += _limit_fields(limits)
     if durability is not None:
         named += ["durability", _choice(Durability, durability, "durability").value]
+    if ordering is not None:
+        named += ["ordering", _choice(QueueOrdering, ordering, "ordering").value]
     return named
 
 

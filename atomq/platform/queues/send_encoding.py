@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from atomq import defaults
 from atomq.errors import InvalidInput, TooLarge
 from atomq.platform.models import BARE_ENVELOPE, DEFAULT_PRIORITY, OutgoingMessage, topic_envelope
+from atomq.platform.queues.names import check_group
 from atomq.platform.queues.queue_settings import QueueSettings
 from atomq.platform.store.stored_form import encode_document
 
@@ -59,6 +60,8 @@ def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
                 raise InvalidInput(f"dedupe_id must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters",
                                    field=f"messages.{i}.dedupe_id")
             dedupe = (topic or "", m.dedupe_id)
+        if m.group is not None:
+            check_group(m.group, f"messages.{i}.group")
         try:
             envelope = m.envelope_json(topic)
         except (TypeError, ValueError):

@@ -1,4 +1,4 @@
--- Shared prelude, part 3 of 6 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
+-- Shared prelude, part 4 of 7 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
 -- The message id and reason of a dead letter queue entry's fields (m, r, f).
 local function dead_letter_fields(f)
   local id, reason
@@ -91,11 +91,12 @@ local function without_dead_letter(json)
   return json
 end
 
--- Takes message `id` (envelope `env`, `bytes` as message_bytes counts it in d) out of
--- destination d, where nothing else holds it any more: its envelope, state, browse and expiry
--- entries and held bytes. Returns the usage bytes its last-value entries freed.
+-- Takes message `id` (`bytes` as message_bytes counts it in d) out of destination d, where
+-- nothing else holds it any more: its envelope, state, browse and expiry entries and held bytes;
+-- a group's head makes way for its next. Returns the usage bytes its last-value entries freed.
 local function lift(d, id, bytes)
   redis.call('DECRBY', d.held, bytes)
+  groups_leave(d, {id})
   local freed = 0
   if redis.call('EXISTS', d.lv) == 1 then freed = forget_last_values(d, {id}) end
   redis.call('HDEL', d.msg, id)
@@ -108,14 +109,21 @@ end
 -- Puts message `id` with envelope `env` (counting `size` bytes of limits) into point-to-point
 -- queue t (target_at) as a first delivery waiting at its priority, as if sent now: it takes the
 -- tenant's next sequence number for its place in rz, as a delayed copy that falls due does
--- (arrive, _lib_sweep.lua); an expiry goes into the expiry index.
-local function land(t, id, env, size)
+-- (arrive, _lib_sweep.lua), or, on a queue ordered by group (`grouped`), behind its group's
+-- head when that is out; an expiry goes into the expiry index.
+local function land(t, id, env, size, grouped)
   local _, priority, expiry = env_head(env)
   redis.call('HSET', t.d.msg, id, env)
   redis.call('ZADD', t.d.all, 0, id)
-  redis.call('ZADD', t.d.rz, seq_score(priority, string.format('%.0f', redis.call('INCR', t.seq))), id)
-  wake(t.d)
-  redis.call('HSET', t.d.state, id, fmt_state(0, 0, 'z'))
+  local place = string.format('%.0f', redis.call('INCR', t.seq))
+  local group = grouped and group_of(env)
+  if group and group_waits(t.d, group, id, place) then
+    redis.call('HSET', t.d.state, id, fmt_state(0, 0, 'w' .. place))
+  else
+    redis.call('ZADD', t.d.rz, seq_score(priority, place), id)
+    wake(t.d)
+    redis.call('HSET', t.d.state, id, fmt_state(0, 0, 'z'))
+  end
   redis.call('INCRBY', t.d.held, size)
   redis.call('ZADD', t.oldest, 'LT', tonumber(string.match(id, '^%d+')), t.name)
   if expiry then
@@ -149,7 +157,7 @@ local function move_dead_letter(d, q, id, dc, reason, usage)
   local t = q.target
   if t.cfg == CFG or t.source == '' then return false end
   local c = redis.call('HMGET', t.cfg, 'model', 'lv', 'max_messages', 'max_bytes', 'max_message_bytes', 'gen',
-                       'message_ttl_ms')
+                       'message_ttl_ms', 'ordering')
   local env = redis.call('HGET', d.msg, id)
   local bar = string.find(env, '|', 1, true)
   local json = without_dead_letter(string.sub(env, bar + 1))
@@ -163,19 +171,21 @@ local function move_dead_letter(d, q, id, dc, reason, usage)
   local size = bytes - #env + #moved
   if not takes(t, c, id, size) then return false end
   local freed = lift(d, id, bytes)
-  land(t, id, moved, size)
+  land(t, id, moved, size, c[8] == 'group')
   redis.call('HINCRBY', usage, 'bytes', #moved - #env - freed)
   return true
 end
 
 -- Moves a message that left the other structures of the destination to the
 -- queue's dead_letter_queue (move_dead_letter), or else to its own dead letter
--- queue with `reason`; it no longer counts in the destination's held bytes,
--- and past the queue's max_dead_letters the oldest dead letters go.
+-- queue with `reason`; it no longer counts in the destination's held bytes, a
+-- group's head makes way for its next, and past the queue's max_dead_letters
+-- the oldest dead letters go.
 local function dead_letter(d, q, id, dc, fails, reason, usage, cfg)
   count('dead_lettered', 1, cfg)
   if q.target and move_dead_letter(d, q, id, dc, reason, usage) then return end
   redis.call('DECRBY', d.held, message_bytes(d, id))
+  groups_leave(d, {id})
   local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
   redis.call('ZREM', d.exp, id)  -- a dead letter does not expire
@@ -244,9 +254,12 @@ local function expire_due(d, q, now, limit, usage)
   local ids = redis.call('ZRANGEBYSCORE', d.exp, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
   local states = redis.call('HMGET', d.state, unpack(ids))
+  -- A group's head that expires makes way for its next, which may be among these: read afresh.
+  local grouped = redis.call('EXISTS', d.grp) == 1
   local n = 0
   for i, id in ipairs(ids) do
     local s = states[i]
+    if grouped then s = redis.call('HGET', d.state, id) end
     local where = s and string.sub(s, string.find(s, '|', string.find(s, '|', 1, true) + 1, true) + 1)
     if not s or in_flight_where(where) or string.sub(where, 1, 1) == 'd' then
       redis.call('ZREM', d.exp, id)

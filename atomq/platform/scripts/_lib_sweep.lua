@@ -1,17 +1,26 @@
--- Shared prelude, part 5 of 6 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
+-- Shared prelude, part 6 of 7 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
 -- Delayed copies whose time came (`ids`, in the order they fell due) join the
 -- ready ones as if sent now: each takes the tenant's next sequence number
 -- (`seq`, its message counter) for its place in rz, so it is delivered after
--- what was sent before it fell due and before what is sent after.
-local function arrive(d, ids, seq)
+-- what was sent before it fell due and before what is sent after. On a queue
+-- ordered by group (`grouped`) one of a group whose head is out waits behind it
+-- at that place instead.
+local function arrive(d, ids, seq, grouped)
   local last = redis.call('INCRBY', seq, #ids)
   local ranked, states = {}, {}
   for i, id in ipairs(ids) do
-    local _, priority = env_head(redis.call('HGET', d.msg, id))
-    ranked[#ranked + 1] = seq_score(priority, string.format('%.0f', last - #ids + i))
-    ranked[#ranked + 1] = id
+    local env = redis.call('HGET', d.msg, id)
+    local _, priority = env_head(env)
+    local place = string.format('%.0f', last - #ids + i)
+    local group = grouped and group_of(env)
     states[#states + 1] = id
-    states[#states + 1] = '0|0|z'  -- never delivered, so never failed
+    if group and group_waits(d, group, id, place) then
+      states[#states + 1] = '0|0|w' .. place
+    else
+      ranked[#ranked + 1] = seq_score(priority, place)
+      ranked[#ranked + 1] = id
+      states[#states + 1] = '0|0|z'  -- never delivered, so never failed
+    end
   end
   call_batched('ZADD', d.rz, ranked)
   call_batched('HSET', d.state, states)
@@ -45,7 +54,7 @@ local function sweep_destination(d, q, delays, now, limit, usage, seq)
         make_ready(d, id, dc, fails)
       end
     end
-    if #arrivals > 0 then arrive(d, arrivals, seq) end
+    if #arrivals > 0 then arrive(d, arrivals, seq, q.grouped) end
     moved = moved + #due
   end
   return moved

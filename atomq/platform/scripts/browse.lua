@@ -4,7 +4,8 @@
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
 --              | dead-reason (the dead letters given the reason ARGV[6])
---              | state (the queued messages in state ARGV[6]: r ready, f in flight, s scheduled)
+--              | state (the queued messages in state ARGV[6]: r ready, waiting behind their group's
+--              head included, f in flight, s scheduled)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- ARGV[4]      most document bytes in the page (a first message bigger than that comes
@@ -94,7 +95,7 @@ local function wanted(s)
   local is_dead = string.find(s, '|d', 1, true) ~= nil
   if only_tag then
     local tag = string.sub(select(3, parse_state(s)), 1, 1)
-    return tag == only_tag or (only_tag == 'r' and tag == 'z')
+    return tag == only_tag or (only_tag == 'r' and (tag == 'z' or tag == 'w'))
   end
   return is_dead == dead_view and (not only_reason
     or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason)

@@ -4,14 +4,15 @@
 -- approximate counts read: atomq.api.sqs.queue_attributes).
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..]    the destination (DEST_KEYS keys)
--- Returns {ready, scheduled and due, scheduled ahead, in flight past their deadline,
---          in flight before it, delayed by their send (due or not)}, or NOQUEUE.
+-- Returns {ready (waiting behind their group's head included), scheduled and due, scheduled
+--          ahead, in flight past their deadline, in flight before it, delayed by their send
+--          (due or not)}, or NOQUEUE.
 
 local q = require_queue()
 if q.err then return q end
 local d = dest_at(5)
 local now = now_ms()
-return {redis.call('XLEN', d.ready) + redis.call('ZCARD', d.rz),
+return {redis.call('XLEN', d.ready) + redis.call('ZCARD', d.rz) + redis.call('ZCARD', d.gw),
         redis.call('ZCOUNT', d.sched, '-inf', now), redis.call('ZCOUNT', d.sched, '(' .. now, '+inf'),
         redis.call('ZCOUNT', d.inflight, '-inf', now), redis.call('ZCOUNT', d.inflight, '(' .. now, '+inf'),
         tonumber(redis.call('GET', d.delayed) or '0')}

@@ -91,7 +91,7 @@ local function move_one()
     return 'stop'
   end
   local c = redis.call('HMGET', t.cfg, 'model', 'lv', 'max_messages', 'max_bytes', 'max_message_bytes', 'gen',
-                       'message_ttl_ms')
+                       'message_ttl_ms', 'ordering')
   if c[1] ~= 'point_to_point' or c[2] == '1' or t.cfg == CFG then
     finish('failed', 'no_queue', to)
     return 'stop'
@@ -108,7 +108,7 @@ local function move_one()
   if not takes(t, c, id, size) then return 'stop' end  -- full: the next step tries again
   unlink(d, id, where)
   local freed = lift(d, id, bytes)
-  land(t, id, landed, size)
+  land(t, id, landed, size, c[8] == 'group')
   redis.call('HINCRBY', usage, 'bytes', #landed - #env - freed)
   return 'moved'
 end

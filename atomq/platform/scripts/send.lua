@@ -42,7 +42,9 @@
 -- goes on the ready stream, any other in rz (see the prelude); a delayed one
 -- (its own delay, or else its queue's delay_ms) waits in sched (store_copies). One id a
 -- message, the same in every queue. In a last-value queue each stored message
--- then supersedes the waiting one of its key (last_value_arrives).
+-- then supersedes the waiting one of its key (last_value_arrives); in a queue
+-- whose ordering is group, a message of a group that has one out waits behind it
+-- (_lib_groups.lua).
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
 -- or the error NOQUEUE <queue>, STALETOPICS when the patterns changed since the
 -- caller matched, STALESUBS <queue> when a route changed since the caller read it,
@@ -116,7 +118,7 @@ for qi = 1, nqueue do
   local cfg = KEYS[kpos]
   local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key', 'max_messages',
                       'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters', 'durability',
-                      'delay_ms', 'access')
+                      'delay_ms', 'access', 'ordering')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
@@ -131,7 +133,8 @@ for qi = 1, nqueue do
   local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {},
               max_n = tonumber(c[7] or '0'), max_b = tonumber(c[8] or '0'), max_mb = tonumber(c[9] or '0'),
               overflow = c[10] or 'reject_new', to_dl = c[11] == '1', max_dead_letters = tonumber(c[12] or '0'),
-              add_n = 0, add_b = 0, copy_b = 0, delay = tonumber(c[14] or '0'), exclusive = c[15] == 'exclusive'}
+              add_n = 0, add_b = 0, copy_b = 0, delay = tonumber(c[14] or '0'), exclusive = c[15] == 'exclusive',
+              grouped = c[16] == 'group'}
   if c[5] == '1' then qd.last_value_key = c[6] or '' end
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
@@ -415,7 +418,7 @@ if #fresh > 0 then
     end
     local batch = {msg = msg_args, all = all_args, exp = expiry_args, first = first_expiry, ids = fresh_ids,
                    priorities = fresh_priorities, json = fresh_json, bytes = qd.add_b, lv = qd.last_value_key,
-                   cfg = qd.cfg, due = due_times(fresh_delays, #fresh, qd.delay, now)}
+                   cfg = qd.cfg, due = due_times(fresh_delays, #fresh, qd.delay, now), grouped = qd.grouped}
     for i, d in ipairs(qd.dests) do
       store_copies(d, qd.members[i], batch, now, DUE, OLDEST, USAGE)
     end

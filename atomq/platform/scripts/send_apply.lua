@@ -90,7 +90,7 @@ for i = 1, step do
     batches[qi] = q
   end
   local c = redis.call('HMGET', cfg, 'gen', 'lv', 'lv_key', 'max_messages', 'max_bytes', 'overflow', 'overflow_dl',
-                      'max_dead_letters', 'delay_ms')
+                      'max_dead_letters', 'delay_ms', 'ordering')
   local subscriber = string.match(member, '/(.*)$')
   local owed_n, owed_b = pending_of(PENDING, member, gen)
   pend(PENDING, member, gen, -nfresh, -q.bytes)
@@ -123,7 +123,7 @@ for i = 1, step do
         end
       end
     end
-    q.cfg, q.lv = cfg, nil
+    q.cfg, q.lv, q.grouped = cfg, nil, c[10] == 'group'
     if c[2] == '1' then q.lv = c[3] or '' end
     store_copies(d, member, q, at, DUE, OLDEST, USAGE)
     redis.call('HINCRBY', USAGE, 'messages', nfresh)

@@ -121,17 +121,9 @@ class TenantKeys:
     def oldest(self) -> str:
         return f"{self._p}:oldest"
 
-    @property
-    def move_tasks(self) -> str:
-        """Hash: a move task's id -> its record (JSON), and ``src:<queue>`` -> the id of the task
-        under way from that queue (``atomq.platform.queues.move_tasks``)."""
-        return f"{self._p}:moves"
-
-    @property
-    def move_tasks_due(self) -> str:
-        """Sorted set: the move tasks under way, by id, scored by when the next step of each is due
-        (ms): what the maintenance runs."""
-        return f"{self._p}:moves:due"
+    def move_tasks(self, due: bool = False) -> str:
+        """Move tasks' records by id (hash), or with ``due`` when each one's next step is (sorted set)."""
+        return f"{self._p}:moves:due" if due else f"{self._p}:moves"
 
     def destination_named(self, member: str) -> tuple[QueueKeys, DestinationKeys]:
         """The destination a due index names (see :attr:`DestinationKeys.member`)."""
@@ -264,13 +256,27 @@ class DestinationKeys:
         delayed count of queue info and metrics, kept by the scripts that add and take them."""
         return f"{self.base}:delayed"
 
+    @property
+    def groups(self) -> str:
+        """A group-ordered queue's groups that have a message out (ready, in flight or waiting
+        out a redelivery delay): group -> that message's id, the group's head."""
+        return f"{self.base}:grp"
+
+    @property
+    def group_waiting(self) -> str:
+        """The messages of those groups that wait behind their group's head: a sorted set of score 0,
+        members ``<group>\\0<16-digit place>|<id>``, so one group's are a lexical range in the order
+        they arrived (the place: the send's sequence number, or a delayed copy's when it fell due)."""
+        return f"{self.base}:gw"
+
     def as_list(self) -> list[str]:
         """The keys in the order every script expects them (``dest_at`` in the scripts' prelude)."""
         return [self.ready, self.all, self.msg, self.state, self.inflight, self.sched, self.dlq,
-                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held, self.delayed]
+                self.ordered, self.wake, self.expiry, self.last_values, self.consumers, self.held, self.delayed,
+                self.groups, self.group_waiting]
 
 
-DEST_KEY_COUNT = 14
+DEST_KEY_COUNT = 16
 
 
 SERVER_SETTINGS_KEY = f"{PREFIX}:server"
