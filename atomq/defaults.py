@@ -116,6 +116,8 @@ NACK_REASON = "nacked"
 """The reason of a dead letter whose last nack gave none."""
 MAX_DEDUPE_ID_CHARS = 256
 """A dedupe id is a caller's name for a message (a UUID, a business key); it is kept with the message."""
+MAX_GROUP_CHARS = 128
+"""A message's group is SQS's MessageGroupId: at most 128 characters."""
 PRIORITY_RANGE = (0, 9)
 """Ten levels, as AMQP's priorities, with no maximum to declare per queue: a higher one is delivered first."""
 DEFAULT_PRIORITY = 4
@@ -214,6 +216,10 @@ MAX_EXACT_INT = 2**53
 which hold every whole number up to here exactly."""
 MAX_REDELIVERY_DELAY_S = float(_DAY_S)
 """A message waits at most a day between two deliveries: longer is a schedule, not a retry."""
+MAX_DELAY_S = float(_DAY_S)
+"""The longest a send may delay a message's first delivery (and a queue's default delay): a day,
+as the longest redelivery delay, where SQS's DelaySeconds stops at 15 minutes. A delayed message
+waits in the redelivery schedule, which the maintenance visits when it falls due."""
 MAX_REDELIVERY_DELAYS = 100
 """The schedule travels to every delivery script as an argument: a hundred delays keeps it short."""
 MAX_DEDUPE_WINDOW_S = 7 * float(_DAY_S)

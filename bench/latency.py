@@ -176,8 +176,8 @@ def atomq_client_side(node: HttpNode, run: Run) -> dict[str, float]:
     return run.go(producer, consumer)
 
 
-def requests_side(node: HttpNode, run: Run) -> dict[str, float]:
-    url = f"{node.base}/v1/queues/latency"
+def requests_side(node: HttpNode, run: Run, queue: str = "latency") -> dict[str, float]:
+    url = f"{node.base}/v1/queues/{queue}"
 
     def producer(i: int) -> None:
         with keep_alive_session(node.base, node.tenant_key) as s:

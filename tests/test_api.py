@@ -209,7 +209,7 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                                                 "superseded", "dropped"], 0),
                        "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
                        "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False,
-                       "durability": "async"}
+                       "durability": "async", "delayed": 0, "delay_s": 0.0, "ordering": "none"}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -889,6 +889,39 @@ def test_priorities_and_expiry_over_http(acme) -> None:
     assert acme("POST", "/v1/queues/jobs/messages", bad, 400)["error"]["details"]["field"] == "messages.0.ttl_s"
 
 
+def test_delayed_delivery_over_http(acme) -> None:
+    assert acme("PUT", "/v1/queues/later", {"model": "point_to_point", "delay_s": 60}, 201)["delay_s"] == 60
+    body = {"messages": [{"documents": [{"data": "the send's second"}]},
+                         {"documents": [{"data": "at once"}], "delay_s": 0},
+                         {"documents": [{"data": "its own minute"}], "delay_s": 60}], "delay_s": 1}
+    soon, now, minute = acme("POST", "/v1/queues/later/messages", body, 201)["ids"]
+    (queue_default,) = send(acme, "later", "the queue's minute")
+    info = acme("GET", "/v1/queues/later", status=200)
+    assert (info["depth"], info["scheduled"], info["delayed"]) == (4, 3, 3)
+    waiting = acme("GET", "/v1/queues/later/messages", status=200, state="scheduled")["messages"]
+    assert {m["id"] for m in waiting} - {soon} == {minute, queue_default}, "the second's may be due already"
+    for m in waiting:
+        assert m["delivery_count"] == 0 and m["due_at"] > m["enqueued_at"]
+    assert [m["id"] for m in acme("POST", "/v1/queues/later/get", {"max": 10}, 200)["messages"]] == [now]
+    # A long poll returns when the second's message falls due.
+    due = acme("POST", "/v1/queues/later/get", {"max": 10, "wait_ms": 20_000}, 200)["messages"]
+    assert [(m["id"], m["delivery_count"]) for m in due] == [(soon, 1)]
+    assert acme("GET", "/v1/queues/later", status=200)["delayed"] == 2
+    acme("PUT", "/v1/queues/spread", {"model": "point_to_point", "topics": ["news/>"]}, 201)
+    published = acme("POST", "/v1/topics/news/eu/messages", {"messages": [{"documents": [{"data": "n"}]}],
+                                                              "delay_s": 60}, 201)
+    assert published["queues"] == ["spread"] and acme("GET", "/v1/queues/spread", status=200)["delayed"] == 1
+    for bad, field in (({"messages": [{"documents": [{"data": "x"}]}], "delay_s": -1}, "delay_s"),
+                       ({"messages": [{"documents": [{"data": "x"}], "delay_s": "1"}]}, "messages.0.delay_s"),
+                       ({"messages": [{"documents": [{"data": "x"}], "delay_s": 86_401}]}, "messages.0.delay_s")):
+        assert acme("POST", "/v1/queues/later/messages", bad, 400)["error"]["details"]["field"] == field
+    acme("PUT", "/v1/queues/ordered", {"model": "point_to_point", "access": "exclusive"}, 201)
+    refused = acme("POST", "/v1/queues/ordered/messages", body, 400)["error"]
+    assert (refused["code"], refused["details"]["field"]) == ("invalid_input", "delay_s")
+    assert acme("PUT", "/v1/queues/ordered", {"model": "point_to_point", "delay_s": 5}, 400)["error"]["details"][
+        "field"] == "delay_s"
+
+
 def test_dead_letters_by_reason_over_http(acme) -> None:
     acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 0}, 201)
     past = time.time() - 1
@@ -976,6 +1009,28 @@ def test_a_last_value_queue_over_http(acme) -> None:
     refused = acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe", "last_value": True}, 400)
     assert refused["error"]["details"]["field"] == "last_value"
     acme("PUT", "/v1/queues/checkpoints", {"model": "point_to_point", "last_value": "yes"}, 400)
+
+
+def test_a_queue_ordered_by_group_over_http(acme) -> None:
+    created = acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "group"}, 201)
+    assert created["ordering"] == "group"
+    body = {"messages": [{"documents": [{"data": d}], "group": g}
+                         for d, g in (("open", "acct|17"), ("debit", "acct|17"), ("open", "acct-42"))]}
+    ids = acme("POST", "/v1/queues/payments/messages", body, 201)["ids"]
+    got = acme("POST", "/v1/queues/payments/get", {"max": 10}, 200)["messages"]
+    assert [(m["id"], m["group"]) for m in got] == [(ids[0], "acct|17"), (ids[2], "acct-42")]
+    browsed = acme("GET", "/v1/queues/payments/messages", status=200)["messages"]
+    assert [(m["state"], m["group"]) for m in browsed] == [("in_flight", "acct|17"), ("ready", "acct|17"),
+                                                          ("in_flight", "acct-42")]
+    assert acme("GET", "/v1/queues/payments", status=200)["depth"] == 1
+    acme("POST", "/v1/queues/payments/ack", {"receipts": [got[0]["receipt"]]}, 200)
+    assert [m["id"] for m in acme("POST", "/v1/queues/payments/get", {"max": 10}, 200)["messages"]] == [ids[1]]
+    bad = acme("POST", "/v1/queues/payments/messages", {"messages": [{"documents": [{"data": "x"}], "group": "a b"}]},
+               400)
+    assert bad["error"]["details"]["field"] == "messages.0.group"
+    assert acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "fifo"}, 400)
+    assert acme("PUT", "/v1/queues/payments", {"model": "point_to_point", "ordering": "none"}, 200)["ordering"] == \
+        "none"
 
 
 def test_an_exclusive_queue_over_http(acme) -> None:

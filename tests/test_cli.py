@@ -331,6 +331,23 @@ def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, 
     assert missing.returncode != 0 and "consumer" in missing.stderr
 
 
+def test_a_queue_ordered_by_group_holds_each_group_while_one_of_it_is_out(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+
+    assert json.loads(ok("queues", "create", "payments", "--ordering", "group", "--json"))["ordering"] == "group"
+    assert "ordering" in ok("queues", "show", "payments")
+    ok("send", "payments", "open", "debit", "--group", "acct-17")
+    ok("send", "payments", "open", "--group", "acct-42")
+    browsed = ok("browse", "payments")
+    assert "GROUP" in browsed and "acct-17" in browsed
+    got = json.loads(ok("get", "payments", "--max", "10", "--ack", "--json"))
+    assert [(m["documents"][0]["data"], m["group"]) for m in got] == [("open", "acct-17"), ("open", "acct-42")]
+    assert [m["documents"][0]["data"] for m in json.loads(ok("get", "payments", "--max", "10", "--json"))] == [
+        "debit"]
+    bad = run("send", "payments", "x", "--group", "with space", env=tenant_env)
+    assert bad.returncode != 0 and "group" in bad.stderr
+
+
 def test_a_queues_limits_are_set_shown_and_met(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
 
@@ -431,6 +448,27 @@ def test_browse_by_state_finds_the_deliveries_stuck_in_flight_to_release(tenant_
     assert "RELEASED" in ok("release", "work", *[r[0] for r in rows])
     assert ok("browse", "work", "--state", "in_flight").splitlines()[1:] == []
     assert len(json.loads(ok("browse", "work", "--state", "ready", "--json"))) == 4
+
+
+def test_a_delay_holds_sends_and_publishes_and_browse_says_when_each_is_due(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "later", "--delay", "600", "--topic", "news/>")
+    shown = json.loads(ok("queues", "show", "later", "--json"))
+    assert shown["delay_s"] == 600
+    ok("send", "later", "the queue's")
+    ok("send", "later", "its own", "--delay", "300")
+    ok("publish", "news/eu", "published", "--delay", "900")
+    (now,) = json.loads(ok("send", "later", "at once", "--delay", "0", "--json"))["ids"]
+    assert [m["id"] for m in json.loads(ok("get", "later", "--max", "10", "--json"))] == [now]
+    table = ok("queues", "show", "later")
+    assert re.search(r"^delayed\s+3$", table, re.M) and re.search(r"^delay_s\s+600", table, re.M)
+    lines = ok("browse", "later", "--state", "scheduled").splitlines()
+    assert lines[0].split() == ["ID", "DUE", "WAITING", "FOR", "DELIVERY"]
+    assert [(r.split()[1], r.split()[-3:]) for r in lines[1:]] == [("in", ["send", "delay", "0"])] * 3, lines
+    waiting = json.loads(ok("browse", "later", "--state", "scheduled", "--json"))
+    assert [round(m["due_at"] - m["enqueued_at"]) for m in waiting] == [600, 300, 900]
+    bad = run("send", "later", "x", "--delay", "86401", env=tenant_env)
+    assert bad.returncode == 2 and "--delay" in bad.stderr
 
 
 def test_the_operator_lists_the_nodes_and_the_tenants_that_need_them_first(

@@ -100,6 +100,34 @@ def test_the_batching_sender_counts_what_was_stored_nowhere_and_warns_once_a_pla
         owner.delete_tenant(tenant["id"])
 
 
+def test_a_delay_reaches_sends_publishes_and_the_batching_sender(node, owner) -> None:
+    tenant = owner.create_tenant("delays")
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as c:
+            assert c.put_queue("later", delay_s=600, topics=["news/>"])["delay_s"] == 600
+            c.send("later", [wire.message([wire.document("queue's")])])
+            c.send("later", [wire.message([wire.document("send's")])], delay_s=300)
+            (now,) = c.send("later", [wire.message([wire.document("own: none")], delay_s=0)], delay_s=300)
+            c.publish("news/eu", [wire.message([wire.document("published")])], delay_s=900)
+            c.publish_many([{**wire.message([wire.document("many")]), "topic": "news/us"}], delay_s=900)
+            sender = BatchingSender(c)
+            sender.add("later", wire.message([wire.document("batched")]), delay_s=120)
+            sender.add(Target("news/x", topic=True), wire.message([wire.document("batched topic")]), delay_s=120)
+            sender.add("later", wire.message([wire.document("batched, at once")]), delay_s=0)
+            sender.flush()
+            got = c.get("later", max_messages=10)
+            assert [m["id"] for m in got[:1]] + [m["documents"][0]["data"] for m in got[1:]] == [
+                now, "batched, at once"]
+            queue = c.queue("later")
+            assert (queue["depth"], queue["in_flight"], queue["delayed"]) == (6, 2, 6)
+            due = {m["documents"][0]["data"]: round(m["due_at"] - m["enqueued_at"])
+                   for m in c.browse("later", state="scheduled")}
+            assert due == {"queue's": 600, "send's": 300, "published": 900, "many": 900, "batched": 120,
+                           "batched topic": 120}
+    finally:
+        owner.delete_tenant(tenant["id"])
+
+
 def test_errors_come_back_as_atomq_errors(node, owner) -> None:
     tenant = owner.create_tenant("erring", rate_limit_per_minute=1)
     with AtomqClient(node.url, tenant["api_key"]) as c:

@@ -151,7 +151,7 @@ def test_stateful_walks_from_tenants_to_acks_with_every_check(fresh_app) -> None
             # rule, let through below), which would end most walks at the get: leave it out.
             if isinstance(case.body, dict):
                 case.body.pop("subscriber", None)
-                # Topic patterns, a queue's expiry, its last-value settings, its access and its limits are
+                # Topic patterns, a queue's expiry, its last-value settings, its access, ordering and limits are
                 # left to the stateless test and test_api (an exclusive queue's gets need a consumer, a
                 # rule across calls the document cannot state): with them the walk's draws differed between
                 # runs (hypothesis refuses that as flaky generation; an expiry makes what a later get answers
@@ -165,7 +165,7 @@ def test_stateful_walks_from_tenants_to_acks_with_every_check(fresh_app) -> None
                         case.body["name"] = f"{case.body['name'][:100]}-{next(names)}"
                     for field in ("topics", "message_ttl_s", "last_value", "last_value_key", "access",
                                   "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-                                  "overflow_to_dead_letters", "durability"):
+                                  "overflow_to_dead_letters", "durability", "ordering"):
                         case.body.pop(field, None)
 
         def after_call(self, response: Any, case: Any) -> None:

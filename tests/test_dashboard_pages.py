@@ -53,6 +53,23 @@ def test_the_tenant_page_says_what_each_queue_is(page: Page, node: InProcessNode
     expect(page.locator("#limits")).to_contain_text("Holds at most 1 message and 2.0 KiB not yet acked")
 
 
+def test_a_queue_ordered_by_group_says_so_and_shows_each_messages_group(page: Page, node: InProcessNode,
+                                                                        tenant: TenantUser) -> None:
+    tenant.api.put_queue("payments", ordering="group")
+    tenant.api.send("payments", [{"documents": [{"data": "open"}], "group": "acct-17"},
+                                 {"documents": [{"data": "debit"}], "group": "acct-17"},
+                                 {"documents": [{"data": "loose"}]}])
+    sign_in(page, node, tenant.key)
+    row = page.locator("table#queues tbody tr", has=page.get_by_role("link", name="payments", exact=True))
+    expect(row.locator("td.settings")).to_have_text("ordered by group")
+    page.goto(queue_url(node, tenant.id, "payments"))
+    expect(page.get_by_text("ordered by group: one message of a group out at a time, in send order")).to_be_visible()
+    rows = page.locator("table.messages tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(1)).to_contain_text("acct-17")
+    expect(rows.nth(2).locator("td").nth(3)).to_have_text("-")
+
+
 def test_a_page_that_holds_the_last_dead_letter_links_to_no_next_page(page: Page, node: InProcessNode,
                                                                        tenant: TenantUser) -> None:
     tenant.api.put_queue("jobs", max_redeliveries=0)

@@ -388,16 +388,16 @@ def test_the_format_version_is_recorded_and_a_newer_one_is_refused(tmp_path) -> 
     try:
         assert client.get(k.FORMAT_VERSION_KEY) is None, "a fresh server"
         QueueServer(client)
-        assert FORMAT_VERSION == 7
-        assert client.get("aq:format") == b"7"
+        assert FORMAT_VERSION == 9
+        assert client.get("aq:format") == b"9"
         QueueServer(client)
-        assert client.get("aq:format") == b"7", "a second start keeps it"
+        assert client.get("aq:format") == b"9", "a second start keeps it"
 
         client.set("aq:format", 99)
         with pytest.raises(FormatVersionError) as err:
             QueueServer(client)
         assert err.value.code == "format_version"
-        assert err.value.details == {"stored": 99, "supported": 7}
+        assert err.value.details == {"stored": 99, "supported": 9}
         assert client.get("aq:format") == b"99", "a refused start writes nothing over it"
     finally:
         client.close()

@@ -19,6 +19,10 @@ VALID = [
     {"messages": [{"documents": [{"data": "", "properties": {"k": "v", "n": 1}}], "properties": {"a": [1]},
                    "dedupe_id": "d" * 256, "priority": 9, "expires_at": 1.5, "traceparent": "00-1-2-01"}]},
     {"messages": [{"documents": [DOC], "priority": 0, "expires_at": 17}] * 3},
+    {"messages": [{"documents": [DOC], "group": "g" * 128}, {"documents": [DOC], "group": "!~|,\\\""},
+                  {"documents": [DOC], "group": None}]},
+    {"messages": [{"documents": [DOC], "delay_s": 0}, {"documents": [DOC], "delay_s": None}], "delay_s": 86_400},
+    {"messages": [{"documents": [DOC], "delay_s": 0.5}], "delay_s": None},
 ]
 INVALID = [
     [],
@@ -43,8 +47,18 @@ INVALID = [
     {"messages": [{"documents": [DOC], "priority": 1.0}]},
     {"messages": [{"documents": [DOC], "expires_at": "soon"}]},
     {"messages": [{"documents": [DOC], "traceparent": "t" * 257}]},
+    {"messages": [{"documents": [DOC], "group": ""}]},
+    {"messages": [{"documents": [DOC], "group": "g" * 129}]},
+    {"messages": [{"documents": [DOC], "group": "a b"}]},
+    {"messages": [{"documents": [DOC], "group": "a\n"}]},
+    {"messages": [{"documents": [DOC], "group": "é"}]},
+    {"messages": [{"documents": [DOC], "group": 7}]},
     {"messages": [{"documents": [DOC], "unknown": 1}]},
     {"messages": [{"documents": [DOC]}], "more": 1},
+    {"messages": [{"documents": [DOC], "delay_s": -1}]},
+    {"messages": [{"documents": [DOC], "delay_s": 86_401}]},
+    {"messages": [{"documents": [DOC]}], "delay_s": "5"},
+    {"messages": [{"documents": [DOC]}], "delay_s": True},
     {"messages": [{"documents": [DOC]}, "not an object"]},
 ]
 
@@ -80,6 +94,8 @@ def test_the_validator_keeps_content_and_names_the_failing_field() -> None:
     with pytest.raises(InvalidInput) as err:
         parse_send({"messages": [{"documents": [DOC]}, {"documents": [DOC, {"data": 1}]}]})
     assert err.value.details == {"field": "messages.1.documents.1.data"}
+    own, given = parse_send({"messages": [{"documents": [DOC], "delay_s": 0}, {"documents": [DOC]}], "delay_s": 30})
+    assert (own.delay_s, given.delay_s) == (0, 30), "the body's delay_s for a message that gives none"
 
 
 def with_topics(body: object, topic: object = "orders/eu/1") -> object:

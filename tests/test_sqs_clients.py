@@ -109,8 +109,17 @@ function md5OfAttributes(attributes) {
     MessageAttributeNames: ["All"], MessageSystemAttributeNames: ["All"]}));
   await client.send(new sqs.DeleteMessageBatchCommand({QueueUrl, Entries: got.Messages.map(
     (m, i) => ({Id: "m" + i, ReceiptHandle: m.ReceiptHandle}))}));
+  const fifo = (await client.send(new sqs.CreateQueueCommand({QueueName: "from-js.fifo",
+    Attributes: {FifoQueue: "true", ContentBasedDeduplication: "true"}}))).QueueUrl;
+  const fifoSent = await client.send(new sqs.SendMessageBatchCommand({QueueUrl: fifo, Entries: [
+    {Id: "a", MessageBody: "first", MessageGroupId: "g", MessageAttributes: attributes},
+    {Id: "b", MessageBody: "second", MessageGroupId: "g"}, {Id: "c", MessageBody: "other", MessageGroupId: "h"}]}));
+  const fifoGot = await client.send(new sqs.ReceiveMessageCommand({QueueUrl: fifo, MaxNumberOfMessages: 10,
+    MessageAttributeNames: ["All"], MessageSystemAttributeNames: ["All"]}));
   const expected = md5OfAttributes(attributes);
   console.log(JSON.stringify({
+    fifoSequence: fifoSent.Successful.map((s) => s.SequenceNumber),
+    fifoReceived: fifoGot.Messages.map((m) => [m.Body, m.Attributes.MessageGroupId, m.Attributes.SequenceNumber]),
     sentAttributesMd5: one.MD5OfMessageAttributes === expected,
     batchAttributesMd5: batch.Successful.find((s) => s.Id === "a").MD5OfMessageAttributes === expected,
     batchOk: batch.Successful.length, batchFailed: (batch.Failed || []).length,
@@ -155,3 +164,5 @@ def test_the_javascript_sdk_checks_what_it_is_answered(node: AtomqServe, tenant:
         assert by_body[body]["attributesMd5"] is True
         assert by_body[body]["binary"] == [0, 1, 254, 255] and by_body[body]["number"] == "-42.5"
     assert by_body["batch b"]["attributesMd5"] is None and by_body["batch b"]["count"] == "1"
+    first, _, other = out["fifoSequence"]
+    assert out["fifoReceived"] == [["first", "g", first], ["other", "h", other]], "one message a group"

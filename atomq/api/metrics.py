@@ -57,9 +57,10 @@ BUILDS_EXTENSION = "atomq_metrics_builds"
 OTHER = "other"
 
 QUEUE_GAUGES = {
-    "depth": "Messages waiting: ready, or scheduled for redelivery",
+    "depth": "Messages waiting: ready, or scheduled (for redelivery, or delayed by their send)",
     "in_flight": "Messages delivered and not yet acked or nacked",
-    "scheduled": "Messages waiting out a redelivery delay (part of the depth)",
+    "scheduled": "Messages waiting out a delay: a redelivery's or their send's (part of the depth)",
+    "delayed": "Messages never delivered yet, waiting out their send's delay (part of the scheduled)",
     "dead_letters": "Messages in the dead letter queue",
     "held_bytes": "Bytes of the messages neither acked nor dead: what the queue's max_bytes holds",
 }

@@ -31,6 +31,12 @@ _timing_options = [
     click.option("--ttl", "ttl_s", type=click.FloatRange(0, defaults.MAX_MESSAGE_TTL_S, min_open=True),
                  help="Seconds until each message expires (then it is dead-lettered or discarded, as its "
                       "queue says)."),
+    click.option("--group", metavar="GROUP",
+                 help="The messages' group: on a queue whose ordering is group, each goes out once the "
+                      "group's earlier messages are settled, in send order."),
+    click.option("--delay", "delay_s", type=click.FloatRange(0, defaults.MAX_DELAY_S),
+                 help="Seconds before each message is first delivered (0: at once, whatever the queue's "
+                      "delay). Left out: the queue's delay."),
     click.option("--idempotency-key", metavar="KEY",
                  help="Names this command's sends (request N of it is KEY/N): run again with the same KEY "
                       "within a day, it stores nothing twice and prints the same ids. Without it each "
@@ -45,12 +51,13 @@ def timing_options(f: Any) -> Any:
 
 
 def _batches(texts: tuple[str, ...], properties: dict[str, str] | None, priority: int | None,
-             ttl_s: float | None) -> Iterator[list[dict[str, Any]]]:
+             ttl_s: float | None, group: str | None) -> Iterator[list[dict[str, Any]]]:
     """One message per text (or per line of standard input, read as it is sent: a file of any size),
     in requests of at most MAX_SEND_DOCUMENTS."""
     lines = iter(texts) if texts else (line.rstrip("\n") for line in sys.stdin)
     while batch := list(itertools.islice(lines, defaults.MAX_SEND_DOCUMENTS)):
-        yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s) for t in batch]
+        yield [wire.message([wire.document(t)], properties, priority=priority, ttl_s=ttl_s, group=group)
+               for t in batch]
 
 
 def _request_key(key: str | None, n: int) -> str | None:
@@ -64,7 +71,8 @@ def _request_key(key: str | None, n: int) -> str | None:
 @timing_options
 @connection_options
 def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[str, str] | None,
-         priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
+         priority: int | None, ttl_s: float | None, group: str | None, delay_s: float | None,
+         idempotency_key: str | None) -> None:
     """Send one message per TEXT (or per line of standard input when none is given).
 
     Exits with status 1, after printing the ids, when messages were stored nowhere: QUEUE is
@@ -74,8 +82,8 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
     dropped = copies = 0
     warnings: list[dict[str, Any]] = []
     progress = Progress(f"sending to {queue}", "messages")
-    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
-        sent = c.send_batch(queue, batch, idempotency_key=_request_key(idempotency_key, n))
+    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s, group)):
+        sent = c.send_batch(queue, batch, idempotency_key=_request_key(idempotency_key, n), delay_s=delay_s)
         ids += sent["ids"]
         dropped += sent.get("dropped", 0)
         copies += sent.get("copies", 0)
@@ -94,7 +102,8 @@ def send(c: AtomqClient, queue: str, texts: tuple[str, ...], properties: dict[st
 @timing_options
 @connection_options
 def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict[str, str] | None,
-            priority: int | None, ttl_s: float | None, idempotency_key: str | None) -> None:
+            priority: int | None, ttl_s: float | None, group: str | None, delay_s: float | None,
+            idempotency_key: str | None) -> None:
     """Publish one message per TEXT (or per line of standard input) to TOPIC: it reaches every queue
     whose topic patterns match (`atomq queues create NAME --topic 'a/>'`), or none.
 
@@ -105,8 +114,8 @@ def publish(c: AtomqClient, topic: str, texts: tuple[str, ...], properties: dict
     sent = copies = 0
     warnings: list[dict[str, Any]] = []
     progress = Progress(f"publishing to {topic}", "messages")
-    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s)):
-        published = c.publish(topic, batch, idempotency_key=_request_key(idempotency_key, n))
+    for n, batch in enumerate(_batches(texts, properties, priority, ttl_s, group)):
+        published = c.publish(topic, batch, idempotency_key=_request_key(idempotency_key, n), delay_s=delay_s)
         ids += published["ids"]
         reached.update(published["queues"])
         sent += len(batch)
@@ -178,12 +187,19 @@ def browse(c: AtomqClient, queue: str, state: str | None, limit: int | None, sub
                      _due(m["deadline"], now), m["delivery_count"]) for m in data],
              ("ID", "HOLDER", "HELD FOR", "ACK DUE", "DELIVERY"))
         return
-    emit(data, [(m["id"], m["state"], m["priority"], " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"]))
-                for m in data], ("ID", "STATE", "PRIORITY", "DOCUMENTS"))
+    if state == "scheduled":
+        now = time.time()
+        emit(data, [(m["id"], _due(m["due_at"], now), "send delay" if m["delivery_count"] == 0 else "redelivery",
+                     m["delivery_count"]) for m in data], ("ID", "DUE", "WAITING FOR", "DELIVERY"))
+        return
+    emit(data, [(m["id"], m["state"], m["priority"], m.get("group", "-"),
+                 " | ".join(str(d.get("data", "<bytes>")) for d in m["documents"])) for m in data],
+         ("ID", "STATE", "PRIORITY", "GROUP", "DOCUMENTS"))
 
 
 def _due(deadline: float | None, now: float) -> str:
-    """An ack deadline against this machine's clock: ``in 25s``, ``overdue 3s``."""
+    """An ack deadline or a scheduled message's due time against this machine's clock: ``in 25s``,
+    ``overdue 3s``."""
     if deadline is None:
         return "-"
     return f"in {span(deadline - now)}" if deadline >= now else f"overdue {span(now - deadline)}"

@@ -9,7 +9,7 @@ from atomq.cli.confirm import confirm, yes_option
 from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
-from atomq.platform.models import Overflow
+from atomq.platform.models import Overflow, QueueOrdering
 
 
 @click.group()
@@ -70,6 +70,13 @@ def queues_list(c: AtomqClient) -> None:
               help="sync: a send is answered only once its data is synced to disk (and on the server's "
                    "min_replicas), else 503 not_durable; async: once the store holds it (synced every second). "
                    "Left out: kept (a new queue: async).")
+@click.option("--delay", "delay_s", type=click.FloatRange(0, defaults.MAX_DELAY_S),
+              help="Seconds after its send before a message is first delivered, for each message that gives no "
+                   "delay of its own (not on an exclusive queue); 0: at once. Left out: kept (a new queue: 0).")
+@click.option("--ordering", type=click.Choice([o.value for o in QueueOrdering]),
+              help="group: one message of a group (atomq send --group G) out at a time, a group's in send "
+                   "order also across redeliveries, groups independent; none: any number out at once. A "
+                   "change applies to what is sent after it. Left out: kept (a new queue: none).")
 @click.option("--overflow-to-dead-letters/--no-overflow-to-dead-letters", default=None,
               help="Messages the overflow drops go to the dead letter queue (reason overflow). Left out: kept "
                    "(a new queue: no).")
@@ -107,9 +114,10 @@ LIMITS = ("max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", 
 def queues_show(c: AtomqClient, name: str) -> None:
     """One queue: its settings, counts and totals, and an exclusive queue's consumers."""
     q = c.queue(name)
-    rows = [(field, q[field]) for field in ("model", "access", "depth", "in_flight", "dead_letters", "scheduled",
-                                           "max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire",
-                                           "last_value", "last_value_key", "held_bytes", *LIMITS)]
+    rows = [(field, q[field]) for field in ("model", "access", "ordering", "depth", "in_flight", "dead_letters",
+                                           "scheduled", "delayed", "max_redeliveries", "ack_timeout_s",
+                                           "message_ttl_s", "on_expire", "delay_s", "last_value", "last_value_key",
+                                           "held_bytes", *LIMITS)]
     rows += [("topics", ",".join(q["topics"]) or "-"),
              ("depth_by_priority", " ".join(f"{p}:{n}" for p, n in q["depth_by_priority"].items()) or "-")]
     rows += [(f"total.{kind}", n) for kind, n in q["totals"].items()]

@@ -52,10 +52,14 @@ class BatchingSender:
         self._buffers: dict[Target, list[dict[str, Any]]] = {}
         self._counts: dict[Target, int] = {}
 
-    def add(self, target: str | Target, message: dict[str, Any]) -> None:
-        """Buffers ``message`` for ``target``: a queue's name, or a :class:`Target`."""
+    def add(self, target: str | Target, message: dict[str, Any], *, delay_s: float | None = None) -> None:
+        """Buffers ``message`` for ``target``: a queue's name, or a :class:`Target`. ``delay_s``: the
+        message is first delivered this many seconds after its send (every copy of it, for a topic),
+        as its own ``"delay_s"`` says; None keeps what the message says (or its queue's delay)."""
         if isinstance(target, str):
             target = Target(target)
+        if delay_s is not None:
+            message = {**message, "delay_s": delay_s}
         if target.topic:
             message, target = {**message, "topic": target.name}, PUBLISHED
         size = len(message["documents"])

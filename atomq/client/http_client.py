@@ -226,37 +226,46 @@ class AtomqClient:
 
     # -- messages ------------------------------------------------------------------------
 
-    def send(self, queue: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> list[str]:
+    def send(self, queue: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None,
+             delay_s: float | None = None) -> list[str]:
         """Sends messages in the API's shape (``{"documents": [{"data": ...}], ...}``); their ids."""
-        return self.send_batch(queue, messages, idempotency_key=idempotency_key)["ids"]  # type: ignore[no-any-return]
+        answer = self.send_batch(queue, messages, idempotency_key=idempotency_key, delay_s=delay_s)
+        return answer["ids"]  # type: ignore[no-any-return]
 
     def send_batch(self, queue: str, messages: Sequence[dict[str, Any]], *,
-                   idempotency_key: str | None = None) -> Any:
+                   idempotency_key: str | None = None, delay_s: float | None = None) -> Any:
         """Sends messages (as :meth:`send`); the whole answer: ``{"ids", "copies", "warnings"}``, with
         ``"dropped"`` when the queue's overflow dropped waiting messages to make room; ``copies`` 0 and a
         warning when nothing was stored (no subscribers). Stored once however often it is tried (``send_tries``),
-        under ``idempotency_key`` or one made for the call: the same key again within a day answers the first."""
-        return self._stored_once(f"/v1/queues/{queue}/messages", messages, idempotency_key)
+        under ``idempotency_key`` or one made for the call: the same key again within a day answers the first.
+        ``delay_s``: each message that gives no ``delay_s`` of its own is first delivered this many
+        seconds after the send (None: the queue's ``delay_s``)."""
+        return self._stored_once(f"/v1/queues/{queue}/messages", messages, idempotency_key, delay_s)
 
-    def publish(self, topic: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
+    def publish(self, topic: str, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None,
+                delay_s: float | None = None) -> Any:
         """Publishes messages (in a send's shape) to a topic: ``{"ids", "queues", "copies", "warnings"}``,
-        ``queues`` those whose patterns matched. Stored once, as :meth:`send_batch`."""
-        return self._stored_once(f"/v1/topics/{topic}/messages", messages, idempotency_key)
+        ``queues`` those whose patterns matched. Stored once, and delayed (every copy), as :meth:`send_batch`."""
+        return self._stored_once(f"/v1/topics/{topic}/messages", messages, idempotency_key, delay_s)
 
-    def publish_many(self, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None) -> Any:
+    def publish_many(self, messages: Sequence[dict[str, Any]], *, idempotency_key: str | None = None,
+                     delay_s: float | None = None) -> Any:
         """Publishes each message (in a send's shape, with its ``"topic"``) to its own topic, in one
         request: ``{"ids", "topics": {topic: [queues]}, "copies", "warnings"}``, an id null where no queue
         attracts the message's topic. Messages whose topics reach the same queues are stored all or nothing
-        together; a refusal's ``details.ids`` names what was stored before it. Stored once, as
+        together; a refusal's ``details.ids`` names what was stored before it. Stored once, and delayed, as
         :meth:`send_batch`."""
-        return self._stored_once("/v1/topics/messages", messages, idempotency_key)
+        return self._stored_once("/v1/topics/messages", messages, idempotency_key, delay_s)
 
-    def _stored_once(self, path: str, messages: Sequence[dict[str, Any]], key: str | None) -> Any:
+    def _stored_once(self, path: str, messages: Sequence[dict[str, Any]], key: str | None,
+                     delay_s: float | None) -> Any:
         """POSTs a send under an Idempotency-Key, tried again while its outcome is unknown (503
         outcome_unknown, or no answer from the node) or the store unavailable, after the wait the
         node asked for: the key makes each try after the first answer what the first stored."""
         headers = {"Idempotency-Key": key or uuid.uuid4().hex}
-        body = {"messages": list(messages)}
+        body: dict[str, Any] = {"messages": list(messages)}
+        if delay_s is not None:
+            body["delay_s"] = delay_s
         for tries_left in range(max(1, self.send_tries) - 1, -1, -1):
             try:
                 return self.request("POST", path, body, headers=headers)
@@ -339,7 +348,8 @@ class AtomqClient:
                state: str | None = None) -> Iterator[Any]:
         """Every waiting and in-flight message (only those in ``state``: ready, in_flight or
         scheduled, when set), page by page, without consuming them. A message in flight carries
-        ``holder``, ``delivered_at`` and ``deadline``: who holds it, since when, until when."""
+        ``holder``, ``delivered_at`` and ``deadline``: who holds it, since when, until when; a
+        scheduled one ``due_at`` (with ``delivery_count`` 0 when its send delayed it)."""
         return self._pages(f"/v1/queues/{queue}/messages", subscriber, limit, state=state)
 
     def dead_letters(self, queue: str, subscriber: str | None = None,

@@ -4,7 +4,7 @@ A document's content is text or bytes: text travels as ``data``, bytes as
 ``data_base64``. A sender's bytes that are UTF-8 go as text, so the node
 stores text (shorter than base64) and a reader of the queue sees text. A
 message is its ``documents``, and optionally its ``properties`` (a JSON
-object) and its ``dedupe_id``; a delivered message carries more (its id,
+object), its ``dedupe_id`` and its ``group``; a delivered message carries more (its id,
 delivery count, receipt ...), which its readers take by name. The HTTP
 contract is docs/http-api.md.
 """
@@ -43,14 +43,16 @@ def document(content: str | bytes, properties: Mapping[str, Any] | None = None) 
 
 def message(documents: list[dict[str, Any]], properties: Mapping[str, Any] | None = None,
             dedupe_id: str | None = None, priority: int | None = None, ttl_s: float | None = None,
-            expires_at: float | None = None) -> dict[str, Any]:
+            expires_at: float | None = None, delay_s: float | None = None,
+            group: str | None = None) -> dict[str, Any]:
     """A message as a send takes it: its documents (each from :func:`document`), and its properties,
-    de-duplication id, priority (0 to 9, higher first) and expiry when given."""
+    de-duplication id, priority (0 to 9, higher first), expiry, delay (seconds before its first
+    delivery) and group when given."""
     out: dict[str, Any] = {"documents": documents}
     if properties is not None:
         out["properties"] = properties
     for name, value in (("dedupe_id", dedupe_id), ("priority", priority), ("ttl_s", ttl_s),
-                        ("expires_at", expires_at)):
+                        ("expires_at", expires_at), ("delay_s", delay_s), ("group", group)):
         if value is not None:
             out[name] = value
     return out

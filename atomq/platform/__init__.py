@@ -7,7 +7,6 @@ from atomq.platform.models import (
     BrowsedMessage,
     ConsumerInfo,
     DeadLetter,
-    DeadLetterReasons,
     Delivery,
     Document,
     Message,
@@ -17,14 +16,14 @@ from atomq.platform.models import (
     OutgoingDocument,
     OutgoingMessage,
     Overflow,
-    Page,
     QueueAccess,
     QueueInfo,
     QueueLimits,
     QueueModel,
-    ReasonCount,
+    QueueOrdering,
     Taken,
 )
+from atomq.platform.listings import DeadLetterReasons, Page, ReasonCount
 from atomq.platform.queue_server import QueueServer
 from atomq.platform.queues.queue_settings import QueueSettings
 from atomq.platform.queues.sending import Published, PublishedMany, Sent
@@ -50,6 +49,7 @@ __all__ = [
     "QueueInfo",
     "QueueLimits",
     "QueueModel",
+    "QueueOrdering",
     "QueueServer",
     "QueueSettings",
     "ReasonCount",

@@ -129,7 +129,8 @@ class Maintenance:
         moved = 0
         while budget is None or budget.take():
             try:
-                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest],
+                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list()
+                                                 + [tk.usage, tk.due, tk.oldest, tk.seq],
                                                  [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
                                                   d.member],
                                                  errors={"NOQUEUE": lambda _: queue_not_found(qk.name)}))

@@ -22,7 +22,7 @@ DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # The envelope's optional JSON fields: their names, and their short keys in the stored JSON
 # (envelope_json's fast path and Envelope.optional_fields name them too).
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
-ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"))
+ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"), ("group", "g"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
 
 
@@ -65,6 +65,17 @@ class Durability(str, Enum):
     """Once its data is synced to disk (and on ``min_replicas`` replicas)."""
 
 
+class QueueOrdering(str, Enum):
+    """What a queue holds back so that messages are processed in order."""
+
+    NONE = "none"
+    """Nothing: any number of messages out at once, each get taking them by priority, then send order."""
+    GROUP = "group"
+    """One message of a group out at a time (ready, in flight or waiting out a redelivery delay),
+    the group's in send order; groups are independent, and a message of no group is ordered with
+    no other (``atomq.platform.scripts``' ``_lib_groups.lua``)."""
+
+
 class MessageState(str, Enum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
@@ -72,8 +83,9 @@ class MessageState(str, Enum):
     DEAD = "dead"
 
 
-STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "f": MessageState.IN_FLIGHT,
-                "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+STATE_BY_TAG = {"r": MessageState.READY, "z": MessageState.READY, "w": MessageState.READY,
+                "f": MessageState.IN_FLIGHT, "s": MessageState.SCHEDULED, "d": MessageState.DEAD}
+"""A message waiting behind its group's head (w) is ready: it is delivered in its turn."""
 
 
 @dataclass(slots=True)
@@ -91,7 +103,8 @@ class OutgoingMessage:
     ``priority`` (0 to 9, None for the default 4): a higher one is delivered first.
     ``expires_at`` (seconds since the epoch) and ``ttl_s`` (seconds from the send, on
     the store's clock): the message expires at the earliest of them and its queue's
-    ``message_ttl_s``.
+    ``message_ttl_s``. ``group``: on a queue whose ordering is ``group``, the message is
+    delivered once every earlier message of its group is settled (``QueueOrdering``).
     """
 
     documents: tuple[OutgoingDocument, ...]
@@ -103,6 +116,10 @@ class OutgoingMessage:
     ttl_s: float | None = None
     topic: str | None = None
     """Set by a publish: the topic the message was published to."""
+    delay_s: float | None = None
+    """Seconds after the send before the message is first delivered (None: its queue's
+    ``delay_s``; 0: at once, whatever the queue's)."""
+    group: str | None = None
 
     def envelope_json(self, topic: str | None = None) -> str | None:
         """The stored envelope's JSON; ``topic`` (a publish's) overrides the message's own. None for
@@ -110,7 +127,7 @@ class OutgoingMessage:
         (``topic_envelope``), which a publish makes once a topic, and only for a topic that has
         such messages (a hundred outputs, a topic and a property each, made a hundred for nothing:
         half a millisecond)."""
-        if not self.properties and self.dedupe_id is None and self.traceparent is None and (
+        if not self.properties and self.dedupe_id is None and self.traceparent is None and self.group is None and (
                 self.topic is None or topic is not None):
             return None  # the common case, without building a dict
         env: dict[str, Any] = {"v": ENVELOPE_VERSION}
@@ -137,6 +154,7 @@ class Envelope:
     dedupe_id: str | None = None
     traceparent: str | None = None
     topic: str | None = None
+    group: str | None = None
     version: int = ENVELOPE_VERSION
 
     @classmethod
@@ -159,6 +177,8 @@ class Envelope:
             out["traceparent"] = self.traceparent
         if self.topic is not None:
             out["topic"] = self.topic
+        if self.group is not None:
+            out["group"] = self.group
         return out
 
 
@@ -197,7 +217,8 @@ class Delivery(Message):
 
 @dataclass(slots=True)
 class BrowsedMessage(Message):
-    """A message as a browse shows it; the last three are set only while it is in flight."""
+    """A message as a browse shows it; ``holder``, ``delivered_at`` and ``deadline`` are set only
+    while it is in flight, ``due_at`` only while it is scheduled."""
 
     state: MessageState = MessageState.READY
     failed_deliveries: int = 0
@@ -209,6 +230,9 @@ class BrowsedMessage(Message):
     delivery made before atomq kept it."""
     deadline: float | None = None
     """When its ack is due (epoch seconds), as extensions moved it."""
+    due_at: float | None = None
+    """Scheduled only: when it is due (epoch seconds), to be redelivered or, never delivered yet
+    (``delivery_count`` 0), delivered at the end of its send's delay."""
 
 
 @dataclass(slots=True)
@@ -234,46 +258,31 @@ class InFlight:
 
 
 @dataclass(frozen=True)
-class Page:
-    """One page of a listing; ``next`` is the cursor of the next page, or None."""
-
-    items: list[Any]
-    next: str | None
-
-
-@dataclass(frozen=True)
-class ReasonCount:
-    """A reason dead letters were given, and how many of those counted were."""
-
-    reason: str
-    count: int
-
-
-@dataclass(frozen=True)
-class DeadLetterReasons:
-    """The reasons present in a dead letter queue, the most frequent first: what an operator
-    picks from to see, resend or delete the dead letters of one reason.
-
-    Counted over the newest ``counted`` dead letters (a bounded read: there may be millions,
-    each with any nack reason); ``complete`` when those were all of them and no reason was
-    left out of ``reasons``.
-    """
-
-    reasons: list[ReasonCount]
-    counted: int
-    complete: bool
-
-
-@dataclass(frozen=True)
 class DestinationCounts:
     depth: int
     in_flight: int
     dead_letters: int
     scheduled: int = 0
-    """Of ``depth``, those waiting for a redelivery delay to pass."""
+    """Of ``depth``, those waiting for a delay to pass: a redelivery's, or their send's."""
     held_bytes: int = 0
     """The bytes of the messages neither acked nor dead (``depth`` and ``in_flight``): what
     ``max_bytes`` holds, each message its envelope and its documents' data and properties."""
+    delayed: int = 0
+    """Of ``scheduled``, those never delivered yet, waiting for their send's delay to pass."""
+
+
+@dataclass(frozen=True)
+class CountsNow:
+    """A destination's messages as they stand at one moment by the store's clock, ahead of the
+    sweep that would move them: ``waiting`` is what a get would take now (the ready ones, the
+    scheduled ones that are due, and the deliveries past their deadline, which fail and come
+    back); ``in_flight`` the deliveries before their deadline, ``scheduled`` the messages due
+    later, and ``delayed`` those waiting out their send's delay, due or not (a sweep moves them)."""
+
+    waiting: int
+    in_flight: int
+    scheduled: int
+    delayed: int
 
 
 @dataclass(frozen=True)
@@ -321,6 +330,8 @@ class QueueInfo:
     in_flight: int = 0
     dead_letters: int = 0
     scheduled: int = 0
+    delayed: int = 0
+    """Of ``scheduled``, the messages waiting for their send's delay to pass (``DestinationCounts``)."""
     subscribers: dict[str, DestinationCounts] = field(default_factory=dict)
     depth_by_priority: dict[int, int] = field(default_factory=dict)
     """Ready messages by priority, highest first, for the priorities that have some."""
@@ -341,6 +352,10 @@ class QueueInfo:
     """Summed over subscribers as the counts are (see ``DestinationCounts.held_bytes``)."""
     limits: QueueLimits = field(default_factory=QueueLimits)
     durability: Durability = Durability.ASYNC
+    delay_s: float = 0
+    """Each message sent to the queue waits this long before its first delivery, unless it gives
+    a delay of its own."""
+    ordering: QueueOrdering = QueueOrdering.NONE
 
 
 @dataclass(frozen=True)

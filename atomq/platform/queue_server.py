@@ -68,6 +68,7 @@ class QueueServer:
         self.fields = QueueFields(self._shared)
         """Config fields another front (the SQS endpoint) keeps with a queue."""
         self.get_queue = components.get_queue
+        self.counts_now = components.counts_now
         self.list_queues = components.list_queues
         self.delete_queue = components.delete_queue
         self.put_subscriber = components.put_subscriber

@@ -103,7 +103,7 @@ def queue(info: QueueInfo) -> Figures:
     counts for publish/subscribe."""
     p = f"queue.{info.name}."
     f = Figures(text={p + "depth": count(info.depth), p + "in_flight": count(info.in_flight),
-                      p + "dead_letters": count(info.dead_letters),
+                      p + "dead_letters": count(info.dead_letters), p + "delayed": count(info.delayed),
                       p + "by_priority": " · ".join(f"{prio}: {count(n)}" for prio, n
                                                     in info.depth_by_priority.items()) or "-"})
     f.text.update({f"{p}total.{kind}": count(info.totals.get(kind, 0)) for kind in QUEUE_TOTALS_SHOWN})

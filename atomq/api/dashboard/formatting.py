@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from atomq import defaults
-from atomq.platform.models import Durability, OnExpire, QueueAccess, QueueInfo
+from atomq.platform.models import Durability, OnExpire, QueueAccess, QueueInfo, QueueOrdering
 
 PREVIEW_CHARS = 2000
 """A document shows this much of its data: a page of 50 messages of 1 MiB each would not load."""
@@ -47,11 +47,13 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 def queue_settings(info: QueueInfo) -> list[str]:
     """What tells a queue apart from the others, in short phrases for a table's cell: exclusive,
-    last-value, expiry, limits, durability, and its redeliveries and ack time-out where they
+    ordered by group, last-value, expiry, limits, durability, and its redeliveries and ack time-out where they
     are not a new queue's. Its model and topics have columns of their own."""
     out = []
     if info.access is QueueAccess.EXCLUSIVE:
         out.append("exclusive")
+    if info.ordering is QueueOrdering.GROUP:
+        out.append("ordered by group")
     if info.last_value:
         out.append(f"last-value by {info.last_value_key}" if info.last_value_key else "last-value")
     if info.message_ttl_s:

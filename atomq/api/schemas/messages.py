@@ -25,6 +25,7 @@ from atomq.api.schemas.common import (
     above_zero,
 )
 from atomq.platform.queues.management import BROWSE_STATES, REASONS_READ, REASONS_SHOWN
+from atomq.platform.queues.names import GROUP, GROUP_PATTERN, GROUP_RULE
 from atomq.platform.queues.topics import TOPIC_PATTERN, TOPIC_RULE
 
 
@@ -33,6 +34,12 @@ def _is_base64(value: str) -> None:
         base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise ma.ValidationError("must be base64") from None
+
+
+def _is_group(value: str) -> None:
+    """The whole value is a group (a Regexp's ``$`` also matches before a last newline)."""
+    if not GROUP.fullmatch(value):
+        raise ma.ValidationError(GROUP_RULE)
 
 
 class OutgoingDocumentSchema(Strict):
@@ -65,11 +72,27 @@ class OutgoingMessageSchema(Strict):
                        metadata={"description": "seconds from the send (the server's clock); the earliest of this, "
                                                 "expires_at and the queue's message_ttl_s applies"})
     traceparent = fields.String(validate=validate.Length(max=defaults.MAX_TRACEPARENT_CHARS), allow_none=True)
+    delay_s = Number(validate=validate.Range(0, defaults.MAX_DELAY_S), allow_none=True,
+                     metadata={"description": "seconds from the send before the message is first delivered; null or "
+                                              "left out: the send's delay_s, else the queue's; 0: at once"})
+    group = fields.String(validate=[validate.Regexp(GROUP_PATTERN, error=GROUP_RULE), _is_group], allow_none=True,
+                          metadata={"description": "the message's group (SQS's MessageGroupId): on a queue whose "
+                                                   "ordering is group, it goes out once every earlier message of "
+                                                   "its group is settled; elsewhere it is carried only"})
+
+
+
+def _send_delay() -> Number:
+    return Number(validate=validate.Range(0, defaults.MAX_DELAY_S), allow_none=True,
+                  metadata={"description": "seconds from the send before each message that gives no delay_s of "
+                                           "its own is first delivered (every copy of it, in every queue it "
+                                           "reaches); null or left out: each queue's own delay_s"})
 
 
 class SendSchema(Strict):
     messages = fields.List(fields.Nested(OutgoingMessageSchema), required=True,
                            validate=validate.Length(min=1))
+    delay_s = _send_delay()
 
 
 class TopicMessageSchema(OutgoingMessageSchema):
@@ -80,6 +103,7 @@ class TopicMessageSchema(OutgoingMessageSchema):
 
 class PublishManySchema(Strict):
     messages = fields.List(fields.Nested(TopicMessageSchema), required=True, validate=validate.Length(min=1))
+    delay_s = _send_delay()
 
 
 DROPPED = {"description": "only when the queue's overflow (drop_oldest, drop_lowest_priority) dropped waiting "
@@ -155,6 +179,7 @@ class MessageSchema(Strict):
     traceparent = fields.String(allow_none=True)
     topic = fields.String(required=True, allow_none=True,
                           metadata={"description": "the topic it was published to; null when sent to the queue"})
+    group = fields.String(metadata={"description": "the message's group; left out when it has none"})
 
 
 class DeliverySchema(MessageSchema):
@@ -177,6 +202,9 @@ class BrowsedMessageSchema(MessageSchema):
     deadline = fields.Float(allow_none=True, metadata={"description": (
         "when its ack is due, in seconds since the epoch, as extends moved it; past it, the delivery "
         "fails at the next sweep" + IN_FLIGHT_ONLY)})
+    due_at = fields.Float(allow_none=True, metadata={"description": (
+        "when a scheduled message is due, in seconds since the epoch: redelivered then or, with delivery_count "
+        "0, first delivered at the end of its send's delay_s; present only on a scheduled message")})
 
 
 class BrowseArgs(PageArgs):

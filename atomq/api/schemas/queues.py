@@ -6,7 +6,7 @@ from marshmallow import fields, validate
 
 from atomq import defaults
 from atomq.api.schemas.common import NEXT_DOC, Bool, Int, Number, Strict
-from atomq.platform.models import Durability, Overflow
+from atomq.platform.models import Durability, Overflow, QueueOrdering
 from atomq.platform.queues.topics import PATTERN_PATTERN, PATTERN_RULE
 
 
@@ -68,6 +68,18 @@ class QueuePutSchema(Strict):
                                                         "sync: once its data is synced to disk and on min_replicas "
                                                         "replicas, else 503 not_durable after sync_timeout_ms. "
                                                         "Left out: kept (a new queue: async)"})
+    delay_s = Number(validate=validate.Range(0, defaults.MAX_DELAY_S),
+                     metadata={"description": "each message sent to the queue is first delivered this long after its "
+                                              "send, unless it (or its send) gives a delay_s of its own; 0: at once. "
+                                              "Not on an exclusive queue, which delivers in send order. Left out: "
+                                              "kept (a new queue: 0)"})
+    ordering = fields.String(validate=validate.OneOf([o.value for o in QueueOrdering]),
+                             metadata={"description": "group: one message of a group (a message's group) out at "
+                                                      "a time, ready, in flight or waiting out a redelivery delay; "
+                                                      "a group's messages in send order, also across redeliveries; "
+                                                      "groups independent; a message of no group ordered with no "
+                                                      "other. none: any number out at once. A change applies to "
+                                                      "what is sent after it. Left out: kept (a new queue: none)"})
 
 
 class ConsumerSchema(Strict):
@@ -77,10 +89,15 @@ class ConsumerSchema(Strict):
 
 
 class CountsSchema(Strict):
-    depth = fields.Integer(required=True, metadata={"description": "ready or scheduled for redelivery"})
+    depth = fields.Integer(required=True, metadata={"description": "ready (waiting behind their group's head "
+                                                                   "included), or scheduled (for a redelivery, or "
+                                                                   "delayed by their send)"})
     in_flight = fields.Integer(required=True)
     dead_letters = fields.Integer(required=True)
-    scheduled = fields.Integer(required=True, metadata={"description": "of depth, those waiting out a redelivery delay"})
+    scheduled = fields.Integer(required=True, metadata={"description": "of depth, those waiting out a delay: a "
+                                                                       "redelivery's, or their send's"})
+    delayed = fields.Integer(required=True, metadata={"description": "of scheduled, those never delivered yet, "
+                                                                     "waiting out their send's delay"})
     held_bytes = fields.Integer(required=True, metadata={"description": "bytes of the messages neither acked nor "
                                                                        "dead: what max_bytes holds"})
 
@@ -124,6 +141,8 @@ class QueueSchema(CountsSchema):
     overflow = fields.String(required=True, validate=validate.OneOf([o.value for o in Overflow]))
     overflow_to_dead_letters = fields.Boolean(required=True)
     durability = fields.String(required=True, validate=validate.OneOf([d.value for d in Durability]))
+    delay_s = fields.Float(required=True, metadata={"description": "the delay of a message that gives none"})
+    ordering = fields.String(required=True, validate=validate.OneOf([o.value for o in QueueOrdering]))
     subscribers = fields.List(fields.Nested(SubscriberSchema))
 
 

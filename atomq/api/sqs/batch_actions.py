@@ -8,7 +8,9 @@ The request as a whole is refused (nothing done) for the batch's own rules: no e
 (EmptyBatchRequest), more than 10 (TooManyEntriesInBatchRequest), an id that breaks SQS's rule
 (InvalidBatchEntryId) or repeats (BatchEntryIdsNotDistinct), sends that together pass the
 queue's MaximumMessageSize (BatchRequestTooLong); and for what refuses a native send whole
-(a rate limit, a quota), which the SDKs retry.
+(a rate limit, a quota), which the SDKs retry. On a FIFO queue an entry without a MessageGroupId,
+or without a MessageDeduplicationId where the queue has no ContentBasedDeduplication, refuses the
+batch whole, as SQS does.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 from atomq.api.sqs.context import SqsContext, integer, required
 from atomq.api.sqs.errors import legacy_code
-from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt
-from atomq.api.sqs.message_model import Outgoing, outgoing
+from atomq.api.sqs.message_actions import MAX_VISIBILITY_S, change_visibility, checked_receipt, sent_answer
+from atomq.api.sqs.message_model import Outgoing, check_fifo_ids, outgoing
 from atomq.errors import InvalidInput, SqsError
 
 MAX_ENTRIES = 10
@@ -86,13 +88,16 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     if total > queue.max_size:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {queue.max_size} bytes. "
                                               f"You have sent {total} bytes.")
+    if queue.fifo:
+        for entry in entries:
+            check_fifo_ids(queue, entry)
     good, failed = _each(entries, lambda entry: outgoing(queue, entry))
     checked: dict[str, Outgoing] = good
     successful = []
     if checked:
         sent = ctx.services.send(ctx.tenant, queue.name, [out.message for out in checked.values()],
                                  ctx.content_length)
-        successful = [{"Id": entry_id, "MessageId": message_id, **out.answer}
+        successful = [{"Id": entry_id, **sent_answer(queue, message_id, out)}
                       for (entry_id, out), message_id in zip(checked.items(), sent.ids)]
     return {"Successful": successful, "Failed": failed}
 

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from atomq import defaults
 from atomq.api.services import Services
 from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.recent_queues import RecentQueues
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
 
-SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
+"""A standard queue's name, or a FIFO queue's: one that ends in ``.fifo`` (80 characters in all)."""
+FIFO_SUFFIX = ".fifo"
 
 MAX_SIZE_FIELD = "sqs:max_size"
 """The queue's MaximumMessageSize, as SQS measures a message (its native limit leaves room for
@@ -34,9 +37,17 @@ REDELIVER_NOW_FIELD = "redeliver_now"
 """Read by the scripts: a failed delivery (a visibility time-out) is ready again at once."""
 ACK_TIMEOUT_FIELD = "ack_timeout_ms"
 """The queue's native ack deadline: a receive that asks for the same visibility moves nothing."""
-QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD)
+CONTENT_DEDUPE_FIELD = "sqs:content_dedupe"
+"""A FIFO queue's ContentBasedDeduplication, ``true`` or ``false``: a send without a
+MessageDeduplicationId is de-duplicated by the SHA-256 of its body."""
+THROUGHPUT_FIELD = "sqs:throughput"
+"""A FIFO queue's FifoThroughputLimit as it was set (atomq holds no throughput quota of SQS's)."""
+QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, CONTENT_DEDUPE_FIELD,
+                THROUGHPUT_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
+LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
+"""The native ack deadline of a queue whose VisibilityTimeout is 0 (a deadline is at least this)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,21 @@ class SqsQueue:
     @property
     def wait_s(self) -> int:
         return int(self.fields.get(WAIT_FIELD, 0))
+
+    @property
+    def fifo(self) -> bool:
+        """A FIFO queue: its name ends in ``.fifo``, as SQS's clients (kombu) also tell one."""
+        return self.name.endswith(FIFO_SUFFIX)
+
+    @property
+    def content_dedupe(self) -> bool:
+        return self.fields.get(CONTENT_DEDUPE_FIELD) == "true"
+
+    @property
+    def visibility_s(self) -> float:
+        """The queue's VisibilityTimeout, from its native ack deadline (0: the least one)."""
+        ack_timeout_s = int(self.fields.get(ACK_TIMEOUT_FIELD, defaults.ACK_TIMEOUT_S * 1000)) / 1000
+        return 0 if ack_timeout_s <= LEAST_ACK_TIMEOUT_S else ack_timeout_s
 
 
 @dataclass(frozen=True)

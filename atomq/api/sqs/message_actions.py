@@ -14,8 +14,8 @@ from typing import Any
 
 from atomq.api.sqs.checksums import md5_of_body
 from atomq.api.sqs.errors import INVALID_RECEIPT
-from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, integer, required, string_list
-from atomq.api.sqs.message_model import as_attribute, md5_attributes, outgoing
+from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, SqsQueue, integer, required, string_list
+from atomq.api.sqs.message_model import Outgoing, as_attribute, md5_attributes, outgoing, sequence_number
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import Delivery
 from atomq.platform.queues.names import RECEIPT
@@ -23,14 +23,22 @@ from atomq.platform.queues.names import RECEIPT
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
-SYSTEM_ATTRIBUTES = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp")
+
+
+def sent_answer(queue: SqsQueue, message_id: str, out: Outgoing) -> dict[str, Any]:
+    """What a send answers of one message; a FIFO queue's with its SequenceNumber (a duplicate's is
+    the first's, as its MessageId is)."""
+    answer = {"MessageId": message_id, **out.answer}
+    if queue.fifo:
+        answer["SequenceNumber"] = sequence_number(message_id)
+    return answer
 
 
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     queue = ctx.queue(params, recent=True)
     out = outgoing(queue, params)
     sent = ctx.services.send(ctx.tenant, queue.name, [out.message], ctx.content_length)
-    return {"MessageId": sent.ids[0], **out.answer}
+    return sent_answer(queue, sent.ids[0], out)
 
 
 def _wanted(names: list[str], name: str) -> bool:
@@ -43,15 +51,24 @@ def _body(delivery: Delivery) -> str:
     return data[0] if len(data) == 1 else json.dumps(data)
 
 
-def _rendered(delivery: Delivery, system: list[str], names: list[str], received_ms: int) -> dict[str, Any]:
+def _rendered(delivery: Delivery, system: list[str], names: list[str], received_ms: int, fifo: bool) -> dict[str, Any]:
     """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
-    the time of the delivery under way only, which is the first one's for a first delivery."""
+    the time of the delivery under way only, which is the first one's for a first delivery. A
+    message's MessageGroupId is shown wherever it has one; its SequenceNumber and
+    MessageDeduplicationId on a FIFO queue only, as SQS."""
     body = _body(delivery)
     out: dict[str, Any] = {"MessageId": delivery.id, "ReceiptHandle": delivery.receipt,
                            "MD5OfBody": md5_of_body(body), "Body": body}
     known = {"ApproximateReceiveCount": str(delivery.delivery_count),
              "SentTimestamp": str(int(delivery.enqueued_at * 1000)),
              "ApproximateFirstReceiveTimestamp": str(received_ms)}
+    envelope = delivery.envelope
+    if envelope.group is not None:
+        known["MessageGroupId"] = envelope.group
+    if fifo:
+        known["SequenceNumber"] = sequence_number(delivery.id)
+        if envelope.dedupe_id is not None:
+            known["MessageDeduplicationId"] = envelope.dedupe_id
     chosen = {k: v for k, v in known.items() if "All" in system or k in system}
     if chosen:
         out["Attributes"] = chosen
@@ -65,7 +82,8 @@ def _rendered(delivery: Delivery, system: list[str], names: list[str], received_
 def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """A get of up to ``MaxNumberOfMessages``, waiting up to ``WaitTimeSeconds`` (the queue's
     ReceiveMessageWaitTimeSeconds when not given) for the first; ``VisibilityTimeout`` moves the
-    deliveries' deadline when it is not the queue's own (0: given back at once)."""
+    deliveries' deadline when it is not the queue's own (0, or the queue's VisibilityTimeout of 0:
+    given back at once, visible to the next receive, as SQS does)."""
     queue = ctx.queue(params, recent=True)
     most = integer(params, "MaxNumberOfMessages", 1, MAX_RECEIVE, 1)
     wait_s = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_S, queue.wait_s)
@@ -78,13 +96,14 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         taken = s.queues.take(ctx.tenant, queue.name, most, wait_ms, stop=s.stopping, holder=f"key:{ctx.key_id}")
     received_ms = int(time.time() * 1000)
     receipts = [d.receipt for d in taken.deliveries]
-    if receipts and visibility == 0:  # visible again at once: given back, no failed delivery counted
+    if receipts and (visibility == 0 or (visibility is None and queue.visibility_s == 0)):
+        # Visible again at once: given back, no failed delivery counted (the receive is: the delivery count).
         s.queues.release(ctx.tenant, queue.name, receipts=receipts, delay_s=0)
     elif receipts and visibility is not None and str(visibility * 1000) != queue.fields.get(ACK_TIMEOUT_FIELD):
         s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)
     if not taken.deliveries:
         return {}
-    return {"Messages": [_rendered(d, system, names, received_ms) for d in taken.deliveries]}
+    return {"Messages": [_rendered(d, system, names, received_ms, queue.fifo) for d in taken.deliveries]}
 
 
 def checked_receipt(receipt: Any) -> str:

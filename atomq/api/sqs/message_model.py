@@ -8,11 +8,19 @@ such an object its own type, and other properties of natively sent messages are 
 
 A message's size is SQS's: its body's UTF-8 and, per attribute, its name, data type and value
 (a binary value's bytes), held to the queue's MaximumMessageSize.
+
+A MessageGroupId is the message's native ``group``: on a FIFO queue (ordered by group) it is
+required and orders the message; on a standard queue it is carried (SQS's fair queues take it, and
+kombu sends it). A FIFO message's MessageDeduplicationId, or with ContentBasedDeduplication the
+SHA-256 of its body, is its native ``dedupe_id``: a repeat within the de-duplication window (the
+server's ``dedupe_window_s``, 5 minutes as SQS's) answers the first's id and is never delivered.
+Its SequenceNumber is the send sequence ending its id, in 20 digits: it grows within the queue.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -20,8 +28,10 @@ from typing import Any
 
 from atomq.api.sqs.checksums import check_body, md5_of_attributes, md5_of_body
 from atomq.api.sqs.context import SqsQueue, integer, required
+from atomq.api.sqs.queue_attributes import MAX_DELAY_S
 from atomq.errors import SqsError
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues.names import GROUP
 
 MAX_ATTRIBUTES = 10
 ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}(?<!\.)")
@@ -113,15 +123,61 @@ class Outgoing:
     size: int
 
 
+def sequence_number(message_id: str) -> str:
+    """A message's SequenceNumber: the send sequence ending its id, in 20 digits as SQS writes one."""
+    return f"{int(message_id.rsplit('-', 1)[1]):020d}"
+
+
+def _fifo_id(params: dict[str, Any], name: str) -> str | None:
+    """MessageGroupId or MessageDeduplicationId: 1 to 128 of letters, digits and punctuation."""
+    value = params.get(name)
+    if value is not None and (not isinstance(value, str) or not GROUP.fullmatch(value)):
+        raise SqsError("InvalidParameterValue", f"Value {str(value)[:128]} for parameter {name} is invalid. Reason: "
+                                                f"{name} can contain 1 to 128 alphanumeric and punctuation "
+                                                "characters.")
+    return value
+
+
+def check_fifo_ids(queue: SqsQueue, params: dict[str, Any]) -> None:
+    """A FIFO queue's send names a MessageGroupId, and a MessageDeduplicationId unless the queue has
+    ContentBasedDeduplication: SQS refuses a batch whole when an entry lacks one."""
+    if params.get("MessageGroupId") is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+    if params.get("MessageDeduplicationId") is None and not queue.content_dedupe:
+        raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or "
+                                                "MessageDeduplicationId provided explicitly")
+
+
+def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tuple[str | None, str | None]:
+    """The message's group and de-duplication id (see the module's notes); a standard queue takes no
+    MessageDeduplicationId."""
+    group = _fifo_id(params, "MessageGroupId")
+    dedupe = _fifo_id(params, "MessageDeduplicationId")
+    if not queue.fifo:
+        if dedupe is not None:
+            raise SqsError("InvalidParameterValue", f"Value {dedupe} for parameter MessageDeduplicationId is "
+                                                    "invalid. Reason: The request include parameter that is not "
+                                                    "valid for this queue type.")
+        return group, None
+    check_fifo_ids(queue, params)
+    return group, dedupe or hashlib.sha256(body.encode()).hexdigest()
+
+
 def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
-    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size and delay."""
+    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size, delay, and
+    group and de-duplication id."""
     body = required(params, "MessageBody")
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
     check_body(body)
-    if "DelaySeconds" in params and integer(params, "DelaySeconds", 0, 900, 0):
-        raise SqsError("InvalidParameterValue", "atomq has no delayed delivery yet (a send cannot be "
-                                                "scheduled): DelaySeconds must be 0")
+    group, dedupe = _group_and_dedupe(queue, params, body)
+    delay_s = None  # the queue's DelaySeconds
+    if "DelaySeconds" in params:
+        delay_s = integer(params, "DelaySeconds", 0, MAX_DELAY_S, 0)
+        if queue.fifo and delay_s:  # its messages keep their order: only the queue's delay applies (0 is taken)
+            raise SqsError("InvalidParameterValue", f"Value {delay_s} for parameter DelaySeconds is invalid. Reason: "
+                                                    "The request include parameter that is not valid for this queue "
+                                                    "type.")
     attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
     encoded = body.encode()
     size = size_of(encoded, attributes)
@@ -133,5 +189,6 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
     message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: as_property(a) for n, a in attributes.items()})
+                              properties={n: as_property(a) for n, a in attributes.items()}, delay_s=delay_s,
+                              group=group, dedupe_id=dedupe)
     return Outgoing(message, answer, size)

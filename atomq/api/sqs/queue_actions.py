@@ -9,7 +9,7 @@ from typing import Any
 
 from atomq import defaults
 from atomq.api.sqs import queue_attributes as qa
-from atomq.api.sqs.context import SQS_QUEUE_NAME, SqsContext, integer, required, string_list
+from atomq.api.sqs.context import FIFO_SUFFIX, SQS_QUEUE_NAME, SqsContext, integer, required, string_list
 from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.tags import checked_tags, tag_fields
 from atomq.errors import SqsError
@@ -22,18 +22,23 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """Creates the queue with its attributes and tags, or finds it when it exists with the
     attributes given (QueueNameExists, legacy code QueueAlreadyExists, naming one that differs)."""
     name = required(params, "QueueName")
-    if not isinstance(name, str) or not SQS_QUEUE_NAME.fullmatch(name):
-        if isinstance(name, str) and name.endswith(".fifo"):
-            raise SqsError("InvalidParameterValue", "FIFO queues (.fifo) are not taken yet")
+    attributes = params.get("Attributes", {})
+    fifo = isinstance(attributes, dict) and "FifoQueue" in attributes and qa.fifo_flag(attributes["FifoQueue"])
+    if not isinstance(name, str) or not SQS_QUEUE_NAME.fullmatch(name) or name.endswith(FIFO_SUFFIX) != fifo:
+        if fifo or (isinstance(name, str) and name.endswith(FIFO_SUFFIX)):
+            raise SqsError("InvalidParameterValue", "The name of a FIFO queue can only include alphanumeric "
+                                                    "characters, hyphens, or underscores, must end with .fifo suffix "
+                                                    "and be 1 to 80 in length. A FIFO queue is made with the "
+                                                    "attribute FifoQueue true.")
         raise SqsError("InvalidParameterValue", "Can only include alphanumeric characters, hyphens, or underscores. "
                                                 "1 to 80 in length")
-    values = qa.checked(ctx, params.get("Attributes", {}))
+    values = qa.checked(ctx, attributes, fifo)
     tags = checked_tags(params.get("tags", {}), "tags")
     s = ctx.services
     fields = s.queues.fields.read(ctx.tenant, name, ())
     if fields is None:
         s.check_creation(f"queue {name}", lambda: s.queues.get_queue(ctx.tenant, name), ctx.tenant)
-        native, extra = qa.new_queue_settings(values)
+        native, extra = qa.new_queue_settings(values, fifo)
         s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
                            extra_fields={**extra, **tag_fields(tags)})
         ctx.forget(name)
@@ -55,7 +60,7 @@ def get_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
 def set_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     """Sets the attributes given: the native settings and the SQS fields in one script."""
     queue = ctx.queue(params)
-    values = qa.checked(ctx, required(params, "Attributes"))
+    values = qa.checked(ctx, required(params, "Attributes"), queue.fifo)
     native = qa.native_settings(values)
     if native:
         ctx.services.queues.put_queue(ctx.tenant, queue.name, QueueModel.POINT_TO_POINT.value, **native,

@@ -3,11 +3,16 @@ others are fields of the queue's config (``context.QUEUE_FIELDS``).
 
 | attribute | native |
 | --- | --- |
-| VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be) |
+| VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be, and a
+receive then gives its messages back at once, as one asking for VisibilityTimeout 0 does) |
 | MessageRetentionPeriod (60–1,209,600, default 4 days) | ``message_ttl_s``, expired messages discarded |
 | MaximumMessageSize (1,024–1,048,576, default 262,144) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
 | ReceiveMessageWaitTimeSeconds (0–20) | a config field: the wait of a receive that names none |
-| DelaySeconds | 0 only: atomq has no delayed delivery (a send cannot be scheduled) |
+| DelaySeconds (0–900, default 0) | ``delay_s`` (a message's own DelaySeconds is its ``delay_s``) |
+| FifoQueue (a name ending in ``.fifo``) | ``ordering: group``, set when the queue is made (a queue's type never changes) |
+| ContentBasedDeduplication (FIFO) | a config field: a send without MessageDeduplicationId is de-duplicated by its body's SHA-256 |
+| DeduplicationScope (FIFO) | ``queue`` only: a de-duplication id is one across the queue's groups |
+| FifoThroughputLimit (FIFO) | a config field, as set: atomq holds no throughput quota of SQS's |
 
 ``MaximumMessageSize`` is checked by the front as SQS measures a message (body, attribute names,
 types and values); the native limit, which counts the attributes in their stored JSON form, is
@@ -27,22 +32,26 @@ from typing import Any
 
 from atomq import defaults
 from atomq.api.sqs.context import (
+    CONTENT_DEDUPE_FIELD,
     CREATED_FIELD,
     DEFAULT_MAX_SIZE,
+    LEAST_ACK_TIMEOUT_S,
     MAX_SIZE_FIELD,
     MODIFIED_FIELD,
     REDELIVER_NOW_FIELD,
+    THROUGHPUT_FIELD,
     WAIT_FIELD,
     SqsContext,
     SqsQueue,
     integer,
 )
 from atomq.errors import SqsError
-from atomq.platform.models import OnExpire, QueueInfo
+from atomq.platform.models import OnExpire, QueueInfo, QueueOrdering
 
 MAX_VISIBILITY_S = 43_200
 DEFAULT_VISIBILITY_S = 30
 MAX_DELAY_S = 900
+"""SQS's longest DelaySeconds, of a queue or a message (a native delay may be longer)."""
 RETENTION_RANGE_S = (60, 1_209_600)
 DEFAULT_RETENTION_S = 345_600
 SIZE_RANGE = (1_024, 1_048_576)
@@ -50,7 +59,6 @@ MAX_WAIT_S = 20
 ATTRIBUTES_ALLOWANCE = 4_096
 """What the stored JSON form of ten attributes may add to a message over SQS's measure of it."""
 SQS_MAX_REDELIVERIES = defaults.MAX_REDELIVERIES_RANGE[1]
-LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
 
 SETTABLE = {
     "VisibilityTimeout": (0, MAX_VISIBILITY_S, DEFAULT_VISIBILITY_S),
@@ -65,27 +73,61 @@ NOT_TAKEN = {
     "RedrivePolicy": "dead letters moved to another queue are not taken yet (a queue's own dead letters are "
                      "atomq's: GET /v1/queues/{name}/dead-letters)",
     "RedriveAllowPolicy": "dead letters moved to another queue are not taken yet",
-    "FifoQueue": "FIFO queues are not taken yet",
-    "ContentBasedDeduplication": "FIFO queues are not taken yet",
-    "DeduplicationScope": "FIFO queues are not taken yet",
-    "FifoThroughputLimit": "FIFO queues are not taken yet",
     "Policy": "atomq's access is its API keys: a queue has no policy",
     "KmsMasterKeyId": "atomq does not encrypt with KMS",
     "KmsDataKeyReusePeriodSeconds": "atomq does not encrypt with KMS",
     "SqsManagedSseEnabled": "atomq does not encrypt messages at rest itself",
 }
 """Attributes SQS has and atomq does not take, with why: set, they are refused; asked for, left out."""
+FIFO_SETTABLE = {
+    "ContentBasedDeduplication": ("false", "true"),
+    "DeduplicationScope": ("queue",),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
+"""A FIFO queue's own attributes beside FifoQueue, and the values atomq takes (the first: SQS's default)."""
 
 
-def checked(ctx: SqsContext, attributes: Any) -> dict[str, int]:
-    """The settable attributes given, as numbers, each checked; InvalidAttributeName for one atomq
-    does not take, InvalidAttributeValue for a value out of its range."""
+def fifo_flag(value: Any) -> bool:
+    """A FifoQueue value: ``true`` or ``false`` in any case; InvalidAttributeValue else."""
+    text = str(value).lower()
+    if text not in ("true", "false"):
+        raise SqsError("InvalidAttributeValue", f"FifoQueue must be true or false, not {str(value)[:40]!r}",
+                       attribute="FifoQueue")
+    return text == "true"
+
+
+def _fifo_value(name: str, value: Any, fifo: bool) -> str:
+    """A FIFO attribute's value, checked: on a standard queue InvalidAttributeName, as SQS answers."""
+    if not fifo:
+        raise SqsError("InvalidAttributeName", f"atomq does not take the queue attribute {name} on a standard "
+                                               "queue: it applies to FIFO queues (a name ending in .fifo)",
+                       attribute=name)
+    text = str(value).lower() if name == "ContentBasedDeduplication" else str(value)
+    if name == "DeduplicationScope" and text == "messageGroup":
+        raise SqsError("InvalidAttributeValue", "atomq de-duplicates across the whole queue: DeduplicationScope "
+                                                "messageGroup is not taken", attribute=name)
+    if text not in FIFO_SETTABLE[name]:
+        raise SqsError("InvalidAttributeValue", f"{name} must be " + " or ".join(FIFO_SETTABLE[name]),
+                       attribute=name)
+    return text
+
+
+def checked(ctx: SqsContext, attributes: Any, fifo: bool) -> dict[str, int | str]:
+    """The settable attributes given, each checked: numbers, and a FIFO queue's (``fifo``) attributes
+    as text; InvalidAttributeName for one atomq does not take (a FIFO attribute on a standard queue),
+    InvalidAttributeValue for a value out of its range or a FifoQueue that is not the queue's type."""
     if not isinstance(attributes, dict):
         raise SqsError("InvalidParameterValue", "Attributes must map attribute names to values")
-    out = {}
+    out: dict[str, int | str] = {}
     for name, value in attributes.items():
-        if name == "FifoQueue" and str(value).lower() == "false":
-            continue  # a standard queue, which is what atomq makes
+        if name == "FifoQueue":
+            if fifo_flag(value) != fifo:
+                raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: "
+                                                        "Modifying queue type is not supported.", attribute=name)
+            continue
+        if name in FIFO_SETTABLE:
+            out[name] = _fifo_value(name, value, fifo)
+            continue
         if name in NOT_TAKEN or name in READ_ONLY or name not in SETTABLE:
             why = NOT_TAKEN.get(name) or ("it is read-only" if name in READ_ONLY else "SQS has no such attribute")
             raise SqsError("InvalidAttributeName", f"atomq does not take the queue attribute {name}: {why}",
@@ -95,75 +137,97 @@ def checked(ctx: SqsContext, attributes: Any) -> dict[str, int]:
             out[name] = integer({name: value}, name, low, high, 0)
         except SqsError as exc:
             raise SqsError("InvalidAttributeValue", exc.message, attribute=name) from None
-    if out.get("DelaySeconds"):
-        raise SqsError("InvalidAttributeValue", "atomq has no delayed delivery yet: DelaySeconds must be 0",
-                       attribute="DelaySeconds")
     retention = ctx.services.current_settings().document_retention_s
-    if out.get("MessageRetentionPeriod", 0) > retention:
+    if int(out.get("MessageRetentionPeriod", 0)) > retention:
         raise SqsError("InvalidAttributeValue", f"this node keeps messages at most {retention:g} s (its "
                        "document_retention_s): MessageRetentionPeriod cannot be longer",
                        attribute="MessageRetentionPeriod")
     return out
 
 
-def native_settings(values: dict[str, int]) -> dict[str, Any]:
+def native_settings(values: dict[str, int | str]) -> dict[str, Any]:
     """The native settings (``put_queue``'s arguments) of the attributes ``values``."""
     out: dict[str, Any] = {}
     if "VisibilityTimeout" in values:
         out["ack_timeout_s"] = values["VisibilityTimeout"] or LEAST_ACK_TIMEOUT_S
     if "MessageRetentionPeriod" in values:
         out["message_ttl_s"] = values["MessageRetentionPeriod"]
+    if "DelaySeconds" in values:
+        out["delay_s"] = values["DelaySeconds"]
     if "MaximumMessageSize" in values:
-        out["max_message_bytes"] = values["MaximumMessageSize"] + ATTRIBUTES_ALLOWANCE
+        out["max_message_bytes"] = int(values["MaximumMessageSize"]) + ATTRIBUTES_ALLOWANCE
     return out
 
 
-def sqs_fields(values: dict[str, int]) -> dict[str, str | int]:
+def sqs_fields(values: dict[str, int | str]) -> dict[str, str | int]:
     """The config fields of the attributes ``values`` that have no native setting, and the time of change."""
     out: dict[str, str | int] = {MODIFIED_FIELD: int(time.time())}
-    if "MaximumMessageSize" in values:
-        out[MAX_SIZE_FIELD] = values["MaximumMessageSize"]
-    if "ReceiveMessageWaitTimeSeconds" in values:
-        out[WAIT_FIELD] = values["ReceiveMessageWaitTimeSeconds"]
+    for name, field in (("MaximumMessageSize", MAX_SIZE_FIELD), ("ReceiveMessageWaitTimeSeconds", WAIT_FIELD),
+                        ("ContentBasedDeduplication", CONTENT_DEDUPE_FIELD), ("FifoThroughputLimit", THROUGHPUT_FIELD)):
+        if name in values:
+            out[field] = values[name]
     return out
 
 
-def new_queue_settings(values: dict[str, int]) -> tuple[dict[str, Any], dict[str, str | int]]:
+def new_queue_settings(values: dict[str, int | str], fifo: bool) -> tuple[dict[str, Any], dict[str, str | int]]:
     """The native settings and config fields of a queue made through SQS: the attributes given,
-    SQS's defaults for the others, and what SQS does without asking (see the module's notes)."""
-    full = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
-    native = {**native_settings(full), "on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES}
+    SQS's defaults for the others, and what SQS does without asking (see the module's notes); a
+    FIFO queue is ordered by group."""
+    full: dict[str, int | str] = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
+    if fifo:
+        full.update({name: values.get(name, allowed[0]) for name, allowed in FIFO_SETTABLE.items()})
+    native = {**native_settings(full), "on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES,
+              "ordering": QueueOrdering.GROUP if fifo else QueueOrdering.NONE}
     fields = {**sqs_fields(full), REDELIVER_NOW_FIELD: 1}
     fields[CREATED_FIELD] = fields[MODIFIED_FIELD]
     return native, fields
 
 
-def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int]:
-    """The settable attributes as the queue holds them now."""
+def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int | str]:
+    """The settable attributes as the queue holds them now, a FIFO queue's own included."""
     retention = ctx.services.current_settings().document_retention_s
-    return {"VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": 0,
-            "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
-            "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
+    out: dict[str, int | str] = {
+        "VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": round(info.delay_s),
+        "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
+        "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
+    if queue.fifo:
+        out.update({"FifoQueue": "true", "ContentBasedDeduplication": "true" if queue.content_dedupe else "false",
+                    "DeduplicationScope": "queue",
+                    "FifoThroughputLimit": queue.fields.get(THROUGHPUT_FIELD, FIFO_SETTABLE["FifoThroughputLimit"][0])})
+    return out
 
 
-def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, int]) -> str | None:
+def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, int | str]) -> str | None:
     """The first of the attributes ``values`` the queue holds otherwise; None when it holds them all."""
     now = current(ctx, info, queue)
     return next((name for name, value in values.items() if now[name] != value), None)
 
 
+COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
+
+
+def counts(ctx: SqsContext, queue: SqsQueue) -> dict[str, int]:
+    """The approximate counts as SQS means them, at this moment: visible is what a receive would take
+    now (a delivery whose visibility ran out is visible again, whether or not a sweep moved it yet),
+    delayed what waits out its send's DelaySeconds, and not visible the rest (deliveries under way,
+    and, on a queue made natively, messages waiting out a redelivery delay)."""
+    now = ctx.services.queues.counts_now(ctx.tenant, queue.name)
+    delayed = min(now.delayed, now.scheduled)  # a delayed message due but not yet moved is visible
+    return {"ApproximateNumberOfMessages": now.waiting,
+            "ApproximateNumberOfMessagesNotVisible": now.in_flight + now.scheduled - delayed,
+            "ApproximateNumberOfMessagesDelayed": delayed}
+
+
 def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str]) -> dict[str, str]:
     """GetQueueAttributes' answer: the attributes ``names`` asks for (``All``: every one the queue
     has), as SQS writes them, text; InvalidAttributeName for a name SQS does not know."""
-    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | {"All"}
+    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | set(FIFO_SETTABLE) | {"FifoQueue", "All"}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.", attribute=unknown[0])
-    every: dict[str, Any] = {**current(ctx, info, queue),
-                             "ApproximateNumberOfMessages": max(info.depth - info.scheduled, 0),
-                             "ApproximateNumberOfMessagesNotVisible": info.in_flight,
-                             "ApproximateNumberOfMessagesDelayed": info.scheduled,
-                             "QueueArn": ctx.arn(queue.name)}
+    every: dict[str, Any] = {**current(ctx, info, queue), "QueueArn": ctx.arn(queue.name)}
+    if "All" in names or any(n in COUNTS for n in names):
+        every.update(counts(ctx, queue))
     if CREATED_FIELD in queue.fields:
         every["CreatedTimestamp"] = queue.fields[CREATED_FIELD]
     if MODIFIED_FIELD in queue.fields:

@@ -51,6 +51,8 @@ def message(m: Message) -> dict[str, Any]:
             out["holder"] = m.holder
             out["delivered_at"] = m.delivered_at
             out["deadline"] = m.deadline
+        elif m.state is MessageState.SCHEDULED:
+            out["due_at"] = m.due_at
     elif isinstance(m, DeadLetter):
         out["reason"] = m.reason
         out["failed_deliveries"] = m.failed_deliveries
@@ -68,6 +70,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "in_flight": info.in_flight,
         "dead_letters": info.dead_letters,
         "scheduled": info.scheduled,
+        "delayed": info.delayed,
         "message_ttl_s": info.message_ttl_s,
         "on_expire": info.on_expire.value,
         "topics": list(info.topics),
@@ -81,11 +84,13 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         **dataclasses.asdict(info.limits),
         "overflow": info.limits.overflow.value,
         "durability": info.durability.value,
+        "delay_s": info.delay_s,
+        "ordering": info.ordering.value,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [
             {"name": name, "depth": c.depth, "in_flight": c.in_flight, "dead_letters": c.dead_letters,
-             "scheduled": c.scheduled, "held_bytes": c.held_bytes}
+             "scheduled": c.scheduled, "delayed": c.delayed, "held_bytes": c.held_bytes}
             for name, c in sorted(info.subscribers.items())
         ]
     return out

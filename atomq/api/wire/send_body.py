@@ -19,9 +19,12 @@ from atomq.api.schemas.common import LATEST_TIME_S
 from atomq.api.wire.strict_json import MAX_DEPTH, nests_within, path_of, too_deep, unencodable
 from atomq.errors import InvalidInput
 from atomq.platform import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues.names import GROUP, GROUP_RULE
 from atomq.platform.queues.topics import check_topic
 
-MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "ttl_s", "traceparent"})
+MESSAGE_FIELDS = frozenset({"documents", "properties", "dedupe_id", "priority", "expires_at", "ttl_s", "traceparent",
+                            "delay_s", "group"})
+BODY_FIELDS = frozenset({"messages", "delay_s"})
 TOPIC_MESSAGE_FIELDS = MESSAGE_FIELDS | {"topic"}
 DOCUMENT_FIELDS = frozenset({"data", "data_base64", "properties"})
 
@@ -81,7 +84,17 @@ def _document(raw: Any, i: int, j: int) -> OutgoingDocument:
         raise _fail("must be base64", "messages", i, "documents", j, "data_base64") from None
 
 
-def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS) -> OutgoingMessage:
+def _delay(raw: dict[str, Any], *path: str | int) -> float | None:
+    """The ``delay_s`` of a body or of one of its messages: None when not given."""
+    delay_s = raw.get("delay_s")
+    if delay_s is not None and (type(delay_s) not in (int, float) or not 0 <= delay_s <= defaults.MAX_DELAY_S):
+        raise _fail(f"must be a number of seconds from 0 (none) to {defaults.MAX_DELAY_S:.0f}", *path, "delay_s")
+    return None if delay_s is None else float(delay_s)
+
+
+def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS,
+             delay_s: float | None = None) -> OutgoingMessage:
+    """One message of a body; ``delay_s``, the body's, for a message that gives none."""
     raw = _object(raw, allowed, "messages", i)
     docs = raw.get("documents")
     if not isinstance(docs, list) or not docs:
@@ -111,6 +124,10 @@ def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS) -> Outg
                     "traceparent")
     if traceparent is not None:
         _text(traceparent, "messages", i, "traceparent")
+    own_delay = _delay(raw, "messages", i)
+    group = raw.get("group")
+    if group is not None and (not isinstance(group, str) or not GROUP.fullmatch(group)):
+        raise _fail(GROUP_RULE, "messages", i, "group")
     return OutgoingMessage(
         documents=(_document(docs[0], i, 0),) if len(docs) == 1 else
         tuple(_document(d, i, j) for j, d in enumerate(docs)),
@@ -120,32 +137,37 @@ def _message(raw: Any, i: int, allowed: frozenset[str] = MESSAGE_FIELDS) -> Outg
         ttl_s=None if ttl_s is None else float(ttl_s),
         dedupe_id=dedupe_id,
         traceparent=traceparent,
+        delay_s=delay_s if own_delay is None else own_delay,
+        group=group,
     )
 
 
-def _messages(body: Any) -> list[Any]:
-    """The raw messages of a send or publish body."""
+def _messages(body: Any) -> tuple[list[Any], float | None]:
+    """The raw messages of a send or publish body, and its ``delay_s`` (None: not given)."""
     if not isinstance(body, dict):
         raise _fail("must be a JSON object", "body")
-    if body.keys() - {"messages"}:
-        raise _fail("unknown field", min(body.keys() - {"messages"}))
+    if body.keys() - BODY_FIELDS:
+        raise _fail("unknown field", min(body.keys() - BODY_FIELDS))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _fail("a list of at least one message is required", "messages")
-    return messages
+    return messages, _delay(body)
 
 
 def parse_send(body: Any) -> list[OutgoingMessage]:
-    """The messages of a send request body; InvalidInput naming the field otherwise."""
-    return [_message(m, i) for i, m in enumerate(_messages(body))]
+    """The messages of a send request body, the body's ``delay_s`` given to each message that
+    gives none of its own; InvalidInput naming the field otherwise."""
+    raw, delay_s = _messages(body)
+    return [_message(m, i, delay_s=delay_s) for i, m in enumerate(raw)]
 
 
 def parse_publish_many(body: Any) -> tuple[list[str], list[OutgoingMessage]]:
     """The topics and messages of a body publishing each message to its own ``topic`` (a send's
     body whose messages each name one); InvalidInput naming the field otherwise."""
     topics, messages = [], []
-    for i, raw in enumerate(_messages(body)):
-        message = _message(raw, i, TOPIC_MESSAGE_FIELDS)
+    listed, delay_s = _messages(body)
+    for i, raw in enumerate(listed):
+        message = _message(raw, i, TOPIC_MESSAGE_FIELDS, delay_s)
         topics.append(check_topic(raw.get("topic"), field=f"messages.{i}.topic"))
         messages.append(message)
     return topics, messages

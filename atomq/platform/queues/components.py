@@ -9,26 +9,25 @@ whatever is left (on the next maintenance round or :meth:`Components.resume_remo
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound
 from atomq.platform.models import (
-    ConsumerInfo,
-    DestinationCounts,
+    CountsNow,
     Durability,
     OnExpire,
     Overflow,
     QueueAccess,
     QueueInfo,
     QueueModel,
+    QueueOrdering,
 )
 from atomq.platform.queues.names import check_subscriber_name, check_tenant_id
-from atomq.platform.queues.queue_config import config_fields, read_limits
+from atomq.platform.queues.queue_config import config_fields
+from atomq.platform.queues.queue_info_reads import PER_DEST, queue_info_from_reads
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute, parse_queue_config, queue_config_reads
 from atomq.platform.queues.topics import check_patterns
 from atomq.platform.shared import (
@@ -40,7 +39,6 @@ from atomq.platform.shared import (
 )
 from atomq.platform.store import keys as k
 from atomq.platform.watch.counters import QUEUE_COUNTS
-
 
 class Components:
     """Creates, counts, lists and removes the queues and subscribers of every tenant."""
@@ -69,6 +67,8 @@ class Components:
         overflow: Overflow | str | None = None,
         overflow_to_dead_letters: bool | None = None,
         durability: Durability | str | None = None,
+        delay_s: float | None = None,
+        ordering: QueueOrdering | str | None = None,
         extra_fields: Mapping[str, str | int] | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
@@ -80,6 +80,10 @@ class Components:
         ``access``: exclusive, one consumer at a time gets the queue's messages, in send order.
         ``max_messages`` ... ``overflow_to_dead_letters``: the queue's limits (``QueueLimits``).
         ``durability``: sync, a send is answered once its data is synced to disk (``Durability``).
+        ``delay_s``: each message sent to the queue is delivered no sooner than this long after its
+        send, unless it gives a delay of its own (not on an exclusive queue, which delivers in send order).
+        ``ordering``: group, one message of a group out at a time, in send order (``QueueOrdering``);
+        a change applies to the messages sent after it, those sent before go out as they went.
         ``extra_fields``: config fields another front keeps with the queue (``QueueFields``),
         stored as they are in the same script, so a queue is never seen without them.
         """
@@ -92,7 +96,8 @@ class Components:
             ) from None
         named = config_fields(model, max_redeliveries=max_redeliveries, ack_timeout_s=ack_timeout_s,
                               message_ttl_s=message_ttl_s, on_expire=on_expire, last_value=last_value,
-                              last_value_key=last_value_key, access=access, durability=durability,
+                              last_value_key=last_value_key, access=access, durability=durability, delay_s=delay_s,
+                              ordering=ordering,
                               max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                               max_dead_letters=max_dead_letters, overflow=overflow,
                               overflow_to_dead_letters=overflow_to_dead_letters)
@@ -112,6 +117,9 @@ class Components:
                 "EXCLUSIVEPUBSUB": lambda _: InvalidInput(
                     "an exclusive queue is point-to-point: set access non_exclusive to make it publish/subscribe",
                     field="access"),
+                "EXCLUSIVEDELAY": lambda _: InvalidInput(
+                    "an exclusive queue delivers in send order, so it delays no message: set delay_s 0 or access "
+                    "non_exclusive", field="delay_s" if delay_s else "access"),
                 "LASTVALUEPUBSUB": lambda _: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
@@ -134,6 +142,15 @@ class Components:
         if not infos:
             raise queue_not_found(name)
         return infos[0]
+
+    def counts_now(self, tenant: str, name: str) -> CountsNow:
+        """A point-to-point queue's counts at this moment, by the store's clock (``CountsNow``): what a
+        get would take now, where ``get_queue`` counts the messages where they were put last."""
+        tk, qk = queue_keys(tenant, name)
+        d = qk.destination()
+        ready, due, ahead, overdue, flight, delayed = (int(n) for n in self._shared.storage.run(
+            "counts_now", docs_and_config(tk, qk) + d.as_list(), [], errors=self._shared.queue_errors(name)))
+        return CountsNow(waiting=ready + due + overdue, in_flight=flight, scheduled=ahead, delayed=delayed)
 
     def _queue_infos(self, tenant: str, names: list[str]) -> list[QueueInfo]:
         """The queues of ``names`` that exist, with their counts, in two round trips however many
@@ -161,6 +178,8 @@ class Components:
                 pipe.zcard(d.inflight)
                 pipe.xlen(d.dlq)
                 pipe.get(d.held)
+                pipe.get(d.delayed)
+                pipe.zcard(d.group_waiting)
             if cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode():
                 pipe.hgetall(qk.destination().consumers)
             pipe.hget(tk.topic_patterns, name)
@@ -169,61 +188,16 @@ class Components:
         parts, at = [], 0
         for name, qk, model, cfg, dests in found:
             exclusive = cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode()
-            size = 6 * len(dests) + (3 if exclusive else 2)
+            size = PER_DEST * len(dests) + (3 if exclusive else 2)
             parts.append((exclusive, raw[at:at + size]))
             at += size
         # Destinations holding ranked messages (outside the stream): their counts by priority, all at once.
-        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * 6 + 1]]
+        ranked = [[qk.destination(sub) for i, sub in enumerate(dests) if part[i * PER_DEST + 1]]
                   for (_, qk, _, _, dests), (_, part) in zip(found, parts)]
         by_priority = (self._ranked_by_priority(ranked) if any(ranked)
                        else [Counter[int]() for _ in found])
-        return [self._queue_info(name, model, cfg, dests, exclusive, part, extra)
+        return [queue_info_from_reads(name, model, cfg, dests, exclusive, part, extra)
                 for (name, _, model, cfg, dests), (exclusive, part), extra in zip(found, parts, by_priority)]
-
-    @staticmethod
-    def _queue_info(name: str, model: str, cfg: dict[bytes, bytes], dests: list[str | None], exclusive: bool,
-                    raw: list[Any], ranked_by_priority: Counter[int]) -> QueueInfo:
-        """One queue's info from its reads (see ``_queue_infos``)."""
-        ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
-        consumers = _consumers(raw[-3], ack_timeout_s) if exclusive else ()
-        per_sub: dict[str, DestinationCounts] = {}
-        total = [0, 0, 0, 0, 0]
-        by_priority: Counter[int] = Counter(ranked_by_priority)
-        for i, sub in enumerate(dests):
-            stream, ordered, sched, flight, dead, held = raw[i * 6 : i * 6 + 6]
-            counts = DestinationCounts(depth=stream + ordered + sched, in_flight=flight, dead_letters=dead,
-                                       scheduled=sched, held_bytes=int(held or 0))
-            by_priority[defaults.DEFAULT_PRIORITY] += stream
-            total[0] += counts.depth
-            total[1] += counts.in_flight
-            total[2] += counts.dead_letters
-            total[3] += counts.scheduled
-            total[4] += counts.held_bytes
-            if sub is not None:
-                per_sub[sub] = counts
-        return QueueInfo(
-            name=name,
-            model=QueueModel(model),
-            max_redeliveries=int(cfg[b"max_redeliveries"]),
-            ack_timeout_s=ack_timeout_s,
-            depth=total[0],
-            in_flight=total[1],
-            dead_letters=total[2],
-            scheduled=total[3],
-            subscribers=per_sub,
-            depth_by_priority={p: n for p, n in sorted(by_priority.items(), reverse=True) if n},
-            message_ttl_s=int(cfg.get(b"message_ttl_ms", 0)) / 1000,
-            on_expire=OnExpire(cfg.get(b"on_expire", b"dead_letter").decode()),
-            last_value=cfg.get(b"lv") == b"1",
-            last_value_key=cfg.get(b"lv_key", b"").decode(),
-            access=QueueAccess.EXCLUSIVE if exclusive else QueueAccess.NON_EXCLUSIVE,
-            consumers=consumers,
-            totals={kind: int(n or 0) for kind, n in zip(QUEUE_COUNTS, raw[-1])},
-            topics=tuple(json.loads(raw[-2])) if raw[-2] else (),
-            held_bytes=total[4],
-            limits=read_limits(cfg),
-            durability=Durability(cfg.get(b"durability", b"async").decode()),
-        )
 
     def _ranked_by_priority(self, queues: list[list[k.DestinationKeys]]) -> list[Counter[int]]:
         """Ready messages outside the stream by priority, for each queue's destinations (one round
@@ -358,19 +332,3 @@ class Components:
             for s in self._shared.storage.call(self._shared.client.smembers, qk.subscribers):
                 out.append((qk, qk.destination(s.decode())))
         return out
-
-
-def _consumers(raw: dict[bytes, bytes], ack_timeout_s: float) -> tuple[ConsumerInfo, ...]:
-    """An exclusive queue's consumers still in line (those silent for ``ack_timeout_s`` have lost
-    their place, whether or not a call has dropped them yet), the active one first, then the
-    others in the order they first called."""
-    active = raw.get(b"#active", b"").decode()
-    now = time.time()
-    line = []
-    for name, value in raw.items():
-        if name == b"#active":
-            continue
-        first, last = (int(v) / 1000 for v in value.split(b"|"))
-        if last + ack_timeout_s > now:
-            line.append((name.decode() != active, first, ConsumerInfo(name.decode(), name.decode() == active, last)))
-    return tuple(c for _, _, c in sorted(line, key=lambda entry: entry[:2]))

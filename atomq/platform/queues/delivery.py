@@ -109,7 +109,7 @@ class Deliveries:
         d = qk.destination(subscriber)
         # The call's record lets a repeat of it by the store's client answer what it delivered.
         record = tk.request_record(made_token("get"))
-        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record]
+        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
                 d.member, consumer or "", s.max_consumers, CALL_RECORD_MS, consumer or holder or ""]
         get: tuple[str, list[str], list[Any], Any] = ("get", keys, args, self._shared.queue_errors(queue))
@@ -225,7 +225,7 @@ class Deliveries:
         s = self._shared.settings
         # The call's record lets a repeat of it by the store's client answer what it settled.
         record = tk.request_record(made_token("settle"))
-        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record],
+        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
                  CALL_RECORD_MS, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(

@@ -12,15 +12,13 @@ from typing import Sequence
 from atomq import defaults
 from atomq.errors import InvalidInput, NotFound
 from atomq.integer_range import check_integer_range
+from atomq.platform.listings import DeadLetterReasons, Page, ReasonCount
 from atomq.platform.models import (
     BrowsedMessage,
     DeadLetter,
-    DeadLetterReasons,
     InFlight,
     MessageState,
-    Page,
     QueueModel,
-    ReasonCount,
 )
 from atomq.platform.queues.components import Components
 from atomq.platform.queues.delivery import check_ids

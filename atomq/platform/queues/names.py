@@ -3,16 +3,24 @@
 Queue, subscriber and tenant names are checked here, with messages that
 state the rule, before any key is built: none of them may contain a brace
 (the cluster hash tag), a colon (the key separator) or anything outside the
-allowed characters, so no name can reach into another keyspace.
+allowed characters, so no name can reach into another keyspace. A message's
+group, which names members of its destination's keys, is checked here too.
 """
 
 from __future__ import annotations
 
 import re
 
+from atomq import defaults
 from atomq.errors import InvalidInput
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+GROUP_PATTERN = rf"^[!-~]{{1,{defaults.MAX_GROUP_CHARS}}}$"
+GROUP = re.compile(GROUP_PATTERN[1:-1])
+"""SQS's MessageGroupId alphabet: letters, digits and punctuation (printable ASCII but the space), so a
+group's messages in the waiting set are one range after "<group>\\0" (see ``_lib_state.lua``)."""
+GROUP_RULE = (f"must be 1 to {defaults.MAX_GROUP_CHARS} characters of letters, digits and punctuation "
+              "(printable ASCII, no space)")
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MESSAGE_ID = r"[0-9]{1,15}-[0-9]{12}"
 RECEIPT_PATTERN = rf"^({MESSAGE_ID})~([1-9][0-9]{{0,8}})$"
@@ -30,6 +38,13 @@ def check_queue_name(name: str, field: str = "name") -> str:
             field=field,
         )
     return name
+
+
+def check_group(group: object, field: str = "group") -> str:
+    """Returns ``group`` if it is a valid message group, else raises InvalidInput."""
+    if not isinstance(group, str) or not GROUP.fullmatch(group):
+        raise InvalidInput(f"{field} {GROUP_RULE}", field=field)
+    return group
 
 
 def check_subscriber_name(name: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from atomq import defaults
 from atomq.errors import InvalidInput
 from atomq.integer_range import check_integer_range
-from atomq.platform.models import Durability, OnExpire, Overflow, QueueAccess, QueueLimits, QueueModel
+from atomq.platform.models import Durability, OnExpire, Overflow, QueueAccess, QueueLimits, QueueModel, QueueOrdering
 
 LIMIT_FIELDS = {"max_messages": "max_messages", "max_bytes": "max_bytes", "max_message_bytes": "max_message_bytes",
                 "max_dead_letters": "max_dead_letters", "overflow": "overflow",
@@ -27,6 +27,7 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
                   message_ttl_s: float | None = None, on_expire: OnExpire | str | None = None,
                   last_value: bool | None = None, last_value_key: str | None = None,
                   access: QueueAccess | str | None = None, durability: Durability | str | None = None,
+                  delay_s: float | None = None, ordering: QueueOrdering | str | None = None,
                   **limits: Any) -> list[str | int]:
     """The config fields (name, value, ...) of the settings given, each checked (InvalidInput naming
     it); a setting given as None is left out, so the queue keeps what it has. ``limits``: the
@@ -45,6 +46,9 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
                                                   f"a number of seconds from 0 (none) to {most_ttl:g}")]
     if on_expire is not None:
         named += ["on_expire", _choice(OnExpire, on_expire, "on_expire").value]
+    if delay_s is not None:
+        named += ["delay_ms", _milliseconds(delay_s, "delay_s", 0, defaults.MAX_DELAY_S,
+                                            f"a number of seconds from 0 (none) to {defaults.MAX_DELAY_S:g}")]
     named += _last_value_fields(model, last_value, last_value_key)
     if access is not None:
         chosen = _choice(QueueAccess, access, "access")
@@ -55,6 +59,8 @@ def config_fields(model: QueueModel, *, max_redeliveries: int | None = None, ack
     named += _limit_fields(limits)
     if durability is not None:
         named += ["durability", _choice(Durability, durability, "durability").value]
+    if ordering is not None:
+        named += ["ordering", _choice(QueueOrdering, ordering, "ordering").value]
     return named
 
 

@@ -19,7 +19,7 @@ from atomq.platform.store import keys as k
 
 CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire", "lv",
                  "lv_key", "access", "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-                 "overflow_dl", "durability")
+                 "overflow_dl", "durability", "delay_ms", "ordering")
 
 MAX_ROUTE_RETRIES = 5
 """How often a send or a queue's removal reads the route again when its subscribers change under it."""

@@ -5,6 +5,7 @@ of one script call, or of several (a publish to many topics groups its messages 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -12,6 +13,7 @@ from typing import Any, Sequence
 from atomq import defaults
 from atomq.errors import InvalidInput, TooLarge
 from atomq.platform.models import BARE_ENVELOPE, DEFAULT_PRIORITY, OutgoingMessage, topic_envelope
+from atomq.platform.queues.names import check_group
 from atomq.platform.queues.queue_settings import QueueSettings
 from atomq.platform.store.stored_form import encode_document
 
@@ -28,6 +30,14 @@ def check_batch_size(messages: Sequence[OutgoingMessage], s: QueueSettings) -> N
     if sum(len(m.documents) for m in messages) > s.max_documents_per_send:
         raise TooLarge(f"a send holds at most {s.max_documents_per_send} documents",
                        field="messages", limit=s.max_documents_per_send)
+
+
+def with_delay(messages: Sequence[OutgoingMessage], delay_s: float | None) -> Sequence[OutgoingMessage]:
+    """``messages``, each that gives no ``delay_s`` of its own given the send's (None: as they are)."""
+    if delay_s is None:
+        return messages
+    check_delay(delay_s, "delay_s")
+    return [m if m.delay_s is not None else dataclasses.replace(m, delay_s=delay_s) for m in messages]
 
 
 def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
@@ -50,6 +60,8 @@ def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
                 raise InvalidInput(f"dedupe_id must be a string of 1 to {defaults.MAX_DEDUPE_ID_CHARS} characters",
                                    field=f"messages.{i}.dedupe_id")
             dedupe = (topic or "", m.dedupe_id)
+        if m.group is not None:
+            check_group(m.group, f"messages.{i}.group")
         try:
             envelope = m.envelope_json(topic)
         except (TypeError, ValueError):
@@ -58,7 +70,7 @@ def encode_each(messages: Sequence[OutgoingMessage], s: QueueSettings,
         if envelope is None:
             envelope = BARE_ENVELOPE if topic is None else bare.get(topic) or bare.setdefault(
                 topic, topic_envelope(topic))
-        plain = m.priority is None and m.expires_at is None and m.ttl_s is None
+        plain = m.priority is None and m.expires_at is None and m.ttl_s is None and m.delay_s is None
         rest: list[Any] = [envelope, len(m.documents)]
         for j, doc in enumerate(m.documents):
             data, props = encode_document(doc, s.max_document_bytes, f"messages.{i}.documents.{j}")
@@ -74,7 +86,7 @@ class Encoded:
     dedupe: tuple[str, str] | None
     """(topic, dedupe id); topic "" for a send."""
     timing: str
-    """",<priority>,<expiry ms>,<ttl ms>" for a message that sets any, else ""."""
+    """",<priority>,<expiry ms>,<ttl ms>[,<delay ms>]" for a message that sets any, else ""."""
     rest: list[Any]
     """The envelope, the number of documents, and each document's data and properties."""
 
@@ -97,8 +109,10 @@ def assembled(encoded: Sequence[Encoded]) -> tuple[list[Any], list[tuple[str, st
 
 def timing(m: OutgoingMessage, i: int) -> str:
     """What follows the dedupe key index in the first script argument of a message that sets its
-    priority or expiry: the priority, expiry (ms, 0 for none) and time to live (ms, 0 for none), as
-    ``<index>,<priority>,<expiry>,<ttl>`` (a message that sets neither passes the index alone)."""
+    priority, expiry or delay: the priority, expiry (ms, 0 for none), time to live (ms, 0 for none)
+    and, when it gives one, its delay (ms, 0 for none, whatever the queue's), as
+    ``<index>,<priority>,<expiry>,<ttl>[,<delay>]`` (a message that sets none of them passes the
+    index alone, and gets its queue's delay)."""
     least, most = defaults.PRIORITY_RANGE
     priority = DEFAULT_PRIORITY if m.priority is None else m.priority
     if type(priority) is not int or not least <= priority <= most:
@@ -114,7 +128,17 @@ def timing(m: OutgoingMessage, i: int) -> str:
             raise InvalidInput(f"ttl_s must be a number of seconds above 0 and at most {most_ttl:g}",
                                field=f"messages.{i}.ttl_s")
         ttl_ms = max(1, round(m.ttl_s * 1000))
-    return f",{priority},{expires_ms},{ttl_ms}"
+    if m.delay_s is None:
+        return f",{priority},{expires_ms},{ttl_ms}"
+    check_delay(m.delay_s, f"messages.{i}.delay_s")
+    return f",{priority},{expires_ms},{ttl_ms},{round(m.delay_s * 1000)}"
+
+
+def check_delay(delay_s: object, field: str) -> None:
+    """Refuses a delay that is not a number of seconds from 0 to ``defaults.MAX_DELAY_S``."""
+    most = defaults.MAX_DELAY_S
+    if not isinstance(delay_s, (int, float)) or isinstance(delay_s, bool) or not 0 <= delay_s <= most:
+        raise InvalidInput(f"delay_s must be a number of seconds from 0 (none) to {most:g}", field=field)
 
 
 def _finite_number(value: object) -> bool:

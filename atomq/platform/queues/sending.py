@@ -37,7 +37,7 @@ from atomq.platform.queues.request_records import (
 )
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
 from atomq.platform.queues.send_journal import SendJournals, chunked
-from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each
+from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each, with_delay
 from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.queues.topics import check_topic
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
@@ -132,12 +132,13 @@ class Sending:
         self._journals = SendJournals(shared)
 
     def send(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
-             idempotency_key: str | None = None) -> list[str]:
+             idempotency_key: str | None = None, delay_s: float | None = None) -> list[str]:
         """Stores a batch of messages, all or nothing; returns their ids in order (see :meth:`send_batch`)."""
-        return self.send_batch(tenant, queue, messages, quota_bytes, idempotency_key).ids
+        return self.send_batch(tenant, queue, messages, quota_bytes, idempotency_key, delay_s=delay_s).ids
 
     def send_batch(self, tenant: str, queue: str, messages: Sequence[OutgoingMessage],
-                   quota_bytes: int = 0, idempotency_key: str | None = None, admit: Admit | None = None) -> Sent:
+                   quota_bytes: int = 0, idempotency_key: str | None = None, admit: Admit | None = None,
+                   delay_s: float | None = None) -> Sent:
         """Stores a batch of messages, all or nothing.
 
         A message whose ``dedupe_id`` was sent to this queue within the
@@ -155,10 +156,11 @@ class Sending:
         message copies the send is about to store, before anything is written, and may refuse it
         (the server's limits: ``atomq.platform.guards.server_limits``). A batch of more copies than
         ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one.
+        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery").
         """
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
-        args_tail, dedupe_ids = self._encode_batch(messages)
+        args_tail, dedupe_ids = self._encode_batch(with_delay(messages, delay_s))
         dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
         call = RecordedCall(token, token.digest(["send", queue], args_tail), positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
@@ -173,13 +175,14 @@ class Sending:
         raise Conflict("the queue's subscribers kept changing during the send; try again", queue=queue)
 
     def publish(self, tenant: str, topic: str, messages: Sequence[OutgoingMessage], quota_bytes: int = 0,
-                idempotency_key: str | None = None, admit: Admit | None = None) -> Published:
+                idempotency_key: str | None = None, admit: Admit | None = None,
+                delay_s: float | None = None) -> Published:
         """Stores a batch in every queue whose topic patterns match ``topic``, one copy a queue, all
         or nothing; no match stores nothing. A ``dedupe_id`` repeated to the same topic within the
         de-duplication window stores nothing again and answers with its original id;
-        ``idempotency_key`` and ``admit`` as in :meth:`send_batch`."""
+        ``idempotency_key``, ``admit`` and ``delay_s`` (of every copy) as in :meth:`send_batch`."""
         check_topic(topic)
-        done = self.publish_many(tenant, [topic] * len(messages), messages, quota_bytes,
+        done = self.publish_many(tenant, [topic] * len(messages), with_delay(messages, delay_s), quota_bytes,
                                  idempotency_key=idempotency_key, admit=admit)
         # One group: every message stored, or (no queue attracts the topic) none.
         return Published(ids=[i for i in done.ids if i is not None], queues=done.topics[topic], dropped=done.dropped,
@@ -321,6 +324,9 @@ class Sending:
                   "IDEMREUSED": lambda _: key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
                   "QUEUEFULL": lambda words: _queue_full(targets, words),
+                  "DELAYEXCLUSIVE": lambda words: InvalidInput(
+                      f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
+                      "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),
                   "TOOBIG": lambda words: _message_too_big(targets, words)}
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)

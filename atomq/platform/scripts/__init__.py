@@ -23,7 +23,7 @@ from atomq.platform.queues.footprint import lua_prelude
 from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.keys import DEST_KEY_COUNT
 
-LIB_PARTS = ("_lib_state", "_lib_values", "_lib_failures", "_lib_exclusive", "_lib_sweep", "_lib_send")
+LIB_PARTS = ("_lib_state", "_lib_groups", "_lib_values", "_lib_failures", "_lib_exclusive", "_lib_sweep", "_lib_send")
 """The shared helpers, by concern, prepended to every script in this order (a Lua local is seen
 only below its definition, and helpers of one part call those of the parts before it). Every
 script gets all of them rather than only those it calls: Valkey compiles a script once per SHA,
@@ -57,6 +57,7 @@ NAMES = (
     "refusal",
     "reserve",
     "forget_nodes",
+    "counts_now",
 )
 
 

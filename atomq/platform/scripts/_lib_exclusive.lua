@@ -1,4 +1,4 @@
--- Shared prelude, part 4 of 6 (atomq.platform.scripts.LIB_PARTS): Exclusive queues: consumers, their turns, and delivery in send order.
+-- Shared prelude, part 5 of 7 (atomq.platform.scripts.LIB_PARTS): Exclusive queues: consumers, their turns, and delivery in send order.
 -- Exclusive queues. Every get, ack, nack, extend or release names its
 -- consumer; the consumer that asked first among those still calling is
 -- active and alone gets messages and settles them. One that makes no call for

@@ -1,4 +1,4 @@
--- Shared prelude, part 3 of 6 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
+-- Shared prelude, part 4 of 7 (atomq.platform.scripts.LIB_PARTS): Dead letters, expiry and failed deliveries.
 -- The message id and reason of a dead letter queue entry's fields (m, r, f).
 local function dead_letter_fields(f)
   local id, reason
@@ -38,9 +38,11 @@ end
 
 -- Moves a message that left the other structures of the destination to its
 -- dead letter queue with `reason`; it no longer counts in the destination's
--- held bytes, and past the queue's max_dead_letters the oldest dead letters go.
+-- held bytes, a group's head makes way for its next, and past the queue's
+-- max_dead_letters the oldest dead letters go.
 local function dead_letter(d, q, id, dc, fails, reason, usage, cfg)
   redis.call('DECRBY', d.held, message_bytes(d, id))
+  groups_leave(d, {id})
   local entry = redis.call('XADD', d.dlq, '*', 'm', id, 'r', reason, 'f', fails)
   redis.call('HSET', d.state, id, fmt_state(dc, fails, 'd' .. entry))
   redis.call('ZREM', d.exp, id)  -- a dead letter does not expire
@@ -103,9 +105,12 @@ local function expire_due(d, q, now, limit, usage)
   local ids = redis.call('ZRANGEBYSCORE', d.exp, '-inf', now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0 end
   local states = redis.call('HMGET', d.state, unpack(ids))
+  -- A group's head that expires makes way for its next, which may be among these: read afresh.
+  local grouped = redis.call('EXISTS', d.grp) == 1
   local n = 0
   for i, id in ipairs(ids) do
     local s = states[i]
+    if grouped then s = redis.call('HGET', d.state, id) end
     local where = s and string.sub(s, string.find(s, '|', string.find(s, '|', 1, true) + 1, true) + 1)
     if not s or in_flight_where(where) or string.sub(where, 1, 1) == 'd' then
       redis.call('ZREM', d.exp, id)

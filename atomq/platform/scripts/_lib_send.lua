@@ -1,4 +1,4 @@
--- Shared prelude, part 6 of 6 (atomq.platform.scripts.LIB_PARTS): Storing sends: the room a destination has, the copies of a batch, a request's record, the copies a chunked send still owes.
+-- Shared prelude, part 7 of 7 (atomq.platform.scripts.LIB_PARTS): Storing sends: the room a destination has, the copies of a batch, a request's record, the copies a chunked send still owes.
 -- A send whose copies pass the chunk bound (atomq.platform.queues.send_journal) is
 -- stored in steps: send.lua prepares it (checks, ids, documents, the usage) and
 -- writes its journal; send_apply.lua makes the copies of a few destinations a
@@ -146,22 +146,54 @@ local function drop_victims(d, qd, victims, usage)
   return n
 end
 
+-- When each of the n messages of a batch sent at `at` is due in a queue whose
+-- default delay is queue_delay (ms): after its own delay (delays[j], nil when it
+-- gives none) or the queue's. Returns the due times (false for one due at
+-- once), or nil when every message is.
+local function due_times(delays, n, queue_delay, at)
+  local out, any = {}, false
+  for j = 1, n do
+    local delay = delays[j] or queue_delay
+    out[j] = delay > 0 and at + delay
+    any = any or delay > 0
+  end
+  return any and out or nil
+end
+
 -- Stores a copy of each message of batch b in destination d, named `member` in the
 -- tenant's indexes: b.msg (id, envelope pairs), b.all (score, id pairs), b.exp
 -- (expiry, id pairs) and b.first (the earliest expiry, or nil), b.ids, b.priorities and
--- b.json (each message's envelope JSON) in order, b.bytes (what the copies add to the
--- destination's held bytes), b.lv (a last-value queue's key property, nil for another
--- queue) and b.cfg (the queue's cfg); `at` is the send time.
+-- b.json (each message's envelope JSON) in order, b.due (due_times; nil: all ready at
+-- once), b.bytes (what the copies add to the destination's held bytes), b.lv (a
+-- last-value queue's key property, nil for another queue), b.grouped (the queue's
+-- ordering is "group": a message of a group whose head is out waits behind it, see
+-- _lib_groups.lua) and b.cfg (the queue's cfg); `at` is the send time. A delayed copy
+-- waits in sched, as a redelivery does, never delivered (delivery count 0) until the
+-- sweep makes it ready (arrive), and joins its group only then.
 local function store_copies(d, member, b, at, due, oldest, usage)
   redis.call('INCRBY', d.held, b.bytes)
   -- LT: a chunked send's step copies messages of the time it was prepared, maybe older than another's since.
   redis.call('ZADD', oldest, 'LT', at, member)
   call_batched('HSET', d.msg, b.msg)
   call_batched('ZADD', d.all, b.all)
-  local state_args, ranked_args = {}, {}
+  if b.grouped and not b.groups then
+    -- Read once a batch, whatever the destinations it is copied to.
+    b.groups = {}
+    for j, json in ipairs(b.json) do b.groups[j] = json_group(json) or false end
+  end
+  local state_args, ranked_args, sched_args, first_due = {}, {}, {}, nil
   for j, id in ipairs(b.ids) do
     local where = 'z'
-    if b.priorities[j] == DEFAULT_PRIORITY then
+    local due_at = b.due and b.due[j]
+    local place = b.grouped and b.groups[j] and not due_at and string.match(id, '%-(%d+)$')
+    if due_at then
+      where = 's'
+      sched_args[#sched_args + 1] = due_at
+      sched_args[#sched_args + 1] = id
+      if not first_due or due_at < first_due then first_due = due_at end
+    elseif place and group_waits(d, b.groups[j], id, place) then
+      where = 'w' .. place
+    elseif b.priorities[j] == DEFAULT_PRIORITY then
       where = 'r' .. redis.call('XADD', d.ready, '*', 'm', id)
     else
       ranked_args[#ranked_args + 1] = ready_score(b.priorities[j], id)
@@ -174,6 +206,12 @@ local function store_copies(d, member, b, at, due, oldest, usage)
   if #ranked_args > 0 then
     call_batched('ZADD', d.rz, ranked_args)
     wake(d)
+  end
+  if first_due then
+    call_batched('ZADD', d.sched, sched_args)
+    count_delayed(d, #sched_args / 2)
+    due_by(due, member, first_due)
+    wake(d)  -- a get waiting on the queue sets its timer by the first due
   end
   if b.first then
     call_batched('ZADD', d.exp, b.exp)

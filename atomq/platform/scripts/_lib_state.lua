@@ -1,4 +1,4 @@
--- Shared prelude, part 1 of 6 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
+-- Shared prelude, part 1 of 7 (atomq.platform.scripts.LIB_PARTS): The conventions every script follows, counters, envelopes, delivery states, reading documents and readying messages.
 -- The parts are prepended to every script, in order.
 -- Conventions: KEYS[1..3] = tenant doc, docp, docr; KEYS[4] = queue cfg;
 -- a destination is DEST_KEYS consecutive KEYS: ready, all, msg, state,
@@ -6,11 +6,16 @@
 -- (a last-value queue's keys: k:<key> -> id, i:<id> -> =<key> | x<key>), cons
 -- (an exclusive queue's consumers: name -> <first call ms>|<last call ms>,
 -- #active -> the active one), held (the bytes of the copies it holds that are
--- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq).
+-- neither acked nor dead: see message_bytes; their number is HLEN state - XLEN dlq),
+-- delayed (how many copies in sched wait out their send's delay), grp and gw (a group-ordered
+-- queue's groups: see _lib_groups.lua).
 -- State value: "<delivery count>|<failures>|<where>", where is
 --   r<stream id> ready on the stream, z ready in rz, f<since>,<holder> in flight
 --   since <since> (ms, when the get delivered it) with <holder> (who got it, see
---   get.lua; data of format 6 and older has a bare f), s scheduled, d<stream id> dead.
+--   get.lua; data of format 6 and older has a bare f), s scheduled (for a redelivery, or,
+--   with delivery count 0, at the end of its send's delay), d<stream id> dead,
+--   w<sequence> waiting in gw behind its group's head, at its place (its send's sequence
+--   number, or a delayed copy's when it fell due).
 --   No part holds a '|': the first "|f" of a state marks one in flight.
 -- Envelope value: "<head>|<JSON>" (the id starts with the send time), the
 -- head "<document count>[,<priority>[,<expiry ms>]]", the priority given
@@ -59,18 +64,18 @@ local function dest_at(i)
   return {ready = KEYS[i], all = KEYS[i + 1], msg = KEYS[i + 2], state = KEYS[i + 3],
           inflight = KEYS[i + 4], sched = KEYS[i + 5], dlq = KEYS[i + 6],
           rz = KEYS[i + 7], wake = KEYS[i + 8], exp = KEYS[i + 9], lv = KEYS[i + 10], cons = KEYS[i + 11],
-          held = KEYS[i + 12]}
+          held = KEYS[i + 12], delayed = KEYS[i + 13], grp = KEYS[i + 14], gw = KEYS[i + 15]}
 end
 
 local function require_queue()
   local cfg = redis.call('HMGET', CFG, 'model', 'max_redeliveries', 'ack_timeout_ms', 'gen', 'on_expire', 'access',
-                        'max_dead_letters', 'redeliver_now')
+                        'max_dead_letters', 'redeliver_now', 'ordering')
   if not cfg[1] then
     return redis.error_reply('NOQUEUE queue does not exist')
   end
   return {model = cfg[1], max_redeliveries = tonumber(cfg[2]), ack_timeout_ms = tonumber(cfg[3]), gen = cfg[4],
           discard_expired = cfg[5] == 'discard', exclusive = cfg[6] == 'exclusive',
-          max_dead_letters = tonumber(cfg[7] or '0'), redeliver_now = cfg[8] == '1'}
+          max_dead_letters = tonumber(cfg[7] or '0'), redeliver_now = cfg[8] == '1', grouped = cfg[9] == 'group'}
 end
 
 local DEFAULT_PRIORITY = 4
@@ -96,9 +101,11 @@ end
 -- sequence number ending its id). Built as a string: 14 digits are exact
 -- in a sorted set's double, and Lua would print a number with 14 digits
 -- of precision only.
-local function ready_score(priority, id)
-  local s = string.match(id, '%-(%d+)$')
+local function seq_score(priority, s)
   return (9 - priority) .. string.rep('0', 13 - #s) .. s
+end
+local function ready_score(priority, id)
+  return seq_score(priority, string.match(id, '%-(%d+)$'))
 end
 
 -- A message id's place in its tenant's send order: the sequence number ending it.
@@ -254,7 +261,34 @@ local function make_ready(d, id, dc, fails)
   wake(d)
 end
 
--- Takes a message out of whatever structure holds it in the destination.
+-- A message's group: the "g" of its envelope's JSON (`json`), nil for none. The head has no
+-- room for it (a group may hold ',' and '|'); only an envelope that names a "g" is parsed.
+local function json_group(json)
+  if not string.find(json, '"g":', 1, true) then return nil end
+  local g = cjson.decode(json)['g']
+  if type(g) == 'string' then return g end
+  return nil
+end
+
+-- The group of a stored envelope (nil, or false for a message that is gone: none).
+local function group_of(env)
+  return env and json_group(string.sub(env, string.find(env, '|', 1, true) + 1))
+end
+
+-- A message's member in gw at its place `seq` (a sequence number, text): a group's messages are
+-- one lexical range ("<group>\0" to "<group>\1": no group holds a character below '!'), in
+-- the order of their places.
+local function group_member(group, seq, id)
+  return group .. '\0' .. string.rep('0', 16 - #seq) .. seq .. '|' .. id
+end
+
+-- Counts n more (negative: fewer) copies of the destination waiting out their send's delay.
+local function count_delayed(d, n)
+  if n ~= 0 and redis.call('INCRBY', d.delayed, n) <= 0 then redis.call('DEL', d.delayed) end
+end
+
+-- Takes a message out of whatever structure holds it in the destination
+-- (before its state changes: a scheduled one that was never delivered was delayed).
 local function unlink(d, id, where)
   local tag = string.sub(where, 1, 1)
   if tag == 'r' then
@@ -265,8 +299,12 @@ local function unlink(d, id, where)
     redis.call('ZREM', d.inflight, id)
   elseif tag == 's' then
     redis.call('ZREM', d.sched, id)
+    local s = redis.call('HGET', d.state, id)
+    if s and parse_state(s) == 0 then count_delayed(d, -1) end
   elseif tag == 'd' then
     redis.call('XDEL', d.dlq, string.sub(where, 2))
+  elseif tag == 'w' then
+    redis.call('ZREM', d.gw, group_member(group_of(redis.call('HGET', d.msg, id)), string.sub(where, 2), id))
   end
 end
 

@@ -1,8 +1,38 @@
--- Shared prelude, part 5 of 6 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
--- Moves due redeliveries to ready, fails expired deliveries and expires
--- messages whose time to live ran out, at most `limit` of each (`usage`:
--- the tenant's usage hash). Returns the number of messages moved.
-local function sweep_destination(d, q, delays, now, limit, usage)
+-- Shared prelude, part 6 of 7 (atomq.platform.scripts.LIB_PARTS): Sweeping a destination: due redeliveries, expired deliveries and messages, what falls due next.
+-- Delayed copies whose time came (`ids`, in the order they fell due) join the
+-- ready ones as if sent now: each takes the tenant's next sequence number
+-- (`seq`, its message counter) for its place in rz, so it is delivered after
+-- what was sent before it fell due and before what is sent after. On a queue
+-- ordered by group (`grouped`) one of a group whose head is out waits behind it
+-- at that place instead.
+local function arrive(d, ids, seq, grouped)
+  local last = redis.call('INCRBY', seq, #ids)
+  local ranked, states = {}, {}
+  for i, id in ipairs(ids) do
+    local env = redis.call('HGET', d.msg, id)
+    local _, priority = env_head(env)
+    local place = string.format('%.0f', last - #ids + i)
+    local group = grouped and group_of(env)
+    states[#states + 1] = id
+    if group and group_waits(d, group, id, place) then
+      states[#states + 1] = '0|0|w' .. place
+    else
+      ranked[#ranked + 1] = seq_score(priority, place)
+      ranked[#ranked + 1] = id
+      states[#states + 1] = '0|0|z'  -- never delivered, so never failed
+    end
+  end
+  call_batched('ZADD', d.rz, ranked)
+  call_batched('HSET', d.state, states)
+  count_delayed(d, -#ids)
+  wake(d)
+end
+
+-- Moves due redeliveries and delayed copies to ready, fails expired deliveries
+-- and expires messages whose time to live ran out, at most `limit` of each
+-- (`usage`: the tenant's usage hash; `seq`: its message counter, see arrive).
+-- Returns the number of messages moved.
+local function sweep_destination(d, q, delays, now, limit, usage, seq)
   if q.exclusive then expire_consumers(d, q, now, usage) end
   local moved = expire_due(d, q, now, limit, usage)
   local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
@@ -15,17 +45,23 @@ local function sweep_destination(d, q, delays, now, limit, usage)
   local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit)
   if #due > 0 then
     redis.call('ZREM', d.sched, unpack(due))
+    local arrivals = {}
     for _, id in ipairs(due) do
       local dc, fails = parse_state(redis.call('HGET', d.state, id))
-      make_ready(d, id, dc, fails)
+      if dc == 0 then
+        arrivals[#arrivals + 1] = id
+      else
+        make_ready(d, id, dc, fails)
+      end
     end
+    if #arrivals > 0 then arrive(d, arrivals, seq, q.grouped) end
     moved = moved + #due
   end
   return moved
 end
 
 -- The earliest time (ms) anything of the destination falls due: a scheduled
--- redelivery, an ack deadline or an expiry; nil when none is pending.
+-- redelivery or delayed copy, an ack deadline or an expiry; nil when none is pending.
 local function next_due(d)
   local first
   for _, key in ipairs({d.sched, d.inflight, d.exp}) do

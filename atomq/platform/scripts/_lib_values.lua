@@ -1,4 +1,4 @@
--- Shared prelude, part 2 of 6 (atomq.platform.scripts.LIB_PARTS): Last-value queues, forgetting message copies and what a copy costs a destination's limits.
+-- Shared prelude, part 3 of 7 (atomq.platform.scripts.LIB_PARTS): Last-value queues, forgetting message copies and what a copy costs a destination's limits.
 -- Last-value queues. A message's key is the value of the queue's
 -- last_value_key property (text as it is, another JSON value as its JSON; ""
 -- when the message lacks it, or when the queue names no property). The lv hash
@@ -52,11 +52,12 @@ end
 -- (dead-letter reasons). DOCR holds a count only while it is above one
 -- (documents of several subscribers' copies); no entry means one. `dead`:
 -- the copies are dead letters, which the destination's held bytes no longer
--- count; else their message_bytes come off them.
+-- count; else their message_bytes come off them, and a group's head makes way for its next.
 local function forget(d, ids, usage, extra, dead)
   if #ids == 0 then return end
   if redis.call('EXISTS', d.lv) == 1 then extra = (extra or 0) + forget_last_values(d, ids) end
   local envs = hmget_batched(d.msg, ids)
+  if not dead then groups_leave(d, ids, envs) end
   call_batched('HDEL', d.msg, ids)
   call_batched('HDEL', d.state, ids)
   call_batched('ZREM', d.all, ids)

@@ -4,7 +4,8 @@
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
 --              ARGV[6..] that are not dead, in that order, missing ones left out)
 --              | dead-reason (the dead letters given the reason ARGV[6])
---              | state (the queued messages in state ARGV[6]: r ready, f in flight, s scheduled)
+--              | state (the queued messages in state ARGV[6]: r ready, waiting behind their group's
+--              head included, f in flight, s scheduled)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- ARGV[4]      most document bytes in the page (a first message bigger than that comes
@@ -12,7 +13,7 @@
 -- ARGV[5]      the largest document a send accepts (bounds what one read may fetch)
 -- Returns {next cursor or "", n, then per message: id, state, envelope, then
 --          per document: data, properties; then for dead letters: reason, dead-lettered ms,
---          and for a message in flight: its ack deadline ms}.
+--          for a message in flight: its ack deadline ms, and for a scheduled one: its due ms}.
 -- The views but ids scan the destination's messages in id order, at most about ten
 -- pages' worth a call: a page ends early, with a cursor, where the scan stops. The in
 -- flight and scheduled states are read from their own sets instead while those hold no
@@ -30,8 +31,8 @@ if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
 local picked, wheres = {}, {}
 local budget = limit * 10 + 100
 local now = now_ms()
--- A message scheduled for redelivery that is due (a release schedules it for now) is ready:
--- the next get takes it, so a browse shows it ready, not waiting.
+-- A scheduled message that is due (a redelivery or a delayed copy no sweep moved yet) is
+-- ready: the next get takes it, so a browse shows it ready, not waiting.
 local function as_seen(id, s)
   local dc, fails, where = parse_state(s)
   if string.byte(where) ~= 115 then return s end  -- 's'
@@ -94,7 +95,7 @@ local function wanted(s)
   local is_dead = string.find(s, '|d', 1, true) ~= nil
   if only_tag then
     local tag = string.sub(select(3, parse_state(s)), 1, 1)
-    return tag == only_tag or (only_tag == 'r' and tag == 'z')
+    return tag == only_tag or (only_tag == 'r' and (tag == 'z' or tag == 'w'))
   end
   return is_dead == dead_view and (not only_reason
     or dead_reason(d, string.sub(s, string.find(s, '|d', 1, true) + 1)) == only_reason)
@@ -172,6 +173,8 @@ for i = 1, kept do
     out[#out + 1] = tonumber(string.sub(where, 2, string.find(where, '-', 1, true) - 1))
   elseif in_flight_state(wheres[i]) then
     out[#out + 1] = redis.call('ZSCORE', d.inflight, id) or ''
+  elseif string.find(wheres[i], '|s', 1, true) then
+    out[#out + 1] = redis.call('ZSCORE', d.sched, id) or ''
   end
 end
 return out

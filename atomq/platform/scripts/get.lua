@@ -1,11 +1,13 @@
--- Delivers up to ARGV[1] ready messages, after moving due redeliveries to
--- ready, failing expired deliveries and expiring messages past their time.
+-- Delivers up to ARGV[1] ready messages, after moving due redeliveries and
+-- delayed copies to ready, failing expired deliveries and expiring messages
+-- past their time.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..]    the destination (DEST_KEYS keys), then from KEYS[EXTRA] on:
 -- KEYS[EXTRA]     subs (publish/subscribe: the subscriber is created on its first get)
 -- KEYS[EXTRA + 1] the tenant's usage hash (ack time-outs may dead-letter)
 -- KEYS[EXTRA + 2] the tenant's due index
 -- KEYS[EXTRA + 3] this call's record: what it delivered, "<active>|<id>,<delivery count>;..."
+-- KEYS[EXTRA + 4] the tenant's message counter (delayed copies that fall due take a number)
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -24,7 +26,7 @@
 -- (it gets nothing), -1 the queue is not exclusive. An exclusive queue
 -- delivers in send order whatever the priorities and, while a message waits
 -- out a redelivery delay, nothing sent after it.
--- wake: ms until the next scheduled redelivery, ack deadline or expiry (-1 = none);
+-- wake: ms until the next scheduled redelivery or delayed copy, ack deadline or expiry (-1 = none);
 -- last_id, last_wake_id: the ready and wake streams' last ids, to block on
 -- when nothing was delivered.
 -- A call whose record exists ran before (the store's client sent it again after a
@@ -80,7 +82,7 @@ local d = dest_at(5)
 local delays = parse_delays(ARGV[2])
 local now = now_ms()
 local usage = KEYS[EXTRA + 1]
-sweep_destination(d, q, delays, now, 1000, usage)
+sweep_destination(d, q, delays, now, 1000, usage, KEYS[EXTRA + 4])
 local active = -1
 if q.exclusive then
   local turn = consumer_turn(d, q, ARGV[8], now, tonumber(ARGV[9]))

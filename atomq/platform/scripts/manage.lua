@@ -57,6 +57,8 @@ local function manage()
 
   local count, gone, gone_dead, reasons = 0, {}, {}, 0
   if #ids == 0 then return {0, cursor} end
+  -- A dead letter resent to a group-ordered queue waits behind its group's head, if one is out.
+  local grouped = action == 'resend' and redis.call('HGET', CFG, 'ordering') == 'group'
   local states = hmget_batched(d.state, ids)
   for i, id in ipairs(ids) do
     local s = states[i]
@@ -77,7 +79,13 @@ local function manage()
         unlink(d, id, where)
         drop_expiry(d, id, KEYS[EXTRA])
         redis.call('INCRBY', d.held, message_bytes(d, id))
-        make_ready(d, id, dc, 0)
+        local group = grouped and group_of(redis.call('HGET', d.msg, id))
+        local place = string.match(id, '%-(%d+)$')  -- its send's
+        if group and group_waits(d, group, id, place) then
+          redis.call('HSET', d.state, id, fmt_state(dc, 0, 'w' .. place))
+        else
+          make_ready(d, id, dc, 0)
+        end
         local mark = redis.call('HGET', d.lv, 'i:' .. id)
         if mark then last_value_arrives(d, id, string.sub(mark, 2), KEYS[EXTRA], CFG) end
         count = count + 1

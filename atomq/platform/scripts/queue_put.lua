@@ -15,7 +15,8 @@
 --              the others keep what they hold)
 -- Returns 1 created, 0 updated; error CONFLICT for a model change of a queue
 -- that holds messages or subscribers, LASTVALUEPUBSUB or EXCLUSIVEPUBSUB for a
--- publish/subscribe queue that would be a last-value or exclusive queue, TOOMANYQUEUES for a new queue past ARGV[5],
+-- publish/subscribe queue that would be a last-value or exclusive queue, EXCLUSIVEDELAY for an
+-- exclusive queue with a delay (delay_ms: it delivers in send order), TOOMANYQUEUES for a new queue past ARGV[5],
 -- TOOMANYPATTERNS <total> when the tenant's queues would attract more patterns than ARGV[7]
 -- (their count is kept in the patterns hash's #n, counted once where an older atomq kept none).
 -- The generation tells one life of a name from the next: routes and
@@ -32,11 +33,15 @@ if model and model ~= ARGV[2] then
 end
 -- Last-value and exclusive queues are point-to-point, whether the PUT names
 -- the setting or the queue keeps it.
-local kept = redis.call('HMGET', CFG, 'lv', 'access')
-local last_value, access = kept[1], kept[2]
+local kept = redis.call('HMGET', CFG, 'lv', 'access', 'delay_ms')
+local last_value, access, delay = kept[1], kept[2], kept[3]
 for i = 8, #ARGV, 2 do
   if ARGV[i] == 'lv' then last_value = ARGV[i + 1] end
   if ARGV[i] == 'access' then access = ARGV[i + 1] end
+  if ARGV[i] == 'delay_ms' then delay = ARGV[i + 1] end
+end
+if access == 'exclusive' and tonumber(delay or '0') > 0 then
+  return redis.error_reply('EXCLUSIVEDELAY an exclusive queue delivers in send order: it delays no message')
 end
 if ARGV[2] == 'publish_subscribe' and last_value == '1' then
   return redis.error_reply('LASTVALUEPUBSUB a last-value queue is point-to-point')

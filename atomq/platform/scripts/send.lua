@@ -31,20 +31,26 @@
 --              destinations, and each destination's name in the indexes of due and
 --              oldest messages; then per message: the dedupe key index (0 = none),
 --              alone for a message of the defaults, else "<index>,<priority>,<expiry
---              ms since the epoch, 0 = none>,<time to live ms, 0 = none>"; envelope
---              JSON, document count, then per document: data, properties JSON ("" = none)
+--              ms since the epoch, 0 = none>,<time to live ms, 0 = none>[,<delay ms>]"
+--              (no delay: the queue's delay_ms); envelope JSON, document count, then
+--              per document: data, properties JSON ("" = none)
 -- A new marker's bytes count in the usage hash's `markers` until the marker
 -- expires: the ledger (hash <expiry ms> -> bytes) says when the maintenance
 -- takes them off again (due.lua).
 -- A message expires at the earliest of its expiry, its time to live and the
 -- queue's message_ttl_ms after the send; a message of the default priority
--- goes on the ready stream, any other in rz (see the prelude). One id a
+-- goes on the ready stream, any other in rz (see the prelude); a delayed one
+-- (its own delay, or else its queue's delay_ms) waits in sched (store_copies). One id a
 -- message, the same in every queue. In a last-value queue each stored message
--- then supersedes the waiting one of its key (last_value_arrives).
+-- then supersedes the waiting one of its key (last_value_arrives); in a queue
+-- whose ordering is group, a message of a group that has one out waits behind it
+-- (_lib_groups.lua).
 -- Returns the message ids in order (a repeated dedupe id returns the original id),
 -- or the error NOQUEUE <queue>, STALETOPICS when the patterns changed since the
 -- caller matched, STALESUBS <queue> when a route changed since the caller read it,
--- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota.
+-- or QUOTA <used> <limit> when storing the batch would pass the tenant's quota, or
+-- DELAYEXCLUSIVE <queue index> when a message with a delay would go to an exclusive
+-- queue (it delivers in send order; a delayed message would hold back every later one).
 -- Everything is read and checked before the first write: a refused batch
 -- changes nothing.
 -- A call whose field the request's record holds was stored before (a retry by
@@ -111,7 +117,8 @@ local sync = false        -- a queue's sends wait for the disk: the caller waits
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
   local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key', 'max_messages',
-                      'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters', 'durability')
+                      'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters', 'durability',
+                      'delay_ms', 'access', 'ordering')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
@@ -126,7 +133,8 @@ for qi = 1, nqueue do
   local qd = {cfg = cfg, gen = c[2], ttl = tonumber(c[4] or '0'), dests = {}, members = {},
               max_n = tonumber(c[7] or '0'), max_b = tonumber(c[8] or '0'), max_mb = tonumber(c[9] or '0'),
               overflow = c[10] or 'reject_new', to_dl = c[11] == '1', max_dead_letters = tonumber(c[12] or '0'),
-              add_n = 0, add_b = 0, copy_b = 0}
+              add_n = 0, add_b = 0, copy_b = 0, delay = tonumber(c[14] or '0'), exclusive = c[15] == 'exclusive',
+              grouped = c[16] == 'group'}
   if c[5] == '1' then qd.last_value_key = c[6] or '' end
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
@@ -159,6 +167,8 @@ local original = {}       -- message index -> the id a repeated dedupe id answer
 local repeat_of = {}      -- message index -> earlier message of this batch it repeats
 local starts = {}         -- message index -> ARGV position of its envelope
 local priorities = {}     -- message index -> priority
+local delays = {}         -- message index -> its own delay (ms) or nil (its queues' own)
+local delayed = false     -- a message gives a delay of its own
 local expiries = {}       -- message index -> its own expiry (ms) or nil
 local dds = {}            -- message index -> dedupe key index
 local heads = {}          -- queue index -> message index -> envelope head there
@@ -182,9 +192,11 @@ for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
   local priority, x = DEFAULT_PRIORITY, nil
   if not dd then
-    local d, p, given, ttl = string.match(ARGV[pos], '^(%d+),(%d+),(%d+),(%d+)$')
+    local d, p, given, ttl, delay = string.match(ARGV[pos], '^(%d+),(%d+),(%d+),(%d+),?(%d*)$')
     dd, priority, x, ttl = tonumber(d), tonumber(p), tonumber(given), tonumber(ttl)
     if x == 0 then x = nil end
+    delays[m] = tonumber(delay)
+    delayed = delayed or (delays[m] or 0) > 0
     if ttl > 0 and (not x or now + ttl < x) then x = now + ttl end
   end
   priorities[m], expiries[m], dds[m] = priority, x, dd
@@ -245,6 +257,12 @@ if quota > 0 and new_bytes > 0 then
   local used = tonumber(counted[1] or '0') + tonumber(counted[2] or '0')
   if used + new_bytes > quota then
     return redis.error_reply('QUOTA ' .. used .. ' ' .. quota .. ' ' .. new_bytes)
+  end
+end
+
+if delayed then
+  for qi, qd in ipairs(queues) do
+    if qd.exclusive then return redis.error_reply('DELAYEXCLUSIVE ' .. qi) end
   end
 end
 
@@ -369,7 +387,7 @@ if staged and #fresh > 0 then
   for f, m in ipairs(fresh) do
     j[#j + 1] = 'm' .. f
     j[#j + 1] = ids[m] .. '|' .. ARGV[starts[m] + 2] .. '|' .. priorities[m] .. '|' .. (expiries[m] or 0) .. '|' ..
-                ARGV[starts[m] + 1]
+                (delays[m] or '') .. '|' .. ARGV[starts[m] + 1]
   end
   call_batched('HSET', JOURNAL, j)
   redis.call('ZADD', JOURNALS, now, ARGV[10])
@@ -381,9 +399,10 @@ if #fresh > 0 then
   call_batched('HSET', DOC, doc_args)
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   if #docr_args > 0 then call_batched('HSET', DOCR, docr_args) end
-  local fresh_ids, fresh_priorities, fresh_json = {}, {}, {}
+  local fresh_ids, fresh_priorities, fresh_json, fresh_delays = {}, {}, {}, {}
   for f, m in ipairs(fresh) do
-    fresh_ids[f], fresh_priorities[f], fresh_json[f] = ids[m], priorities[m], ARGV[starts[m] + 1]
+    fresh_ids[f], fresh_priorities[f], fresh_json[f], fresh_delays[f] = ids[m], priorities[m], ARGV[starts[m] + 1],
+                                                                        delays[m]
   end
   for qi, qd in ipairs(queues) do
     local msg_args, expiry_args, first_expiry = {}, {}, nil
@@ -399,7 +418,7 @@ if #fresh > 0 then
     end
     local batch = {msg = msg_args, all = all_args, exp = expiry_args, first = first_expiry, ids = fresh_ids,
                    priorities = fresh_priorities, json = fresh_json, bytes = qd.add_b, lv = qd.last_value_key,
-                   cfg = qd.cfg}
+                   cfg = qd.cfg, due = due_times(fresh_delays, #fresh, qd.delay, now), grouped = qd.grouped}
     for i, d in ipairs(qd.dests) do
       store_copies(d, qd.members[i], batch, now, DUE, OLDEST, USAGE)
     end

@@ -11,7 +11,8 @@
 --              queue "<message_ttl_ms>|<bytes a destination holds more>|<usage
 --              bytes of a destination's copies>"; d<i> per destination "<queue
 --              index>|<generation>|<name in the indexes>"; m<j> per new message
---              "<id>|<documents>|<priority>|<own expiry ms, 0 none>|<envelope JSON>")
+--              "<id>|<documents>|<priority>|<own expiry ms, 0 none>|<own delay ms, "" none>|<envelope
+--              JSON>", where a journal written before delays has no delay part)
 -- KEYS[6]      the tenant's index of journals (name -> when last stepped, ms)
 -- KEYS[7]      the tenant's pending hash (_lib_send.lua)
 -- KEYS[8]      the request's record
@@ -43,10 +44,11 @@ if done ~= tonumber(ARGV[1]) or done + step > total then return {'m', done} end
 
 local fields = {}
 for f = 1, nfresh do fields[f] = 'm' .. f end
-local ids, ndocs, priorities, expiries, json = {}, {}, {}, {}, {}
+local ids, ndocs, priorities, expiries, delays, json = {}, {}, {}, {}, {}, {}
 for f, raw in ipairs(hmget_batched(JOURNAL, fields)) do
-  local id, n, p, x, env = string.match(raw, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
-  ids[f], ndocs[f], priorities[f], json[f] = id, tonumber(n), tonumber(p), env
+  -- An envelope's JSON starts with {: a part of digits before it is the delay.
+  local id, n, p, x, delay, env = string.match(raw, '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d*)|?(.*)$')
+  ids[f], ndocs[f], priorities[f], delays[f], json[f] = id, tonumber(n), tonumber(p), tonumber(delay), env
   if x ~= '0' then expiries[f] = tonumber(x) end
 end
 local all_args = {}
@@ -88,7 +90,7 @@ for i = 1, step do
     batches[qi] = q
   end
   local c = redis.call('HMGET', cfg, 'gen', 'lv', 'lv_key', 'max_messages', 'max_bytes', 'overflow', 'overflow_dl',
-                      'max_dead_letters')
+                      'max_dead_letters', 'delay_ms', 'ordering')
   local subscriber = string.match(member, '/(.*)$')
   local owed_n, owed_b = pending_of(PENDING, member, gen)
   pend(PENDING, member, gen, -nfresh, -q.bytes)
@@ -108,6 +110,7 @@ for i = 1, step do
     end
     if not q.msg then
       q.msg, q.exp, q.ids, q.priorities, q.json, q.all = {}, {}, ids, priorities, json, all_args
+      q.due = due_times(delays, nfresh, tonumber(c[9] or '0'), at)
       for f, id in ipairs(ids) do
         local x = expiries[f]
         if q.ttl > 0 and (not x or at + q.ttl < x) then x = at + q.ttl end
@@ -120,7 +123,7 @@ for i = 1, step do
         end
       end
     end
-    q.cfg, q.lv = cfg, nil
+    q.cfg, q.lv, q.grouped = cfg, nil, c[10] == 'group'
     if c[2] == '1' then q.lv = c[3] or '' end
     store_copies(d, member, q, at, DUE, OLDEST, USAGE)
     redis.call('HINCRBY', USAGE, 'messages', nfresh)

@@ -6,6 +6,7 @@
 -- KEYS[EXTRA + 1] the tenant's usage hash
 -- KEYS[EXTRA + 2] the tenant's due index
 -- KEYS[EXTRA + 3] this call's record: what it settled, "<done>,<dead>"
+-- KEYS[EXTRA + 4] the tenant's message counter (delayed copies that fall due take a number)
 -- ARGV[1]      action: ack | nack | release | extend
 -- ARGV[2]      action argument: nack reason, or extension or release delay in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
@@ -21,7 +22,7 @@
 -- that receipt was issued for; on an exclusive queue, only by its active
 -- consumer. Returns {done, dead} (dead: nack only).
 -- release gives a delivery back without counting it as failed: the message
--- is redelivered after the delay, its failures unchanged.
+-- is redelivered after the delay (none: ready at once), its failures unchanged.
 -- A call whose record exists ran before (the store's client sent it again after a
 -- time-out): it changes nothing and answers what it answered then.
 
@@ -46,7 +47,7 @@ local function settle()
   local now = now_ms()
   local delays = parse_delays(ARGV[3])
   -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
-  sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1])
+  sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1], KEYS[EXTRA + 4])
   if not (action == 'release' and ARGV[7] == '') then
     local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]))
     if type(turn) == 'table' then return turn end
@@ -99,11 +100,15 @@ local function settle()
         expire(d, q, id, hit_dc[i], hit_fails[i], 'f', KEYS[EXTRA + 1])
       else
         redis.call('ZREM', d.inflight, id)
-        redis.call('ZADD', d.sched, due, id)
-        redis.call('HSET', d.state, id, fmt_state(hit_dc[i], hit_fails[i], 's'))
+        if due <= now then
+          make_ready(d, id, hit_dc[i], hit_fails[i])  -- at once: a get waiting on the queue hears of it
+        else
+          redis.call('ZADD', d.sched, due, id)
+          redis.call('HSET', d.state, id, fmt_state(hit_dc[i], hit_fails[i], 's'))
+        end
       end
     end
-    due_by(KEYS[EXTRA + 2], ARGV[6], due)
+    if due > now then due_by(KEYS[EXTRA + 2], ARGV[6], due) end
     return {#hits, 0}
   end
   local requeued, dead, first_due = 0, 0, nil

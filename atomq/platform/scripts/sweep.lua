@@ -1,10 +1,11 @@
--- Moves due redeliveries to ready and fails expired deliveries (bounded), then
+-- Moves due redeliveries and delayed copies to ready and fails expired deliveries (bounded), then
 -- sets the destination's score in the due index to when it next falls due.
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..]    the destination (DEST_KEYS keys), then from KEYS[EXTRA] on:
 -- KEYS[EXTRA]     the tenant's usage hash (ack time-outs may dead-letter)
 -- KEYS[EXTRA + 1] the tenant's due index
 -- KEYS[EXTRA + 2] the tenant's index of oldest messages
+-- KEYS[EXTRA + 3] the tenant's message counter (delayed copies that fall due take a number)
 -- ARGV[1]      redelivery delays in ms, comma-separated
 -- ARGV[2]      at most this many of each kind
 -- ARGV[3]      the destination's name in the indexes ("" for none)
@@ -21,7 +22,8 @@ if q.err then
   return q
 end
 local d = dest_at(5)
-local moved = sweep_destination(d, q, parse_delays(ARGV[1]), now_ms(), tonumber(ARGV[2]), KEYS[EXTRA])
+local moved = sweep_destination(d, q, parse_delays(ARGV[1]), now_ms(), tonumber(ARGV[2]), KEYS[EXTRA],
+                                KEYS[EXTRA + 3])
 if member ~= '' then
   local first = next_due(d)
   if first then

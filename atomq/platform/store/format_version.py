@@ -11,7 +11,7 @@ from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.keys import FORMAT_VERSION_KEY
 from atomq.platform.store.storage import STORE_ERRORS
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 9
 """1: the first. 2: usage counts the store's per-message bookkeeping (``atomq.platform.queues.footprint``),
 and the maintenance works from per-tenant indexes of due destinations: data of format 1 has its
 usage recounted and its indexes built (``QueueServer``) before a node serves it. 3: an envelope's
@@ -26,7 +26,13 @@ entry is in the tenant's own slot (``keys.api_key_table``), which an older atomq
 malformed; the entries of older keys stay where they are and keep working. 7: a delivery's in-flight
 state keeps when it was made and who holds it (``f<since ms>,<holder>``, see ``_lib_state.lua``), which an
 older atomq would not take for in flight (it could not ack it); a bare ``f`` of format 6 reads as
-a delivery of unknown holder and time."""
+a delivery of unknown holder and time. 8: a copy its send delays waits in the schedule never
+delivered (state ``0|0|s``), counted in ``D:delayed``, and joins the ready ones with a new sequence
+number; an older atomq would make it ready at its send's place and leave the count behind. Data of
+format 7 holds no delayed copy and is read as it is (the migration's recount sets the counts). 9: a
+message of a group may wait behind its group's head (state ``w<place>``, in ``D:gw``, see
+``_lib_groups.lua``), which an older atomq would never deliver; data of format 8 has no groups and
+is read as it is."""
 
 
 def check_format(client: RedisClient) -> int:

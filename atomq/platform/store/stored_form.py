@@ -71,8 +71,8 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
     Layouts (see get.lua and browse.lua): a delivery is id, delivery count,
     envelope, then data and properties per document; a browsed message or
     dead letter has its state (``count|failures|where``) in place of the
-    count, a dead letter ends with reason and time, and a browsed message
-    in flight with its ack deadline in ms. The envelope is
+    count, a dead letter ends with reason and time, a browsed message
+    in flight with its ack deadline in ms, and a scheduled one with its due time in ms. The envelope is
     ``<head>|<JSON>``, the head ``<document count>[,<priority>[,<expiry ms>]]``;
     document ids are ``<message id>.<k>`` and a message id starts with its
     send time in ms, so neither travels.
@@ -116,6 +116,10 @@ def decode_messages(reply: list[Any], pos: int, count: int, cls: type) -> list[A
             pos += 1
             out.append(BrowsedMessage(**common, state=MessageState.IN_FLIGHT, holder=holder,
                                       delivered_at=delivered_at, deadline=deadline))
+        elif where[:1] == "s":
+            due_at = float(reply[pos]) / 1000 if reply[pos] else None
+            pos += 1
+            out.append(BrowsedMessage(**common, state=MessageState.SCHEDULED, due_at=due_at))
         else:
             out.append(BrowsedMessage(**common, state=STATE_BY_TAG[where[:1]]))
     return out

@@ -51,9 +51,43 @@ def _last_value_problems(r: Any, d: k.DestinationKeys, states: dict[str, str]) -
         problems.append(f"{d.base}: last-value entries of messages it does not hold")
     if any(entries.get(f"i:{msg_id}") != f"={key}" for key, msg_id in current.items()):
         problems.append(f"{d.base}: a current last value that is not a message of its key")
-    waiting = Counter(keys[i] for i in keys if i in states and states[i].split("|", 2)[2][:1] in "rzs")
+    waiting = Counter(keys[i] for i in keys if i in states and states[i].split("|", 2)[2][:1] in "rzsw")
     if any(n > 1 for n in waiting.values()):
         problems.append(f"{d.base}: two waiting messages of one last-value key")
+    return problems
+
+
+def _group_of(env: str) -> str | None:
+    """A stored envelope's group (its JSON's "g")."""
+    group = json.loads(env.split("|", 1)[1]).get("g")
+    return group if isinstance(group, str) else None
+
+
+def _group_problems(r: Any, d: k.DestinationKeys, envs: dict[str, str], states: dict[str, str]) -> list[str]:
+    """Message groups (``_lib_groups.lua``): each group's head is a message of that group that is
+    out (ready, in flight or scheduled); each waiting message is of a group whose head is out,
+    and waits in the waiting set under its group, at the place its state names. (A group may have
+    more than its head out: those sent before its queue's ordering became ``group``, and delayed
+    copies, which join their group when they fall due.)"""
+    wheres = {msg_id: state.split("|", 2)[2] for msg_id, state in states.items()}
+    tag = {msg_id: where[:1] for msg_id, where in wheres.items()}
+    heads = {g.decode(): i.decode() for g, i in r.hgetall(d.groups).items()}
+    problems = []
+    for group, msg_id in heads.items():
+        if tag.get(msg_id, "") not in ("r", "z", "f", "s") or _group_of(envs[msg_id]) != group:
+            problems.append(f"{d.base}: group {group!r}'s head {msg_id} is not a message of it that is out")
+    waiting = set()
+    for member in (m.decode() for m in r.zrange(d.group_waiting, 0, -1)):
+        group, _, rest = member.partition("\0")
+        msg_id = rest[17:]
+        waiting.add(msg_id)
+        place = wheres.get(msg_id, "")[1:]
+        if tag.get(msg_id) != "w" or _group_of(envs[msg_id]) != group or group not in heads or \
+                not place.isdigit() or rest[:17] != f"{int(place):016d}|":
+            problems.append(f"{d.base}: {member!r} waits in the group set but is not a waiting message of a "
+                            "group whose head is out")
+    if waiting != {msg_id for msg_id, t in tag.items() if t == "w"}:
+        problems.append(f"{d.base}: the group waiting set and the states disagree")
     return problems
 
 
@@ -77,6 +111,11 @@ def _envelopes_and_states(r: Any, d: k.DestinationKeys) -> tuple[dict[str, str],
     envs = {i.decode(): v.decode() for i, v in r.hgetall(d.msg).items()}
     states = {i.decode(): v.decode() for i, v in r.hgetall(d.state).items()}
     return envs, states
+
+
+def _delayed_count(states: dict[str, str]) -> int:
+    """The copies waiting out their send's delay: scheduled, never delivered (delivery count 0)."""
+    return sum(1 for state in states.values() if state.startswith("0|") and state.split("|", 2)[2][:1] == "s")
 
 
 def _doc_count(env: str) -> int:
@@ -179,7 +218,13 @@ def repair_usage(client: Any, tenant: str) -> dict[str, int]:
     stored, markers, copies = _recount(client, tk)
     client.hset(tk.usage, mapping={"bytes": stored, "markers": markers, "messages": copies})
     for d in _destinations(client, tk):
-        client.set(d.held, _held_bytes(client, tk, *_envelopes_and_states(client, d)))
+        envs, states = _envelopes_and_states(client, d)
+        client.set(d.held, _held_bytes(client, tk, envs, states))
+        delayed = _delayed_count(states)
+        if delayed:
+            client.set(d.delayed, delayed)
+        else:
+            client.delete(d.delayed)
     return {"stored_bytes": stored + markers, "messages": copies}
 
 
@@ -200,7 +245,7 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         sched = {m.decode() for m in r.zrange(d.sched, 0, -1)}
         ranked = {m.decode() for m in r.zrange(d.ordered, 0, -1)}
         expiring = {m.decode() for m in r.zrange(d.expiry, 0, -1)}
-        seen: dict[str, set[str]] = {"r": set(), "z": set(), "d": set(), "f": set(), "s": set()}
+        seen: dict[str, set[str]] = {"r": set(), "z": set(), "d": set(), "f": set(), "s": set(), "w": set()}
         for msg_id, state in states.items():
             where = state.split("|", 2)[2]
             tag, entry = where[:1], where[1:]
@@ -219,12 +264,16 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
             problems.append(f"{d.base}: in-flight set and states disagree")
         if sched != seen["s"]:
             problems.append(f"{d.base}: schedule and states disagree")
+        delayed, waiting = int(r.get(d.delayed) or 0), _delayed_count(states)
+        if delayed != waiting:
+            problems.append(f"{d.base}: the delayed count says {delayed}, the schedule holds {waiting} never delivered")
         if ranked != seen["z"]:
             problems.append(f"{d.base}: ordered ready set and states disagree")
-        if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"]:
+        if not expiring <= seen["r"] | seen["z"] | seen["s"] | seen["f"] | seen["w"]:
             problems.append(f"{d.base}: the expiry index names messages that are not waiting or in flight")
         problems += _index_problems(r, tk, d)
         problems += _last_value_problems(r, d, states)
+        problems += _group_problems(r, d, envs, states)
         held, holding = int(r.get(d.held) or 0), _held_bytes(r, tk, envs, states)
         if held != holding:
             problems.append(f"{d.base}: held bytes say {held}, the messages hold {holding}")
