@@ -20,6 +20,7 @@ import builtins
 import hmac
 import logging
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from atomq import defaults
@@ -56,13 +57,8 @@ NAME_CLAIM_TRIES = 5
 
 
 def _batches(items: Iterable[Any]) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == BATCH:
-            yield batch
-            batch = []
-    if batch:
+    rest = iter(items)
+    while batch := list(islice(rest, BATCH)):
         yield batch
 
 
@@ -366,10 +362,9 @@ class TenantStore:
         current form: its key id names its tenant, and its entry is in that tenant's slot, so the
         script of the request's operation can carry the check (``atomq.platform.store.carried_check``;
         the same one read, nothing cached, so a revoked key fails at once). The claim names the
-        key's own tenant only: a key id that names another tenant makes a check of that tenant's
-        entry, which the key's secret must match. None for any other string (the owner's key, an
-        execution token, a key issued before format 6, a malformed one): :meth:`authenticate`
-        tells who those act as."""
+        key's own tenant only: a key id naming another tenant checks that tenant's entry, which the
+        key's secret must match. None for any other string (the owner's key, an execution token, a
+        key issued before format 6, a malformed one): :meth:`authenticate` tells who those are."""
         match = api_keys.API_KEY.fullmatch(api_key) if isinstance(api_key, str) else None
         if match is None:
             return None
