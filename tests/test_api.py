@@ -209,7 +209,8 @@ def test_queue_create_update_list_get_delete(acme) -> None:
                                                 "superseded", "dropped"], 0),
                        "held_bytes": 0, "max_messages": 0, "max_bytes": 0, "max_message_bytes": 0,
                        "max_dead_letters": 0, "overflow": "reject_new", "overflow_to_dead_letters": False,
-                       "durability": "async", "delayed": 0, "delay_s": 0.0, "ordering": "none"}
+                       "durability": "async", "delayed": 0, "delay_s": 0.0, "ordering": "none",
+                       "dead_letter_queue": ""}
     assert acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "max_redeliveries": 2}, 200)[
         "max_redeliveries"] == 2
     kept = acme("PUT", "/v1/queues/orders", {"model": "point_to_point", "ack_timeout_s": 5}, 200)
@@ -688,6 +689,30 @@ def test_a_sync_queue_answers_once_synced_and_503_not_durable_is_safe_to_retry(o
     assert acme("GET", "/v1/queues/ledger", status=200)["depth"] == 1
     assert owner("GET", "/v1/server", status=200)["sync_timeout_ms"] == 2000
     assert acme("PUT", "/v1/queues/ledger", {"model": "point_to_point", "durability": "always"}, 400)
+
+
+def test_dead_letters_move_to_the_queue_a_queue_names_and_no_other_tenants(acme, other) -> None:
+    acme("PUT", "/v1/queues/parked", {"model": "point_to_point"}, 201)
+    made = acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "max_redeliveries": 0,
+                                           "dead_letter_queue": "parked"}, 201)
+    assert made["dead_letter_queue"] == "parked"
+    (msg_id,) = send(acme, "jobs", "work")
+    acme("POST", "/v1/queues/jobs/get", {}, 200)
+    assert acme("POST", "/v1/queues/jobs/nack", {"ids": [msg_id], "reason": "boom"}, 200) == {
+        "requeued": 0, "dead_lettered": 1}
+    (moved,) = acme("POST", "/v1/queues/parked/get", {}, 200)["messages"]
+    assert (moved["id"], moved["delivery_count"], moved["properties"]) == (msg_id, 1, {
+        "dead_letter_reason": "boom", "dead_letter_source": "jobs", "dead_letter_delivery_count": 1})
+    assert acme("GET", "/v1/queues/jobs", status=200)["dead_letters"] == 0
+    acme("PUT", "/v1/queues/feed", {"model": "publish_subscribe"}, 201)
+    for target, status in (("jobs", 400), ("feed", 400), ("nowhere", 400), ("bad name!", 400)):
+        error = acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "dead_letter_queue": target}, status)
+        assert error["error"]["details"]["field"] == "dead_letter_queue", target
+    other("PUT", "/v1/queues/theirs", {"model": "point_to_point"}, 201)
+    error = acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "dead_letter_queue": "theirs"}, 400)
+    assert "does not exist" in error["error"]["message"], "another tenant's queue is no queue of this one"
+    cleared = acme("PUT", "/v1/queues/jobs", {"model": "point_to_point", "dead_letter_queue": ""}, 200)
+    assert cleared["dead_letter_queue"] == ""
 
 
 # -- destination limits (v1.1) -------------------------------------------------------------

@@ -331,6 +331,23 @@ def test_an_exclusive_queue_serves_one_consumer_at_a_time(tenant_env: dict[str, 
     assert missing.returncode != 0 and "consumer" in missing.stderr
 
 
+def test_a_queues_dead_letters_move_to_the_queue_it_names(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "parked")
+    made = json.loads(ok("queues", "create", "jobs", "--max-redeliveries", "0", "--dead-letter-queue", "parked",
+                         "--json"))
+    assert made["dead_letter_queue"] == "parked"
+    assert "parked" in ok("queues", "show", "jobs")
+    ok("send", "jobs", "work")
+    got = json.loads(ok("get", "jobs", "--json"))
+    ok("nack", "jobs", got[0]["id"], "--reason", "boom")
+    [moved] = json.loads(ok("get", "parked", "--json"))
+    assert moved["properties"]["dead_letter_reason"] == "boom" and moved["properties"]["dead_letter_source"] == "jobs"
+    refused = run("queues", "create", "jobs", "--dead-letter-queue", "nowhere", env=tenant_env)
+    assert refused.returncode != 0 and "does not exist" in refused.stderr
+    assert json.loads(ok("queues", "create", "jobs", "--dead-letter-queue", "", "--json"))["dead_letter_queue"] == ""
+
+
 def test_a_queue_ordered_by_group_holds_each_group_while_one_of_it_is_out(tenant_env: dict[str, str]) -> None:
     ok = succeeding(tenant_env)
 

@@ -34,6 +34,7 @@ def test_the_tenant_page_says_what_each_queue_is(page: Page, node: InProcessNode
     tenant.api.put_queue("events", topics=["shop/>", "billing/*"], message_ttl_s=600, on_expire="discard",
                          max_redeliveries=1, ack_timeout_s=5)
     tenant.api.put_queue("bounded", max_messages=1, max_bytes=2048)
+    tenant.api.put_queue("jobs", dead_letter_queue="plain")
     sign_in(page, node, tenant.key)
     expected = {
         "plain": ("-", "-"),
@@ -41,6 +42,7 @@ def test_the_tenant_page_says_what_each_queue_is(page: Page, node: InProcessNode
         "prices": ("last-value by sku", "-"),
         "events": ("TTL 10 minutes, then discarded; at most 1 redelivery; ack time-out 5 s", "shop/>, billing/*"),
         "bounded": ("holds at most 1 message and 2.0 KiB", "-"),
+        "jobs": ("dead letters to plain", "-"),
     }
     for name, (settings, topics) in expected.items():
         row = page.locator("table#queues tbody tr", has=page.get_by_role("link", name=name, exact=True))
@@ -51,6 +53,11 @@ def test_the_tenant_page_says_what_each_queue_is(page: Page, node: InProcessNode
     expect(page.get_by_text("at most 1 redelivery;")).to_be_visible()
     page.goto(queue_url(node, tenant.id, "bounded"))
     expect(page.locator("#limits")).to_contain_text("Holds at most 1 message and 2.0 KiB not yet acked")
+    expect(page.locator("#dead-letter-queue")).to_contain_text("stay in this queue's own dead letter queue")
+    page.goto(queue_url(node, tenant.id, "jobs"))
+    expect(page.locator("#dead-letter-queue")).to_contain_text("Dead letters move to the queue plain")
+    page.locator("#dead-letter-queue").get_by_role("link", name="plain").click()
+    expect(page.get_by_role("heading", name="Queue plain")).to_be_visible()
 
 
 def test_a_queue_ordered_by_group_says_so_and_shows_each_messages_group(page: Page, node: InProcessNode,

@@ -65,7 +65,7 @@ def test_queue_attributes_are_the_native_settings(sqs: Any, tenant: tuple[AtomqC
     assert (defaults["VisibilityTimeout"], defaults["MessageRetentionPeriod"], defaults["MaximumMessageSize"],
             defaults["DelaySeconds"]) == ("30", "345600", "262144", "0")
     for attributes, code in (({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
-                             ({"RedrivePolicy": '{"maxReceiveCount": "2"}'}, "InvalidAttributeName"),
+                             ({"RedrivePolicy": '{"maxReceiveCount": "2"}'}, "InvalidParameterValue"),
                              ({"QueueArn": "x"}, "InvalidAttributeName"),
                              ({"DelaySeconds": "901"}, "InvalidAttributeValue"),
                              ({"VisibilityTimeout": "43201"}, "InvalidAttributeValue"),

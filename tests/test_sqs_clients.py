@@ -19,6 +19,7 @@ import pytest
 from atomq.client import AtomqClient
 from support.served_node import AtomqServe, ServeFactory
 from support.sqs import sqs_tenant
+from support.waiting import wait_until
 
 JS_SDK = "@aws-sdk/client-sqs@3"
 
@@ -71,6 +72,37 @@ def test_the_aws_cli(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]
     assert aws("list-queue-tags", "--queue-url", url)["Tags"] == {"team": "cli"}
     aws("delete-queue", "--queue-url", url)
     assert "from-cli" not in [q["name"] for q in native.queues()]
+
+
+def test_the_aws_cli_redrives_a_dead_letter_queue(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]],
+                                                   tmp_path: Path) -> None:
+    native, pair = tenant
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": pair["access_key_id"], "AWS_SECRET_ACCESS_KEY": pair["secret_access_key"],
+           "AWS_DEFAULT_REGION": "eu-west-3", "AWS_CONFIG_FILE": str(tmp_path / "config"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials")}
+    env.pop("AWS_PROFILE", None)
+
+    def aws(*args: str) -> Any:
+        done = subprocess.run([aws_cli(), "sqs", *args, "--endpoint-url", node.url, "--output", "json"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.strip() else {}
+
+    dlq = aws("create-queue", "--queue-name", "cli-dlq")["QueueUrl"]
+    dlq_arn = aws("get-queue-attributes", "--queue-url", dlq, "--attribute-names", "QueueArn")["Attributes"]["QueueArn"]
+    url = aws("create-queue", "--queue-name", "cli-work")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
+    aws("set-queue-attributes", "--queue-url", url, "--attributes", json.dumps({"RedrivePolicy": policy}))
+    assert aws("list-dead-letter-source-queues", "--queue-url", dlq)["queueUrls"] == [url]
+    aws("send-message", "--queue-url", url, "--message-body", "fails once")
+    aws("receive-message", "--queue-url", url, "--visibility-timeout", "0")
+    assert native.queue("cli-dlq")["depth"] == 1 and native.queue("cli-work")["depth"] == 0
+    assert aws("start-message-move-task", "--source-arn", dlq_arn)["TaskHandle"]
+
+    def completed() -> bool:
+        return bool(aws("list-message-move-tasks", "--source-arn", dlq_arn)["Results"][0]["Status"] == "COMPLETED")
+    wait_until(completed, 30, "the move task")
+    assert native.queue("cli-work")["depth"] == 1 and native.queue("cli-dlq")["depth"] == 0
 
 
 SCRIPT = r"""

@@ -25,13 +25,15 @@ from support.served_node import AtomqServe, ServeFactory
 PARAMETERS = ("QueueUrl", "QueueName", "Attributes", "AttributeNames", "MessageBody", "MessageAttributes",
               "DelaySeconds", "MaxNumberOfMessages", "WaitTimeSeconds", "VisibilityTimeout", "ReceiptHandle",
               "Entries", "Tags", "TagKeys", "tags", "MaxResults", "NextToken", "QueueNamePrefix",
-              "MessageAttributeNames", "MessageSystemAttributeNames", "QueueOwnerAWSAccountId", "Id")
+              "MessageAttributeNames", "MessageSystemAttributeNames", "QueueOwnerAWSAccountId", "Id", "SourceArn",
+              "DestinationArn", "MaxNumberOfMessagesPerSecond", "TaskHandle")
 QUERY_NAMES = ("QueueUrl", "QueueName", "MessageBody", "Attribute.1.Name", "Attribute.1.Value", "AttributeName.1",
                "MessageAttribute.1.Name", "MessageAttribute.1.Value.DataType", "MessageAttribute.1.Value.StringValue",
                "SendMessageBatchRequestEntry.1.Id", "SendMessageBatchRequestEntry.1.MessageBody",
                "DeleteMessageBatchRequestEntry.x.Id", "Tag.1.Key", "Tag.1.Value", "TagKey.1", "ReceiptHandle",
-               "VisibilityTimeout", "MaxNumberOfMessages", "Attribute.1", "Attribute")
-ACTIONS = sorted(HANDLERS) + ["AddPermission", "ListDeadLetterSourceQueues", "", "Nope"]
+               "VisibilityTimeout", "MaxNumberOfMessages", "Attribute.1", "Attribute", "SourceArn", "DestinationArn",
+               "MaxNumberOfMessagesPerSecond", "TaskHandle")
+ACTIONS = sorted(HANDLERS) + ["AddPermission", "RemovePermission", "", "Nope"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,9 @@ def not_a_long_wait(value: Any) -> bool:
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=False),
                     st.text(max_size=30), st.sampled_from(["All", ".*", "a.*", "String", "Binary", "0", "60",
-                                                           "43200", "x~1", "1-0~1", "aws:x"]))
+                                                           "43200", "x~1", "1-0~1", "aws:x",
+                                                           "arn:aws:sqs:us-east-1:123456789012:target",
+                                                           '{"redrivePermission": "byQueue"}']))
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(PARAMETERS + ("DataType", "StringValue",
                                                                                "BinaryValue")) | st.text(max_size=8),

@@ -22,7 +22,8 @@ blp = ApiBlueprint("queues", __name__, url_prefix="/v1/queues", description="Que
 
 QUEUE_SETTINGS = ("max_redeliveries", "ack_timeout_s", "message_ttl_s", "on_expire", "topics", "last_value",
                   "last_value_key", "access", "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters",
-                  "overflow", "overflow_to_dead_letters", "durability", "delay_s", "ordering")
+                  "overflow", "overflow_to_dead_letters", "durability", "delay_s", "ordering",
+                  "dead_letter_queue")
 """The settings a PUT may name; one it leaves out is kept."""
 
 

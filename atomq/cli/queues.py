@@ -80,6 +80,11 @@ def queues_list(c: AtomqClient) -> None:
 @click.option("--overflow-to-dead-letters/--no-overflow-to-dead-letters", default=None,
               help="Messages the overflow drops go to the dead letter queue (reason overflow). Left out: kept "
                    "(a new queue: no).")
+@click.option("--dead-letter-queue", metavar="QUEUE",
+              help="Another point-to-point queue that the queue's dead letters move to, as ordinary messages "
+                   "with their reason (properties dead_letter_reason, dead_letter_source, "
+                   "dead_letter_delivery_count); \"\": the queue's own dead letters. Left out: kept (a new "
+                   "queue: its own).")
 @connection_options
 def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int | None, ack_timeout_s: float | None,
                   topics: tuple[str, ...], no_topics: bool, message_ttl_s: float | None,
@@ -105,7 +110,7 @@ def queues_create(c: AtomqClient, name: str, model: str, max_redeliveries: int |
 
 
 LIMITS = ("max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-          "overflow_to_dead_letters", "durability")
+          "overflow_to_dead_letters", "durability", "dead_letter_queue")
 
 
 @queues.command("show")

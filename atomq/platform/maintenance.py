@@ -27,6 +27,8 @@ from typing import Protocol
 from atomq.errors import NotFound, StorageError
 from atomq.platform.background import MAX_BACKOFF_S, HealthBoard, describe, run_loop
 from atomq.platform.queues.components import Components
+from atomq.platform.queues.dead_letter_targets import STALE_ERRORS, DeadLetterTargets
+from atomq.platform.queues.move_tasks import MoveTasks
 from atomq.platform.queues.names import check_tenant_id
 from atomq.platform.queues.send_journal import STALE_MS, SendJournals
 from atomq.platform.shared import ChunkBudget, Shared, docs_and_config, queue_not_found
@@ -58,14 +60,16 @@ TENANTS_PER_READ = 100
 class DueWork:
     """One tenant's maintenance due now: destinations (by index name) to sweep, destinations
     holding messages past the retention, removals under way, the bytes of expired
-    de-duplication markers just taken off its usage, and the chunked sends whose requests left
-    them untouched (``send_journal``: their journals' names)."""
+    de-duplication markers just taken off its usage, the chunked sends whose requests left
+    them untouched (``send_journal``: their journals' names), and move tasks to step."""
 
     due: list[str]
     old: list[str]
     removals: list[str]
     marker_bytes: int
     journals: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)
+    """Move tasks (``move_tasks``) whose next step is due, by id."""
 
 
 class Maintained(store_sizes.Measured, Protocol):
@@ -80,9 +84,11 @@ class Maintained(store_sizes.Measured, Protocol):
 class Maintenance:
     """The maintenance work of every tenant, one idempotent script at a time."""
 
-    def __init__(self, shared: Shared, components: Components) -> None:
+    def __init__(self, shared: Shared, components: Components, targets: DeadLetterTargets, moves: MoveTasks) -> None:
         self._shared = shared
         self._components = components
+        self._targets = targets
+        self._moves = moves
         self._journals = SendJournals(shared)
 
     def migrate_older_format(self) -> None:
@@ -127,17 +133,20 @@ class Maintenance:
     def _sweep(self, tk: k.TenantKeys, qk: k.QueueKeys, d: k.DestinationKeys,
                budget: ChunkBudget | None = None) -> int:
         moved = 0
+        s = self._shared.settings
+
+        def chunk(target: list[str]) -> int:
+            return int(self._shared.storage.run(
+                "sweep", docs_and_config(tk, qk) + d.as_list() + [tk.usage, tk.due, tk.oldest, tk.seq, *target],
+                [s.delays_ms_arg, s.chunk_size, d.member],
+                errors={"NOQUEUE": lambda _: queue_not_found(qk.name), **STALE_ERRORS}))
         while budget is None or budget.take():
             try:
-                n = int(self._shared.storage.run("sweep", docs_and_config(tk, qk) + d.as_list()
-                                                 + [tk.usage, tk.due, tk.oldest, tk.seq],
-                                                 [self._shared.settings.delays_ms_arg, self._shared.settings.chunk_size,
-                                                  d.member],
-                                                 errors={"NOQUEUE": lambda _: queue_not_found(qk.name)}))
+                n = self._targets.retrying(tk, qk, chunk)
             except NotFound:
                 return moved  # removed since it was indexed; the script took it out of the indexes
             moved += n
-            if n < self._shared.settings.chunk_size:
+            if n < s.chunk_size:
                 return moved
         return moved  # what is still due stays in the due index: the next round goes on
 
@@ -169,22 +178,23 @@ class Maintenance:
         ``tenants`` in one round trip (one a node on a cluster); takes expired de-duplication markers off their usage."""
         args = [round(self._shared.settings.document_retention_s * 1000), limit, STALE_MS]
         calls = [(t, k.TenantKeys(check_tenant_id(t))) for t in tenants]
-        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting, tk.send_journals] for t, tk in calls}
+        keys = {t: [tk.due, tk.oldest, tk.marker_ledger, tk.usage, tk.deleting, tk.send_journals, tk.move_tasks(due=True)]
+                for t, tk in calls}
         replies = self._shared.storage.run_many("due", [(keys[tenant], args) for tenant, _ in calls])
         out = {}
         for (tenant, _), reply in zip(calls, replies):
             if isinstance(reply, Exception):  # that call failed (run_many already ran a missing script again): once more alone, to raise its error
                 reply = self._shared.storage.run("due", keys[tenant], args)
-            due, old, removals, freed, stale = reply
+            due, old, removals, freed, stale, moves = reply
             out[tenant] = DueWork(due=[m.decode() for m in due], old=[m.decode() for m in old],
                                   removals=[m.decode() for m in removals], marker_bytes=int(freed),
-                                  journals=[m.decode() for m in stale])
+                                  journals=[m.decode() for m in stale], moves=[m.decode() for m in moves])
         return out
 
     def maintain(self, tenant: str, work: DueWork | None = None) -> dict[str, int]:
         """One round of maintenance for one tenant: finishes chunked sends their requests left
         and removals, sweeps the destinations that have something due, purges those holding
-        messages past the retention.
+        messages past the retention, and steps the move tasks that are due.
 
         Visits only what the tenant's indexes say is due, so an idle queue costs
         nothing and a tenant with many queues does not slow the others' rounds; and
@@ -202,8 +212,9 @@ class Maintenance:
         if work.old:
             cutoff_ms = self._retention_cutoff_ms()
             purged = sum(self._purge(tk, *tk.destination_named(m), cutoff_ms, budget) for m in work.old)
+        tasks_moved = sum(self._moves.step(tk, task, budget) for task in work.moves)
         return {"removals": finished, "moved": moved, "purged": purged, "marker_bytes": work.marker_bytes,
-                "sends_finished": sends}
+                "sends_finished": sends, "tasks_moved": tasks_moved}
 
 
 def maintain_all(qs: Maintained) -> dict[str, int]:
@@ -213,11 +224,11 @@ def maintain_all(qs: Maintained) -> dict[str, int]:
     trip, and works only on that: a round costs about one script call per
     idle tenant, whatever its number of queues.
     """
-    totals = {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0, "sends_finished": 0}
+    totals = {"removals": 0, "moved": 0, "purged": 0, "marker_bytes": 0, "sends_finished": 0, "tasks_moved": 0}
     tenants = qs.tenants()
     for start in range(0, len(tenants), TENANTS_PER_READ):
         for tenant, work in qs.due_work(tenants[start:start + TENANTS_PER_READ]).items():
-            if not (work.due or work.old or work.removals or work.marker_bytes or work.journals):
+            if not (work.due or work.old or work.removals or work.marker_bytes or work.journals or work.moves):
                 continue
             try:
                 for name, count in qs.maintain(tenant, work).items():

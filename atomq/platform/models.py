@@ -24,6 +24,11 @@ DEFAULT_PRIORITY = defaults.DEFAULT_PRIORITY
 # Priority and expiry live in the envelope's head instead, where the scripts read them.
 ENVELOPE_FIELDS = (("dedupe_id", "dd"), ("traceparent", "tp"), ("topic", "t"), ("group", "g"))
 _BARE_ENVELOPE_BYTES = BARE_ENVELOPE.encode()
+DEAD_LETTER_PROPERTIES = ("dead_letter_reason", "dead_letter_source", "dead_letter_delivery_count")
+"""The properties a message moved to its queue's ``dead_letter_queue`` has there: why it became a dead
+letter, the queue (``Q``, or ``Q/S`` for a subscriber) it left, and the deliveries it had there. The
+scripts keep them apart from the sender's own properties (``_lib_failures.lua``, ``dead_letter_record``),
+so a move task that brings the message back restores those as they were."""
 
 
 def topic_envelope(topic: str) -> str:
@@ -159,10 +164,17 @@ class Envelope:
 
     @classmethod
     def from_json(cls, raw: bytes, priority: int = DEFAULT_PRIORITY, expires_at: float | None = None) -> Envelope:
+        """The envelope of its stored JSON. A message that a queue's ``dead_letter_queue`` moved
+        carries the record of that move (field ``dl``: reason, the destination it left, its delivery
+        count there), which reads as its ``DEAD_LETTER_PROPERTIES``."""
         if raw == _BARE_ENVELOPE_BYTES:  # the common case, without a JSON parse
             return cls(properties={}, priority=priority, expires_at=expires_at)
         env = json.loads(raw)
-        return cls(properties=env.get("p", {}), version=env.get("v", ENVELOPE_VERSION), priority=priority,
+        properties = env.get("p", {})
+        moved = env.get("dl")
+        if isinstance(moved, list) and len(moved) == len(DEAD_LETTER_PROPERTIES):
+            properties = {**properties, **dict(zip(DEAD_LETTER_PROPERTIES, moved))}
+        return cls(properties=properties, version=env.get("v", ENVELOPE_VERSION), priority=priority,
                    expires_at=expires_at, **{name: env.get(short) for name, short in ENVELOPE_FIELDS})
 
     def optional_fields(self) -> dict[str, Any]:
@@ -356,6 +368,8 @@ class QueueInfo:
     """Each message sent to the queue waits this long before its first delivery, unless it gives
     a delay of its own."""
     ordering: QueueOrdering = QueueOrdering.NONE
+    dead_letter_queue: str = ""
+    """The point-to-point queue its dead letters move to, as ordinary messages ("": its own dead letters)."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ from __future__ import annotations
 from atomq.errors import FormatVersionError, StorageError
 from atomq.platform.maintenance import DueWork, Maintenance
 from atomq.platform.queues.components import Components
+from atomq.platform.queues.dead_letter_targets import DeadLetterTargets
 from atomq.platform.queues.delivery import Deliveries
 from atomq.platform.queues.management import Management
+from atomq.platform.queues.move_tasks import MoveTasks
 from atomq.platform.queues.queue_fields import QueueFields
 from atomq.platform.queues.queue_settings import QueueSettings
 from atomq.platform.queues.routes import Routes
@@ -56,13 +58,15 @@ class QueueServer:
         self.storage.scripts.load_all(client)
         self.counters = MessageCounters(self.storage)
         routes = Routes(self._shared)
-        components = Components(self._shared, routes)
+        targets = DeadLetterTargets(self._shared)
+        components = Components(self._shared, routes, targets)
         management = Management(self._shared, routes, components)
         self.topic_matchers = TopicIndex(self._shared)
         """The tenants' topic matchers this server caches (and how often it rebuilt or updated one)."""
         sending = Sending(self._shared, routes, management, self.topic_matchers)
-        deliveries = Deliveries(self._shared, components)
-        maintenance = Maintenance(self._shared, components)
+        deliveries = Deliveries(self._shared, components, targets)
+        moves = MoveTasks(self._shared, components)
+        maintenance = Maintenance(self._shared, components, targets, moves)
 
         self.put_queue = components.put_queue
         self.fields = QueueFields(self._shared)
@@ -100,6 +104,11 @@ class QueueServer:
         self.resend_dead_letters = management.resend_dead_letters
         self.usage = management.usage
         self.total_usage = management.total_usage
+
+        self.start_move_task = moves.start
+        self.cancel_move_task = moves.cancel
+        self.move_task = moves.of
+        self.move_tasks = moves.list
 
         self.sweep = maintenance.sweep
         self.purge = maintenance.purge

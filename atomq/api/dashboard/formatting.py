@@ -47,7 +47,8 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 def queue_settings(info: QueueInfo) -> list[str]:
     """What tells a queue apart from the others, in short phrases for a table's cell: exclusive,
-    ordered by group, last-value, expiry, limits, durability, and its redeliveries and ack time-out where they
+    ordered by group, last-value, expiry, limits, durability, where its dead letters go, and its
+    redeliveries and ack time-out where they
     are not a new queue's. Its model and topics have columns of their own."""
     out = []
     if info.access is QueueAccess.EXCLUSIVE:
@@ -66,6 +67,8 @@ def queue_settings(info: QueueInfo) -> list[str]:
         out.append(f"holds at most {' and '.join(held)}")
     if info.durability is Durability.SYNC:
         out.append("sends synced to disk")
+    if info.dead_letter_queue:
+        out.append(f"dead letters to {info.dead_letter_queue}")
     if info.max_redeliveries != defaults.MAX_REDELIVERIES:
         out.append(f"at most {plural(info.max_redeliveries, 'redelivery', 'redeliveries')}")
     if info.ack_timeout_s != defaults.ACK_TIMEOUT_S:

@@ -62,6 +62,13 @@ class QueuePutSchema(Strict):
     overflow_to_dead_letters = Bool(metadata={"description": "messages the overflow drops go to the dead letter "
                                                              "queue with reason overflow. Left out: kept (a new "
                                                              "queue: false)"})
+    dead_letter_queue = fields.String(
+        validate=validate.Length(max=128),
+        metadata={"description": "another point-to-point queue of the tenant (not a last-value one) that the "
+                                 "queue's dead letters move to, as ordinary messages with the properties "
+                                 "dead_letter_reason, dead_letter_source and dead_letter_delivery_count; a "
+                                 "dead letter it cannot take (full, gone) stays in the queue's own. \"\": the "
+                                 "queue's own dead letters. Left out: kept (a new queue: \"\")"})
     durability = fields.String(validate=validate.OneOf([d.value for d in Durability]),
                                metadata={"description": "async: a send is answered once the store holds it in "
                                                         "memory and in its append-only file (synced every second); "
@@ -143,6 +150,8 @@ class QueueSchema(CountsSchema):
     durability = fields.String(required=True, validate=validate.OneOf([d.value for d in Durability]))
     delay_s = fields.Float(required=True, metadata={"description": "the delay of a message that gives none"})
     ordering = fields.String(required=True, validate=validate.OneOf([o.value for o in QueueOrdering]))
+    dead_letter_queue = fields.String(required=True, metadata={"description": "the queue its dead letters move "
+                                                                              "to; \"\": its own dead letters"})
     subscribers = fields.List(fields.Nested(SubscriberSchema))
 
 

@@ -42,8 +42,11 @@ CONTENT_DEDUPE_FIELD = "sqs:content_dedupe"
 MessageDeduplicationId is de-duplicated by the SHA-256 of its body."""
 THROUGHPUT_FIELD = "sqs:throughput"
 """A FIFO queue's FifoThroughputLimit as it was set (atomq holds no throughput quota of SQS's)."""
+ALLOW_FIELD = "sqs:redrive_allow"
+"""The queue's RedriveAllowPolicy as it was given (JSON; "" or absent: none, which allows all;
+``redrive_policies``)."""
 QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, CONTENT_DEDUPE_FIELD,
-                THROUGHPUT_FIELD)
+                THROUGHPUT_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
 DEFAULT_MAX_SIZE = 262_144
 LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]

@@ -17,7 +17,7 @@ from flask import Blueprint, Request, Response, current_app, g, request
 
 from atomq.api.key_checks import KeyCheckThrottle
 from atomq.api.services import Services
-from atomq.api.sqs import batch_actions, message_actions, queue_actions, render, signing, tags
+from atomq.api.sqs import batch_actions, message_actions, queue_actions, redrive, render, signing, tags
 from atomq.api.sqs.context import SqsContext
 from atomq.api.sqs.errors import NO_SUCH_QUEUE, as_sqs_error
 from atomq.api.sqs.recent_queues import RecentQueues
@@ -53,6 +53,10 @@ HANDLERS: dict[str, Handler] = {
     "TagQueue": tags.tag_queue,
     "UntagQueue": tags.untag_queue,
     "ListQueueTags": tags.list_queue_tags,
+    "ListDeadLetterSourceQueues": redrive.list_dead_letter_source_queues,
+    "StartMessageMoveTask": redrive.start_message_move_task,
+    "ListMessageMoveTasks": redrive.list_message_move_tasks,
+    "CancelMessageMoveTask": redrive.cancel_message_move_task,
 }
 
 

@@ -17,12 +17,16 @@ from atomq.api.sqs.errors import INVALID_RECEIPT
 from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, SqsQueue, integer, required, string_list
 from atomq.api.sqs.message_model import Outgoing, as_attribute, md5_attributes, outgoing, sequence_number
 from atomq.errors import InvalidInput, SqsError
-from atomq.platform.models import Delivery
+from atomq.platform.models import DEAD_LETTER_PROPERTIES, Delivery
 from atomq.platform.queues.names import RECEIPT
 
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
+HIDDEN_PROPERTIES = frozenset(DEAD_LETTER_PROPERTIES)
+"""The record of a move to a dead letter queue, which SQS keeps out of a message's attributes (its
+source is the system attribute DeadLetterQueueSourceArn): a client that sends a dead letter's
+attributes on must not find more than it sent, or more than SQS's ten."""
 
 
 def sent_answer(queue: SqsQueue, message_id: str, out: Outgoing) -> dict[str, Any]:
@@ -51,7 +55,8 @@ def _body(delivery: Delivery) -> str:
     return data[0] if len(data) == 1 else json.dumps(data)
 
 
-def _rendered(delivery: Delivery, system: list[str], names: list[str], received_ms: int, fifo: bool) -> dict[str, Any]:
+def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: list[str], received_ms: int,
+              fifo: bool) -> dict[str, Any]:
     """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
     the time of the delivery under way only, which is the first one's for a first delivery. A
     message's MessageGroupId is shown wherever it has one; its SequenceNumber and
@@ -69,10 +74,14 @@ def _rendered(delivery: Delivery, system: list[str], names: list[str], received_
         known["SequenceNumber"] = sequence_number(delivery.id)
         if envelope.dedupe_id is not None:
             known["MessageDeduplicationId"] = envelope.dedupe_id
+    source = delivery.properties.get(DEAD_LETTER_PROPERTIES[1])
+    if isinstance(source, str) and "/" not in source:  # not a subscriber's, which SQS cannot name
+        known["DeadLetterQueueSourceArn"] = ctx.arn(source)
     chosen = {k: v for k, v in known.items() if "All" in system or k in system}
     if chosen:
         out["Attributes"] = chosen
-    attributes = {n: a for n, v in delivery.properties.items() if _wanted(names, n) and (a := as_attribute(v))}
+    attributes = {n: a for n, v in delivery.properties.items()
+                  if n not in HIDDEN_PROPERTIES and _wanted(names, n) and (a := as_attribute(v))}
     if attributes:
         out["MessageAttributes"] = attributes
         out["MD5OfMessageAttributes"] = md5_attributes(attributes)
@@ -103,7 +112,7 @@ def receive_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
         s.queues.extend(ctx.tenant, queue.name, receipts=receipts, seconds=visibility)
     if not taken.deliveries:
         return {}
-    return {"Messages": [_rendered(d, system, names, received_ms, queue.fifo) for d in taken.deliveries]}
+    return {"Messages": [_rendered(ctx, d, system, names, received_ms, queue.fifo) for d in taken.deliveries]}
 
 
 def checked_receipt(receipt: Any) -> str:

@@ -12,7 +12,7 @@ from atomq.api.sqs import queue_attributes as qa
 from atomq.api.sqs.context import FIFO_SUFFIX, SQS_QUEUE_NAME, SqsContext, integer, required, string_list
 from atomq.api.sqs.errors import NO_SUCH_QUEUE
 from atomq.api.sqs.tags import checked_tags, tag_fields
-from atomq.errors import SqsError
+from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import QueueModel
 
 MAX_LIST_RESULTS = 1000
@@ -39,8 +39,11 @@ def create_queue(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     if fields is None:
         s.check_creation(f"queue {name}", lambda: s.queues.get_queue(ctx.tenant, name), ctx.tenant)
         native, extra = qa.new_queue_settings(values, fifo)
-        s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
-                           extra_fields={**extra, **tag_fields(tags)})
+        try:
+            s.queues.put_queue(ctx.tenant, name, QueueModel.POINT_TO_POINT.value, **native,
+                               extra_fields={**extra, **tag_fields(tags)})
+        except InvalidInput as exc:
+            raise qa.refused_policy(ctx, exc, values) from None
         ctx.forget(name)
         return {"QueueUrl": ctx.queue_url(name)}
     queue = ctx.named(name)
@@ -63,8 +66,11 @@ def set_queue_attributes(ctx: SqsContext, params: dict[str, Any]) -> dict[str, A
     values = qa.checked(ctx, required(params, "Attributes"), queue.fifo)
     native = qa.native_settings(values)
     if native:
-        ctx.services.queues.put_queue(ctx.tenant, queue.name, QueueModel.POINT_TO_POINT.value, **native,
-                                      extra_fields=qa.sqs_fields(values))
+        try:
+            ctx.services.queues.put_queue(ctx.tenant, queue.name, QueueModel.POINT_TO_POINT.value, **native,
+                                          extra_fields=qa.sqs_fields(values))
+        except InvalidInput as exc:
+            raise qa.refused_policy(ctx, exc, values) from None
     else:
         ctx.services.queues.fields.set(ctx.tenant, queue.name, qa.sqs_fields(values))
     ctx.forget(queue.name)

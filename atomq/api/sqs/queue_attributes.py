@@ -13,16 +13,17 @@ receive then gives its messages back at once, as one asking for VisibilityTimeou
 | ContentBasedDeduplication (FIFO) | a config field: a send without MessageDeduplicationId is de-duplicated by its body's SHA-256 |
 | DeduplicationScope (FIFO) | ``queue`` only: a de-duplication id is one across the queue's groups |
 | FifoThroughputLimit (FIFO) | a config field, as set: atomq holds no throughput quota of SQS's |
+| RedrivePolicy, RedriveAllowPolicy | ``dead_letter_queue`` and ``max_redeliveries``, and the queues it takes dead letters from: ``redrive_policies`` |
 
 ``MaximumMessageSize`` is checked by the front as SQS measures a message (body, attribute names,
 types and values); the native limit, which counts the attributes in their stored JSON form, is
 set that much higher so the two never disagree on a message SQS would take.
 
 A queue made through SQS also gets what SQS does without asking: a visibility time-out makes the
-message visible again at once (``redeliver_now``: no redelivery delay; it counts a receive), and
-a message is dead-lettered only after ``SQS_MAX_REDELIVERIES`` receives (SQS keeps it until its
-retention ends; RedrivePolicy is not taken yet). Attributes atomq does not take are refused by
-name, never ignored: a client must not believe that a setting holds.
+message visible again at once (``redeliver_now``: no redelivery delay; it counts a receive, as does
+a visibility of 0), and, without a RedrivePolicy, a message is dead-lettered only after
+``SQS_MAX_REDELIVERIES`` receives (SQS keeps it until its retention ends). Attributes atomq does
+not take are refused by name, never ignored: a client must not believe that a setting holds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from atomq import defaults
 from atomq.api.sqs.context import (
+    ALLOW_FIELD,
     CONTENT_DEDUPE_FIELD,
     CREATED_FIELD,
     DEFAULT_MAX_SIZE,
@@ -45,7 +47,15 @@ from atomq.api.sqs.context import (
     SqsQueue,
     integer,
 )
-from atomq.errors import SqsError
+from atomq.api.sqs.redrive_policies import (
+    AllowPolicy,
+    Redrive,
+    allow_fields,
+    checked_allow,
+    checked_redrive,
+    invalid,
+)
+from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import OnExpire, QueueInfo, QueueOrdering
 
 MAX_VISIBILITY_S = 43_200
@@ -69,10 +79,9 @@ SETTABLE = {
 }
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
+POLICIES = ("RedrivePolicy", "RedriveAllowPolicy")
+"""Settable attributes whose values are JSON policies (``redrive_policies``)."""
 NOT_TAKEN = {
-    "RedrivePolicy": "dead letters moved to another queue are not taken yet (a queue's own dead letters are "
-                     "atomq's: GET /v1/queues/{name}/dead-letters)",
-    "RedriveAllowPolicy": "dead letters moved to another queue are not taken yet",
     "Policy": "atomq's access is its API keys: a queue has no policy",
     "KmsMasterKeyId": "atomq does not encrypt with KMS",
     "KmsDataKeyReusePeriodSeconds": "atomq does not encrypt with KMS",
@@ -112,14 +121,24 @@ def _fifo_value(name: str, value: Any, fifo: bool) -> str:
     return text
 
 
-def checked(ctx: SqsContext, attributes: Any, fifo: bool) -> dict[str, int | str]:
-    """The settable attributes given, each checked: numbers, and a FIFO queue's (``fifo``) attributes
-    as text; InvalidAttributeName for one atomq does not take (a FIFO attribute on a standard queue),
-    InvalidAttributeValue for a value out of its range or a FifoQueue that is not the queue's type."""
+def checked(ctx: SqsContext, attributes: Any, fifo: bool) -> dict[str, Any]:
+    """The settable attributes given, each checked: numbers, a FIFO queue's (``fifo``) attributes as
+    text, and the policies as ``Redrive`` and ``AllowPolicy``; InvalidAttributeName for one atomq
+    does not take (a FIFO attribute on a standard queue), InvalidAttributeValue for a value out of
+    its range or a FifoQueue that is not the queue's type, InvalidParameterValue for a policy SQS
+    would refuse (a FIFO queue's dead letter queue is a FIFO queue, a standard one's standard)."""
     if not isinstance(attributes, dict):
         raise SqsError("InvalidParameterValue", "Attributes must map attribute names to values")
-    out: dict[str, int | str] = {}
+    out: dict[str, Any] = {}
     for name, value in attributes.items():
+        if name == "RedrivePolicy":
+            redrive = out[name] = checked_redrive(ctx, value)
+            if redrive.target is not None and redrive.target.endswith(".fifo") != fifo:
+                raise invalid(name, value, "Dead-letter queue must be same type of queue as the source.")
+            continue
+        if name == "RedriveAllowPolicy":
+            out[name] = checked_allow(ctx, value)
+            continue
         if name == "FifoQueue":
             if fifo_flag(value) != fifo:
                 raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: "
@@ -145,7 +164,7 @@ def checked(ctx: SqsContext, attributes: Any, fifo: bool) -> dict[str, int | str
     return out
 
 
-def native_settings(values: dict[str, int | str]) -> dict[str, Any]:
+def native_settings(values: dict[str, Any]) -> dict[str, Any]:
     """The native settings (``put_queue``'s arguments) of the attributes ``values``."""
     out: dict[str, Any] = {}
     if "VisibilityTimeout" in values:
@@ -156,40 +175,58 @@ def native_settings(values: dict[str, int | str]) -> dict[str, Any]:
         out["delay_s"] = values["DelaySeconds"]
     if "MaximumMessageSize" in values:
         out["max_message_bytes"] = int(values["MaximumMessageSize"]) + ATTRIBUTES_ALLOWANCE
+    redrive: Redrive | None = values.get("RedrivePolicy")
+    if redrive is not None:
+        out["dead_letter_queue"] = redrive.target or ""
+        out["max_redeliveries"] = SQS_MAX_REDELIVERIES if redrive.max_receives is None else redrive.max_receives - 1
     return out
 
 
-def sqs_fields(values: dict[str, int | str]) -> dict[str, str | int]:
+def sqs_fields(values: dict[str, Any]) -> dict[str, str | int]:
     """The config fields of the attributes ``values`` that have no native setting, and the time of change."""
     out: dict[str, str | int] = {MODIFIED_FIELD: int(time.time())}
     for name, field in (("MaximumMessageSize", MAX_SIZE_FIELD), ("ReceiveMessageWaitTimeSeconds", WAIT_FIELD),
                         ("ContentBasedDeduplication", CONTENT_DEDUPE_FIELD), ("FifoThroughputLimit", THROUGHPUT_FIELD)):
         if name in values:
             out[field] = values[name]
+    if "RedriveAllowPolicy" in values:
+        out.update(allow_fields(values["RedriveAllowPolicy"]))
     return out
 
 
-def new_queue_settings(values: dict[str, int | str], fifo: bool) -> tuple[dict[str, Any], dict[str, str | int]]:
+def new_queue_settings(values: dict[str, Any], fifo: bool) -> tuple[dict[str, Any], dict[str, str | int]]:
     """The native settings and config fields of a queue made through SQS: the attributes given,
     SQS's defaults for the others, and what SQS does without asking (see the module's notes); a
     FIFO queue is ordered by group."""
-    full: dict[str, int | str] = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
+    full: dict[str, Any] = {name: values.get(name, default) for name, (_, _, default) in SETTABLE.items()}
+    full.update({name: values[name] for name in POLICIES if name in values})
     if fifo:
         full.update({name: values.get(name, allowed[0]) for name, allowed in FIFO_SETTABLE.items()})
-    native = {**native_settings(full), "on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES,
-              "ordering": QueueOrdering.GROUP if fifo else QueueOrdering.NONE}
+    native = {"on_expire": OnExpire.DISCARD, "max_redeliveries": SQS_MAX_REDELIVERIES,
+              "ordering": QueueOrdering.GROUP if fifo else QueueOrdering.NONE, **native_settings(full)}
     fields = {**sqs_fields(full), REDELIVER_NOW_FIELD: 1}
     fields[CREATED_FIELD] = fields[MODIFIED_FIELD]
     return native, fields
 
 
-def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int | str]:
+def refused_policy(ctx: SqsContext, exc: InvalidInput, values: dict[str, Any]) -> SqsError | InvalidInput:
+    """A native refusal of the RedrivePolicy's target (``dead_letter_queue``) in SQS's words; others as they are."""
+    redrive = values.get("RedrivePolicy")
+    if exc.details.get("field") != "dead_letter_queue" or redrive is None:
+        return exc
+    return invalid("RedrivePolicy", redrive.text(ctx), f"{exc.message}.")
+
+
+def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, Any]:
     """The settable attributes as the queue holds them now, a FIFO queue's own included."""
     retention = ctx.services.current_settings().document_retention_s
-    out: dict[str, int | str] = {
+    target = info.dead_letter_queue or None
+    out: dict[str, Any] = {
         "VisibilityTimeout": round(info.ack_timeout_s), "DelaySeconds": round(info.delay_s),
         "MessageRetentionPeriod": round(min(info.message_ttl_s or retention, retention)),
-        "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s}
+        "MaximumMessageSize": queue.max_size, "ReceiveMessageWaitTimeSeconds": queue.wait_s,
+        "RedrivePolicy": Redrive(target, info.max_redeliveries + 1 if target else None),
+        "RedriveAllowPolicy": queue.fields.get(ALLOW_FIELD, "")}
     if queue.fifo:
         out.update({"FifoQueue": "true", "ContentBasedDeduplication": "true" if queue.content_dedupe else "false",
                     "DeduplicationScope": "queue",
@@ -197,10 +234,11 @@ def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, int 
     return out
 
 
-def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, int | str]) -> str | None:
+def differing(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, values: dict[str, Any]) -> str | None:
     """The first of the attributes ``values`` the queue holds otherwise; None when it holds them all."""
     now = current(ctx, info, queue)
-    return next((name for name, value in values.items() if now[name] != value), None)
+    return next((name for name, value in values.items()
+                 if now[name] != (value.text if isinstance(value, AllowPolicy) else value)), None)
 
 
 COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
@@ -221,16 +259,22 @@ def counts(ctx: SqsContext, queue: SqsQueue) -> dict[str, int]:
 def described(ctx: SqsContext, info: QueueInfo, queue: SqsQueue, names: list[str]) -> dict[str, str]:
     """GetQueueAttributes' answer: the attributes ``names`` asks for (``All``: every one the queue
     has), as SQS writes them, text; InvalidAttributeName for a name SQS does not know."""
-    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | set(FIFO_SETTABLE) | {"FifoQueue", "All"}
+    known = set(SETTABLE) | set(READ_ONLY) | set(NOT_TAKEN) | set(FIFO_SETTABLE) | set(POLICIES) | {"FifoQueue", "All"}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.", attribute=unknown[0])
-    every: dict[str, Any] = {**current(ctx, info, queue), "QueueArn": ctx.arn(queue.name)}
+    held = current(ctx, info, queue)
+    redrive, allowed = held.pop("RedrivePolicy").text(ctx), held.pop("RedriveAllowPolicy")
+    every: dict[str, Any] = {**held, "QueueArn": ctx.arn(queue.name)}
     if "All" in names or any(n in COUNTS for n in names):
         every.update(counts(ctx, queue))
     if CREATED_FIELD in queue.fields:
         every["CreatedTimestamp"] = queue.fields[CREATED_FIELD]
     if MODIFIED_FIELD in queue.fields:
         every["LastModifiedTimestamp"] = queue.fields[MODIFIED_FIELD]
+    if redrive is not None:
+        every["RedrivePolicy"] = redrive
+    if allowed:
+        every["RedriveAllowPolicy"] = allowed
     wanted = every if "All" in names else {n: every[n] for n in names if n in every}
     return {name: str(value) for name, value in wanted.items()}

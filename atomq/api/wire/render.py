@@ -86,6 +86,7 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "durability": info.durability.value,
         "delay_s": info.delay_s,
         "ordering": info.ordering.value,
+        "dead_letter_queue": info.dead_letter_queue,
     }
     if info.model.value == "publish_subscribe":
         out["subscribers"] = [

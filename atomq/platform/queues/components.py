@@ -25,6 +25,7 @@ from atomq.platform.models import (
     QueueModel,
     QueueOrdering,
 )
+from atomq.platform.queues.dead_letter_targets import DeadLetterTargets, setting_errors, setting_fields
 from atomq.platform.queues.names import check_subscriber_name, check_tenant_id
 from atomq.platform.queues.queue_config import config_fields
 from atomq.platform.queues.queue_info_reads import PER_DEST, queue_info_from_reads
@@ -43,9 +44,10 @@ from atomq.platform.watch.counters import QUEUE_COUNTS
 class Components:
     """Creates, counts, lists and removes the queues and subscribers of every tenant."""
 
-    def __init__(self, shared: Shared, routes: Routes) -> None:
+    def __init__(self, shared: Shared, routes: Routes, targets: DeadLetterTargets) -> None:
         self._shared = shared
         self._routes = routes
+        self._targets = targets
 
     def put_queue(
         self,
@@ -69,6 +71,7 @@ class Components:
         durability: Durability | str | None = None,
         delay_s: float | None = None,
         ordering: QueueOrdering | str | None = None,
+        dead_letter_queue: str | None = None,
         extra_fields: Mapping[str, str | int] | None = None,
     ) -> tuple[QueueInfo, bool]:
         """Creates or updates a queue component; returns it and whether it was created.
@@ -84,6 +87,9 @@ class Components:
         send, unless it gives a delay of its own (not on an exclusive queue, which delivers in send order).
         ``ordering``: group, one message of a group out at a time, in send order (``QueueOrdering``);
         a change applies to the messages sent after it, those sent before go out as they went.
+        ``dead_letter_queue``: another point-to-point queue of the tenant, which the queue's dead
+        letters move to as ordinary messages ("": back to the queue's own dead letters;
+        ``dead_letter_targets``); it must exist and take them (``queue_put.lua``).
         ``extra_fields``: config fields another front keeps with the queue (``QueueFields``),
         stored as they are in the same script, so a queue is never seen without them.
         """
@@ -101,13 +107,17 @@ class Components:
                               max_messages=max_messages, max_bytes=max_bytes, max_message_bytes=max_message_bytes,
                               max_dead_letters=max_dead_letters, overflow=overflow,
                               overflow_to_dead_letters=overflow_to_dead_letters)
+        target_cfg = None
+        if dead_letter_queue is not None:
+            fields, target_cfg = setting_fields(tk, name, dead_letter_queue)
+            named += fields
         named += [part for field, value in (extra_fields or {}).items() for part in (field, value)]
         patterns = "" if topics is None else json.dumps(list(check_patterns(topics)), separators=(",", ":"))
         self._shared.storage.call(self._shared.client.sadd, k.TENANTS_KEY, tk.tenant)
         created = self._shared.storage.run(
             "queue_put",
             docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns,
-                                        tk.topic_changes],
+                                        tk.topic_changes] + ([target_cfg] if target_cfg else []),
             [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
              self._shared.settings.max_queues_per_tenant, patterns, defaults.MAX_TOPIC_PATTERNS_PER_TENANT, *named],
             errors={
@@ -130,9 +140,11 @@ class Components:
                 "TOOMANYQUEUES": lambda _: Conflict(
                     f"a tenant has at most {self._shared.settings.max_queues_per_tenant} queues: delete one first",
                     code="too_many_queues", limit=self._shared.settings.max_queues_per_tenant),
+                **setting_errors(dead_letter_queue),
             },
         )
         self._routes.forget(tenant, name)
+        self._targets.forget(tenant, name)
         return self.get_queue(tenant, name), bool(created)
 
     def get_queue(self, tenant: str, name: str) -> QueueInfo:
@@ -251,6 +263,7 @@ class Components:
         else:
             raise Conflict("the queue's subscribers kept changing during its removal; try again", queue=name)
         self._routes.forget(tenant, name)
+        self._targets.forget(tenant, name)
         if marker is None:
             raise queue_not_found(name)
         self.finish_removal(tk, marker)

@@ -18,6 +18,7 @@ from atomq.errors import AtomqError, InvalidInput, NotFound, TooLarge
 from atomq.integer_range import check_integer_range
 from atomq.platform.models import Delivery, NackResult, Taken
 from atomq.platform.queues.components import Components
+from atomq.platform.queues.dead_letter_targets import STALE_ERRORS, DeadLetterTargets, StaleDeadLetterTarget
 from atomq.platform.queues.names import check_consumer_name, check_receipts, check_subscriber_name
 from atomq.platform.queues.request_records import CALL_RECORD_MS, made_token
 from atomq.platform.shared import Shared, docs_and_config, queue_keys
@@ -46,9 +47,10 @@ def check_ids(values: Sequence[str], field: str) -> None:
 class Deliveries:
     """Gets and settles the messages of every tenant's queues."""
 
-    def __init__(self, shared: Shared, components: Components) -> None:
+    def __init__(self, shared: Shared, components: Components, targets: DeadLetterTargets) -> None:
         self._shared = shared
         self._components = components
+        self._targets = targets
 
     def get(
         self,
@@ -107,22 +109,32 @@ class Deliveries:
         check_integer_range(max_messages, "max", 1, s.max_get)
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
-        # The call's record lets a repeat of it by the store's client answer what it delivered.
-        record = tk.request_record(made_token("get"))
-        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq]
         args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
                 d.member, consumer or "", s.max_consumers, CALL_RECORD_MS, consumer or holder or ""]
-        get: tuple[str, list[str], list[Any], Any] = ("get", keys, args, self._shared.queue_errors(queue))
-        settle = None
+        acks = None
         if ack_ids is not None or ack_receipts is not None:
-            mode, items = _selector(ack_ids, ack_receipts, "ack.")
-            settle = self._settle_call("ack", "", tenant, queue, mode, items, subscriber, consumer)
+            acks = _selector(ack_ids, ack_receipts, "ack.")
         acked = None
         deadline = time.monotonic() + wait_ms / 1000
+        stale = 0
         while True:
-            if settle is not None:
+            # The keys of the queue's dead_letter_queue: a get fails expired deliveries first.
+            target = self._targets.keys(tk, qk)
+            # The call's record lets a repeat of it by the store's client answer what it delivered.
+            record = tk.request_record(made_token("get"))
+            keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq, *target]
+            get = ("get", keys, args, {**self._shared.queue_errors(queue), **STALE_ERRORS})
+            if acks is not None:
+                settle = self._settle_call("ack", "", tenant, queue, *acks, subscriber, consumer, target)
                 settled, reply = self._shared.storage.run_together([settle, get])
-                settle = None
+                if isinstance(settled, StaleDeadLetterTarget) or isinstance(reply, StaleDeadLetterTarget):
+                    if not isinstance(reply, AtomqError):
+                        self._give_back(tenant, queue, reply, subscriber, consumer)
+                    if not isinstance(settled, AtomqError):
+                        acks, acked = None, int(settled[0])
+                    stale = self._targets.stale(tk, qk, stale)
+                    continue
+                acks = None
                 if isinstance(reply, AtomqError):
                     raise reply
                 if isinstance(settled, NotFound) and "subscriber" in settled.details:
@@ -132,7 +144,11 @@ class Deliveries:
                     raise settled
                 acked = int(settled[0])
             else:
-                reply = self._shared.storage.run(*get[:3], errors=get[3])
+                try:
+                    reply = self._shared.storage.run(*get[:3], errors=get[3])
+                except StaleDeadLetterTarget:
+                    stale = self._targets.stale(tk, qk, stale)
+                    continue
             count, wake, last_id, last_wake_id = reply[0], reply[1], reply[2], reply[3]
             active = None if int(reply[4]) < 0 else int(reply[4]) == 1
             if count:
@@ -213,24 +229,32 @@ class Deliveries:
         if consumer is not None:
             check_consumer_name(consumer)
         mode, items = _selector(ids, receipts)
-        name, keys, args, errors = self._settle_call(action, arg, tenant, queue, mode, items, subscriber, consumer)
-        done, dead = self._shared.storage.run(name, keys, args, errors=errors)
-        return int(done), int(dead)
+        tk, qk = queue_keys(tenant, queue)
+
+        def attempt(target: list[str]) -> tuple[int, int]:
+            name, keys, args, errors = self._settle_call(action, arg, tenant, queue, mode, items, subscriber,
+                                                         consumer, target)
+            done, dead = self._shared.storage.run(name, keys, args, errors=errors)
+            return int(done), int(dead)
+        return self._targets.retrying(tk, qk, attempt)
 
     def _settle_call(self, action: str, arg: Any, tenant: str, queue: str, mode: str, items: list[str],
-                     subscriber: str | None, consumer: str | None) -> tuple[str, list[str], list[Any], Any]:
-        """The settle script's name, keys, args and errors, its names already checked."""
+                     subscriber: str | None, consumer: str | None,
+                     target: list[str]) -> tuple[str, list[str], list[Any], Any]:
+        """The settle script's name, keys, args and errors, its names already checked; ``target``: the
+        keys of the queue's dead_letter_queue (``DeadLetterTargets.keys``)."""
         tk, qk = queue_keys(tenant, queue)
         d = qk.destination(subscriber)
         s = self._shared.settings
         # The call's record lets a repeat of it by the store's client answer what it settled.
         record = tk.request_record(made_token("settle"))
-        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq],
+        return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq,
+                                                                    *target],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
                  CALL_RECORD_MS, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                     f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue,
-                    subscriber=subscriber)))
+                    subscriber=subscriber), **STALE_ERRORS))
 
 
 def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None, prefix: str = "") -> tuple[str, list[str]]:

@@ -19,6 +19,7 @@ from atomq.platform.models import (
     QueueModel,
     QueueOrdering,
 )
+from atomq.platform.queues.dead_letter_targets import NAME_FIELD as DEAD_LETTER_QUEUE_FIELD
 from atomq.platform.queues.queue_config import read_limits
 from atomq.platform.watch.counters import QUEUE_COUNTS
 
@@ -76,6 +77,7 @@ def queue_info_from_reads(name: str, model: str, cfg: dict[bytes, bytes], dests:
         durability=Durability(cfg.get(b"durability", b"async").decode()),
         delay_s=int(cfg.get(b"delay_ms", 0)) / 1000,
         ordering=QueueOrdering(cfg.get(b"ordering", b"none").decode()),
+        dead_letter_queue=cfg.get(DEAD_LETTER_QUEUE_FIELD.encode(), b"").decode(),
     )
 
 

@@ -14,12 +14,13 @@ from typing import Any
 
 from atomq.errors import AtomqError
 from atomq.platform.models import Durability, QueueModel
+from atomq.platform.queues.dead_letter_targets import NAME_FIELD as DEAD_LETTER_QUEUE_FIELD
 from atomq.platform.shared import Shared, queue_not_found
 from atomq.platform.store import keys as k
 
 CONFIG_FIELDS = ("model", "max_redeliveries", "ack_timeout_ms", "gen", "subv", "message_ttl_ms", "on_expire", "lv",
                  "lv_key", "access", "max_messages", "max_bytes", "max_message_bytes", "max_dead_letters", "overflow",
-                 "overflow_dl", "durability", "delay_ms", "ordering")
+                 "overflow_dl", "durability", "delay_ms", "ordering", DEAD_LETTER_QUEUE_FIELD)
 
 MAX_ROUTE_RETRIES = 5
 """How often a send or a queue's removal reads the route again when its subscribers change under it."""

@@ -58,6 +58,9 @@ NAMES = (
     "reserve",
     "forget_nodes",
     "counts_now",
+    "move_start",
+    "move_cancel",
+    "move_step",
 )
 
 

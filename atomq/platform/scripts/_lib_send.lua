@@ -32,12 +32,6 @@ local function write_record(record, field, stored, digest, record_ms, ledger, us
   end
 end
 
--- The copies and bytes chunked sends still owe destination `member` of queue generation `gen`.
-local function pending_of(pending, member, gen)
-  local p = redis.call('HMGET', pending, member .. '|' .. gen, member .. '|' .. gen .. '|b')
-  return tonumber(p[1] or '0'), tonumber(p[2] or '0')
-end
-
 -- Adds dn copies and db bytes to what a destination is owed (negative: they were made or released).
 local function pend(pending, member, gen, dn, db)
   local field = member .. '|' .. gen

@@ -125,6 +125,13 @@ local function held_count(d)
   return redis.call('HLEN', d.state) - redis.call('XLEN', d.dlq)
 end
 
+-- The copies and bytes chunked sends still owe destination `member` of queue generation `gen`
+-- (the tenant's hash `pending`: see _lib_send.lua), which its limits count as held.
+local function pending_of(pending, member, gen)
+  local p = redis.call('HMGET', pending, member .. '|' .. gen, member .. '|' .. gen .. '|b')
+  return tonumber(p[1] or '0'), tonumber(p[2] or '0')
+end
+
 -- Takes message `id` of a last-value queue as the newest of its key: the
 -- waiting (ready or scheduled) message of that key is gone, counted
 -- superseded in the queue of `cfg`; one in flight is marked to be dropped if

@@ -7,11 +7,13 @@
 -- KEYS[4]      the tenant's usage hash (field markers)
 -- KEYS[5]      the tenant's set of removals under way
 -- KEYS[6]      the tenant's index of chunked sends under way (journal -> last step, ms)
+-- KEYS[7]      the tenant's move tasks due (task id -> when its next step is due, ms)
 -- ARGV[1]      the document retention in ms
 -- ARGV[2]      at most this many destinations of each kind
 -- ARGV[3]      how long a chunked send may go untouched before the maintenance finishes it (ms)
 -- Returns {due destinations, destinations holding messages past the retention,
---          removals under way, marker bytes taken off, chunked sends left untouched}.
+--          removals under way, marker bytes taken off, chunked sends left untouched,
+--          move tasks due}.
 
 local now = now_ms()
 local limit = tonumber(ARGV[2])
@@ -31,4 +33,5 @@ if #expired > 0 then
   redis.call('HINCRBY', KEYS[4], 'markers', -freed)
 end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, limit)
-return {due, old, removals, freed, stale}
+local moves = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, limit)
+return {due, old, removals, freed, stale, moves}

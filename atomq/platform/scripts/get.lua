@@ -8,6 +8,7 @@
 -- KEYS[EXTRA + 2] the tenant's due index
 -- KEYS[EXTRA + 3] this call's record: what it delivered, "<active>|<id>,<delivery count>;..."
 -- KEYS[EXTRA + 4] the tenant's message counter (delayed copies that fall due take a number)
+-- KEYS[EXTRA + 5..] the queue's dead_letter_queue's keys, when it names one (dead_letter_target)
 -- ARGV[1]      max messages
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
@@ -70,6 +71,8 @@ end
 
 local q = require_queue()
 if q.err then return q end
+local stale = dead_letter_target(q, EXTRA + 5, ARGV[7])
+if stale then return stale end
 local sub = ARGV[3]
 local misnamed = subscriber_misnamed(q, sub)
 if misnamed then return misnamed end

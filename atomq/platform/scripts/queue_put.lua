@@ -6,6 +6,8 @@
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- KEYS[9]      the tenant's topic patterns (hash queue -> JSON list; #v the version)
 -- KEYS[10]     their change log (topics_changed)
+-- KEYS[11]     the cfg of the queue a setting dlq_to (the queue's dead_letter_queue) names, when the
+--              call sets one
 -- ARGV[1..2]   name, model
 -- ARGV[3..4]   max_redeliveries, ack_timeout_ms of a new queue that names neither
 -- ARGV[5]      most queues the tenant may have
@@ -19,6 +21,9 @@
 -- exclusive queue with a delay (delay_ms: it delivers in send order), TOOMANYQUEUES for a new queue past ARGV[5],
 -- TOOMANYPATTERNS <total> when the tenant's queues would attract more patterns than ARGV[7]
 -- (their count is kept in the patterns hash's #n, counted once where an older atomq kept none).
+-- A dead_letter_queue set must name a point-to-point queue that is not a last-value queue and whose
+-- dlq_sources (absent or "*": any; "": none; else "|<name>|<name>|") takes this queue's dead letters:
+-- DLQNOQUEUE, DLQPUBSUB, DLQLASTVALUE or DLQDENIED else.
 -- The generation tells one life of a name from the next: routes and
 -- de-duplication markers of a removed queue never apply to its successor.
 
@@ -54,6 +59,19 @@ local function pattern_count(list)
   if list == '[]' then return 0 end
   local _, commas = string.gsub(list, ',', ',')
   return commas + 1
+end
+local target = nil
+for i = 8, #ARGV, 2 do
+  if ARGV[i] == 'dlq_to' and ARGV[i + 1] ~= '' then target = KEYS[11] end
+end
+if target then
+  local t = redis.call('HMGET', target, 'model', 'lv', 'dlq_sources')
+  if not t[1] then return redis.error_reply('DLQNOQUEUE the dead letter queue does not exist') end
+  if t[1] ~= 'point_to_point' then return redis.error_reply('DLQPUBSUB the dead letter queue is publish/subscribe') end
+  if t[2] == '1' then return redis.error_reply('DLQLASTVALUE the dead letter queue is a last-value queue') end
+  if t[3] and t[3] ~= '*' and not string.find(t[3], '|' .. ARGV[1] .. '|', 1, true) then
+    return redis.error_reply('DLQDENIED the dead letter queue does not take this queue\'s dead letters')
+  end
 end
 local held_patterns = redis.call('HGET', KEYS[9], ARGV[1]) or '[]'
 local patterns_total

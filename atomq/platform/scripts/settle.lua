@@ -7,6 +7,7 @@
 -- KEYS[EXTRA + 2] the tenant's due index
 -- KEYS[EXTRA + 3] this call's record: what it settled, "<done>,<dead>"
 -- KEYS[EXTRA + 4] the tenant's message counter (delayed copies that fall due take a number)
+-- KEYS[EXTRA + 5..] the queue's dead_letter_queue's keys, when it names one (dead_letter_target)
 -- ARGV[1]      action: ack | nack | release | extend
 -- ARGV[2]      action argument: nack reason, or extension or release delay in ms
 -- ARGV[3]      redelivery delays in ms, comma-separated (nack)
@@ -22,7 +23,9 @@
 -- that receipt was issued for; on an exclusive queue, only by its active
 -- consumer. Returns {done, dead} (dead: nack only).
 -- release gives a delivery back without counting it as failed: the message
--- is redelivered after the delay (none: ready at once), its failures unchanged.
+-- is redelivered after the delay (none: ready at once), its failures unchanged; on a
+-- queue made through SQS, a message given back after its last receive (receives_spent) is
+-- dead-lettered.
 -- A call whose record exists ran before (the store's client sent it again after a
 -- time-out): it changes nothing and answers what it answered then.
 
@@ -36,6 +39,8 @@ end
 local function settle()
   local q = require_queue()
   if q.err then return q end
+  local stale = dead_letter_target(q, EXTRA + 5, ARGV[6])
+  if stale then return stale end
   local sub = ARGV[5]
   local misnamed = subscriber_misnamed(q, sub)
   if misnamed then return misnamed end
@@ -98,6 +103,9 @@ local function settle()
         drop_superseded(d, id, KEYS[EXTRA + 1])
       elseif expired_by(d, id, now) then
         expire(d, q, id, hit_dc[i], hit_fails[i], 'f', KEYS[EXTRA + 1])
+      elseif receives_spent(q, hit_dc[i]) then
+        redis.call('ZREM', d.inflight, id)
+        dead_letter(d, q, id, hit_dc[i], hit_fails[i], RECEIVES_REASON, KEYS[EXTRA + 1])
       else
         redis.call('ZREM', d.inflight, id)
         if due <= now then

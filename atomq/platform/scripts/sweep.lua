@@ -6,6 +6,7 @@
 -- KEYS[EXTRA + 1] the tenant's due index
 -- KEYS[EXTRA + 2] the tenant's index of oldest messages
 -- KEYS[EXTRA + 3] the tenant's message counter (delayed copies that fall due take a number)
+-- KEYS[EXTRA + 4..] the queue's dead_letter_queue's keys, when it names one (dead_letter_target)
 -- ARGV[1]      redelivery delays in ms, comma-separated
 -- ARGV[2]      at most this many of each kind
 -- ARGV[3]      the destination's name in the indexes ("" for none)
@@ -21,6 +22,8 @@ if q.err then
   end
   return q
 end
+local stale = dead_letter_target(q, EXTRA + 4, member)
+if stale then return stale end
 local d = dest_at(5)
 local moved = sweep_destination(d, q, parse_delays(ARGV[1]), now_ms(), tonumber(ARGV[2]), KEYS[EXTRA],
                                 KEYS[EXTRA + 3])

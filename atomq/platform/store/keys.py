@@ -121,6 +121,10 @@ class TenantKeys:
     def oldest(self) -> str:
         return f"{self._p}:oldest"
 
+    def move_tasks(self, due: bool = False) -> str:
+        """Move tasks' records by id (hash), or with ``due`` when each one's next step is (sorted set)."""
+        return f"{self._p}:moves:due" if due else f"{self._p}:moves"
+
     def destination_named(self, member: str) -> tuple[QueueKeys, DestinationKeys]:
         """The destination a due index names (see :attr:`DestinationKeys.member`)."""
         queue, _, subscriber = member.partition("/")
