@@ -46,6 +46,9 @@ from drivers.serve_node import check, expect, keep_alive_session, progress
 QUEUE = "q"
 DOCUMENT = "x" * 100
 FILL_BATCH = 100
+ACK_TIMEOUT_S = 3600
+"""The queue's: a get10 round's deliveries wait for their ack10 round, which on a loaded machine came
+after the default 30 s (the acks then found them expired)."""
 IDLE_S = 3.0
 """How long the node's background CPU is measured for, with nothing sent, before each round."""
 
@@ -94,7 +97,7 @@ def run(args: Any, bench: BenchRun) -> dict[str, Any]:
     node = HttpNode(args.http_workers or 1)
     bench.at_exit(node.stop)
     node.start()
-    node.put_queue(QUEUE)
+    node.put_queue(QUEUE, ack_timeout_s=ACK_TIMEOUT_S)
     check(node.proc is not None, "the node did not start")
     workers = node.worker_pids()
     check(len(workers) == (args.http_workers or 1), f"expected {args.http_workers or 1} HTTP workers, found "

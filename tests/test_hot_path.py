@@ -9,6 +9,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import marshmallow as ma
@@ -36,6 +37,9 @@ MESSAGE_ID = re.compile(rb"\d{13}-\d{12}")
 TIMES = re.compile(rb'"(enqueued_at|delivered_at|deadline)":[0-9.e+-]+')
 DOC = {"data": "x"}
 RECEIPT = "1795461670403-000000000002~1"
+MAX_GET = 50
+"""Both sides' most messages a get may ask for: below the schema's bound, so a get of more passes the
+body's decoding and is refused by the queue server, before any call to the store."""
 
 
 class Side:
@@ -43,16 +47,27 @@ class Side:
 
     def __init__(self, valkey: Any, name: str, hot_path: bool) -> None:
         self.client = valkey.client()
-        self.services = Services(queues=QueueServer(self.client, FAST), tenants=TenantStore(self.client, OWNER_KEY),
-                                 longpolls=LongPollLimiter(2))
+        self.services = Services(queues=QueueServer(self.client, replace(FAST, max_get=MAX_GET)),
+                                 tenants=TenantStore(self.client, OWNER_KEY), longpolls=LongPollLimiter(2))
         self.app = create_app(self.services, {HOT_PATH: hot_path, MAX_FAILED_KEY_CHECKS: 3,
                                               "MAX_CONTENT_LENGTH": 64 * 1024})
         self.http = self.app.test_client()
         tenant, _, self.key = self.services.tenants.create(name)
         limited, _, self.limited_key = self.services.tenants.create(f"{name}-rl", rate_limit_per_minute=2)
-        self.tenants = (tenant, limited)
+        other, _, other_key = self.services.tenants.create(f"{name}-other")
+        self.tenants = (tenant, limited, other)
         self.names = {tenant.id.encode(): b"<tenant>", name.encode(): b"<name>", limited.id.encode(): b"<limited>",
-                      self.key.split("_")[1].encode(): b"<key id>"}
+                      other.id.encode(): b"<other>", self.key.split("_")[1].encode(): b"<key id>"}
+        _, revoked = self.services.tenants.create_key(tenant.id)
+        self.services.tenants.revoke_key(tenant.id, revoked.split("_")[1])
+        self.keys = {
+            "tenant": self.key, "owner": OWNER_KEY, "limited": self.limited_key, "other": other_key, "revoked": revoked,
+            "wrong secret": with_secret(self.key, secrets.token_urlsafe(32)),
+            "limited, wrong secret": with_secret(self.limited_key, secrets.token_urlsafe(32)),
+            # the tenant's id with the other tenant's key's random part and secret: no such key
+            "forged": f"aq_{self.key[3:15]}{other_key[15:]}",
+            "no such tenant": f"aq_{secrets.token_hex(14)}_{secrets.token_urlsafe(32)}",
+        }
         queues = self.services.queues
         queues.put_queue(tenant.id, "orders", "point_to_point")
         queues.put_queue(tenant.id, "news", "publish_subscribe", topics=["news/>"])
@@ -64,8 +79,7 @@ class Side:
         headers = dict(case.get("headers", {}))
         key = case.get("key", "tenant")
         if key is not None:
-            headers["Authorization"] = "Bearer " + {"tenant": self.key, "owner": OWNER_KEY, "limited": self.limited_key,
-                                                    "token": self.token}.get(key, key)
+            headers["Authorization"] = "Bearer " + {**self.keys, "token": self.token}.get(key, key)
         if case.get("tenant_header") == "id":
             headers["X-Atomq-Tenant"] = self.tenants[0].id
         elif case.get("tenant_header") == "name":
@@ -93,6 +107,11 @@ class Side:
         for tenant in self.tenants:
             self.services.tenants.delete(tenant.id)
         self.client.close()
+
+
+def with_secret(api_key: str, secret: str) -> str:
+    """``api_key``'s id with another secret: a key that names a key that exists, wrongly."""
+    return f"aq_{api_key.split('_')[1]}_{secret}"
 
 
 def send(**message: Any) -> dict[str, Any]:
@@ -143,7 +162,24 @@ CASES: list[dict[str, Any]] = [
     {"path": f"{Q}/get", "body": {}, "key": "token"},
     *[{"path": f"{Q}/ack", "body": {"ids": ["x"]}, "key": "aq_abcdefgh_" + "y" * 40, "address": "10.0.0.9"}] * 4,
     {"path": f"{Q}/ack", "body": {"ids": ["x"]}, "address": "10.0.0.9"},
-    # rate limits: the tenant's window takes 2 sends a minute
+    # keys of the current form, whose check the hot path makes in the operation's own script; each
+    # case from an address of its own, so that the throttle lets each key's check be made
+    *[{"path": path, "body": body, "key": key, "address": f"10.1.{k}.{i}"}
+      for k, key in enumerate(("wrong secret", "revoked", "forged", "no such tenant", "other"))
+      for i, (path, body) in enumerate(((f"{Q}/messages", send()), (f"{Q}/get", {"max": 2}), (f"{Q}/get", {"wait_ms": 10}),
+                         (f"{Q}/get", {"ack": {"receipts": [RECEIPT]}}), (f"{Q}/ack", {"receipts": [RECEIPT]}),
+                         (f"{Q}/nack", {"ids": ["x"]}), (f"{Q}/extend", {"ids": ["x"]}),
+                         (f"{Q}/extend", {"ids": ["x"], "seconds": 5}), (f"{Q}/release", {"ids": ["x"]}),
+                         ("/v1/topics/news/eu/messages", send()), ("/v1/topics/nowhere/messages", send()),
+                         ("/v1/topics/messages", {"messages": [{"documents": [DOC], "topic": "news/a"}]}),
+                         ("/v1/queues/missing/messages", send()), ("/v1/queues/missing/get", {}),
+                         (f"{Q}/get", {"max": MAX_GET + 1})))],
+    {"path": f"{Q}/get", "body": {"max": MAX_GET + 1}},
+    {"path": f"{Q}/messages", "body": send(), "key": "tenant", "tenant_header": "t_000000000000"},
+    *[{"path": f"{Q}/messages", "body": send(), "key": "wrong secret", "address": "10.0.0.7"}] * 4,
+    {"path": f"{Q}/messages", "body": send(), "address": "10.0.0.7"},
+    # rate limits: a failed key takes no room in the tenant's window, which takes 2 sends a minute
+    *[{"path": f"{Q}/messages", "body": send(), "key": "limited, wrong secret", "address": "10.0.0.6"}] * 2,
     *[{"path": f"{Q}/messages", "body": send(), "key": "limited"}] * 3,
     # get
     {"path": f"{Q}/get", "body": {"max": 2}},

@@ -5,7 +5,9 @@ the key is resolved on every request (nothing is cached), so a revoked key
 stops working at once on every node. The owner acts for a tenant with the
 ``X-Atomq-Tenant`` header, which takes the tenant's id or its name. A key
 that keeps failing from an address is refused there for a while before it
-is looked at (``atomq.api.key_checks``). A request
+is looked at (``atomq.api.key_checks``). On the message routes' hot path a
+tenant's key is read in the same round trip as the request's operation
+(``claim_principal``; ``atomq.platform.store.carried_check``). A request
 for no route, or with a method its route does not take, gets its 404 or 405
 without a key: the routes are public in the OpenAPI document.
 """
@@ -17,6 +19,7 @@ from flask import current_app, g, request
 from atomq.api.key_checks import KeyCheckThrottle
 from atomq.api.services import Services
 from atomq.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
+from atomq.platform.store.carried_check import KeyCheck
 from atomq.tenants import Principal, TenantStore
 from atomq.tenants.execution_tokens import is_execution_token
 from atomq.tenants.records import TENANT_ID
@@ -60,11 +63,42 @@ def authenticate() -> None:
 def resolve_principal(services: Services, throttle: KeyCheckThrottle, authorization: str, address: str) -> Principal:
     """Who the ``Authorization`` header's bearer key acts as (401 when it is missing or unknown,
     429 while its address is throttled for it); a failed key counts against ``address``.
-    The one key check of both request paths (Flask's and ``atomq.api.hot_path``)."""
-    scheme, _, key = authorization.partition(" ")
-    presented = key.strip() if scheme.lower() == "bearer" else ""
+    The one key check of both request paths (Flask's and ``atomq.api.hot_path``), which the hot
+    path makes through ``claim_principal``."""
+    presented = _presented(authorization)
     if presented:
         throttle.check(address, presented)
+    return _authenticated(services, throttle, presented, address)
+
+
+def claim_principal(services: Services, throttle: KeyCheckThrottle, authorization: str,
+                    address: str) -> tuple[Principal, KeyCheck | None]:
+    """``resolve_principal`` for a front whose operations' scripts can carry the key check
+    (``atomq.api.hot_path``): for a tenant's key of the current form, the principal it claims and
+    its check, for the front to hold pending while it serves the request
+    (``atomq.platform.store.carried_check``) and to count with ``key_failed`` once it is refused;
+    for any other key, what ``resolve_principal`` answers, and None. Throttled alike."""
+    presented = _presented(authorization)
+    if presented:
+        throttle.check(address, presented)
+    claim = services.tenants.claim(presented)
+    if claim is not None:
+        return claim
+    return _authenticated(services, throttle, presented, address), None
+
+
+def key_failed(throttle: KeyCheckThrottle, authorization: str, address: str) -> None:
+    """Counts the failed check of a key ``claim_principal`` claimed, as ``resolve_principal`` counts one."""
+    throttle.failed(address, _presented(authorization))
+
+
+def _presented(authorization: str) -> str:
+    """The bearer key of an ``Authorization`` header ("" for none)."""
+    scheme, _, key = authorization.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
+def _authenticated(services: Services, throttle: KeyCheckThrottle, presented: str, address: str) -> Principal:
     try:
         return services.tenants.authenticate(presented)
     except Unauthorized:

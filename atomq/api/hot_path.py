@@ -7,7 +7,9 @@ its path, the body's decoding (``parse_send``; msgspec for the rest, ``atomq.api
 and the same calls the views make: the key check (``auth.resolve_principal``, ``auth.admit``), the
 tenant (``auth.tenant_of``), the view's own work (``messages.answer_*``, ``topics.answer_*``), the
 memory state header (``blueprint.memory_state``), the latency record (``LatencyRecorder.record``),
-and for an error raised on the way the app's error answers (``errors.response_for``).
+and for an error raised on the way the app's error answers (``errors.response_for``). A tenant's
+key is read in the same round trip as the view's script (``auth.claim_principal``): one store
+round trip a request where Flask's path makes two.
 
 It answers only what it is sure of. A request goes to Flask unchanged when its method, path, name
 or topic is not one of these routes' plain forms, when its body is not a JSON body with its length
@@ -38,8 +40,9 @@ from atomq.api.schemas.common import NAME_PATTERN
 from atomq.api.services import Services
 from atomq.api.wire import selections, strict_json
 from atomq.api.wire.send_body import parse_publish_many, parse_send
-from atomq.errors import InvalidInput
+from atomq.errors import InvalidInput, Unauthorized
 from atomq.platform.queues.topics import check_topic
+from atomq.platform.store import carried_check
 from atomq.telemetry import log_context
 from atomq.tenants import Principal
 
@@ -164,19 +167,35 @@ class HotPath:
 
     def _serve(self, route: Route, name: str, body: Any, environ: dict[str, Any], started: float) -> Response:
         """What Flask would answer to this request, its body read and found valid: the key, the
-        tenant, the view's work; the memory state on a send's answer and the latency record on all."""
+        tenant, the view's work; the memory state on a send's answer and the latency record on all.
+
+        A tenant's key is claimed, not read (``auth.claim_principal``): its check stays pending
+        while the view works, so the view's script carries it, and nothing is answered before it
+        is made (``carried_check``). A key that fails is answered and counted as Flask's path
+        does, as if the view had never begun: no tenant in the latency record or the log."""
         extensions = self.app.extensions
         services: Services = extensions["atomq"]
+        throttle = extensions["atomq_key_checks"]
+        authorization, address = environ.get("HTTP_AUTHORIZATION", ""), environ.get("REMOTE_ADDR") or ""
         who: Principal | None = None
         tenant = ""
         with log_context(queue=name if route.endpoint.startswith("messages.") else None):
             try:
-                who = auth.resolve_principal(services, extensions["atomq_key_checks"],
-                                             environ.get("HTTP_AUTHORIZATION", ""), environ.get("REMOTE_ADDR") or "")
-                auth.admit(services, who, route.endpoint, "POST")
-                tenant = auth.tenant_of(who, environ.get("HTTP_X_ATOMQ_TENANT", ""), services.tenants)
-                with log_context(tenant=tenant):
-                    answer = route.serve(services, tenant, name, body, environ, who)
+                who, check = auth.claim_principal(services, throttle, authorization, address)
+                try:
+                    with carried_check.pending(check):
+                        try:
+                            auth.admit(services, who, route.endpoint, "POST")
+                            tenant = auth.tenant_of(who, environ.get("HTTP_X_ATOMQ_TENANT", ""), services.tenants)
+                            with log_context(tenant=tenant):
+                                answer = route.serve(services, tenant, name, body, environ, who)
+                        finally:
+                            carried_check.settle()  # a bad key's refusal, in place of whatever else
+                except Unauthorized:
+                    if check is not None and check.refused:
+                        who, tenant = None, ""
+                        auth.key_failed(throttle, authorization, address)
+                    raise
                 response = answer if isinstance(answer, Response) else cast(Response, self.app.json.response(answer))
             except Exception as exc:  # answered as Flask's error handlers answer it
                 with self.app.app_context(), log_context(tenant=tenant or (who.tenant_id if who else None)):

@@ -21,6 +21,7 @@ from atomq.platform.listeners.deployed import ListenerStore
 from atomq.platform.listeners.executions import Executions
 from atomq.platform.queues.sending import Admit
 from atomq.platform.queues.streams import StreamConsumers
+from atomq.platform.store import carried_check
 from atomq.platform.store.refreshed import Refreshed
 from atomq.platform.watch.memory_state import REFUSED_BELOW, MemoryWatch, refusal_rule, refuses
 from atomq.tenants import TenantStore
@@ -42,10 +43,13 @@ class LongPollLimiter:
 
     @contextmanager
     def hold(self, tenant: str, wait_ms: int) -> Iterator[int]:
-        """Yields the wait this get may have: ``wait_ms``, or 0 past the cap."""
+        """Yields the wait this get may have: ``wait_ms``, or 0 past the cap. The request's key is
+        checked before it takes one of the tenant's places (``carried_check``): a bad key must not
+        hold one, however briefly."""
         if wait_ms == 0:
             yield 0
             return
+        carried_check.settle()
         with self._lock:
             granted = self._held[tenant] < self.per_tenant
             if granted:

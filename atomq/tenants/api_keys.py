@@ -38,6 +38,12 @@ def new_key_id(tenant_id: str) -> str:
     return tenant_id.removeprefix("t_") + secrets.token_hex(8)
 
 
+def tenant_of_key_id(key_id: str) -> str | None:
+    """The tenant a key id of the current form names (its first 12 hex); None for an id issued
+    before format 6, which names none."""
+    return "t_" + key_id[:12] if len(key_id) == 28 else None
+
+
 def new_api_key(key_id: str) -> str:
     """A new key with id ``key_id``; shown to its owner once and never stored."""
     return f"aq_{key_id}_{secrets.token_urlsafe(32)}"

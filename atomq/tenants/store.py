@@ -20,12 +20,14 @@ import builtins
 import hmac
 import logging
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from atomq import defaults
 from atomq.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
+from atomq.platform.store.carried_check import KeyCheck
 from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.storage import Storage
 from atomq.tenants import api_keys, scripts
@@ -55,13 +57,8 @@ NAME_CLAIM_TRIES = 5
 
 
 def _batches(items: Iterable[Any]) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == BATCH:
-            yield batch
-            batch = []
-    if batch:
+    rest = iter(items)
+    while batch := list(islice(rest, BATCH)):
         yield batch
 
 
@@ -359,6 +356,28 @@ class TenantStore:
         if stored is None:
             raise Unauthorized(api_keys.UNKNOWN_KEY)
         return Principal(tenant_id=api_keys.verify(api_key, stored.decode()), key_id=key_id)
+
+    def claim(self, api_key: str) -> tuple[Principal, KeyCheck] | None:
+        """Who ``api_key`` says it acts as, and the check of that claim, for a tenant's key of the
+        current form: its key id names its tenant, and its entry is in that tenant's slot, so the
+        script of the request's operation can carry the check (``atomq.platform.store.carried_check``;
+        the same one read, nothing cached, so a revoked key fails at once). The claim names the
+        key's own tenant only: a key id naming another tenant checks that tenant's entry, which the
+        key's secret must match. None for any other string (the owner's key, an execution token, a
+        key issued before format 6, a malformed one): :meth:`authenticate` tells who those are."""
+        match = api_keys.API_KEY.fullmatch(api_key) if isinstance(api_key, str) else None
+        if match is None:
+            return None
+        key_id = match.group(1)
+        tenant_id = api_keys.tenant_of_key_id(key_id)
+        key_digest = api_keys.digest(api_key)
+        if tenant_id is None or hmac.compare_digest(key_digest, self._owner_digest):
+            return None
+        table = k.api_key_table(key_id)
+        check = KeyCheck(table=table, key_id=key_id, entry=api_keys.entry(tenant_id, key_digest),
+                         read_entry=lambda: self.storage.call(self.client.hget, table, key_id),
+                         refusal=lambda: Unauthorized(api_keys.UNKNOWN_KEY))
+        return Principal(tenant_id=tenant_id, key_id=key_id), check
 
     def reauthenticate(self, key_id: str | None, key_digest: str) -> Principal:
         """Who a key known only by its id and SHA-256 digest acts as now (``key_id``

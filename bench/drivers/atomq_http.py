@@ -71,9 +71,10 @@ class HttpNode(ServeNode):
 
     # the API, untimed
 
-    def put_queue(self, name: str) -> None:
-        expect(self._api().put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point"}, timeout=30),
-               201, f"creating queue {name}")
+    def put_queue(self, name: str, **fields: Any) -> None:
+        """Creates point-to-point queue ``name`` with ``fields`` (``ack_timeout_s=...``) beside its model."""
+        expect(self._api().put(f"{self.base}/v1/queues/{name}", json={"model": "point_to_point", **fields},
+                               timeout=30), 201, f"creating queue {name}")
 
     def queue_info(self, name: str) -> dict[str, Any]:
         info: dict[str, Any] = expect(self._api().get(f"{self.base}/v1/queues/{name}", timeout=30), 200,

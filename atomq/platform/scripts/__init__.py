@@ -6,7 +6,8 @@ measured footprint constants of ``atomq.platform.queues.footprint``, the number 
 keys of a destination (``keys.DEST_KEY_COUNT``) and the length of a tenant's log of topic
 pattern changes (``defaults.TOPIC_CHANGE_LOG_LENGTH``), are prepended to
 every script here, so each script still arrives at Redis as one unit and its
-SHA is stable for EVALSHA.
+SHA is stable for EVALSHA. The scripts of the message routes have a keyed form too, which checks
+the request's API key before all that (``_lib_keycheck.lua``, ``KEY_CHECKED``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,18 @@ NAMES = (
 )
 
 
+KEY_CHECKED = frozenset({"send", "get", "settle"})
+"""The scripts of the message routes (send and publish, get, ack, nack, extend, release): each is
+also registered in a keyed form (:func:`keyed`) that first checks the request's API key and takes
+the check's key and arguments off again (``_lib_keycheck.lua``), so that a request's key check and
+its operation are one round trip (``atomq.platform.store.carried_check``)."""
+
+
+def keyed(name: str) -> str:
+    """The name of script ``name``'s keyed form (``KEY_CHECKED``)."""
+    return f"{name}+key"
+
+
 ALWAYS_RUN = frozenset(NAMES) - {"send", "queue_put", "queue_fields", "subscriber_put", "listener_put"}
 """The scripts that run also while the store is at its maxmemory: Valkey refuses a script whose
 first write may grow memory (XADD, HSET, ZADD...) at maxmemory, and a get that takes, an ack that
@@ -111,6 +124,12 @@ class ScriptLibrary:
             name: client.register_script((flagged if name in ALWAYS_RUN else "") + lib + "\n" + _source(name))
             for name in NAMES
         }
+        check = _source("_lib_keycheck")
+        self._scripts.update({
+            keyed(name): client.register_script((flagged if name in ALWAYS_RUN else "") + check + lib + "\n"
+                                                + _source(name))
+            for name in KEY_CHECKED
+        })
 
     def __call__(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         sha = self._scripts[name].sha

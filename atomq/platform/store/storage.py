@@ -6,6 +6,9 @@ everything else from Redis becomes a StorageError, never a bare redis-py one.
 That includes what redis-py's cluster client raises outside ``RedisError``
 (``RedisClusterException`` and its subclasses, such as ``SlotNotCoveredError``)
 and socket errors: :data:`STORE_ERRORS`.
+
+Every call also minds the request's pending API key check (``carried_check``): a script of the
+message routes carries it, any other call makes it alone first.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from atomq.errors import AtomqError, NotDurable, OutcomeUnknown, StorageError, StorageFull
-from atomq.platform.scripts import ScriptLibrary
+from atomq.platform.scripts import KEY_CHECKED, ScriptLibrary, keyed
+from atomq.platform.store import carried_check
+from atomq.platform.store.carried_check import KeyCheck
 from atomq.platform.store.connection import RedisClient
 
 ErrorMap = Mapping[str, Callable[[list[str]], AtomqError]]
@@ -49,12 +54,17 @@ class Storage:
         """Runs script ``name``; error codes in ``errors`` raise the mapped error. ``writes_once``:
         the script recognises a repeat of itself (a request token), and a lost answer raises
         OutcomeUnknown rather than StorageError, since it may have stored what it was given."""
+        check = _carried([name], keys)
+        if check is not None:
+            name, keys, args, errors = _with_check(check, name, keys, args, errors)
         try:
             return self.scripts(name, keys, args)
         except redis.ResponseError as exc:
-            raise script_error(exc, errors) from None
+            error = script_error(exc, errors)
         except STORE_ERRORS as exc:
-            raise translate(exc, writes_once) from None
+            error = translate(exc, writes_once)
+        _after_error(check)
+        raise error
 
     @property
     def is_cluster(self) -> bool:
@@ -88,6 +98,7 @@ class Storage:
         """Runs script ``name`` once per ``(keys, args)`` in one round trip, or on a cluster one
         per node (a cluster pipeline refuses scripts: each call goes to the node of its keys).
         Returns each call's reply in order; a call that failed gives its exception instead."""
+        carried_check.settle()
         by_node: dict[Any, list[int]] = {}
         for i, (keys, _) in enumerate(calls):
             by_node.setdefault(self._node_of(keys[0]), []).append(i)
@@ -137,18 +148,29 @@ class Storage:
         """Runs scripts ``(name, keys, args, errors)`` in order in one round trip (a pipeline, not a
         transaction: each script is atomic, the sequence is not). Their keys share one slot, so on a
         cluster the pipeline goes to the node of that slot. Returns each reply, where a script failed
-        the error :meth:`run` would raise (not raised: the caller sees what the others did first)."""
+        the error :meth:`run` would raise (not raised: the caller sees what the others did first).
+        A pending key check is carried by each of them (each may be the one that runs first)."""
+        check = _carried([name for name, _, _, _ in calls], calls[0][1])
+        if check is not None:
+            calls = [_with_check(check, *call) for call in calls]
         try:
-            pipe = self._client_of(self._node_of(calls[0][1][0])).pipeline(transaction=False)
-        except STORE_ERRORS as exc:
-            raise translate(exc) from None
-        for name, keys, args, _ in calls:
-            self.scripts.queue(pipe, name, keys, args)
-        replies = [self._unless_missing(reply, name, keys, args)
-                   for (name, keys, args, _), reply in zip(calls, self._execute(pipe))]
-        return [script_error(reply, errors) if isinstance(reply, redis.ResponseError)
-                else translate(reply) if isinstance(reply, Exception) else reply
-                for (_, _, _, errors), reply in zip(calls, replies)]
+            try:
+                pipe = self._client_of(self._node_of(calls[0][1][0])).pipeline(transaction=False)
+            except STORE_ERRORS as exc:
+                raise translate(exc) from None
+            for name, keys, args, _ in calls:
+                self.scripts.queue(pipe, name, keys, args)
+            replies = [self._unless_missing(reply, name, keys, args)
+                       for (name, keys, args, _), reply in zip(calls, self._execute(pipe))]
+        except AtomqError:
+            _after_error(check)
+            raise
+        answers = [script_error(reply, errors) if isinstance(reply, redis.ResponseError)
+                   else translate(reply) if isinstance(reply, Exception) else reply
+                   for (_, _, _, errors), reply in zip(calls, replies)]
+        if any(isinstance(answer, AtomqError) for answer in answers):
+            _after_error(check)
+        return answers
 
     def run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any], errors: ErrorMap | None,
                     replicas: int, timeout_ms: int, *, writes_once: bool = False) -> tuple[Any, list[int]]:
@@ -159,6 +181,9 @@ class Storage:
         cluster client would send WAITAOF to a default node). Returns the script's reply and
         WAITAOF's ``[local, replicas]`` acknowledgements (each below its target on a time-out).
         ``writes_once`` as in :meth:`run`."""
+        check = _carried([name], keys)
+        if check is not None:
+            name, keys, args, errors = _with_check(check, name, keys, args, errors)
         try:
             client = self._client_of(self._node_of(keys[0]))
             for attempt in range(2):
@@ -170,9 +195,15 @@ class Storage:
                     break
                 self.scripts.load_all(client)  # the script did not run: loaded, it runs again
         except STORE_ERRORS as exc:
+            _after_error(check)
             raise translate(exc, writes_once) from None
+        except AtomqError:
+            _after_error(check)
+            raise
         if isinstance(reply, redis.ResponseError):
-            raise script_error(reply, errors)
+            error = script_error(reply, errors)
+            _after_error(check)
+            raise error
         if isinstance(synced, redis.ResponseError) and "appendonly" in str(synced):
             raise NotDurable("the store keeps no append-only file (appendonly no), so a send to a sync queue is "
                              "never synced to disk: turn appendonly on, or make the queue async",
@@ -182,11 +213,36 @@ class Storage:
         return reply, [int(n) for n in synced]
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Runs a plain client call with the same error translation."""
+        """Runs a plain client call with the same error translation (a pending key check made first)."""
+        carried_check.settle()
         try:
             return fn(*args, **kwargs)
         except STORE_ERRORS as exc:
             raise translate(exc) from None
+
+
+def _carried(names: Sequence[str], keys: Sequence[str]) -> KeyCheck | None:
+    """The request's pending key check, taken to be carried by scripts ``names`` run on ``keys``'s
+    slot; None when none is pending, or when they cannot carry it (a script without a keyed form,
+    another slot: it is then made alone first)."""
+    if not all(name in KEY_CHECKED for name in names):
+        carried_check.settle()
+        return None
+    return carried_check.take(keys[0])
+
+
+def _with_check(check: KeyCheck, name: str, keys: Sequence[str], args: Sequence[Any],
+                errors: ErrorMap | None) -> tuple[str, list[str], list[Any], ErrorMap]:
+    """A call of script ``name`` as its keyed form, carrying ``check`` (``_lib_keycheck.lua``)."""
+    return (keyed(name), [*keys, check.table], [*args, check.key_id, check.entry],
+            {**(errors or {}), carried_check.REFUSED: lambda _: check.refuse()})
+
+
+def _after_error(check: KeyCheck | None) -> None:
+    """After a carried call that got no reply of its script's: ``check`` pending again (an error may
+    mean the script did not run, nor check; a refused check refuses every later call)."""
+    if check is not None:
+        carried_check.put_back(check)
 
 
 def script_error(exc: redis.ResponseError, errors: ErrorMap | None) -> AtomqError:
