@@ -249,14 +249,17 @@ def check_get_and_settle_once(qs: QueueServer, tenant: str, pid: int, sends: Scr
     what it names once and answers as it did."""
     qs.put_queue(tenant, "orders", "point_to_point", max_redeliveries=0)
     ids = qs.send(tenant, "orders", [msg(str(i)) for i in range(6)])
-    got = paused_while(pid, sends, lambda: qs.get(tenant, "orders", max_messages=4))
+    # Each call reads its queue's dead letter target before its script: the store stops just as the
+    # script is run.
+    got = paused_while(pid, sends, lambda: qs.get(tenant, "orders", max_messages=4), at=(qs.storage, "get"))
     assert sends.count >= 2
     assert [d.id for d in got] == ids[:4] and [d.delivery_count for d in got] == [1] * 4
     info = qs.get_queue(tenant, "orders")
     assert (info.depth, info.in_flight) == (2, 4)
-    assert paused_while(pid, sends, lambda: qs.ack(tenant, "orders", receipts=[d.receipt for d in got[:2]])) == 2
+    assert paused_while(pid, sends, lambda: qs.ack(tenant, "orders", receipts=[d.receipt for d in got[:2]]),
+                        at=(qs.storage, "settle")) == 2
     nacked = paused_while(pid, sends, lambda: qs.nack(tenant, "orders", receipts=[d.receipt for d in got[2:]],
-                                                      reason="bad"))
+                                                      reason="bad"), at=(qs.storage, "settle"))
     assert (nacked.requeued, nacked.dead_lettered) == (0, 2)
     assert paused_while(pid, sends, lambda: qs.resend_dead_letters(tenant, "orders", ids=ids[2:4]),
                         at=(qs.storage, "manage")) == 2
