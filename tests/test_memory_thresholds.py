@@ -42,11 +42,12 @@ def test_thresholds_name_the_state_and_each_state_refuses_more() -> None:
 
 @pytest.fixture
 def tight_valkey(tmp_path: Path) -> Any:
-    """A real Valkey whose maxmemory leaves room for a few megabytes of messages."""
+    """A real Valkey whose maxmemory leaves room for a few megabytes of messages, beside the some
+    2 MB atomq's scripts take once loaded."""
     server = EmbeddedValkey(tmp_path / "valkey")
     server.start()
     client = server.client()
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 3 * 1024 * 1024)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 6 * 1024 * 1024)
     yield server
     client.close()
     server.stop()
