@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,11 @@ def aws_cli() -> str:
     return found
 
 
-def test_the_aws_cli(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]], tmp_path: Path) -> None:
-    native, pair = tenant
+def aws_sqs(node: AtomqServe, pair: dict[str, str], region: str, tmp_path: Path) -> Callable[..., Any]:
+    """``aws sqs ...`` against the node with the tenant's pair and no profile of the machine's; its
+    JSON answer, the command asserted to succeed."""
     env = {**os.environ, "AWS_ACCESS_KEY_ID": pair["access_key_id"], "AWS_SECRET_ACCESS_KEY": pair["secret_access_key"],
-           "AWS_DEFAULT_REGION": "us-east-2", "AWS_CONFIG_FILE": str(tmp_path / "config"),
+           "AWS_DEFAULT_REGION": region, "AWS_CONFIG_FILE": str(tmp_path / "config"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials")}
     env.pop("AWS_PROFILE", None)
 
@@ -54,6 +55,12 @@ def test_the_aws_cli(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout) if done.stdout.strip() else {}
+    return aws
+
+
+def test_the_aws_cli(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]], tmp_path: Path) -> None:
+    native, pair = tenant
+    aws = aws_sqs(node, pair, "us-east-2", tmp_path)
 
     url = aws("create-queue", "--queue-name", "from-cli", "--attributes", "VisibilityTimeout=40")["QueueUrl"]
     assert native.queue("from-cli")["ack_timeout_s"] == 40
@@ -77,16 +84,7 @@ def test_the_aws_cli(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]
 def test_the_aws_cli_redrives_a_dead_letter_queue(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]],
                                                    tmp_path: Path) -> None:
     native, pair = tenant
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": pair["access_key_id"], "AWS_SECRET_ACCESS_KEY": pair["secret_access_key"],
-           "AWS_DEFAULT_REGION": "eu-west-3", "AWS_CONFIG_FILE": str(tmp_path / "config"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials")}
-    env.pop("AWS_PROFILE", None)
-
-    def aws(*args: str) -> Any:
-        done = subprocess.run([aws_cli(), "sqs", *args, "--endpoint-url", node.url, "--output", "json"], env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout) if done.stdout.strip() else {}
+    aws = aws_sqs(node, pair, "eu-west-3", tmp_path)
 
     dlq = aws("create-queue", "--queue-name", "cli-dlq")["QueueUrl"]
     dlq_arn = aws("get-queue-attributes", "--queue-url", dlq, "--attribute-names", "QueueArn")["Attributes"]["QueueArn"]
