@@ -53,6 +53,10 @@ def test_on_the_fork_engine_the_execution_that_dies_is_recognised_through_its_ch
     # shape only.
     *shown, last = command.shown
     *printed, printed_last = out.splitlines()
+    # How many messages the dying execution held depends on how many had arrived when its batch was
+    # taken (at most the batch size): those two lines are checked below, by what they must agree on.
+    counted = ("the execution that died", "killed mid-batch")
+    shown, printed = ([line for line in lines if not any(c in line for c in counted)] for lines in (shown, printed))
     why = Transcript().mismatch(shown, printed)
     assert why is None, why
     assert re.fullmatch(r"\d+ executions, 1 failed; 3000 messages in [\d.]+ s: [\d.]+ messages/s end to end",
@@ -60,12 +64,12 @@ def test_on_the_fork_engine_the_execution_that_dies_is_recognised_through_its_ch
     died = re.search(r"the execution that died had processed (\d+) messages .* (\d+) were recognised through the "
                      r"checkpoint, and each has one output", out)
     assert died is not None, out
-    assert died.group(1) == died.group(2) == "500"
+    assert died.group(1) == died.group(2) and 0 < int(died.group(1)) <= 500
     summary = re.search(r"echo: (\d+)  errors: (\d+) .*dead letters: (\d+)  left in tests: (\d+)  "
                         r"killed mid-batch: (\d+) \(processed once: yes\)", out)
     assert summary is not None, out
     echo, errors, dead, left, killed = map(int, summary.groups())
-    assert (echo + errors, dead, left, killed) == (3000, 0, 0, 500)
+    assert (echo + errors, dead, left, killed) == (3000, 0, 0, int(died.group(1)))
 
 
 def own_processes(pid: int, marker: str) -> list[int]:
