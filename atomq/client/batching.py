@@ -76,13 +76,22 @@ class BatchingSender:
             messages = self._buffers.pop(t, [])
             count = self._counts.pop(t, 0)
             if messages:
-                if t.topic:
-                    answer = self.client.publish_many(messages)
-                else:
-                    answer = self.client.send_batch(t.name, messages)
-                self.requests += 1
-                self.documents += count
-                self._note_stored_nowhere(answer.get("warnings") or [])
+                self._send(t, messages, count)
+
+    def _send(self, target: Target, messages: list[dict[str, Any]], count: int) -> None:
+        """One request of ``count`` documents; a sender that overlaps its requests overrides it."""
+        self._sent(self._request(target, messages), count)
+
+    def _request(self, target: Target, messages: list[dict[str, Any]]) -> Any:
+        if target.topic:
+            return self.client.publish_many(messages)
+        return self.client.send_batch(target.name, messages)
+
+    def _sent(self, answer: Any, count: int) -> None:
+        """Counts a request the node answered."""
+        self.requests += 1
+        self.documents += count
+        self._note_stored_nowhere(answer.get("warnings") or [])
 
     def _note_stored_nowhere(self, warnings: list[dict[str, Any]]) -> None:
         """Counts the messages the warnings of an answer name, and logs each queue or topic the first time."""

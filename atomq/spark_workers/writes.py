@@ -9,8 +9,12 @@ they carry ``position``, the output's place among the outputs of its message (it
 derives from that, as ``ctx.send`` derives it from the order of the calls); without it they are
 collected and sent by the driver in the order the process gave them.
 
+Each partition sends one request ahead (:class:`PipelinedSender`): while request k is in flight,
+request k+1 is made from the rows that follow (their route, their messages), so the worker's
+Python work and the node's answer overlap instead of taking turns.
+
 Order: within a partition the outputs leave in their order, in requests of at most
-``max_send_documents``; a partition holds consecutive messages of the batch, so each message's
+``max_send_documents``, one at a time; a partition holds consecutive messages of the batch, so each message's
 outputs stay in order, and so do those of every part of the batch a partition holds, but two
 partitions' requests go side by side: a destination receives the parts interleaved. Whoever needs
 one execution's outputs in one destination in the batch's order keeps ``position`` out (the driver
@@ -20,8 +24,10 @@ untouched: an execution finishes, outputs stored, before the next one takes its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +68,48 @@ def _message(listener: str, row: dict[str, Any]) -> dict[str, Any]:
                         f"{listener}/{row['message_id']}/{row['position']}")
 
 
+class PipelinedSender(BatchingSender):
+    """A :class:`BatchingSender` one request ahead: while a request is in flight (in a thread of
+    its own) the next one is made from the rows that follow, and it leaves once the first is
+    answered. One request at a time, in the order they were made, so each destination receives
+    its messages in order; a refusal raises at the next request, or at :meth:`wait`."""
+
+    def __init__(self, client: AtomqClient, max_documents: int) -> None:
+        super().__init__(client, max_documents)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="atomq-executor-send")
+        self._in_flight: tuple[Future[Any], int] | None = None
+
+    def _send(self, target: Target, messages: list[dict[str, Any]], count: int) -> None:
+        self.wait()
+        self._in_flight = (self._pool.submit(self._request, target, messages), count)
+
+    def wait(self) -> None:
+        """Waits for the request in flight and counts it; its refusal raises here."""
+        if self._in_flight is not None:
+            future, count = self._in_flight
+            self._in_flight = None
+            self._sent(future.result(), count)
+
+    def close(self) -> None:
+        """Lets the request in flight end (counted if it was stored) before the partition's result
+        is made: nothing of the execution's is still being sent once its tasks are over. Its own
+        refusal is not raised: only the error that stopped the partition is (or none)."""
+        try:
+            with contextlib.suppress(Exception):  # the partition's first error is the one to raise
+                self.wait()
+        finally:
+            self._pool.shutdown()
+
+
 def send_partition(sink: ExecutorSink, listener: str, batch_ids: frozenset[str],
                    rows: Iterable[dict[str, Any]]) -> Iterator[PartitionResult]:
-    """Sends one partition's outputs; runs in an executor's Python worker. A refusal by the node
-    (rate limit, quota) comes back as a result for the driver to raise, with its details intact."""
+    """Sends one partition's outputs, one request ahead (:class:`PipelinedSender`); runs in an
+    executor's Python worker. A refusal by the node (rate limit, quota) comes back as a result for
+    the driver to raise, with its details intact."""
     with AtomqClient(sink.api_url, sink.token) as client:
         client.headers.update(sink.headers)
-        sender = BatchingSender(client, sink.max_documents)
+        sender = PipelinedSender(client, sink.max_documents)
+        error: tuple[str, str, dict[str, Any]] | None = None
         try:
             for row in rows:
                 if row["message_id"] not in batch_ids:
@@ -78,11 +119,12 @@ def send_partition(sink: ExecutorSink, listener: str, batch_ids: frozenset[str],
                 target = Target(topic, topic=True) if topic is not None else Target(row["queue"])
                 sender.add(target, _message(listener, row))
             sender.flush()
+            sender.wait()
         except AtomqError as exc:
-            yield PartitionResult(sender.documents, sender.stored_nowhere, (type(exc).__name__, exc.message,
-                                                                             exc.details))
-            return
-        yield PartitionResult(sender.documents, sender.stored_nowhere, None)
+            error = (type(exc).__name__, exc.message, exc.details)
+        finally:
+            sender.close()
+    yield PartitionResult(sender.documents, sender.stored_nowhere, error)
 
 
 def raise_first_error(results: list[PartitionResult]) -> None:
