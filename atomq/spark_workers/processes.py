@@ -13,9 +13,12 @@ input message it came from: its outputs' dedupe ids derive from it),
 ``document_properties`` (JSON), and ``position``: the output's place among its message's outputs,
 which lets the executors write the outputs in parallel (``atomq.spark_workers.writes``; the
 built-in processes give their outputs one a document, ``position`` its index). A process may also
-carry ``rows``: given the settings, a function of one input row (a dict of the input columns) to
-its output rows (dicts with ``position``); the executors then run it on the rows they send,
-in one pass from the JVM to Python (``echo-service`` does). A process marked ``checkpointed`` gets the
+carry ``rows``: given the settings, a function of one input row (a plain dict of the input
+columns, ``payload`` as bytes) to its output rows (dicts with ``position``). When the executors
+write the outputs, such a process gets no DataFrame: the batch goes to them as plain rows
+(``SparkContext.parallelize``, consecutive slices), where the function runs and its outputs are
+sent, sparing the frame and the rows' passes between the JVM and Python (``echo-service`` does);
+the DataFrame form stays its definition, and what the driver runs when it sends the outputs. A process marked ``checkpointed`` gets the
 batch without the redelivered messages its checkpoint shows were processed,
 and its checkpoint is published after its outputs (``atomq.workers.checkpoint``).
 """
@@ -145,6 +148,21 @@ PARTITION_ROWS = 1000
 one task, in as few requests as the driver would send, a larger one by up to one task a core."""
 
 
+INPUT_COLUMNS = tuple(INPUT_SCHEMA.names)
+
+
+def batch_rows(messages: list[InputMessage]) -> list[tuple[Any, ...]]:
+    """The execution's batch as plain tuples of :data:`INPUT_COLUMNS`, a row a document (the payload
+    as ``bytes``, the text None where it is not UTF-8)."""
+    rows = []
+    for m in messages:
+        properties = json.dumps(m.properties)
+        for i, doc in enumerate(m.documents):
+            rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data,
+                         wire.utf8_text(doc.data), json.dumps(doc.properties)))
+    return rows
+
+
 def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
     """The execution's batch (the messages to process of it) as a DataFrame of :data:`INPUT_SCHEMA`.
 
@@ -152,12 +170,7 @@ def batch_frame(spark: SparkSession, messages: list[InputMessage]) -> DataFrame:
     would pickle each row and check it against the schema, which (with collecting Row objects)
     cost about a fifth of a Spark execution of 1,000 documents (BENCHMARKS.md).
     """
-    rows = []
-    for m in messages:
-        properties = json.dumps(m.properties)
-        for i, doc in enumerate(m.documents):
-            rows.append((m.id, m.delivery_count, m.redelivered, properties, i, f"{m.id}.{i + 1}", doc.data,
-                         wire.utf8_text(doc.data), json.dumps(doc.properties)))
+    rows = batch_rows(messages)
     columns = list(zip(*rows)) if rows else [()] * len(_ARROW_INPUT)
     table = pa.Table.from_arrays(
         [pa.array(values, type=column.type) for values, column in zip(columns, _ARROW_INPUT)], schema=_ARROW_INPUT)
@@ -191,17 +204,16 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext,
         return
     results: list[PartitionResult] | None = None
     try:
-        frame = batch_frame(spark, todo)
         if sink is not None and hasattr(process, "rows"):
-            results = _written_by_executors(spark, ctx, sink, frame, process.rows(ctx.settings))
+            results = _rows_by_executors(spark, ctx, sink, batch_rows(todo), process.rows(ctx.settings))
         else:
-            outputs = process(frame, ctx.settings)
+            outputs = process(batch_frame(spark, todo), ctx.settings)
             names = set(outputs.columns)
             data_column = "text" if "text" in names else "payload"
             read = outputs.select(*[c for c in ("queue", "topic", "message_id", "position", data_column,
                                                 "properties", "document_properties") if c in names])
             if sink is not None and "position" in names:
-                results = _written_by_executors(spark, ctx, sink, read, None)
+                results = _written_by_executors(spark, ctx, sink, read)
             else:
                 # Only the columns read here go through Arrow (a process may add others Arrow cannot
                 # hold), and come back as dicts, with no Row object a row as collect() makes.
@@ -220,20 +232,43 @@ def run_on_spark(spark: SparkSession, process_name: str, ctx: ExecutionContext,
         checkpoint.record(ctx, todo)
 
 
-def _written_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: ExecutorSink, frame: DataFrame,
-                          rows: RowOutputs | None) -> list[PartitionResult]:
-    """One job: each partition (of consecutive rows: coalesced, not repartitioned) sends its
-    outputs, made by ``rows`` from the input rows when given, else the rows of ``frame`` as they are."""
+def _tasks(spark: SparkSession, ctx: ExecutionContext) -> int:
+    """Partitions of outputs to write: one a core, each of at least :data:`PARTITION_ROWS` rows."""
+    rows_in = sum(len(m.documents) for m in ctx.messages)  # a row a document of those it processes
+    return max(1, min(spark.sparkContext.defaultParallelism, -(-rows_in // PARTITION_ROWS)))
+
+
+def _partition_sender(ctx: ExecutionContext, sink: ExecutorSink) -> Callable[[Iterable[dict[str, Any]]],
+                                                                              Iterator[PartitionResult]]:
     ids = frozenset(m.id for m in ctx.messages)
     listener = ctx.listener
-    rows_in = sum(len(m.documents) for m in ctx.messages)  # the frame has a row a document of those it processes
-    tasks = max(1, min(spark.sparkContext.defaultParallelism, -(-rows_in // PARTITION_ROWS)))
 
-    def send(part: Iterable[Any]) -> Iterator[PartitionResult]:
-        dicts = (r.asDict() for r in part)
-        return send_partition(sink, listener, ids, (o for d in dicts for o in rows(d)) if rows else dicts)
+    def send(rows: Iterable[dict[str, Any]]) -> Iterator[PartitionResult]:
+        return send_partition(sink, listener, ids, rows)
 
-    return frame.coalesce(tasks).rdd.mapPartitions(send).collect()
+    return send
+
+
+def _written_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: ExecutorSink,
+                          frame: DataFrame) -> list[PartitionResult]:
+    """One job: each partition of the process's outputs (of consecutive rows: coalesced, not
+    repartitioned) sends its rows."""
+    send = _partition_sender(ctx, sink)
+    return frame.coalesce(_tasks(spark, ctx)).rdd.mapPartitions(lambda part: send(r.asDict() for r in part)).collect()
+
+
+def _rows_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: ExecutorSink, batch: list[tuple[Any, ...]],
+                       rows: RowOutputs) -> list[PartitionResult]:
+    """One job with no DataFrame: the batch's rows go to the executors as they are (consecutive
+    slices, one a partition), where ``rows`` makes each input row's outputs and they are sent. The
+    Arrow table, the frame and the pass from the JVM's rows back to Python are spared."""
+    send = _partition_sender(ctx, sink)
+    columns = INPUT_COLUMNS
+
+    def outputs(part: Iterable[tuple[Any, ...]]) -> Iterator[PartitionResult]:
+        return send(o for t in part for o in rows(dict(zip(columns, t))))
+
+    return spark.sparkContext.parallelize(batch, _tasks(spark, ctx)).mapPartitions(outputs).collect()
 
 
 def _after_executors(ctx: ExecutionContext, results: list[PartitionResult]) -> None:

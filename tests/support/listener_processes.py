@@ -98,3 +98,59 @@ def spark_forward_where_run(df: Any, settings: dict[str, Any]) -> Any:
     ran_in = f.udf(cwd, "string", useArrow=False)()
     return df.select(f.lit(settings["to"]).alias("queue"), "message_id", "payload",
                      f.to_json(f.create_map(f.lit("ran_in"), ran_in)).alias("properties"))
+
+
+def spark_rows_report(df: Any, settings: dict[str, Any]) -> Any:
+    """A process with a row form (``rows``): the DataFrame form forwards every document to the first
+    of ``settings["to"]``; the row form is what runs when the executors write (see there)."""
+    from pyspark.sql import functions as f
+
+    return df.select(f.lit(settings["to"][0]).alias("queue"), "message_id",
+                     f.col("document_index").alias("position"), "payload")
+
+
+def spark_rows_report_rows(settings: dict[str, Any]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """Each input row becomes one output whose text is the row itself as JSON (its payload's type
+    named, the payload as text): to ``settings["to"][n % len]`` for a payload ending in a number n,
+    to ``settings["missing"]`` for one starting with ``missing``."""
+    queues, missing = list(settings["to"]), settings.get("missing")
+
+    # Defined in here, so Spark's Python workers get it by value: they cannot import this module.
+    def outputs(row: dict[str, Any]) -> list[dict[str, Any]]:
+        import json as j
+
+        data = bytes(row["payload"]).decode("utf-8", "replace")
+        last = data.rsplit(" ", 1)[-1]
+        queue = missing if missing and data.startswith("missing") else queues[
+            int(last) % len(queues) if last.isdigit() else 0]
+        seen = {k: v for k, v in row.items() if k != "payload"}
+        seen.update(payload=data, payload_type=type(row["payload"]).__name__)
+        return [{"queue": queue, "message_id": row["message_id"], "position": row["document_index"],
+                 "text": j.dumps(seen)}]
+
+    return outputs
+
+
+spark_rows_report.rows = spark_rows_report_rows  # type: ignore[attr-defined]
+
+
+def spark_rows_where_run(df: Any, settings: dict[str, Any]) -> Any:
+    """``spark_forward_where_run`` with a row form: on a standalone cluster the rows run in the
+    executor, each output's properties ``{"ran_in": ...}`` naming where."""
+    return spark_forward_where_run(df, settings)
+
+
+def spark_rows_where_run_rows(settings: dict[str, Any]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    to = settings["to"]
+
+    def outputs(row: dict[str, Any]) -> list[dict[str, Any]]:
+        import json as j
+        import os as system
+
+        return [{"queue": to, "message_id": row["message_id"], "position": row["document_index"],
+                 "payload": row["payload"], "properties": j.dumps({"ran_in": system.getcwd(), "form": "rows"})}]
+
+    return outputs
+
+
+spark_rows_where_run.rows = spark_rows_where_run_rows  # type: ignore[attr-defined]
