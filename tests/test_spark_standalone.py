@@ -24,7 +24,7 @@ import pytest
 from atomq.client import AtomqClient
 from atomq.errors import JavaMissing
 from atomq.spark_workers.session import find_java
-from support.listener_processes import registered, spark_forward_where_run
+from support.listener_processes import registered, spark_forward_where_run, spark_rows_where_run
 from support.processes import REPO, clean_env, pid_running, support_pythonpath
 from support.served_node import AtomqServe, ServeFactory
 from support.spark_standalone import StandaloneSpark
@@ -32,7 +32,8 @@ from support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-SPARK_ENV = {"ATOMQ_SPARK_PROCESSES": registered(where=spark_forward_where_run), "PYTHONPATH": support_pythonpath()}
+SPARK_ENV = {"ATOMQ_SPARK_PROCESSES": registered(where=spark_forward_where_run, rows=spark_rows_where_run),
+             "PYTHONPATH": support_pythonpath()}
 
 APP_S = 300
 """An application's driver and executor JVMs, and its first Python tasks, on a busy 2-core machine."""
@@ -71,7 +72,7 @@ def test_listeners_and_the_data_source_run_in_the_standalone_workers_executors(
     with AtomqClient(node.url, node.owner_key) as owner:
         key = owner.create_tenant("standalone")["api_key"]
     with AtomqClient(node.url, key) as api:
-        for queue in ("in", "written", "streamed", "orders", "out"):
+        for queue in ("in", "written", "streamed", "orders", "out", "lines", "lines-out"):
             api.put_queue(queue)
         api.send_texts("in", ["a", "b", "c", "d"])
 
@@ -99,9 +100,15 @@ def test_listeners_and_the_data_source_run_in_the_standalone_workers_executors(
         try:
             api.request("PUT", "/v1/listeners/where", {"queue": "orders", "process": "where", "engine": "spark",
                                                        "batch_size": 10, "settings": {"to": "out"}})
+            # A process with a row form: its batch goes to the executors as plain rows, no DataFrame.
+            api.request("PUT", "/v1/listeners/rows", {"queue": "lines", "process": "rows", "engine": "spark",
+                                                      "batch_size": 10, "settings": {"to": "lines-out"}})
             api.send_texts("orders", [f"order {i}" for i in range(30)])
+            api.send_texts("lines", [f"line {i}" for i in range(20)])
             wait_until(lambda: api.queue("out")["depth"] == 30, APP_S, "the listener's executions on the cluster")
+            wait_until(lambda: api.queue("lines-out")["depth"] == 20, APP_S, "the row listener's executions")
             wait_until(lambda: api.listener("where")["executions"] >= 3, 30, "the executions to finish")
+            wait_until(lambda: api.listener("rows")["executions"] >= 2, 30, "the row executions to finish")
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(60)
@@ -112,6 +119,10 @@ def test_listeners_and_the_data_source_run_in_the_standalone_workers_executors(
         assert listener_app != result["app_id"] and Path(ran_in(out[0])).name == "0"
         assert (cluster.work_dir / listener_app / "0" / "stderr").is_file()
         assert api.listener("where")["failures"] == 0
+        lines = list(api.browse("lines-out"))
+        assert sorted(m["documents"][0]["data"] for m in lines) == sorted(f"line {i}" for i in range(20))
+        assert {(ran_in(m), m["properties"]["form"]) for m in lines} == {(ran_in(out[0]), "rows")}
+        assert api.listener("rows")["failures"] == 0
     assert not pid_running(worker.pid)
     print(f"standalone: data source application {data_source_s:.1f} s, "
           f"whole test {time.monotonic() - started:.1f} s")

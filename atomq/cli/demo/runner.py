@@ -113,9 +113,13 @@ class Demo:
     """One run of the demo; ``say`` prints each step."""
 
     def __init__(self, messages: int, engine: str, spark_master: str, batch_size: int,
-                 data_dir: Path | None, say: Callable[[str], None]) -> None:
+                 data_dir: Path | None, say: Callable[[str], None], fork_workers: int | None = None,
+                 timed: Callable[[str, int], None] | None = None) -> None:
         self.messages, self.engine, self.spark_master, self.batch_size = messages, engine, spark_master, batch_size
         self.say = say
+        self.fork_workers = fork_workers
+        self.timed = timed
+        """Called with ``"start"`` and ``"end"`` and the node's pid around the timed run (a benchmark's meter)."""
         self.temp = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="atomq-demo-"))
         self.port = _free_port()
@@ -132,10 +136,13 @@ class Demo:
                 "--port", str(self.port)]
         if self.engine == "spark":
             args += ["--workers", "0", "--spark", "--spark-master", self.spark_master]
+        elif self.fork_workers is not None:
+            args += ["--workers", str(self.fork_workers)]
         env = {**os.environ, "ATOMQ_OWNER_KEY": self.owner_key}
         if self.engine == "fork":
             env["ATOMQ_PROCESSES"] = f"{DYING_PROCESS}=atomq.cli.demo.processes:echo_service_dying_once"
-        runs_on = f"a Spark worker on {self.spark_master}" if self.engine == "spark" else "2 fork workers"
+        runs_on = f"a Spark worker on {self.spark_master}" if self.engine == "spark" else \
+            f"{self.fork_workers or defaults.EXECUTION_WORKERS} fork workers"
         self.say(f"starting atomq serve on {self.url} with {runs_on}")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -228,6 +235,7 @@ class Demo:
                 self.say("armed: one execution will die after storing its outputs and its checkpoint, "
                          "before its batch is acknowledged")
             inputs = test_messages(self.messages)
+            self._timed("start")
             started = time.monotonic()
             per_request = defaults.MAX_SEND_DOCUMENTS
             for first in range(0, len(inputs), per_request):
@@ -254,7 +262,12 @@ class Demo:
                     rate = (done - WARM_UP) / (time.monotonic() - started)
                     self.say(f"processed {done - WARM_UP}/{len(inputs)} ({rate:.0f} messages/s)")
             elapsed = time.monotonic() - started
+            self._timed("end")
             return self._summary(api, len(inputs), elapsed)
+
+    def _timed(self, phase: str) -> None:
+        if self.timed is not None and self.proc is not None:
+            self.timed(phase, self.proc.pid)
 
     def _recognised(self, killed: list[str]) -> int:
         """How many of ``killed`` the echo-service logged as recognised through its checkpoint
@@ -286,15 +299,17 @@ class Demo:
 
 
 def run_demo(messages: int, engine: str, spark_master: str, batch_size: int, data_dir: Path | None,
-             say: Callable[[str], None]) -> DemoSummary:
-    """The whole demo; the summary it printed."""
+             say: Callable[[str], None], fork_workers: int | None = None,
+             timed: Callable[[str, int], None] | None = None) -> DemoSummary:
+    """The whole demo; the summary it printed. ``fork_workers``: the node's fork workers (fork
+    engine; None: ``atomq serve``'s default); ``timed``: see :class:`Demo`."""
     if engine == "spark":
         try:
             find_java()
         except JavaMissing as exc:
             raise JavaMissing(f"the Spark worker cannot start: {exc.message} (or run the demo with --engine fork)") \
                 from None
-    demo = Demo(messages, engine, spark_master, batch_size, data_dir, say)
+    demo = Demo(messages, engine, spark_master, batch_size, data_dir, say, fork_workers, timed)
     failed = True
     with _signals_end_the_run():
         try:
