@@ -47,7 +47,7 @@ class Moves(MethodView):
     @blp.arguments(MoveListArgs, location="query")
     @blp.response(200, MoveListSchema)
     def get(self, args: dict[str, Any], name: str) -> Response:
-        """The queue's move tasks, the newest first: the running one and the last ones kept."""
+        """The queue's newest move tasks (the running one among them), the newest first."""
         s, tenant = services(), current_tenant()
         s.queues.get_queue(tenant, name)
         tasks = s.queues.move_tasks(tenant, name)

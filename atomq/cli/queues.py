@@ -190,7 +190,7 @@ def moves_start(c: AtomqClient, queue: str, destination: str | None, max_per_sec
 @click.argument("queue")
 @connection_options
 def moves_list(c: AtomqClient, queue: str) -> None:
-    """QUEUE's move tasks, the newest first: the running one and the last ones kept."""
+    """QUEUE's newest move tasks (the running one among them), the newest first."""
     data = c.moves(queue)
     emit(data, [_move_row(t) for t in data], MOVE_HEADERS)
 

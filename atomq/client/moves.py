@@ -30,7 +30,7 @@ class MoveTaskCalls:
         return self.request("POST", f"/v1/queues/{queue}/moves", body)
 
     def moves(self: _Requests, queue: str) -> list[Any]:
-        """The queue's move tasks, the newest first (the running one and the last ones kept)."""
+        """The queue's newest move tasks (the running one among them), the newest first."""
         return self._whole_list(f"/v1/queues/{queue}/moves", "moves")
 
     def move(self: _Requests, queue: str, task_id: str) -> Any:

@@ -55,6 +55,6 @@ class MoveListArgs(Strict):
 
 class MoveListSchema(Strict):
     moves = fields.List(fields.Nested(MoveTaskSchema), required=True, metadata={
-        "description": f"the queue's tasks, the newest first: the running one and the last {KEPT_PER_SOURCE} "
-                       "kept"})
+        "description": f"the queue's newest {KEPT_PER_SOURCE} tasks (the running one among them), the "
+                       "newest first"})
     next = fields.String(required=True, allow_none=True, metadata=NEXT_DOC)
