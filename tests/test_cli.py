@@ -356,27 +356,27 @@ def test_a_dead_letter_queue_is_moved_cancelled_and_moved_back_by_move_tasks(ten
     ok("queues", "create", "parked")
     ok("queues", "create", "retry")
     ok("queues", "create", "jobs", "--max-redeliveries", "0", "--dead-letter-queue", "parked")
-    ok("send", "jobs", *[f"m{i}" for i in range(10)])
-    got = json.loads(ok("get", "jobs", "--max", "10", "--json"))
+    ok("send", "jobs", *[f"m{i}" for i in range(30)])
+    got = json.loads(ok("get", "jobs", "--max", "30", "--json"))
     ok("nack", "jobs", *[m["id"] for m in got])
-    # At one a second, ten messages take nine seconds at least: the task still runs when cancelled.
+    # At one a second, 30 messages take 29 seconds at least: the task still runs when cancelled.
     task = json.loads(ok("queues", "moves", "start", "parked", "--to", "retry", "--per-second", "1", "--json"))
-    assert (task["status"], task["to_move"], task["destination"]) == ("running", 10, "retry")
+    assert (task["status"], task["to_move"], task["destination"]) == ("running", 30, "retry")
     assert task["id"] in ok("queues", "moves", "list", "parked") and "running" in ok("queues", "moves", "list",
                                                                                       "parked")
     busy = run("queues", "moves", "start", "parked", env=tenant_env)
     assert busy.returncode == 1 and "is running" in busy.stderr
     cancelled = json.loads(ok("queues", "moves", "cancel", "parked", task["id"], "--json"))
-    assert cancelled["status"] == "cancelled" and cancelled["moved"] < 10
+    assert cancelled["status"] == "cancelled" and cancelled["moved"] < 30
     depths = {q: json.loads(ok("queues", "show", q, "--json"))["depth"] for q in ("parked", "retry")}
-    assert depths == {"parked": 10 - cancelled["moved"], "retry": cancelled["moved"]}, "nothing lost, none after"
+    assert depths == {"parked": 30 - cancelled["moved"], "retry": cancelled["moved"]}, "nothing lost, none after"
     back = json.loads(ok("queues", "moves", "start", "parked", "--json"))
     assert back["destination"] is None
 
     def finished() -> bool:
         return json.loads(ok("queues", "moves", "list", "parked", "--json"))[0]["status"] == "completed"
     wait_until(finished, 30, "the move back to the sources to complete")
-    assert json.loads(ok("queues", "show", "jobs", "--json"))["depth"] == 10 - cancelled["moved"]
+    assert json.loads(ok("queues", "show", "jobs", "--json"))["depth"] == 30 - cancelled["moved"]
     assert [t["id"] for t in json.loads(ok("queues", "moves", "list", "parked", "--json"))] == [back["id"], task["id"]]
     bad = run("queues", "moves", "start", "parked", "--per-second", "0", env=tenant_env)
     assert bad.returncode == 2 and "--per-second" in bad.stderr
