@@ -51,7 +51,8 @@ Five parts (--parts, default all), each on a store or node of its own:
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: "scripts": {case: {wall_ms, cpu_ms, first_cpu_ms, and for
-several calls rest_median_cpu_ms, rest_p90_cpu_ms}}, "bystander": {phase: {p50_ms,
+several calls rest_median_cpu_ms, rest_p90_cpu_ms, and for several scripts
+most_cpu_ms_by_script}}, "bystander": {phase: {p50_ms,
 p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
 match_ms}}, "changes": {"100"|"10000": {rebuild_ms, update_ms, updated_mib,
 fresh_mib}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
@@ -110,10 +111,10 @@ def main_thread_cpu_ns(pid: int) -> int:
         return int(f.read().split()[0])
 
 
-def script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> list[float]:
+def script_cpu_ms(qs: QueueServer, pid: int, run: Any, names: list[str] | None = None) -> list[float]:
     """The CPU time of Valkey's main thread each script call of ``run()`` took, in order, in ms:
     unlike SLOWLOG's wall time, a figure a busy machine (the store descheduled mid-script) leaves
-    far less inflated."""
+    far less inflated. Each call's script name is appended to ``names``."""
     storage, spent = qs.storage, []
     plain, durably = storage.run, storage.run_durably
 
@@ -124,6 +125,8 @@ def script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> list[float]:
                 return call(*args, **kwargs)
             finally:
                 spent.append((main_thread_cpu_ns(pid) - before) / 1e6)
+                if names is not None:
+                    names.append(args[0])
         return wrapper
 
     storage.run, storage.run_durably = timed(plain), timed(durably)  # type: ignore[method-assign]
@@ -190,12 +193,17 @@ def run_scripts(qs: QueueServer, repeat: int) -> dict[str, Any]:
     pid = int(client.info("server")["process_id"])
     out: dict[str, Any] = {}
     for case, (setup, timed) in script_cases(qs).items():
-        runs, cpu = [], []
+        runs, cpu, names = [], [], []
         for _ in range(repeat):
             setup()
-            runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed))))
+            runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed, names))))
         out[case] = {"wall_ms": max(runs), "cpu_ms": round(max(max(c) for c in cpu), 1),
                      "first_cpu_ms": [round(c[0], 1) for c in cpu]}
+        by_script: dict[str, float] = {}
+        for name, ms in zip(names, (ms for c in cpu for ms in c)):
+            by_script[name] = round(max(ms, by_script.get(name, 0.0)), 1)
+        if len(by_script) > 1:  # a staged or chunked request: the most of each of its scripts
+            out[case]["most_cpu_ms_by_script"] = by_script
         rest = sorted(ms for c in cpu for ms in c[1:])
         if len(rest) > 1:  # a chunked send's steps after its first: their spread
             out[case].update(rest_median_cpu_ms=round(statistics.median(rest), 1),

@@ -155,9 +155,9 @@ class Sending:
         OutcomeUnknown: sent again with the same key, it is stored once. ``admit`` is given the
         message copies the send is about to store, before anything is written, and may refuse it
         (the server's limits: ``atomq.platform.guards.server_limits``). A batch of more copies than
-        ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one.
-        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery").
-        """
+        ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one;
+        one of more documents than ``STAGE_DOCS`` or ``STAGE_BYTES`` uploads them in steps first.
+        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery")."""
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
         batch = with_delay(messages, delay_s)
