@@ -190,7 +190,7 @@ def test_receive_options(sqs: Any, tenant: tuple[AtomqClient, dict[str, str]]) -
     assert set(message["MessageAttributes"]) == {"a.x", "a.y"}
     assert message["MD5OfMessageAttributes"] == md5_of_attributes({k: attributes[k] for k in ("a.x", "a.y")})
     system = message["Attributes"]
-    assert set(system) == {"ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp"}
+    assert set(system) == {"ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp", "SenderId"}
     assert abs(int(system["SentTimestamp"]) / 1000 - sent_at) < 60
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
     bare = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]

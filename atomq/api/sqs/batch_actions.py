@@ -91,7 +91,7 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     if queue.fifo:
         for entry in entries:
             check_fifo_ids(queue, entry)
-    good, failed = _each(entries, lambda entry: outgoing(queue, entry))
+    good, failed = _each(entries, lambda entry: outgoing(queue, entry, ctx.key_id))
     checked: dict[str, Outgoing] = good
     successful = []
     if checked:
