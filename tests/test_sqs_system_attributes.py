@@ -108,3 +108,26 @@ def test_a_system_attribute_other_than_a_trace_header_is_refused(node: AtomqServ
         {"Id": "bad", "MessageBody": "x", "MessageSystemAttributes": system}, {"Id": "good", "MessageBody": "y"}])
     assert [(f["Id"], f["Code"]) for f in failed["Failed"]] == [("bad", "InvalidParameterValue")]
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]] == ["y"]
+
+
+def test_a_new_queue_takes_messages_of_1_mib_as_sqs_does(node: AtomqServe, made: dict[str, Any]) -> None:
+    """SQS's default MaximumMessageSize is its largest (since August 2025): a message of 1 MiB, body
+    and attributes, sent alone or in a batch, is taken and received whole; one byte more is refused."""
+    (_, pair), _ = made["keys"]
+    sqs = sqs_client(node, pair)
+    url = sqs.create_queue(QueueName="large")["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"] == {
+        "MaximumMessageSize": "1048576"}
+    attribute = {"a": {"DataType": "String", "StringValue": "v" * 1_000}}
+    body = "b" * (1_048_576 - len("a") - len("String") - 1_000)
+    sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attribute)
+    sent = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "whole", "MessageBody": body,
+                                                          "MessageAttributes": attribute}])
+    assert [e["Id"] for e in sent["Successful"]] == ["whole"]
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(QueueUrl=url, MessageBody=body + "b", MessageAttributes=attribute)
+    assert refused.value.response["Error"]["Message"] == ("One or more parameters are invalid. Reason: Message must "
+                                                          "be shorter than 1048576 bytes.")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    assert [(m["Body"], m["MessageAttributes"]) for m in got] == [(body, attribute)] * 2
+    sqs.delete_queue(QueueUrl=url)

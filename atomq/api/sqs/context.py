@@ -48,7 +48,9 @@ ALLOW_FIELD = "sqs:redrive_allow"
 QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, CONTENT_DEDUPE_FIELD,
                 THROUGHPUT_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
-DEFAULT_MAX_SIZE = 262_144
+DEFAULT_MAX_SIZE = 1_048_576
+"""SQS's MaximumMessageSize of a queue that sets none: its largest (SQS's own since August 2025; 262,144
+before), so that a message SQS takes on a new queue is taken here too."""
 LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
 """The native ack deadline of a queue whose VisibilityTimeout is 0 (a deadline is at least this)."""
 

@@ -6,7 +6,7 @@ others are fields of the queue's config (``context.QUEUE_FIELDS``).
 | VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be, and a
 receive then gives its messages back at once, as one asking for VisibilityTimeout 0 does) |
 | MessageRetentionPeriod (60–1,209,600, default 4 days) | ``message_ttl_s``, expired messages discarded |
-| MaximumMessageSize (1,024–1,048,576, default 262,144) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
+| MaximumMessageSize (1,024–1,048,576, default 1,048,576) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
 | ReceiveMessageWaitTimeSeconds (0–20) | a config field: the wait of a receive that names none |
 | DelaySeconds (0–900, default 0) | ``delay_s`` (a message's own DelaySeconds is its ``delay_s``) |
 | FifoQueue (a name ending in ``.fifo``) | ``ordering: group``, set when the queue is made (a queue's type never changes) |
