@@ -24,6 +24,7 @@ from atomq.api.sqs.message_model import (
     md5_attributes,
     outgoing,
     sequence_number,
+    sqs_dedupe_id,
 )
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import DEAD_LETTER_PROPERTIES, Delivery
@@ -88,7 +89,7 @@ def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: lis
     if fifo:
         known["SequenceNumber"] = sequence_number(delivery.id)
         if envelope.dedupe_id is not None:
-            known["MessageDeduplicationId"] = envelope.dedupe_id
+            known["MessageDeduplicationId"] = sqs_dedupe_id(envelope.dedupe_id)
     source = delivery.properties.get(DEAD_LETTER_PROPERTIES[1])
     if isinstance(source, str) and "/" not in source:  # not a subscriber's, which SQS cannot name
         known["DeadLetterQueueSourceArn"] = ctx.arn(source)

@@ -15,6 +15,9 @@ kombu sends it). A FIFO message's MessageDeduplicationId, or with ContentBasedDe
 SHA-256 of its body, is its native ``dedupe_id``: a repeat within the de-duplication window (the
 server's ``dedupe_window_s``, 5 minutes as SQS's) answers the first's id and is never delivered.
 Its SequenceNumber is the send sequence ending its id, in 20 digits: it grows within the queue.
+On a queue whose DeduplicationScope is ``messageGroup`` the native ``dedupe_id`` is the SQS one
+behind a digest of its group and a space (which no SQS id holds), so the same id in two groups is
+two messages; a receive shows the SQS id (``sqs_dedupe_id``).
 
 Two system attributes are properties of names SQS's attribute rule cannot give (a colon), kept out
 of MessageAttributes: ``sqs:sender``, the id of the API key that sent the message (its SenderId; a
@@ -196,7 +199,20 @@ def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tup
                                                     "valid for this queue type.")
         return group, None
     check_fifo_ids(queue, params)
-    return group, dedupe or hashlib.sha256(body.encode()).hexdigest()
+    return group, native_dedupe_id(queue, group, dedupe or hashlib.sha256(body.encode()).hexdigest())
+
+
+def native_dedupe_id(queue: SqsQueue, group: str | None, dedupe: str) -> str:
+    """The native ``dedupe_id`` of a FIFO send (see the module's notes); the group's digest keeps it
+    within the native limit whatever the lengths of the two ids."""
+    if queue.dedupe_scope != "messageGroup":
+        return dedupe
+    return f"{hashlib.sha256((group or '').encode()).hexdigest()[:32]} {dedupe}"
+
+
+def sqs_dedupe_id(native: str) -> str:
+    """The MessageDeduplicationId a native ``dedupe_id`` reads as: without its group's digest, if any."""
+    return native.rsplit(" ", 1)[-1]
 
 
 def outgoing(queue: SqsQueue, params: dict[str, Any], sender: str) -> Outgoing:
