@@ -22,6 +22,7 @@ from atomq.platform.queues import send_journal
 from atomq.platform.shared import ChunkBudget
 from atomq.platform.store import keys as k
 from atomq.platform.store.storage import Storage
+from atomq.platform.watch import store_sizes
 from support.audit import assert_audit_clean
 from support.queues import FAST
 
@@ -199,7 +200,7 @@ def test_a_client_killed_mid_upload_leaves_only_an_upload_that_expires(valkey, t
     client = valkey.client()
     qs = QueueServer(client, FAST)
     qs.put_queue(tenant, "work", "point_to_point")
-    before = tenant_keys(qs, tenant)
+    before, temporary = tenant_keys(qs, tenant), store_sizes.measure(qs)["temporary_bytes"]
     ctx = multiprocessing.get_context("fork")
     uploaded = ctx.Event()
     node = ctx.Process(target=_upload_and_hang, args=(valkey.url, tenant, uploaded))
@@ -214,6 +215,8 @@ def test_a_client_killed_mid_upload_leaves_only_an_upload_that_expires(valkey, t
     assert len(left) == 1 and b":stg:" in next(iter(left)), "only the upload"
     assert {key: after[key] for key in before} == before, "nothing else written"
     assert 0 < client.pttl(next(iter(left))) <= send_journal.STAGE_TTL_MS, "and it expires"
+    upload_bytes = client.memory_usage(next(iter(left)))
+    assert store_sizes.measure(qs)["temporary_bytes"] - temporary == upload_bytes, "counted as temporary meanwhile"
     client.close()
 
 

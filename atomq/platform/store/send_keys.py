@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 
-from atomq.platform.store.keys import TenantKeys, tenant_prefix
+from atomq.platform.store.keys import PREFIX, TenantKeys, tenant_prefix
+
+STAGING_PATTERN = f"{PREFIX}:{{*}}:stg:*"
+"""SCAN pattern of every tenant's uploads (:func:`send_staging`): temporary keys no index names."""
 
 
 def send_staging(tk: TenantKeys, journal: str, digest: str) -> str:
