@@ -251,3 +251,23 @@ def test_the_heaviest_send_to_one_queue_stays_within_the_real_bounds(valkey, ten
     assert all(r[1] <= send_journal.STAGE_DOCS + 10 for r in moves) and len(moves) >= 10
     assert_audit_clean(client, {tenant})
     client.close()
+
+
+def test_an_upload_expired_before_its_prepare_is_uploaded_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    real_run = Storage.run  # the fixture's, which notes each script
+    expired: list[str] = []
+
+    def run(self: Storage, name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if name == "send" and not expired:
+            expired.append(keys[-2])
+            self.client.delete(keys[-2])  # the upload, as if it expired between its last step and the prepare
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert [name for name, _ in scripts] == (["send_stage"] * 2 + ["send"]) * 2 + ["send_apply"] * 4
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids
+    assert bodies(qs, tenant, "work") == expected(4)
+    assert_audit_clean(qs.client, {tenant})
