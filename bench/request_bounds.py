@@ -9,14 +9,15 @@ Five parts (--parts, default all), each on a store or node of its own:
             time Valkey's main thread spent on each call (schedstat: what a
             busy machine's descheduling does not inflate): the most, the
             first call's of each run, and the median and p90 of the later
-            calls (the steps of a chunked send); the longest call of
+            calls (the steps of a chunked send, the parts of a get); the longest call of
             --repeat runs (default 3) of each case: a send of 1,000
             messages of 1 KiB; of 1,000 messages of 10 documents of 900 B
             (the request size's bound); a publish of 1,000 messages to a
             topic 100 queues attract, the same of 10 documents of 900 B each,
             and a send of 1,000 to a queue of 100 subscribers (100,000 copies
             each, max_copies_per_request: stored in steps); a get,
-            an ack, a nack and a browse page of 1,000 (their bounds); a
+            an ack, a nack and a browse page of 1,000 (their bounds), and a
+            get, an ack and a browse page of 1,000 of 10 documents of 900 B; a
             delete of 10,000 waiting messages (in chunks); a queue's patterns
             changed when 10,000 are counted afresh (a store an older atomq
             left)
@@ -148,11 +149,15 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
         for s in range(100):
             qs.put_subscriber(t, "news", f"s{s}")
 
-    def waiting(n: int) -> None:
+    def waiting(n: int, docs: int = 1, size: int = 1024) -> None:
         qs.put_queue(t, "work", "point_to_point")
         qs.delete_messages(t, "work", all=True)
         for _ in range(n // 1000):
-            qs.send(t, "work", one_kib(1000))
+            qs.send(t, "work", one_kib(1000, docs, size))
+
+    def taken_of(docs: int, size: int) -> None:
+        waiting(1000, docs, size)
+        taken["r"] = [d.receipt for d in qs.get(t, "work", max_messages=1000)]
 
     def patterns() -> None:
         for q in range(100):
@@ -178,6 +183,9 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
         "nack_1000": (lambda: taken.__setitem__("r", [d.receipt for d in (waiting(1000) or qs.get(
             t, "work", max_messages=1000))]), lambda: qs.nack(t, "work", receipts=taken["r"], reason="bench")),
         "browse_1000": (lambda: waiting(1000), lambda: qs.browse(t, "work", limit=1000)),
+        "get_1000x10docs": (lambda: waiting(1000, 10, 900), lambda: qs.get(t, "work", max_messages=1000)),
+        "ack_1000x10docs": (lambda: taken_of(10, 900), lambda: qs.ack(t, "work", receipts=taken["r"])),
+        "browse_1000x10docs": (lambda: waiting(1000, 10, 900), lambda: qs.browse(t, "work", limit=1000)),
         "delete_10000_waiting": (lambda: waiting(10_000), lambda: qs.delete_messages(t, "work", all=True)),
         "patterns_recounted_10000": (patterns, lambda: qs.put_queue(t, "pat0", "point_to_point", topics=["p/x"])),
     }
