@@ -301,7 +301,7 @@ inside a day; the count bounds the memory of a busy listener."""
 STREAM_PLAN_MESSAGES = 100
 """Messages one planned micro-batch takes unless the consumer says."""
 MAX_STREAM_BATCH = 1000
-"""As ``MAX_GET``: a planned batch is delivered by one script call."""
+"""As ``MAX_GET``: a planned batch is delivered by one get."""
 MAX_STREAM_PARTITIONS = 64
 """Partitions one micro-batch is split into: Spark tasks, of which a node's cores run a few dozen."""
 MAX_STREAM_COUNTER = 2**62
