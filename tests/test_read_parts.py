@@ -165,6 +165,15 @@ def test_a_get_in_parts_keeps_one_message_out_per_group(qs: QueueServer, tenant:
     assert qs.get(tenant, "g", max_messages=1000) == []
 
 
+def test_an_exclusive_queues_get_in_parts_is_its_active_consumers_in_send_order(qs: QueueServer, tenant: str) -> None:
+    qs.put_queue(tenant, "ex", P2P, access="exclusive")
+    ids = sent(qs, tenant, "ex", [dataclasses.replace(msg(f"m{i}"), priority=i % 10) for i in range(600)])
+    taken = qs.take(tenant, "ex", 1000, consumer="a")
+    assert taken.active and [d.id for d in taken.deliveries] == ids, "send order whatever the priorities"
+    standby = qs.take(tenant, "ex", 1000, consumer="b")
+    assert standby.active is False and standby.deliveries == []
+
+
 def test_a_get_in_parts_stays_within_the_reply_bound(qs: QueueServer, tenant: str, queue: str) -> None:
     """Later parts bring no message the whole reply has no room for, however big."""
     small = QueueServer(qs.client, dataclasses.replace(qs.settings, max_reply_bytes=3_000_000))
