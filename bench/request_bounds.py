@@ -26,7 +26,9 @@ Five parts (--parts, default all), each on a store or node of its own:
   bystander the same store: a bystander tenant's one-message sends, one
             every 10 ms from a process of their own, for --seconds (default
             10) alone, then while another tenant's process publishes the
-            heaviest legal publish (100,000 copies) back to back; latency
+            heaviest legal publish (100,000 copies) back to back, then while
+            it makes the heaviest legal get (1,000 messages of 10 documents
+            of 900 B) back to back, giving each batch back; latency
             p50, p99 and max of each phase
   matcher   the topic matcher in this process: build time, memory
             (tracemalloc) and one match, at 100 patterns and at the
@@ -250,12 +252,24 @@ def heavy_publishes(url: str, stop: Any) -> None:
             qs.delete_messages(PUBLISHER, f"heavy{q}", all=True)
 
 
+def heavy_gets(url: str, stop: Any) -> None:
+    """A process of its own: the heaviest legal get, of 1,000 messages of 10 documents of 900 B, back to
+    back, each batch given back at once (a release) for the next."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    qs.put_queue(PUBLISHER, "heavyget", "point_to_point")
+    qs.send(PUBLISHER, "heavyget", one_kib(1000, 10, 900))
+    while not stop.is_set():
+        got = qs.get(PUBLISHER, "heavyget", max_messages=1000)
+        qs.release(PUBLISHER, "heavyget", receipts=[d.receipt for d in got], delay_s=0)
+
+
 def run_bystander(url: str, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     out: dict[str, Any] = {}
-    for phase in ("alone", "heaviest_publish"):
+    heavies = {"heaviest_publish": heavy_publishes, "heaviest_get": heavy_gets}
+    for phase in ("alone", *heavies):
         stop, results = ctx.Event(), ctx.Queue()
-        heavy = ctx.Process(target=heavy_publishes, args=(url, stop)) if phase != "alone" else None
+        heavy = ctx.Process(target=heavies[phase], args=(url, stop)) if phase != "alone" else None
         if heavy is not None:
             heavy.start()
             time.sleep(2)  # its queues made and its first publishes under way
@@ -266,7 +280,7 @@ def run_bystander(url: str, seconds: float) -> dict[str, Any]:
         if heavy is not None:
             stop.set()
             heavy.join(120)
-            check(heavy.exitcode == 0, "the heavy publisher failed")
+            check(heavy.exitcode == 0, f"the heavy requests of {phase} failed")
         out[phase] = latencies(timings)
         progress(f"  {phase}: {out[phase]}")
     return out
@@ -442,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["scripts"] = run_scripts(QueueServer(client), args.repeat,
                                                  [c for c in args.cases.split(",") if c])
             if "bystander" in parts:
-                progress("a bystander's sends, alone and beside the heaviest legal publish")
+                progress("a bystander's sends, alone and beside the heaviest legal publish and get")
                 results["bystander"] = run_bystander(url, args.seconds)
             if "changes" in parts:
                 progress("a cached matcher after one queue's patterns change, rebuilt and updated")
