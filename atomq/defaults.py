@@ -107,7 +107,7 @@ GET_WAIT_MS = 0
 PAGE_LIMIT = 100
 """Messages in one page of a browse or of the dead letters when the caller does not say."""
 MAX_PAGE_LIMIT = 1000
-"""As ``MAX_GET``: a page is read and answered whole by one script."""
+"""As ``MAX_GET``: a page is read in parts of ``GET_PART_MESSAGES``, each from where the one before ended."""
 MAX_NACK_REASON_CHARS = 4096
 """A reason is stored with each dead letter: room for an error and its context, not for a payload."""
 MAX_PROPERTY_NAME_CHARS = 256
@@ -160,7 +160,19 @@ MAX_DOCUMENT_BYTES = _MIB
 MAX_MESSAGES_PER_SEND = 1000
 """One send is one script call in the store's single thread: a thousand messages keeps it to milliseconds."""
 MAX_GET = 1000
-"""As ``MAX_MESSAGES_PER_SEND``, for the messages one get delivers in one script call."""
+"""As ``MAX_MESSAGES_PER_SEND``, for the messages one get delivers (in parts, ``GET_PART_MESSAGES``)."""
+GET_PART_MESSAGES = 250
+"""Messages one script call of a get or of a browse page takes at most: a get of ``MAX_GET`` messages of
+ten documents is then four calls of some 25 ms of the store's single thread each, not one of 100 ms
+that every other tenant waits behind."""
+GET_PART_DOCUMENTS = 1000
+"""As ``GET_PART_MESSAGES``, for the documents one call reads: what a call costs grows with them."""
+GET_PART_BYTES = _MIB
+"""As ``GET_PART_MESSAGES``, for the document bytes one call reads and answers (a first message bigger
+than that still comes alone, within ``MAX_REPLY_BYTES``)."""
+SETTLE_PART_IDS = 500
+"""Ids or receipts one script call of an ack, nack, release or extend settles (as ``CHUNK_SIZE``): a
+settle of ``MAX_SELECTORS`` runs as parts of this many."""
 MAX_WAIT_MS = 20_000
 """As SQS's longest wait: below the idle time-outs of proxies and load balancers, so a long-poll is not cut."""
 CHUNK_SIZE = 500
@@ -289,7 +301,7 @@ inside a day; the count bounds the memory of a busy listener."""
 STREAM_PLAN_MESSAGES = 100
 """Messages one planned micro-batch takes unless the consumer says."""
 MAX_STREAM_BATCH = 1000
-"""As ``MAX_GET``: a planned batch is delivered by one script call."""
+"""As ``MAX_GET``: a planned batch is delivered by one get."""
 MAX_STREAM_PARTITIONS = 64
 """Partitions one micro-batch is split into: Spark tasks, of which a node's cores run a few dozen."""
 MAX_STREAM_COUNTER = 2**62

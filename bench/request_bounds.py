@@ -9,21 +9,26 @@ Five parts (--parts, default all), each on a store or node of its own:
             time Valkey's main thread spent on each call (schedstat: what a
             busy machine's descheduling does not inflate): the most, the
             first call's of each run, and the median and p90 of the later
-            calls (the steps of a chunked send); the longest call of
+            calls (the steps of a chunked send, the parts of a get); the longest call of
             --repeat runs (default 3) of each case: a send of 1,000
             messages of 1 KiB; of 1,000 messages of 10 documents of 900 B
             (the request size's bound); a publish of 1,000 messages to a
             topic 100 queues attract, the same of 10 documents of 900 B each,
             and a send of 1,000 to a queue of 100 subscribers (100,000 copies
             each, max_copies_per_request: stored in steps); a get,
-            an ack, a nack and a browse page of 1,000 (their bounds); a
+            an ack, a nack and a browse page of 1,000 (their bounds), and a
+            get, an ack and a browse page of 1,000 of 10 documents of 900 B; a
             delete of 10,000 waiting messages (in chunks); a queue's patterns
             changed when 10,000 are counted afresh (a store an older atomq
-            left)
+            left). --cases runs only the cases it names (get_1000,
+            ack_1000x10docs, ...): a store the heavy sends before them did
+            not grow, so no rewrite of its append-only file lands in a call
   bystander the same store: a bystander tenant's one-message sends, one
             every 10 ms from a process of their own, for --seconds (default
             10) alone, then while another tenant's process publishes the
-            heaviest legal publish (100,000 copies) back to back; latency
+            heaviest legal publish (100,000 copies) back to back, then while
+            it makes the heaviest legal get (1,000 messages of 10 documents
+            of 900 B) back to back, giving each batch back; latency
             p50, p99 and max of each phase
   matcher   the topic matcher in this process: build time, memory
             (tracemalloc) and one match, at 100 patterns and at the
@@ -51,7 +56,8 @@ Five parts (--parts, default all), each on a store or node of its own:
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
 JSON object: "scripts": {case: {wall_ms, cpu_ms, first_cpu_ms, and for
-several calls rest_median_cpu_ms, rest_p90_cpu_ms}}, "bystander": {phase: {p50_ms,
+several calls rest_median_cpu_ms, rest_p90_cpu_ms, and for several scripts
+most_cpu_ms_by_script}}, "bystander": {phase: {p50_ms,
 p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
 match_ms}}, "changes": {"100"|"10000": {rebuild_ms, update_ms, updated_mib,
 fresh_mib}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
@@ -110,10 +116,10 @@ def main_thread_cpu_ns(pid: int) -> int:
         return int(f.read().split()[0])
 
 
-def script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> list[float]:
+def script_cpu_ms(qs: QueueServer, pid: int, run: Any, names: list[str] | None = None) -> list[float]:
     """The CPU time of Valkey's main thread each script call of ``run()`` took, in order, in ms:
     unlike SLOWLOG's wall time, a figure a busy machine (the store descheduled mid-script) leaves
-    far less inflated."""
+    far less inflated. Each call's script name is appended to ``names``."""
     storage, spent = qs.storage, []
     plain, durably = storage.run, storage.run_durably
 
@@ -124,6 +130,8 @@ def script_cpu_ms(qs: QueueServer, pid: int, run: Any) -> list[float]:
                 return call(*args, **kwargs)
             finally:
                 spent.append((main_thread_cpu_ns(pid) - before) / 1e6)
+                if names is not None:
+                    names.append(args[0])
         return wrapper
 
     storage.run, storage.run_durably = timed(plain), timed(durably)  # type: ignore[method-assign]
@@ -148,11 +156,15 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
         for s in range(100):
             qs.put_subscriber(t, "news", f"s{s}")
 
-    def waiting(n: int) -> None:
+    def waiting(n: int, docs: int = 1, size: int = 1024) -> None:
         qs.put_queue(t, "work", "point_to_point")
         qs.delete_messages(t, "work", all=True)
         for _ in range(n // 1000):
-            qs.send(t, "work", one_kib(1000))
+            qs.send(t, "work", one_kib(1000, docs, size))
+
+    def taken_of(docs: int, size: int) -> None:
+        waiting(1000, docs, size)
+        taken["r"] = [d.receipt for d in qs.get(t, "work", max_messages=1000)]
 
     def patterns() -> None:
         for q in range(100):
@@ -178,24 +190,34 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
         "nack_1000": (lambda: taken.__setitem__("r", [d.receipt for d in (waiting(1000) or qs.get(
             t, "work", max_messages=1000))]), lambda: qs.nack(t, "work", receipts=taken["r"], reason="bench")),
         "browse_1000": (lambda: waiting(1000), lambda: qs.browse(t, "work", limit=1000)),
+        "get_1000x10docs": (lambda: waiting(1000, 10, 900), lambda: qs.get(t, "work", max_messages=1000)),
+        "ack_1000x10docs": (lambda: taken_of(10, 900), lambda: qs.ack(t, "work", receipts=taken["r"])),
+        "browse_1000x10docs": (lambda: waiting(1000, 10, 900), lambda: qs.browse(t, "work", limit=1000)),
         "delete_10000_waiting": (lambda: waiting(10_000), lambda: qs.delete_messages(t, "work", all=True)),
         "patterns_recounted_10000": (patterns, lambda: qs.put_queue(t, "pat0", "point_to_point", topics=["p/x"])),
     }
 
 
-def run_scripts(qs: QueueServer, repeat: int) -> dict[str, Any]:
+def run_scripts(qs: QueueServer, repeat: int, only: list[str] | None = None) -> dict[str, Any]:
     client = qs.client
     client.config_set("slowlog-log-slower-than", 0)
     client.config_set("slowlog-max-len", 100_000)
     pid = int(client.info("server")["process_id"])
     out: dict[str, Any] = {}
     for case, (setup, timed) in script_cases(qs).items():
-        runs, cpu = [], []
+        if only and case not in only:
+            continue
+        runs, cpu, names = [], [], []
         for _ in range(repeat):
             setup()
-            runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed))))
+            runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed, names))))
         out[case] = {"wall_ms": max(runs), "cpu_ms": round(max(max(c) for c in cpu), 1),
                      "first_cpu_ms": [round(c[0], 1) for c in cpu]}
+        by_script: dict[str, float] = {}
+        for name, ms in zip(names, (ms for c in cpu for ms in c)):
+            by_script[name] = round(max(ms, by_script.get(name, 0.0)), 1)
+        if len(by_script) > 1:  # a staged or chunked request: the most of each of its scripts
+            out[case]["most_cpu_ms_by_script"] = by_script
         rest = sorted(ms for c in cpu for ms in c[1:])
         if len(rest) > 1:  # a chunked send's steps after its first: their spread
             out[case].update(rest_median_cpu_ms=round(statistics.median(rest), 1),
@@ -238,12 +260,24 @@ def heavy_publishes(url: str, stop: Any) -> None:
             qs.delete_messages(PUBLISHER, f"heavy{q}", all=True)
 
 
+def heavy_gets(url: str, stop: Any) -> None:
+    """A process of its own: the heaviest legal get, of 1,000 messages of 10 documents of 900 B, back to
+    back, each batch given back at once (a release) for the next."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    qs.put_queue(PUBLISHER, "heavyget", "point_to_point")
+    qs.send(PUBLISHER, "heavyget", one_kib(1000, 10, 900))
+    while not stop.is_set():
+        got = qs.get(PUBLISHER, "heavyget", max_messages=1000)
+        qs.release(PUBLISHER, "heavyget", receipts=[d.receipt for d in got], delay_s=0)
+
+
 def run_bystander(url: str, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     out: dict[str, Any] = {}
-    for phase in ("alone", "heaviest_publish"):
+    heavies = {"heaviest_publish": heavy_publishes, "heaviest_get": heavy_gets}
+    for phase in ("alone", *heavies):
         stop, results = ctx.Event(), ctx.Queue()
-        heavy = ctx.Process(target=heavy_publishes, args=(url, stop)) if phase != "alone" else None
+        heavy = ctx.Process(target=heavies[phase], args=(url, stop)) if phase != "alone" else None
         if heavy is not None:
             heavy.start()
             time.sleep(2)  # its queues made and its first publishes under way
@@ -254,7 +288,7 @@ def run_bystander(url: str, seconds: float) -> dict[str, Any]:
         if heavy is not None:
             stop.set()
             heavy.join(120)
-            check(heavy.exitcode == 0, "the heavy publisher failed")
+            check(heavy.exitcode == 0, f"the heavy requests of {phase} failed")
         out[phase] = latencies(timings)
         progress(f"  {phase}: {out[phase]}")
     return out
@@ -412,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, of: " + ", ".join(PARTS))
     parser.add_argument("--repeat", type=int, default=3, metavar="R", help="runs of each script case")
     parser.add_argument("--seconds", type=float, default=10.0, metavar="S", help="length of each timed phase")
+    parser.add_argument("--cases", default="", help="comma-separated script cases to run (default all): a "
+                                                    "store that held no earlier case's messages")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     if not parts or any(p not in PARTS for p in parts) or args.repeat < 1 or args.seconds <= 0:
@@ -425,9 +461,10 @@ def main(argv: list[str] | None = None) -> int:
                 path=client.connection_pool.connection_kwargs["path"])
             if "scripts" in parts:
                 progress(f"scripts at their bounds (Valkey {version})")
-                results["scripts"] = run_scripts(QueueServer(client), args.repeat)
+                results["scripts"] = run_scripts(QueueServer(client), args.repeat,
+                                                 [c for c in args.cases.split(",") if c])
             if "bystander" in parts:
-                progress("a bystander's sends, alone and beside the heaviest legal publish")
+                progress("a bystander's sends, alone and beside the heaviest legal publish and get")
                 results["bystander"] = run_bystander(url, args.seconds)
             if "changes" in parts:
                 progress("a cached matcher after one queue's patterns change, rebuilt and updated")

@@ -283,8 +283,8 @@ def test_a_publish_at_the_real_chunk_bound_is_stored_in_steps(valkey, tenant: st
     qs.storage.run = lambda name, *a, **kw: ran.append(name) or real_run(name, *a, **kw)  # type: ignore[method-assign]
     messages = [msg("x") for _ in range(500)]
     published = qs.publish(tenant, "big/1", messages)
-    assert send_journal.CHUNK_COPIES == 3_000 and published.copies == 3_500
-    assert ran.count("send_apply") == 3, "the reference counts, 6 queues of 500 copies, then 1"
+    assert send_journal.CHUNK_COPIES == 1_500 and published.copies == 3_500
+    assert ran.count("send_apply") == 4, "the reference counts, 3 queues of 500 copies twice, then 1"
     assert all(held(qs, tenant, f"q{i}") == published.ids for i in range(7))
     assert_audit_clean(client, {tenant})
     client.close()

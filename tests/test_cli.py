@@ -114,6 +114,9 @@ def test_help_offers_only_the_options_that_apply_and_says_what_limits_mean() -> 
         quota = shown.split("--disk-quota-bytes")[1].split("--spark-weight")[0]
         assert "rate-limit window" in rate and "429" in rate and "0: no limit" in rate, rate
         assert "refused whole" in quota and "0: no limit" in quota, quota
+    moves = help_of("queues", "moves", "start")
+    assert "back to the queue it left as a dead letter" in moves and "(1 to 500)" in moves
+    assert "cancel" in help_of("queues", "moves") and "redrive" in help_of("queues", "moves")
     got = help_of("get")
     assert "Most messages to receive (1 to 1000)" in got and "0: answer at once" in got
 
@@ -346,6 +349,37 @@ def test_a_queues_dead_letters_move_to_the_queue_it_names(tenant_env: dict[str, 
     refused = run("queues", "create", "jobs", "--dead-letter-queue", "nowhere", env=tenant_env)
     assert refused.returncode != 0 and "does not exist" in refused.stderr
     assert json.loads(ok("queues", "create", "jobs", "--dead-letter-queue", "", "--json"))["dead_letter_queue"] == ""
+
+
+def test_a_dead_letter_queue_is_moved_cancelled_and_moved_back_by_move_tasks(tenant_env: dict[str, str]) -> None:
+    ok = succeeding(tenant_env)
+    ok("queues", "create", "parked")
+    ok("queues", "create", "retry")
+    ok("queues", "create", "jobs", "--max-redeliveries", "0", "--dead-letter-queue", "parked")
+    ok("send", "jobs", *[f"m{i}" for i in range(30)])
+    got = json.loads(ok("get", "jobs", "--max", "30", "--json"))
+    ok("nack", "jobs", *[m["id"] for m in got])
+    # At one a second, 30 messages take 29 seconds at least: the task still runs when cancelled.
+    task = json.loads(ok("queues", "moves", "start", "parked", "--to", "retry", "--per-second", "1", "--json"))
+    assert (task["status"], task["to_move"], task["destination"]) == ("running", 30, "retry")
+    assert task["id"] in ok("queues", "moves", "list", "parked") and "running" in ok("queues", "moves", "list",
+                                                                                      "parked")
+    busy = run("queues", "moves", "start", "parked", env=tenant_env)
+    assert busy.returncode == 1 and "is running" in busy.stderr
+    cancelled = json.loads(ok("queues", "moves", "cancel", "parked", task["id"], "--json"))
+    assert cancelled["status"] == "cancelled" and cancelled["moved"] < 30
+    depths = {q: json.loads(ok("queues", "show", q, "--json"))["depth"] for q in ("parked", "retry")}
+    assert depths == {"parked": 30 - cancelled["moved"], "retry": cancelled["moved"]}, "nothing lost, none after"
+    back = json.loads(ok("queues", "moves", "start", "parked", "--json"))
+    assert back["destination"] is None
+
+    def finished() -> bool:
+        return json.loads(ok("queues", "moves", "list", "parked", "--json"))[0]["status"] == "completed"
+    wait_until(finished, 30, "the move back to the sources to complete")
+    assert json.loads(ok("queues", "show", "jobs", "--json"))["depth"] == 30 - cancelled["moved"]
+    assert [t["id"] for t in json.loads(ok("queues", "moves", "list", "parked", "--json"))] == [back["id"], task["id"]]
+    bad = run("queues", "moves", "start", "parked", "--per-second", "0", env=tenant_env)
+    assert bad.returncode == 2 and "--per-second" in bad.stderr
 
 
 def test_a_queue_ordered_by_group_holds_each_group_while_one_of_it_is_out(tenant_env: dict[str, str]) -> None:

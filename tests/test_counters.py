@@ -36,7 +36,7 @@ def test_every_step_of_a_message_counts_once(qs: QueueServer, tenant: str) -> No
     qs.ack(tenant, "orders", receipts=[d.receipt for d in again if d.id == ids[2]])
     assert totals(qs, tenant, "orders") == {
         "sent": 3, "delivered": 5, "redelivered": 2, "acked": 2, "nacked": 3, "dead_lettered": 1,
-        "ack_timeouts": 0, "expired": 0, "superseded": 0, "dropped": 0}
+        "ack_timeouts": 0, "expired": 0, "superseded": 0, "dropped": 0, "moved": 0}
 
 
 def test_an_ack_timeout_counts_as_a_timeout_and_a_redelivery(qs: QueueServer, tenant: str) -> None:

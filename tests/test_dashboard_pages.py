@@ -1,11 +1,14 @@
 """What the dashboard's tenant and queue pages say, in a real browser: who is signed in, what
-each queue is, counts in words, and the links that page on.
+each queue is, counts in words, the links that page on, and the move tasks an operator starts
+and cancels on a queue's page.
 
 The browser, the in-process node and the tenants are ``test_dashboard``'s fixtures (a node of
 this module's own). As there, the tests wait with Playwright's ``expect``, never with sleeps.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from playwright.sync_api import Page, expect
 
@@ -104,3 +107,59 @@ def test_a_page_that_holds_the_last_dead_letter_links_to_no_next_page(page: Page
     expect(dead).to_have_count(1)
     expect(dead).to_contain_text(first["id"])
     expect(next_dead).to_have_count(0)
+
+
+def test_an_operator_starts_and_cancels_a_move_task_of_a_dead_letter_queue(page: Page, node: InProcessNode,
+                                                                          make_tenant: Any) -> None:
+    mine, theirs = make_tenant(), make_tenant()
+    mine.api.put_queue("dlq")
+    mine.api.put_queue("retry")
+    mine.api.put_queue("work", max_redeliveries=0, dead_letter_queue="dlq")
+    mine.api.send_texts("work", ["a", "b", "c"])
+    assert mine.api.nack("work", ids=[m["id"] for m in mine.api.get("work", max_messages=3)])["dead_lettered"] == 3
+    sign_in(page, node, mine.key)
+    page.goto(queue_url(node, mine.id, "dlq"))
+    expect(page.get_by_text("No move task has run from this queue.")).to_be_visible()
+    page.get_by_label("Move the waiting messages to").fill("retry")
+    page.get_by_label("at most, a second").fill("1")
+    page.get_by_role("button", name="Start moving").click()
+    expect(page.get_by_role("status")).to_have_text("Started moving 3 waiting messages to retry.")
+    [task] = mine.api.moves("dlq")
+    row = page.locator(f"table#moves tbody tr[data-task='{task['id']}']")
+    expect(row).to_contain_text("running")
+    expect(page.get_by_role("button", name="Start moving")).to_have_count(0)  # one task at a time
+
+    node.services.queues.maintain(mine.id)  # the node's maintenance: one step of one message
+    page.reload()
+    expect(row.locator("td").nth(1)).to_have_text("1")
+    # Another tenant, with a form token of its own, cannot cancel it.
+    other = page.context.browser.new_context().new_page()  # type: ignore[union-attr]
+    sign_in(other, node, theirs.key)
+    token = other.locator("input[name=csrf_token]").first.get_attribute("value")
+    for tenant_id in (theirs.id, mine.id):
+        refused = other.request.post(f"{queue_url(node, tenant_id, 'dlq')}/moves/{task['id']}/cancel",
+                                     form={"csrf_token": token or ""}, max_redirects=0)
+        assert refused.status == 404
+    other.context.close()
+    assert mine.api.move("dlq", task["id"])["status"] == "running"
+
+    row.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("status")).to_have_text("Cancelled the move task after 1 message moved.")
+    expect(row).to_contain_text("cancelled")
+    expect(row.get_by_role("button", name="Cancel")).to_have_count(0)
+    assert (mine.api.queue("dlq")["depth"], mine.api.queue("retry")["depth"]) == (2, 1)
+
+    page.get_by_label("at most, a second").fill("0")
+    page.get_by_role("button", name="Start moving").click()  # the browser holds a rate below 1 back
+    expect(page.locator("#move-rate:invalid")).to_have_count(1)
+    page.get_by_label("at most, a second").fill("")
+    page.get_by_role("button", name="Start moving").click()
+    expect(page.get_by_role("status")).to_have_text("Started moving 2 waiting messages to their sources.")
+    node.services.queues.maintain(mine.id)
+    page.reload()
+    expect(page.locator("table#moves tbody tr").first).to_contain_text("completed")
+    assert mine.api.queue("work")["depth"] == 2
+    bad = page.request.post(f"{queue_url(node, mine.id, 'dlq')}/moves/start", max_redirects=0, form={
+        "csrf_token": page.locator("#move-form input[name=csrf_token]").get_attribute("value") or "",
+        "max_per_second": "²"})
+    assert bad.status == 400 and "whole number" in bad.text()

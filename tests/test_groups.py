@@ -355,3 +355,24 @@ def test_many_consumers_settle_every_group_in_send_order_and_lose_nothing(
     assert (info.depth, info.in_flight, info.dead_letters) == (0, 0, 0)
     assert info.totals["acked"] == total
     assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_queue_counts_its_groups_out_and_the_messages_they_hold_back(qs: QueueServer, tenant: str,
+                                                                         gq: str) -> None:
+    qs.send(tenant, gq, [grouped("a1", "a"), grouped("a2", "a"), grouped("b1", "b"), grouped("a3", "a"),
+                         grouped("n1", None)])
+
+    def shown() -> tuple[int, int, int]:
+        info = qs.get_queue(tenant, gq)
+        return info.groups, info.held_by_group, info.depth
+
+    assert shown() == (2, 2, 5), "a and b have a head out; a2 and a3 wait behind a1"
+    got = qs.get(tenant, gq, max_messages=10)
+    assert sorted(texts(got)) == ["a1", "b1", "n1"]
+    assert shown() == (2, 2, 2), "heads in flight still hold their groups"
+    qs.ack(tenant, gq, receipts=[d.receipt for d in got if d.documents[0].data in ("a1", "n1")])
+    assert shown() == (2, 1, 2), "a2 is a's head now"
+    qs.ack(tenant, gq, receipts=[d.receipt for d in got if d.documents[0].data == "b1"])
+    assert shown() == (1, 1, 2)
+    info, _ = qs.put_queue(tenant, "plain", P2P)
+    assert (info.groups, info.held_by_group) == (0, 0)

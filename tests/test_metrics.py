@@ -168,6 +168,45 @@ def test_listener_executions_and_failures_are_exact(node: InProcessNode, monkeyp
         processes.FORK.clear()
 
 
+def test_move_tasks_and_groups_are_exact(node: InProcessNode) -> None:
+    tenant = node.owner.create_tenant("moving")
+    lease = export_here(node)
+    try:
+        with AtomqClient(node.url, tenant["api_key"]) as api:
+            api.put_queue("dlq")
+            api.put_queue("retry")
+            api.put_queue("work", max_redeliveries=0, dead_letter_queue="dlq")
+            api.send_texts("work", [f"w{i}" for i in range(5)])
+            assert api.nack("work", ids=[m["id"] for m in api.get("work", max_messages=5)])["dead_lettered"] == 5
+            task = api.start_move("dlq", destination="retry", max_per_second=2)
+            node.services.queues.maintain(tenant["id"])  # one step: 2 of the 5 move
+            api.put_queue("g", ordering="group")
+            api.send("g", [{"documents": [{"data": text}], "group": group}
+                           for text, group in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("a3", "a"), ("b2", "b"))])
+            assert len(api.get("g", max_messages=10)) == 2, "one head of each group"
+
+            def of(queue: str) -> dict[str, str]:
+                return {"tenant": tenant["id"], "queue": queue}
+
+            samples = scrape(node)
+            assert value(samples, "atomq_move_tasks_running", **of("dlq")) == 1
+            assert value(samples, "atomq_move_tasks_running", **of("retry")) == 0
+            assert value(samples, "atomq_messages_moved_total", **of("dlq")) == 2
+            assert value(samples, "atomq_messages_moved_total", **of("retry")) == 0
+            assert (value(samples, "atomq_queue_depth", **of("dlq")), value(samples, "atomq_queue_depth",
+                                                                             **of("retry"))) == (3, 2)
+            assert value(samples, "atomq_queue_groups", **of("g")) == 2
+            assert value(samples, "atomq_queue_held_by_group", **of("g")) == 3
+            assert value(samples, "atomq_queue_groups", **of("dlq")) == 0
+
+            api.cancel_move("dlq", task["id"])
+            samples = scrape(node)
+            assert value(samples, "atomq_move_tasks_running", **of("dlq")) == 0
+            assert value(samples, "atomq_messages_moved_total", **of("dlq")) == 2, "a counter keeps what moved"
+    finally:
+        lease.release()
+
+
 def test_every_count_the_scripts_keep_has_its_metric() -> None:
     assert set(QUEUE_COUNTERS) == set(QUEUE_COUNTS) and set(REFUSAL_COUNTERS) == set(REFUSALS)
 

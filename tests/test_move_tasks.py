@@ -50,6 +50,8 @@ def test_a_task_moves_each_dead_letter_back_to_its_source_exactly(qs: QueueServe
     done = run_until_finished(QueueServer(qs.client, qs.settings), tenant, task)
     assert (done.status, done.moved, done.failure) == (MoveTaskStatus.COMPLETED, 5, None)
     assert counts(qs, tenant, "dlq") == (0, 0, 0)
+    assert qs.get_queue(tenant, "dlq").totals["moved"] == 5, "counted on the source"
+    assert all(qs.get_queue(tenant, name).totals["moved"] == 0 for name in sources)
     for name, ids in sources.items():
         back = browse_all(qs, tenant, name)
         assert sorted(m.id for m in back) == sorted(ids)

@@ -63,7 +63,7 @@ def test_queue_attributes_are_the_native_settings(sqs: Any, tenant: tuple[AtomqC
     defaults = sqs.get_queue_attributes(QueueUrl=sqs.create_queue(QueueName="plain")["QueueUrl"],
                                         AttributeNames=["All"])["Attributes"]
     assert (defaults["VisibilityTimeout"], defaults["MessageRetentionPeriod"], defaults["MaximumMessageSize"],
-            defaults["DelaySeconds"]) == ("30", "345600", "262144", "0")
+            defaults["DelaySeconds"]) == ("30", "345600", "1048576", "0")
     for attributes, code in (({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
                              ({"RedrivePolicy": '{"maxReceiveCount": "2"}'}, "InvalidParameterValue"),
                              ({"QueueArn": "x"}, "InvalidAttributeName"),
@@ -190,7 +190,7 @@ def test_receive_options(sqs: Any, tenant: tuple[AtomqClient, dict[str, str]]) -
     assert set(message["MessageAttributes"]) == {"a.x", "a.y"}
     assert message["MD5OfMessageAttributes"] == md5_of_attributes({k: attributes[k] for k in ("a.x", "a.y")})
     system = message["Attributes"]
-    assert set(system) == {"ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp"}
+    assert set(system) == {"ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp", "SenderId"}
     assert abs(int(system["SentTimestamp"]) / 1000 - sent_at) < 60
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
     bare = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]
@@ -314,6 +314,11 @@ def test_errors_read_as_sqs_words_them(sqs: Any) -> None:
         "The input receipt handle is invalid."
     assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[])["Message"] == \
         "There should be at least one SendMessageBatchRequestEntry in the request."
+    assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": i, "MessageBody": "m"} for i in (
+        "id_1", "id_2", "id_2", "id_1")])["Message"] == "Id id_2 repeated."
+    assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": f"id_{i}", "MessageBody": "m"}
+                                                                   for i in range(11)])["Message"] == \
+        "Maximum number of entries per request are 10. You have sent 11."
     assert error_of(sqs.tag_queue, QueueUrl=url, Tags={})["Message"] == "The request must contain the parameter Tags."
     assert error_of(sqs.untag_queue, QueueUrl=url, TagKeys=[])["Message"] == \
         "Tag keys must be between 1 and 128 characters in length."
@@ -321,8 +326,8 @@ def test_errors_read_as_sqs_words_them(sqs: Any) -> None:
         "Too many tags added for queue worded."
     deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "a", "ReceiptHandle": "nope"}])
     assert deleted["Failed"][0]["Message"] == 'The input receipt handle "nope" is not a valid receipt handle.'
-    too_long = error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "b" * 262_145}])
-    assert too_long["Message"] == "Batch requests cannot be longer than 262144 bytes. You have sent 262145 bytes."
+    too_long = error_of(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "b" * 1_048_577}])
+    assert too_long["Message"] == "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes."
     sqs.send_message(QueueUrl="worded", MessageBody="by name")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl="worded")["Messages"]] == ["by name"]
     sqs.delete_queue(QueueUrl=url)

@@ -103,6 +103,55 @@ def test_the_aws_cli_redrives_a_dead_letter_queue(node: AtomqServe, tenant: tupl
     assert native.queue("cli-work")["depth"] == 1 and native.queue("cli-dlq")["depth"] == 0
 
 
+def test_the_aws_cli_for_the_other_actions(node: AtomqServe, tenant: tuple[AtomqClient, dict[str, str]],
+                                           tmp_path: Path) -> None:
+    """The actions the two tests above leave out, each as the CLI sends it: the receipts it
+    changes and deletes in batches, purge, untag, a queue's URL by name and a move task cancelled."""
+    native, pair = tenant
+    aws = aws_sqs(node, pair, "ap-south-1", tmp_path)
+
+    url = aws("create-queue", "--queue-name", "cli-rest")["QueueUrl"]
+    assert aws("get-queue-url", "--queue-name", "cli-rest")["QueueUrl"] == url
+    aws("send-message-batch", "--queue-url", url, "--entries", *[f"Id=m{i},MessageBody=body {i}" for i in range(4)])
+    got = aws("receive-message", "--queue-url", url, "--max-number-of-messages", "4",
+              "--visibility-timeout", "600")["Messages"]
+    assert len(got) == 4 and native.queue("cli-rest")["in_flight"] == 4
+    first, second, third, fourth = (m["ReceiptHandle"] for m in got)
+    aws("change-message-visibility", "--queue-url", url, "--receipt-handle", first, "--visibility-timeout", "0")
+    changed = aws("change-message-visibility-batch", "--queue-url", url, "--entries",
+                  json.dumps([{"Id": "b", "ReceiptHandle": second, "VisibilityTimeout": 0},
+                              {"Id": "c", "ReceiptHandle": third, "VisibilityTimeout": 900}]))
+    assert sorted(e["Id"] for e in changed["Successful"]) == ["b", "c"] and not changed.get("Failed")
+    assert (native.queue("cli-rest")["depth"], native.queue("cli-rest")["in_flight"]) == (2, 2)
+    deleted = aws("delete-message-batch", "--queue-url", url, "--entries",
+                  json.dumps([{"Id": "c", "ReceiptHandle": third}, {"Id": "d", "ReceiptHandle": fourth}]))
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["c", "d"] and not deleted.get("Failed")
+    assert native.queue("cli-rest")["in_flight"] == 0
+    aws("purge-queue", "--queue-url", url)
+    assert native.queue("cli-rest")["depth"] == 0
+
+    aws("tag-queue", "--queue-url", url, "--tags", "team=cli,tier=gold")
+    aws("untag-queue", "--queue-url", url, "--tag-keys", "tier")
+    assert aws("list-queue-tags", "--queue-url", url)["Tags"] == {"team": "cli"}
+
+    dlq = aws("create-queue", "--queue-name", "cli-rest-dlq")["QueueUrl"]
+    dlq_arn = aws("get-queue-attributes", "--queue-url", dlq, "--attribute-names", "QueueArn")["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
+    aws("set-queue-attributes", "--queue-url", url, "--attributes", json.dumps({"RedrivePolicy": policy}))
+    aws("send-message-batch", "--queue-url", url, "--entries", *[f"Id=d{i},MessageBody=dead {i}" for i in range(5)])
+    aws("receive-message", "--queue-url", url, "--max-number-of-messages", "10", "--visibility-timeout", "0")
+    aws("receive-message", "--queue-url", url, "--max-number-of-messages", "10", "--visibility-timeout", "0")
+    assert native.queue("cli-rest-dlq")["depth"] == 5
+    handle = aws("start-message-move-task", "--source-arn", dlq_arn,
+                 "--max-number-of-messages-per-second", "1")["TaskHandle"]
+    moved = aws("cancel-message-move-task", "--task-handle", handle)["ApproximateNumberOfMessagesMoved"]
+    [cancelled] = aws("list-message-move-tasks", "--source-arn", dlq_arn)["Results"]
+    assert (cancelled["Status"], cancelled["ApproximateNumberOfMessagesMoved"]) == ("CANCELLED", moved)
+    assert native.queue("cli-rest")["depth"] == moved and native.queue("cli-rest-dlq")["depth"] == 5 - moved
+    aws("delete-queue", "--queue-url", url)
+    aws("delete-queue", "--queue-url", dlq)
+
+
 SCRIPT = r"""
 const crypto = require("crypto");
 const sqs = require("@aws-sdk/client-sqs");

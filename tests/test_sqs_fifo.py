@@ -79,7 +79,7 @@ def test_a_fifo_queue_is_a_fifo_name_made_with_fifo_queue_true(
     assert code_of(sqs.create_queue, QueueName="std-cbd", Attributes={"ContentBasedDeduplication": "true"}) == \
         "InvalidAttributeName"
     assert code_of(sqs.create_queue, QueueName="scoped.fifo",
-                   Attributes={"FifoQueue": "true", "DeduplicationScope": "messageGroup"}) == "InvalidAttributeValue"
+                   Attributes={"FifoQueue": "true", "DeduplicationScope": "group"}) == "InvalidAttributeValue"
     assert code_of(sqs.create_queue, QueueName=f"{'n' * 76}.fifo", Attributes={"FifoQueue": "true"}) == \
         "InvalidParameterValue"
     with pytest.raises(sqs.exceptions.QueueNameExists):
@@ -175,3 +175,35 @@ def test_a_standard_queue_takes_and_shows_a_message_group_and_refuses_a_deduplic
     assert "SequenceNumber" not in sent
     assert code_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageDeduplicationId="d") == \
         "InvalidParameterValue"
+
+
+def test_a_message_group_dedupe_scope_de_duplicates_within_each_group(sqs: Any) -> None:
+    """High-throughput FIFO (DeduplicationScope messageGroup): the same de-duplication id, given or
+    from the body, in two groups is two messages; repeated within a group, one. A receive shows the
+    id as it was sent."""
+    url = fifo_queue(sqs, "scoped.fifo", DeduplicationScope="messageGroup", FifoThroughputLimit="perMessageGroupId",
+                     ContentBasedDeduplication="true")
+    assert {k: v for k, v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"].items()
+            if k in ("DeduplicationScope", "FifoThroughputLimit")} == {
+        "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"}
+    ids = [sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId="d")[
+        "MessageId"] for group, body in (("a", "a1"), ("b", "b1"), ("a", "a2"))]
+    assert ids[0] != ids[1] and ids[2] == ids[0]
+    by_body = [sqs.send_message(QueueUrl=url, MessageBody="same", MessageGroupId=group)["MessageId"]
+               for group in ("a", "b", "b")]
+    assert len(set(by_body)) == 2 and by_body[1] == by_body[2]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])["Messages"]
+    assert sorted((m["Attributes"]["MessageGroupId"], m["Body"], m["Attributes"]["MessageDeduplicationId"])
+                  for m in got) == [("a", "a1", "d"), ("b", "b1", "d")]
+    taken = []
+    while got:
+        taken += [m["Body"] for m in got]
+        sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                        for i, m in enumerate(got)])
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    assert sorted(taken) == ["a1", "b1", "same", "same"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "queue"})
+    assert sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="c", MessageDeduplicationId="q")[
+        "MessageId"] == sqs.send_message(QueueUrl=url, MessageBody="y", MessageGroupId="d",
+                                         MessageDeduplicationId="q")["MessageId"]
+    sqs.delete_queue(QueueUrl=url)

@@ -26,13 +26,14 @@ PARAMETERS = ("QueueUrl", "QueueName", "Attributes", "AttributeNames", "MessageB
               "DelaySeconds", "MaxNumberOfMessages", "WaitTimeSeconds", "VisibilityTimeout", "ReceiptHandle",
               "Entries", "Tags", "TagKeys", "tags", "MaxResults", "NextToken", "QueueNamePrefix",
               "MessageAttributeNames", "MessageSystemAttributeNames", "QueueOwnerAWSAccountId", "Id", "SourceArn",
-              "DestinationArn", "MaxNumberOfMessagesPerSecond", "TaskHandle")
+              "DestinationArn", "MaxNumberOfMessagesPerSecond", "TaskHandle", "MessageSystemAttributes")
 QUERY_NAMES = ("QueueUrl", "QueueName", "MessageBody", "Attribute.1.Name", "Attribute.1.Value", "AttributeName.1",
                "MessageAttribute.1.Name", "MessageAttribute.1.Value.DataType", "MessageAttribute.1.Value.StringValue",
                "SendMessageBatchRequestEntry.1.Id", "SendMessageBatchRequestEntry.1.MessageBody",
                "DeleteMessageBatchRequestEntry.x.Id", "Tag.1.Key", "Tag.1.Value", "TagKey.1", "ReceiptHandle",
                "VisibilityTimeout", "MaxNumberOfMessages", "Attribute.1", "Attribute", "SourceArn", "DestinationArn",
-               "MaxNumberOfMessagesPerSecond", "TaskHandle")
+               "MaxNumberOfMessagesPerSecond", "TaskHandle", "MessageSystemAttribute.1.Name",
+               "MessageSystemAttribute.1.Value.DataType", "MessageSystemAttribute.1.Value.StringValue")
 ACTIONS = sorted(HANDLERS) + ["AddPermission", "RemovePermission", "", "Nope"]
 
 
@@ -64,7 +65,7 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats
                                                            '{"redrivePermission": "byQueue"}']))
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(PARAMETERS + ("DataType", "StringValue",
-                                                                               "BinaryValue")) | st.text(max_size=8),
+                                                                               "BinaryValue", "AWSTraceHeader")) | st.text(max_size=8),
                                                  inner, max_size=4)), max_leaves=12).filter(not_a_long_wait)
 
 

@@ -105,6 +105,11 @@ def test_query_requests_fold_their_numbered_parameters_into_the_json_members() -
             "City": {"DataType": "String", "StringValue": "Any City"},
             "Img": {"DataType": "Binary", "BinaryValue": "AAE="}}},
         {"Id": "two", "MessageBody": "b"}]}
+    traced = read_query({"Action": "SendMessage", "MessageBody": "m", "MessageSystemAttribute.1.Name": "AWSTraceHeader",
+                         "MessageSystemAttribute.1.Value.DataType": "String",
+                         "MessageSystemAttribute.1.Value.StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"})
+    assert traced.params == {"MessageBody": "m", "MessageSystemAttributes": {"AWSTraceHeader": {
+        "DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}}
     created = read_query({"Action": "CreateQueue", "QueueName": "q", "Attribute.1.Name": "VisibilityTimeout",
                           "Attribute.1.Value": "40", "Attribute.2.Name": "DelaySeconds", "Attribute.2.Value": "5",
                           "Tag.1.Key": "team", "Tag.1.Value": "blue"})

@@ -21,6 +21,7 @@ from atomq.api import (
     listeners,
     messages,
     metrics,
+    moves,
     queues,
     server,
     streams,
@@ -83,7 +84,8 @@ def create_app(services: Services, config: dict[str, Any] | None = None) -> Flas
         "security": [{"bearer": []}]})
     api.register_converter(NameConverter, lambda converter: dict(NameConverter.DOC))
     api.register_converter(TopicConverter, lambda converter: dict(TopicConverter.DOC))
-    for module in (health, server, tenants, credentials, queues, messages, topics, dead_letters, listeners, streams):
+    for module in (health, server, tenants, credentials, queues, messages, topics, dead_letters, moves,
+                   listeners, streams):
         api.register_blueprint(module.blp)
     _document_one_of_rules(api)
     app.register_blueprint(dashboard_blueprint)  # pages for people: not in the OpenAPI document

@@ -63,6 +63,8 @@ QUEUE_GAUGES = {
     "delayed": "Messages never delivered yet, waiting out their send's delay (part of the scheduled)",
     "dead_letters": "Messages in the dead letter queue",
     "held_bytes": "Bytes of the messages neither acked nor dead: what the queue's max_bytes holds",
+    "groups": "Groups of a queue ordered by group with a message out (ready, in flight or awaiting redelivery)",
+    "held_by_group": "Messages waiting behind an earlier one of their group (part of the depth)",
 }
 QUEUE_COUNTERS = {
     "sent": ("atomq_messages_sent", "Messages stored by sends (a repeated de-duplication id is not)"),
@@ -75,6 +77,7 @@ QUEUE_COUNTERS = {
     "expired": ("atomq_messages_expired", "Messages whose time to live ran out (dead-lettered or discarded)"),
     "superseded": ("atomq_messages_superseded", "Messages of a last-value queue replaced by a newer one of their key"),
     "dropped": ("atomq_messages_dropped", "Messages a full queue dropped to make room (its overflow behaviour)"),
+    "moved": ("atomq_messages_moved", "Messages move tasks took out of the queue, to their sources or another queue"),
 }
 REFUSAL_COUNTERS = {
     "rate_limited": ("atomq_sends_rate_limited", "Sends refused by a rate-limit window (429)"),
@@ -237,6 +240,7 @@ class TenantFigures:
         queue_counts: dict[str, defaultdict[tuple[str, str], float]] = {n: defaultdict(float) for n in QUEUE_COUNTS}
         listener_counts: dict[str, defaultdict[tuple[str, str], float]] = {
             "executions": defaultdict(float), "failures": defaultdict(float), "running": defaultdict(float)}
+        moves_running: defaultdict[tuple[str, str], float] = defaultdict(float)
         for t in tenants:
             tl = tenant_label(t.id)
             if tl != OTHER:
@@ -250,8 +254,10 @@ class TenantFigures:
                 refusals[kind][tl] += n
             queues = s.queues.list_queues(t.id)
             queue_label = _Capped((q.name for q in queues), self._max_queues if tl != OTHER else 0)
+            running = s.queues.running_move_tasks(t.id)
             for q in queues:
                 key = (tl, queue_label(q.name))
+                moves_running[key] += 1 if q.name in running else 0
                 for name in QUEUE_GAUGES:
                     queue_gauges[name][key] += getattr(q, name)
                 for kind, n in q.totals.items():
@@ -273,6 +279,8 @@ class TenantFigures:
             yield _family(GaugeMetricFamily, f"atomq_queue_{name}", text, ["tenant", "queue"], queue_gauges[name])
         for kind, (name, text) in QUEUE_COUNTERS.items():
             yield _family(CounterMetricFamily, name, text, ["tenant", "queue"], queue_counts[kind])
+        yield _family(GaugeMetricFamily, "atomq_move_tasks_running", "Move tasks running from the queue (0 or 1)",
+                      ["tenant", "queue"], moves_running)
         yield _family(CounterMetricFamily, "atomq_listener_executions", "Executions a listener finished",
                       ["tenant", "listener"], listener_counts["executions"])
         yield _family(CounterMetricFamily, "atomq_listener_failures", "Executions that failed",

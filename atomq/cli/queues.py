@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from atomq import defaults
@@ -10,6 +12,7 @@ from atomq.cli.connection import connection_options
 from atomq.cli.output import emit
 from atomq.client import AtomqClient
 from atomq.platform.models import Overflow, QueueOrdering
+from atomq.platform.queues.move_tasks import MAX_RATE
 
 
 @click.group()
@@ -153,3 +156,50 @@ def queues_delete(c: AtomqClient, name: str, yes: bool) -> None:
     confirm(f"delete queue {name} with its {info['depth']} waiting and {info['dead_letters']} dead messages", yes)
     c.delete_queue(name)
     emit({"deleted": name}, [(name,)], ("DELETED",))
+
+
+@queues.group("moves")
+def moves() -> None:
+    """A queue's move tasks: its waiting messages moved, a step a second on the node, back to the
+    queues they left as dead letters (a dead letter queue's redrive) or to another queue."""
+
+
+MOVE_HEADERS = ("ID", "STATUS", "MOVED", "TO MOVE", "DESTINATION", "PER SECOND", "FAILURE")
+
+
+def _move_row(t: dict[str, Any]) -> tuple[Any, ...]:
+    return (t["id"], t["status"], t["moved"], t["to_move"], t["destination"] or "(their sources)",
+            t["max_per_second"] or "-", (t["failure"] or {}).get("message", "-"))
+
+
+@moves.command("start")
+@click.argument("queue")
+@click.option("--to", "destination", metavar="QUEUE",
+              help="Move every message to this point-to-point queue. Left out: each goes back to the queue it "
+                   "left as a dead letter (the task fails at a message that has none).")
+@click.option("--per-second", "max_per_second", type=click.IntRange(1, MAX_RATE),
+              help=f"Most messages moved a second (1 to {MAX_RATE}). Left out: as fast as the node moves them.")
+@connection_options
+def moves_start(c: AtomqClient, queue: str, destination: str | None, max_per_second: int | None) -> None:
+    """Start moving QUEUE's waiting messages; one task at a time runs from a queue."""
+    t = c.start_move(queue, destination, max_per_second)
+    emit(t, [_move_row(t)], MOVE_HEADERS)
+
+
+@moves.command("list")
+@click.argument("queue")
+@connection_options
+def moves_list(c: AtomqClient, queue: str) -> None:
+    """QUEUE's newest move tasks (the running one among them), the newest first."""
+    data = c.moves(queue)
+    emit(data, [_move_row(t) for t in data], MOVE_HEADERS)
+
+
+@moves.command("cancel")
+@click.argument("queue")
+@click.argument("task")
+@connection_options
+def moves_cancel(c: AtomqClient, queue: str, task: str) -> None:
+    """Cancel QUEUE's running move task TASK: nothing moves after this answers, which says how many did."""
+    t = c.cancel_move(queue, task)
+    emit(t, [_move_row(t)], MOVE_HEADERS)

@@ -21,6 +21,7 @@ import urllib3
 from atomq import defaults
 from atomq.client import wire
 from atomq.client.answers import error_from_response
+from atomq.client.moves import MoveTaskCalls
 from atomq.client.transport import Transport, TransportError
 from atomq.errors import InvalidInput, StorageError, StorageFull
 
@@ -29,8 +30,8 @@ _TRIED_AGAIN = frozenset({"outcome_unknown", "storage_unavailable", "unreachable
 not_durable, also 503s, are the caller's to judge)."""
 
 
-class AtomqClient:
-    """Speaks to one atomq node with one key.
+class AtomqClient(MoveTaskCalls):
+    """Speaks to one atomq node with one key (move tasks: ``MoveTaskCalls``).
 
     Args:
         url: the node's base URL.

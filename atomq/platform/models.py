@@ -370,6 +370,10 @@ class QueueInfo:
     ordering: QueueOrdering = QueueOrdering.NONE
     dead_letter_queue: str = ""
     """The point-to-point queue its dead letters move to, as ordinary messages ("": its own dead letters)."""
+    groups: int = 0
+    """Groups of a group-ordered queue with a message out (ready, in flight or awaiting redelivery)."""
+    held_by_group: int = 0
+    """Messages waiting behind an earlier one of their group (part of the depth)."""
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ class QueueServer:
         self.cancel_move_task = moves.cancel
         self.move_task = moves.of
         self.move_tasks = moves.list
+        self.running_move_tasks = moves.running
 
         self.sweep = maintenance.sweep
         self.purge = maintenance.purge

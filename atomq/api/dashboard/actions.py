@@ -1,4 +1,5 @@
-"""What the dashboard's forms do: manage a queue's messages and dead letters, the queue, listeners.
+"""What the dashboard's forms do: manage a queue's messages, dead letters and move tasks, the queue,
+listeners.
 
 Every action is a POST that ``access.gate`` let through with its CSRF token,
 runs one platform call (as the API's endpoint for it does), leaves a notice
@@ -9,6 +10,7 @@ form itself: a ticked box, the queue's name typed again.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import redirect, request, url_for
@@ -18,7 +20,8 @@ from atomq.api.blueprint import services
 from atomq.api.dashboard import access, listener_page
 from atomq.api.dashboard.blueprint import bp
 from atomq.api.dashboard.formatting import plural
-from atomq.errors import InvalidInput
+from atomq.errors import InvalidInput, NotFound
+from atomq.platform.queues.move_tasks import MAX_RATE
 
 LISTENER_ACTIONS = {"pause": "Paused", "resume": "Resumed", "restart": "Restarted"}
 """The listener controls, with what the notice says once one is done."""
@@ -107,6 +110,34 @@ def delete_dead_letters(tenant_id: str, queue: str) -> Response:
     deleted = services().queues.delete_dead_letters(tenant.id, queue, subscriber=_subscriber(),
                                                     **_dead_selection())
     _notice(f"Deleted {plural(deleted, 'dead letter')}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/moves/start")
+def start_move(tenant_id: str, queue: str) -> Response:
+    """Starts a move task of the queue's waiting messages: to the queue named, or (none named)
+    back to the queues they left as dead letters; at most the rate given a second."""
+    tenant = access.scoped_tenant(tenant_id)
+    destination = request.form.get("destination", "").strip() or None
+    rate = request.form.get("max_per_second", "").strip()
+    if rate and not re.fullmatch("[0-9]{1,6}", rate):
+        raise InvalidInput(f"messages a second is a whole number from 1 to {MAX_RATE}", field="max_per_second")
+    task = services().queues.start_move_task(tenant.id, queue, destination, int(rate) if rate else None)
+    _notice(f"Started moving {plural(task.to_move, 'waiting message')} to {destination or 'their sources'}.")
+    return _back_to_queue(tenant.id, queue)
+
+
+@bp.post("/tenants/<tenant_id>/queues/<qname:queue>/moves/<task>/cancel")
+def cancel_move(tenant_id: str, queue: str, task: str) -> Response:
+    """Cancels the queue's running move task: nothing moves after the notice."""
+    tenant = access.scoped_tenant(tenant_id)
+    found = services().queues.move_task(tenant.id, task)
+    if found is None or found.source != queue:
+        raise NotFound(f"queue {queue} has no move task {task}", task=task)
+    cancelled, was_running = services().queues.cancel_move_task(tenant.id, task)
+    _notice(f"Cancelled the move task after {plural(cancelled.moved, 'message')} moved." if was_running
+            else f"The move task had ended ({cancelled.status.value}) after {plural(cancelled.moved, 'message')} "
+                 "moved.")
     return _back_to_queue(tenant.id, queue)
 
 

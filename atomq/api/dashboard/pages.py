@@ -22,6 +22,7 @@ from atomq.api.server import server_state
 from atomq.platform import DeadLetterReasons, Page, QueueInfo, QueueModel
 from atomq.platform.listeners.deployed import Listener
 from atomq.platform.models import InFlight
+from atomq.platform.queues.move_tasks import MAX_RATE
 from atomq.platform.store import keys as k
 from atomq.platform.store import lease
 from atomq.platform.watch.nodes import NodeRecords
@@ -104,7 +105,7 @@ def tenant_page(tenant_id: str) -> str:
 @bp.get("/tenants/<tenant_id>/queues/<qname:queue>")
 def queue_page(tenant_id: str, queue: str) -> str:
     """Counts, the rate chart, deliveries under way, messages and dead letters (of one subscriber for
-    publish/subscribe)."""
+    publish/subscribe), and a point-to-point queue's move tasks."""
     tenant = access.scoped_tenant(tenant_id)
     s = services()
     info = s.queues.get_queue(tenant.id, queue)
@@ -121,9 +122,10 @@ def queue_page(tenant_id: str, queue: str) -> str:
         dead = s.queues.dead_letters(tenant.id, queue, PAGE_SIZE, request.args.get("dead_after") or None,
                                      subscriber, reason)
         reasons = s.queues.dead_letter_reasons(tenant.id, queue, subscriber)
+    moves = s.queues.move_tasks(tenant.id, queue) if info.model is QueueModel.POINT_TO_POINT else []
     return render_page("queue.html", tenant=tenant, queue=info, subscriber=subscriber, messages=messages, dead=dead,
                    in_flight=in_flight, now=time.time(), page_size=PAGE_SIZE, reason=reason, reasons=reasons,
-                   totals_shown=figures.QUEUE_TOTALS_SHOWN,
+                   totals_shown=figures.QUEUE_TOTALS_SHOWN, moves=moves, max_move_rate=MAX_RATE,
                    figures=figures.queue(info).add(oldest_waiting_figures(tenant.id, info, subscriber)),
                    live_url=url_for(".queue_live", tenant_id=tenant.id, queue=queue, subscriber=subscriber))
 

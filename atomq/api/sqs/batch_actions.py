@@ -37,8 +37,8 @@ def _entries(params: dict[str, Any], action: str) -> list[dict[str, Any]]:
     if not entries:
         raise SqsError("EmptyBatchRequest", f"There should be at least one {action}RequestEntry in the request.")
     if len(entries) > MAX_ENTRIES:
-        raise SqsError("TooManyEntriesInBatchRequest", f"the batch holds {len(entries)} entries; at most "
-                                                       f"{MAX_ENTRIES}")
+        raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {MAX_ENTRIES}. "
+                                                       f"You have sent {len(entries)}.")
     ids = []
     for entry in entries:
         entry_id = entry.get("Id") if isinstance(entry, dict) else None
@@ -46,8 +46,9 @@ def _entries(params: dict[str, Any], action: str) -> list[dict[str, Any]]:
             raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
                                                   "hyphens and underscores. It can be at most 80 letters long.")
         ids.append(entry_id)
-    if len(set(ids)) != len(ids):
-        raise SqsError("BatchEntryIdsNotDistinct", "two entries of the batch have the same Id")
+    repeated = next((entry_id for i, entry_id in enumerate(ids) if entry_id in ids[:i]), None)
+    if repeated is not None:
+        raise SqsError("BatchEntryIdsNotDistinct", f"Id {repeated} repeated.")
     return entries
 
 
@@ -91,7 +92,7 @@ def send_message_batch(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any
     if queue.fifo:
         for entry in entries:
             check_fifo_ids(queue, entry)
-    good, failed = _each(entries, lambda entry: outgoing(queue, entry))
+    good, failed = _each(entries, lambda entry: outgoing(queue, entry, ctx.key_id))
     checked: dict[str, Outgoing] = good
     successful = []
     if checked:

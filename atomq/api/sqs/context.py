@@ -42,13 +42,18 @@ CONTENT_DEDUPE_FIELD = "sqs:content_dedupe"
 MessageDeduplicationId is de-duplicated by the SHA-256 of its body."""
 THROUGHPUT_FIELD = "sqs:throughput"
 """A FIFO queue's FifoThroughputLimit as it was set (atomq holds no throughput quota of SQS's)."""
+SCOPE_FIELD = "sqs:dedupe_scope"
+"""A FIFO queue's DeduplicationScope, ``queue`` (absent) or ``messageGroup``: a de-duplication id
+counts within its message group only (``message_model.native_dedupe_id``)."""
 ALLOW_FIELD = "sqs:redrive_allow"
 """The queue's RedriveAllowPolicy as it was given (JSON; "" or absent: none, which allows all;
 ``redrive_policies``)."""
 QUEUE_FIELDS = (MAX_SIZE_FIELD, WAIT_FIELD, CREATED_FIELD, MODIFIED_FIELD, ACK_TIMEOUT_FIELD, CONTENT_DEDUPE_FIELD,
-                THROUGHPUT_FIELD, ALLOW_FIELD)
+                THROUGHPUT_FIELD, SCOPE_FIELD, ALLOW_FIELD)
 """The fields an action on a queue reads with its model, in one round trip."""
-DEFAULT_MAX_SIZE = 262_144
+DEFAULT_MAX_SIZE = 1_048_576
+"""SQS's MaximumMessageSize of a queue that sets none: its largest (SQS's own since August 2025; 262,144
+before), so that a message SQS takes on a new queue is taken here too."""
 LEAST_ACK_TIMEOUT_S = defaults.ACK_TIMEOUT_RANGE_S[0]
 """The native ack deadline of a queue whose VisibilityTimeout is 0 (a deadline is at least this)."""
 
@@ -76,6 +81,11 @@ class SqsQueue:
     @property
     def content_dedupe(self) -> bool:
         return self.fields.get(CONTENT_DEDUPE_FIELD) == "true"
+
+    @property
+    def dedupe_scope(self) -> str:
+        """The queue's DeduplicationScope: ``queue`` or ``messageGroup``."""
+        return self.fields.get(SCOPE_FIELD) or "queue"
 
     @property
     def visibility_s(self) -> float:

@@ -15,7 +15,17 @@ from typing import Any
 from atomq.api.sqs.checksums import md5_of_body
 from atomq.api.sqs.errors import INVALID_RECEIPT
 from atomq.api.sqs.context import ACK_TIMEOUT_FIELD, SqsContext, SqsQueue, integer, required, string_list
-from atomq.api.sqs.message_model import Outgoing, as_attribute, md5_attributes, outgoing, sequence_number
+from atomq.api.sqs.message_model import (
+    SENDER_PROPERTY,
+    SYSTEM_PROPERTIES,
+    TRACE_PROPERTY,
+    Outgoing,
+    as_attribute,
+    md5_attributes,
+    outgoing,
+    sequence_number,
+    sqs_dedupe_id,
+)
 from atomq.errors import InvalidInput, SqsError
 from atomq.platform.models import DEAD_LETTER_PROPERTIES, Delivery
 from atomq.platform.queues.names import RECEIPT
@@ -23,10 +33,11 @@ from atomq.platform.queues.names import RECEIPT
 MAX_RECEIVE = 10
 MAX_WAIT_S = 20
 MAX_VISIBILITY_S = 43_200
-HIDDEN_PROPERTIES = frozenset(DEAD_LETTER_PROPERTIES)
+HIDDEN_PROPERTIES = frozenset(DEAD_LETTER_PROPERTIES + SYSTEM_PROPERTIES)
 """The record of a move to a dead letter queue, which SQS keeps out of a message's attributes (its
-source is the system attribute DeadLetterQueueSourceArn): a client that sends a dead letter's
-attributes on must not find more than it sent, or more than SQS's ten."""
+source is the system attribute DeadLetterQueueSourceArn), and the properties that are system
+attributes: a client that sends a message's attributes on must not find more than it sent, or more
+than SQS's ten."""
 
 
 def sent_answer(queue: SqsQueue, message_id: str, out: Outgoing) -> dict[str, Any]:
@@ -40,7 +51,7 @@ def sent_answer(queue: SqsQueue, message_id: str, out: Outgoing) -> dict[str, An
 
 def send_message(ctx: SqsContext, params: dict[str, Any]) -> dict[str, Any]:
     queue = ctx.queue(params, recent=True)
-    out = outgoing(queue, params)
+    out = outgoing(queue, params, ctx.key_id)
     sent = ctx.services.send(ctx.tenant, queue.name, [out.message], ctx.content_length)
     return sent_answer(queue, sent.ids[0], out)
 
@@ -60,20 +71,25 @@ def _rendered(ctx: SqsContext, delivery: Delivery, system: list[str], names: lis
     """One received message. ApproximateFirstReceiveTimestamp is this receive's time: atomq keeps
     the time of the delivery under way only, which is the first one's for a first delivery. A
     message's MessageGroupId is shown wherever it has one; its SequenceNumber and
-    MessageDeduplicationId on a FIFO queue only, as SQS."""
+    MessageDeduplicationId on a FIFO queue only, as SQS. SenderId and AWSTraceHeader: see
+    ``message_model``."""
     body = _body(delivery)
     out: dict[str, Any] = {"MessageId": delivery.id, "ReceiptHandle": delivery.receipt,
                            "MD5OfBody": md5_of_body(body), "Body": body}
     known = {"ApproximateReceiveCount": str(delivery.delivery_count),
              "SentTimestamp": str(int(delivery.enqueued_at * 1000)),
              "ApproximateFirstReceiveTimestamp": str(received_ms)}
+    sender, trace = delivery.properties.get(SENDER_PROPERTY), delivery.properties.get(TRACE_PROPERTY)
+    known["SenderId"] = sender if isinstance(sender, str) else ctx.account_id
+    if isinstance(trace, str):
+        known["AWSTraceHeader"] = trace
     envelope = delivery.envelope
     if envelope.group is not None:
         known["MessageGroupId"] = envelope.group
     if fifo:
         known["SequenceNumber"] = sequence_number(delivery.id)
         if envelope.dedupe_id is not None:
-            known["MessageDeduplicationId"] = envelope.dedupe_id
+            known["MessageDeduplicationId"] = sqs_dedupe_id(envelope.dedupe_id)
     source = delivery.properties.get(DEAD_LETTER_PROPERTIES[1])
     if isinstance(source, str) and "/" not in source:  # not a subscriber's, which SQS cannot name
         known["DeadLetterQueueSourceArn"] = ctx.arn(source)

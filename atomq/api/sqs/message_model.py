@@ -15,6 +15,15 @@ kombu sends it). A FIFO message's MessageDeduplicationId, or with ContentBasedDe
 SHA-256 of its body, is its native ``dedupe_id``: a repeat within the de-duplication window (the
 server's ``dedupe_window_s``, 5 minutes as SQS's) answers the first's id and is never delivered.
 Its SequenceNumber is the send sequence ending its id, in 20 digits: it grows within the queue.
+On a queue whose DeduplicationScope is ``messageGroup`` the native ``dedupe_id`` is the SQS one
+behind a digest of its group and a space (which no SQS id holds), so the same id in two groups is
+two messages; a receive shows the SQS id (``sqs_dedupe_id``).
+
+Two system attributes are properties of names SQS's attribute rule cannot give (a colon), kept out
+of MessageAttributes: ``sqs:sender``, the id of the API key that sent the message (its SenderId; a
+message sent natively has none and reads as sent by the tenant's account, as one an AWS account's
+root user sends does), and ``sqs:trace_header``, the AWSTraceHeader a send gives in its
+MessageSystemAttributes (an X-Ray trace header, the one system attribute SQS lets a sender set).
 """
 
 from __future__ import annotations
@@ -34,6 +43,14 @@ from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues.names import GROUP
 
 MAX_ATTRIBUTES = 10
+SENDER_PROPERTY = "sqs:sender"
+TRACE_PROPERTY = "sqs:trace_header"
+SYSTEM_PROPERTIES = (SENDER_PROPERTY, TRACE_PROPERTY)
+"""The properties that carry a message's SenderId and AWSTraceHeader (see the module's notes)."""
+TRACE_HEADER = re.compile(r"(?=(?:.*;)?Root=1-[0-9a-fA-F]{8}-[0-9a-fA-F]{24}(?:;|$))[!-~]{1,1024}")
+"""An X-Ray trace header: ``key=value`` fields of printable ASCII joined by ``;``, one of them its
+Root (``1-<8 hex: time>-<24 hex>``), at most 1,024 characters (what the stored property may add
+stays within ``queue_attributes.ATTRIBUTES_ALLOWANCE``)."""
 ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}(?<!\.)")
 DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,250})?")
 
@@ -71,6 +88,28 @@ def checked_attributes(raw: Any) -> dict[str, dict[str, Any]]:
             check_body(given, f"MessageAttributes.{name}")
         out[name] = {"DataType": data_type, kind: given}
     return out
+
+
+def checked_trace_header(raw: Any) -> str | None:
+    """The AWSTraceHeader of a send's MessageSystemAttributes (None without one): the one name SQS
+    takes there, a ``String`` holding an X-Ray trace header; InvalidParameterValue else."""
+    if not isinstance(raw, dict):
+        raise SqsError("InvalidParameterValue", "MessageSystemAttributes maps AWSTraceHeader to its value")
+    unknown = [name for name in raw if name != "AWSTraceHeader"]
+    if unknown:
+        raise SqsError("InvalidParameterValue", f"Message system attribute name '{unknown[0]}' is invalid.")
+    if not raw:
+        return None
+    value = raw["AWSTraceHeader"]
+    if not isinstance(value, dict) or value.get("DataType") != "String":
+        raise SqsError("InvalidParameterValue", "Message system attribute 'AWSTraceHeader' has an invalid data "
+                                                "type: it is a String.")
+    header = value.get("StringValue")
+    if not isinstance(header, str) or not TRACE_HEADER.fullmatch(header):
+        raise SqsError("InvalidParameterValue", "Value for message system attribute AWSTraceHeader is invalid: "
+                                                "it is an X-Ray trace header (Root=1-<8 hex>-<24 hex>;...), "
+                                                "at most 1,024 characters.")
+    return header
 
 
 def as_property(attribute: dict[str, Any]) -> Any:
@@ -160,12 +199,26 @@ def _group_and_dedupe(queue: SqsQueue, params: dict[str, Any], body: str) -> tup
                                                     "valid for this queue type.")
         return group, None
     check_fifo_ids(queue, params)
-    return group, dedupe or hashlib.sha256(body.encode()).hexdigest()
+    return group, native_dedupe_id(queue, group, dedupe or hashlib.sha256(body.encode()).hexdigest())
 
 
-def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
-    """A SendMessage's (or a batch entry's) message, checked: its body, attributes, size, delay, and
-    group and de-duplication id."""
+def native_dedupe_id(queue: SqsQueue, group: str | None, dedupe: str) -> str:
+    """The native ``dedupe_id`` of a FIFO send (see the module's notes); the group's digest keeps it
+    within the native limit whatever the lengths of the two ids."""
+    if queue.dedupe_scope != "messageGroup":
+        return dedupe
+    return f"{hashlib.sha256((group or '').encode()).hexdigest()[:32]} {dedupe}"
+
+
+def sqs_dedupe_id(native: str) -> str:
+    """The MessageDeduplicationId a native ``dedupe_id`` reads as: without its group's digest, if any."""
+    return native.rsplit(" ", 1)[-1]
+
+
+def outgoing(queue: SqsQueue, params: dict[str, Any], sender: str) -> Outgoing:
+    """A SendMessage's (or a batch entry's) message from API key ``sender``, checked: its body,
+    attributes, size, delay, group and de-duplication id, and trace header (which, as SQS's system
+    attributes, counts nothing towards the size)."""
     body = required(params, "MessageBody")
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "MessageBody must be a non-empty string")
@@ -179,6 +232,7 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
                                                     "The request include parameter that is not valid for this queue "
                                                     "type.")
     attributes = checked_attributes(params["MessageAttributes"]) if "MessageAttributes" in params else {}
+    trace = checked_trace_header(params["MessageSystemAttributes"]) if "MessageSystemAttributes" in params else None
     encoded = body.encode()
     size = size_of(encoded, attributes)
     if size > queue.max_size:
@@ -188,7 +242,12 @@ def outgoing(queue: SqsQueue, params: dict[str, Any]) -> Outgoing:
     md5 = md5_attributes(attributes) if attributes else None
     if md5 is not None:
         answer["MD5OfMessageAttributes"] = md5
-    message = OutgoingMessage(documents=(OutgoingDocument(body),),
-                              properties={n: as_property(a) for n, a in attributes.items()}, delay_s=delay_s,
+    properties = {n: as_property(a) for n, a in attributes.items()}
+    properties[SENDER_PROPERTY] = sender
+    if trace is not None:
+        properties[TRACE_PROPERTY] = trace
+        answer["MD5OfMessageSystemAttributes"] = md5_attributes(
+            {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}) or ""
+    message = OutgoingMessage(documents=(OutgoingDocument(body),), properties=properties, delay_s=delay_s,
                               group=group, dedupe_id=dedupe)
     return Outgoing(message, answer, size)

@@ -6,12 +6,12 @@ others are fields of the queue's config (``context.QUEUE_FIELDS``).
 | VisibilityTimeout (0–43,200, default 30) | ``ack_timeout_s`` (0 is 10 ms, the least a deadline may be, and a
 receive then gives its messages back at once, as one asking for VisibilityTimeout 0 does) |
 | MessageRetentionPeriod (60–1,209,600, default 4 days) | ``message_ttl_s``, expired messages discarded |
-| MaximumMessageSize (1,024–1,048,576, default 262,144) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
+| MaximumMessageSize (1,024–1,048,576, default 1,048,576) | ``max_message_bytes`` + ``ATTRIBUTES_ALLOWANCE`` |
 | ReceiveMessageWaitTimeSeconds (0–20) | a config field: the wait of a receive that names none |
 | DelaySeconds (0–900, default 0) | ``delay_s`` (a message's own DelaySeconds is its ``delay_s``) |
 | FifoQueue (a name ending in ``.fifo``) | ``ordering: group``, set when the queue is made (a queue's type never changes) |
 | ContentBasedDeduplication (FIFO) | a config field: a send without MessageDeduplicationId is de-duplicated by its body's SHA-256 |
-| DeduplicationScope (FIFO) | ``queue`` only: a de-duplication id is one across the queue's groups |
+| DeduplicationScope (FIFO) | a config field: ``messageGroup`` scopes a send's de-duplication id to its group |
 | FifoThroughputLimit (FIFO) | a config field, as set: atomq holds no throughput quota of SQS's |
 | RedrivePolicy, RedriveAllowPolicy | ``dead_letter_queue`` and ``max_redeliveries``, and the queues it takes dead letters from: ``redrive_policies`` |
 
@@ -41,6 +41,7 @@ from atomq.api.sqs.context import (
     MAX_SIZE_FIELD,
     MODIFIED_FIELD,
     REDELIVER_NOW_FIELD,
+    SCOPE_FIELD,
     THROUGHPUT_FIELD,
     WAIT_FIELD,
     SqsContext,
@@ -90,7 +91,7 @@ NOT_TAKEN = {
 """Attributes SQS has and atomq does not take, with why: set, they are refused; asked for, left out."""
 FIFO_SETTABLE = {
     "ContentBasedDeduplication": ("false", "true"),
-    "DeduplicationScope": ("queue",),
+    "DeduplicationScope": ("queue", "messageGroup"),
     "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
 }
 """A FIFO queue's own attributes beside FifoQueue, and the values atomq takes (the first: SQS's default)."""
@@ -112,9 +113,6 @@ def _fifo_value(name: str, value: Any, fifo: bool) -> str:
                                                "queue: it applies to FIFO queues (a name ending in .fifo)",
                        attribute=name)
     text = str(value).lower() if name == "ContentBasedDeduplication" else str(value)
-    if name == "DeduplicationScope" and text == "messageGroup":
-        raise SqsError("InvalidAttributeValue", "atomq de-duplicates across the whole queue: DeduplicationScope "
-                                                "messageGroup is not taken", attribute=name)
     if text not in FIFO_SETTABLE[name]:
         raise SqsError("InvalidAttributeValue", f"{name} must be " + " or ".join(FIFO_SETTABLE[name]),
                        attribute=name)
@@ -186,7 +184,8 @@ def sqs_fields(values: dict[str, Any]) -> dict[str, str | int]:
     """The config fields of the attributes ``values`` that have no native setting, and the time of change."""
     out: dict[str, str | int] = {MODIFIED_FIELD: int(time.time())}
     for name, field in (("MaximumMessageSize", MAX_SIZE_FIELD), ("ReceiveMessageWaitTimeSeconds", WAIT_FIELD),
-                        ("ContentBasedDeduplication", CONTENT_DEDUPE_FIELD), ("FifoThroughputLimit", THROUGHPUT_FIELD)):
+                        ("ContentBasedDeduplication", CONTENT_DEDUPE_FIELD), ("FifoThroughputLimit", THROUGHPUT_FIELD),
+                        ("DeduplicationScope", SCOPE_FIELD)):
         if name in values:
             out[field] = values[name]
     if "RedriveAllowPolicy" in values:
@@ -229,7 +228,7 @@ def current(ctx: SqsContext, info: QueueInfo, queue: SqsQueue) -> dict[str, Any]
         "RedriveAllowPolicy": queue.fields.get(ALLOW_FIELD, "")}
     if queue.fifo:
         out.update({"FifoQueue": "true", "ContentBasedDeduplication": "true" if queue.content_dedupe else "false",
-                    "DeduplicationScope": "queue",
+                    "DeduplicationScope": queue.dedupe_scope,
                     "FifoThroughputLimit": queue.fields.get(THROUGHPUT_FIELD, FIFO_SETTABLE["FifoThroughputLimit"][0])})
     return out
 

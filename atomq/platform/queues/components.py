@@ -192,6 +192,7 @@ class Components:
                 pipe.get(d.held)
                 pipe.get(d.delayed)
                 pipe.zcard(d.group_waiting)
+                pipe.hlen(d.groups)
             if cfg.get(b"access") == QueueAccess.EXCLUSIVE.value.encode():
                 pipe.hgetall(qk.destination().consumers)
             pipe.hget(tk.topic_patterns, name)

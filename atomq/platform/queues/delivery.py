@@ -97,7 +97,16 @@ class Deliveries:
         Each delivery keeps, until it is settled, when it was made and who holds it: ``consumer``
         when given, else ``holder`` (what the caller knows made the get: an API key's id, say),
         else nobody named; ``in_flight`` and ``browse`` show them, so an operator can tell a
-        delivery stuck with a consumer that is gone."""
+        delivery stuck with a consumer that is gone.
+
+        A get of more than ``defaults.GET_PART_MESSAGES`` messages (or of more documents or bytes than
+        a part takes, ``GET_PART_DOCUMENTS``, ``GET_PART_BYTES``) runs as several script calls, each
+        atomic, each taking the next messages in delivery order, so that no call holds the store's
+        single thread long: one tenant's largest get does not stall the others. The get is not one
+        snapshot: a message sent between two parts may be among the later parts'. It stops at the
+        first part that finds fewer ready than it could take, and only the first part waits. A part
+        that fails answers what the parts before it took (those are in flight, and come back at
+        their deadline when nobody gets the answer)."""
         tk, qk = queue_keys(tenant, queue)
         if subscriber is not None:
             check_subscriber_name(subscriber)
@@ -109,21 +118,26 @@ class Deliveries:
         check_integer_range(max_messages, "max", 1, s.max_get)
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
-        args = [max_messages, s.delays_ms_arg, subscriber or "", s.max_subscribers, *self._shared.reply_budget(),
-                d.member, consumer or "", s.max_consumers, CALL_RECORD_MS, consumer or holder or ""]
+        budget, max_doc = self._shared.reply_budget()
+        args = [min(max_messages, defaults.GET_PART_MESSAGES), s.delays_ms_arg, subscriber or "", s.max_subscribers,
+                min(budget, defaults.GET_PART_BYTES), max_doc, d.member, consumer or "", s.max_consumers,
+                CALL_RECORD_MS, consumer or holder or "", -1, defaults.GET_PART_DOCUMENTS]
         acks = None
-        if ack_ids is not None or ack_receipts is not None:
-            acks = _selector(ack_ids, ack_receipts, "ack.")
         acked = None
+        if ack_ids is not None or ack_receipts is not None:
+            mode, items = _selector(ack_ids, ack_receipts, "ack.")
+            # All but the last part of the acks first; the last goes with the get's first part.
+            tail = (len(items) - 1) // defaults.SETTLE_PART_IDS * defaults.SETTLE_PART_IDS
+            if tail:
+                acked = self._settle_items("ack", "", tenant, queue, mode, items[:tail], subscriber, consumer,
+                                           absent_subscriber_ok=True)[0]
+            acks = mode, items[tail:]
         deadline = time.monotonic() + wait_ms / 1000
         stale = 0
         while True:
             # The keys of the queue's dead_letter_queue: a get fails expired deliveries first.
             target = self._targets.keys(tk, qk)
-            # The call's record lets a repeat of it by the store's client answer what it delivered.
-            record = tk.request_record(made_token("get"))
-            keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq, *target]
-            get = ("get", keys, args, {**self._shared.queue_errors(queue), **STALE_ERRORS})
+            get = self._get_call(tk, qk, queue, subscriber, args, target)
             if acks is not None:
                 settle = self._settle_call("ack", "", tenant, queue, *acks, subscriber, consumer, target)
                 settled, reply = self._shared.storage.run_together([settle, get])
@@ -131,7 +145,7 @@ class Deliveries:
                     if not isinstance(reply, AtomqError):
                         self._give_back(tenant, queue, reply, subscriber, consumer)
                     if not isinstance(settled, AtomqError):
-                        acks, acked = None, int(settled[0])
+                        acks, acked = None, (acked or 0) + int(settled[0])
                     stale = self._targets.stale(tk, qk, stale)
                     continue
                 acks = None
@@ -142,7 +156,7 @@ class Deliveries:
                 if isinstance(settled, AtomqError):
                     self._give_back(tenant, queue, reply, subscriber, consumer)
                     raise settled
-                acked = int(settled[0])
+                acked = (acked or 0) + int(settled[0])
             else:
                 try:
                     reply = self._shared.storage.run(*get[:3], errors=get[3])
@@ -152,7 +166,11 @@ class Deliveries:
             count, wake, last_id, last_wake_id = reply[0], reply[1], reply[2], reply[3]
             active = None if int(reply[4]) < 0 else int(reply[4]) == 1
             if count:
-                return Taken(decode_messages(reply, 5, count, Delivery), active, acked)
+                taken = decode_messages(reply, HEAD, count, Delivery)
+                if reply[5] and count < max_messages:
+                    taken += self._later_parts(tk, qk, queue, subscriber, args, max_messages - count,
+                                               budget - int(reply[6]))
+                return Taken(taken, active, acked)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
                 return Taken([], active, acked)
@@ -166,12 +184,41 @@ class Deliveries:
             self._shared.storage.call(self._shared.client.xread, {d.ready: last_id, d.wake: last_wake_id},
                                       count=1, block=max(1, block_ms))
 
+    def _get_call(self, tk: Any, qk: Any, queue: str, subscriber: str | None, args: list[Any],
+                  target: list[str]) -> tuple[str, list[str], list[Any], Any]:
+        """One part's get script call; its record lets a repeat of it by the store's client answer
+        what that part delivered (each part has its own)."""
+        d = qk.destination(subscriber)
+        record = tk.request_record(made_token("get"))
+        keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq, *target]
+        return "get", keys, args, {**self._shared.queue_errors(queue), **STALE_ERRORS}
+
+    def _later_parts(self, tk: Any, qk: Any, queue: str, subscriber: str | None, args: list[Any], wanted: int,
+                     left: int) -> list[Delivery]:
+        """The parts of a get after its first: up to ``wanted`` more messages within ``left`` bytes of
+        documents, while each part ends at its own bounds (``more``). A part that fails ends the get
+        with what the parts before it took: they are the caller's, in flight."""
+        out: list[Delivery] = []
+        more = True
+        while more and wanted > 0 and left > 0:
+            part = [min(wanted, defaults.GET_PART_MESSAGES), *args[1:4], min(left, defaults.GET_PART_BYTES),
+                    *args[5:11], left, *args[12:]]
+            try:
+                reply = self._shared.storage.run(*self._get_call(tk, qk, queue, subscriber, part,
+                                                                 self._targets.keys(tk, qk)))
+            except AtomqError:
+                break
+            count = int(reply[0])
+            out += decode_messages(reply, HEAD, count, Delivery)
+            wanted, left, more = wanted - count, left - int(reply[6]), bool(count and reply[5])
+        return out
+
     def _give_back(self, tenant: str, queue: str, reply: Any, subscriber: str | None, consumer: str | None) -> None:
         """What a get took in the round trip of an ack that failed (the store failed between the
         two, say) goes back at once, without counting as a failed delivery: the caller gets the
         ack's error, not these messages."""
         if reply[0]:
-            taken = decode_messages(reply, 5, reply[0], Delivery)
+            taken = decode_messages(reply, HEAD, reply[0], Delivery)
             self.release(tenant, queue, receipts=[m.receipt for m in taken], subscriber=subscriber, delay_s=0,
                          consumer=consumer)
 
@@ -229,14 +276,34 @@ class Deliveries:
         if consumer is not None:
             check_consumer_name(consumer)
         mode, items = _selector(ids, receipts)
-        tk, qk = queue_keys(tenant, queue)
+        return self._settle_items(action, arg, tenant, queue, mode, items, subscriber, consumer)
 
-        def attempt(target: list[str]) -> tuple[int, int]:
-            name, keys, args, errors = self._settle_call(action, arg, tenant, queue, mode, items, subscriber,
-                                                         consumer, target)
-            done, dead = self._shared.storage.run(name, keys, args, errors=errors)
-            return int(done), int(dead)
-        return self._targets.retrying(tk, qk, attempt)
+    def _settle_items(self, action: str, arg: Any, tenant: str, queue: str, mode: str, items: list[str],
+                      subscriber: str | None, consumer: str | None,
+                      absent_subscriber_ok: bool = False) -> tuple[int, int]:
+        """Settles ``items`` in parts of ``defaults.SETTLE_PART_IDS``, a script call each (each atomic,
+        with its own record, so the store client's repeat of a part settles nothing twice); the
+        sums of their counts. A part that fails raises: the parts before it stay settled, and a
+        settle tried again finds those no longer in flight. ``absent_subscriber_ok``: a subscriber
+        that does not exist settles nothing (a get with acks makes it)."""
+        tk, qk = queue_keys(tenant, queue)
+        done = dead = 0
+        for first in range(0, max(len(items), 1), defaults.SETTLE_PART_IDS):
+            part = items[first:first + defaults.SETTLE_PART_IDS]
+
+            def attempt(target: list[str], part: list[str] = part) -> tuple[int, int]:
+                name, keys, args, errors = self._settle_call(action, arg, tenant, queue, mode, part, subscriber,
+                                                             consumer, target)
+                settled, deads = self._shared.storage.run(name, keys, args, errors=errors)
+                return int(settled), int(deads)
+            try:
+                n, m = self._targets.retrying(tk, qk, attempt)
+            except NotFound as exc:
+                if absent_subscriber_ok and "subscriber" in exc.details:
+                    return done, dead
+                raise
+            done, dead = done + n, dead + m
+        return done, dead
 
     def _settle_call(self, action: str, arg: Any, tenant: str, queue: str, mode: str, items: list[str],
                      subscriber: str | None, consumer: str | None,
@@ -255,6 +322,10 @@ class Deliveries:
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                     f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue,
                     subscriber=subscriber), **STALE_ERRORS))
+
+
+HEAD = 7
+"""Where a get script's reply has its first message (get.lua: n, wake, last ids, active, more, bytes)."""
 
 
 def _selector(ids: Sequence[str] | None, receipts: Sequence[str] | None, prefix: str = "") -> tuple[str, list[str]]:

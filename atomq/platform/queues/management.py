@@ -7,7 +7,7 @@ flow. Bulk actions run in bounded chunks, one script each.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from atomq import defaults
 from atomq.errors import InvalidInput, NotFound
@@ -29,6 +29,8 @@ from atomq.platform.shared import Shared, docs_and_config, manage_record, queue_
 from atomq.platform.store import keys as k
 from atomq.platform.store.stored_form import decode_messages, in_flight_detail
 
+BROWSE_HEAD = 4
+"""Where a browse script's reply has its first message (browse.lua: cursor, n, cut, bytes)."""
 OLDEST_SCHEDULED = 100
 """The scheduled messages due first that ``oldest_waiting`` looks at."""
 REASONS_READ = 1000
@@ -167,13 +169,16 @@ class Management:
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
         out: list[BrowsedMessage] = []
         rest = list(ids)
+        budget, max_doc = self._shared.reply_budget()
         while rest:
+            part = rest[:defaults.GET_PART_MESSAGES]
             reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
-                                             ["ids", len(rest), "", *self._shared.reply_budget(), *rest],
+                                             ["ids", len(part), "", min(budget, defaults.GET_PART_BYTES), max_doc,
+                                              defaults.GET_PART_DOCUMENTS, -1, *part],
                                              errors=self._shared.queue_errors(queue))
-            out += decode_messages(reply, 2, reply[1], BrowsedMessage)
+            out += decode_messages(reply, BROWSE_HEAD, reply[1], BrowsedMessage)
             cut = reply[0].decode()
-            rest = rest[rest.index(cut) + 1:] if cut else []
+            rest = rest[rest.index(cut) + 1:] if cut else rest[len(part):]
         return out
 
     def _list(self, view: str, cls: type, tenant: str, queue: str, limit: int, after: str | None,
@@ -182,12 +187,24 @@ class Management:
         if after is not None and (not isinstance(after, str) or len(after) > 64):
             raise InvalidInput("after must be a cursor returned as next", field="after")
         tk, qk, (d,) = self._destinations(tenant, queue, subscriber, require_subscriber=True)
-        reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
-                                         [view, limit, after or "", *self._shared.reply_budget(), *extra],
-                                         errors=self._shared.queue_errors(queue))
-        cursor, count = reply[0], reply[1]
-        items = decode_messages(reply, 2, count, cls)
-        return Page(items=items, next=cursor.decode() if cursor else None)
+        # In parts (defaults.GET_PART_MESSAGES), each from where the one before ended, so that no
+        # script call holds the store long; a part that ends short of its own bounds ends the page.
+        budget, max_doc = self._shared.reply_budget()
+        items: list[Any] = []
+        cursor, left, alone = after or "", budget, -1
+        while True:
+            want = min(limit - len(items), defaults.GET_PART_MESSAGES)
+            reply = self._shared.storage.run("browse", docs_and_config(tk, qk) + d.as_list(),
+                                             [view, want, cursor, min(left, defaults.GET_PART_BYTES), max_doc,
+                                              defaults.GET_PART_DOCUMENTS, alone, *extra],
+                                             errors=self._shared.queue_errors(queue))
+            part = decode_messages(reply, BROWSE_HEAD, reply[1], cls)
+            items += part
+            cursor = reply[0].decode()
+            left -= int(reply[3])
+            if not cursor or not part or len(items) >= limit or left <= 0 or (len(part) < want and not reply[2]):
+                return Page(items=items, next=cursor or None)
+            alone = left
 
     def delete_messages(self, tenant: str, queue: str, ids: Sequence[str] | None = None,
                         all: bool = False, subscriber: str | None = None) -> int:

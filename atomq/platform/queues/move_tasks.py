@@ -144,6 +144,17 @@ class MoveTasks:
         mine = sorted((t for t in tasks if t.source == source), key=lambda t: (t.started_at, t.id), reverse=True)
         return mine[:limit]
 
+    def running(self, tenant: str) -> dict[str, str]:
+        """The tenant's queues a task runs from, with that task's id (read from the record's
+        ``src:<queue>`` entries, which a task holds while it runs)."""
+        tk = k.TenantKeys(check_tenant_id(tenant))
+        names = self._shared.storage.call(self._shared.client.hkeys, tk.move_tasks())
+        held = [n.decode() for n in names if n.startswith(b"src:")]
+        if not held:
+            return {}
+        ids = self._shared.storage.call(self._shared.client.hmget, tk.move_tasks(), held)
+        return {n[4:]: i.decode() for n, i in zip(held, ids) if i is not None}
+
     def step(self, tk: k.TenantKeys, task_id: str, budget: ChunkBudget) -> int:
         """Runs a due task's step for the maintenance: moves up to its rate, or chunk after chunk
         while ``budget`` lasts when it has none. Returns the messages moved."""

@@ -23,10 +23,10 @@ from atomq.platform.queues.dead_letter_targets import NAME_FIELD as DEAD_LETTER_
 from atomq.platform.queues.queue_config import read_limits
 from atomq.platform.watch.counters import QUEUE_COUNTS
 
-PER_DEST = 8
+PER_DEST = 9
 """The reads of one destination in a queue's info (``Components._queue_infos``): its stream, ranked, scheduled,
-in-flight and dead counts, its held bytes, its delayed count and the messages waiting behind their
-group's head."""
+in-flight and dead counts, its held bytes, its delayed count, the messages waiting behind their
+group's head and the groups with a message out."""
 
 
 
@@ -37,10 +37,10 @@ def queue_info_from_reads(name: str, model: str, cfg: dict[bytes, bytes], dests:
     ack_timeout_s = int(cfg[b"ack_timeout_ms"]) / 1000
     consumers = consumers_in_line(raw[-3], ack_timeout_s) if exclusive else ()
     per_sub: dict[str, DestinationCounts] = {}
-    total = [0, 0, 0, 0, 0, 0]
+    total = [0, 0, 0, 0, 0, 0, 0, 0]
     by_priority: Counter[int] = Counter(ranked_by_priority)
     for i, sub in enumerate(dests):
-        stream, ordered, sched, flight, dead, held, delayed, waiting = raw[i * PER_DEST:(i + 1) * PER_DEST]
+        stream, ordered, sched, flight, dead, held, delayed, waiting, groups = raw[i * PER_DEST:(i + 1) * PER_DEST]
         counts = DestinationCounts(depth=stream + ordered + sched + waiting, in_flight=flight, dead_letters=dead,
                                    scheduled=sched, held_bytes=int(held or 0), delayed=int(delayed or 0))
         by_priority[defaults.DEFAULT_PRIORITY] += stream
@@ -50,6 +50,8 @@ def queue_info_from_reads(name: str, model: str, cfg: dict[bytes, bytes], dests:
         total[3] += counts.scheduled
         total[4] += counts.held_bytes
         total[5] += counts.delayed
+        total[6] += groups
+        total[7] += waiting
         if sub is not None:
             per_sub[sub] = counts
     return QueueInfo(
@@ -78,6 +80,8 @@ def queue_info_from_reads(name: str, model: str, cfg: dict[bytes, bytes], dests:
         delay_s=int(cfg.get(b"delay_ms", 0)) / 1000,
         ordering=QueueOrdering(cfg.get(b"ordering", b"none").decode()),
         dead_letter_queue=cfg.get(DEAD_LETTER_QUEUE_FIELD.encode(), b"").decode(),
+        groups=total[6],
+        held_by_group=total[7],
     )
 
 

@@ -15,6 +15,14 @@ is therefore stored in steps, all or nothing in outcome:
    whose copies fit :data:`CHUNK_COPIES`, all of a destination's in one step, and moves the
    cursor; the last step writes the request's record and deletes the journal.
 
+A call whose documents pass :data:`STAGE_DOCS` or :data:`STAGE_BYTES` is staged, even to one queue,
+since writing them would hold its prepare too long: the request first uploads them in bounded steps
+(``send_stage.lua``) into a hash of its own that expires after :data:`STAGE_TTL_MS` (a client that
+dies mid-upload leaves nothing), then the prepare reads their sizes from the upload, checks
+everything as above, and renames the upload to its journal's documents, in the one script, so a
+refusal stores nothing (the caller deletes the upload at once, else it expires); the first steps
+move the documents into the tenant's, a bounded part each, before the reference counts and copies.
+
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
 untouched for :data:`STALE_MS` (a node died mid-request), so nothing is lost or left reserved.
@@ -25,18 +33,79 @@ Consumers may see a chunked publish land destination by destination, as any brok
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
+
+from atomq.errors import AtomqError, StorageError
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
+from atomq.platform.store import send_keys
 
-CHUNK_COPIES = 3_000
+CHUNK_COPIES = 1_500
 """The most message copies one step of a send makes. A copy costs the store 10 to 12 µs of its one
-thread (bench/request_bounds.py), so a step holds it some 35 ms, under the 50 ms one-tenant bound
+thread (bench/request_bounds.py), so a step holds it some 15 to 20 ms, under the 50 ms one-tenant bound
 with room for the dearer shapes (priorities, expiries, last values, overflow drops). A call of at
 most this many copies runs as one script, as before chunking; so does a call to one destination,
 whose copies a request's size bounds (``max_messages_per_request``, 1,000)."""
 
 STALE_MS = 5_000
 """A journal no step touched for this long is finished by the maintenance: its request died."""
+
+STAGE_DOCS = 2_000
+"""A call of more documents than this is staged (uploaded in steps of at most this many, and moved
+into the tenant's documents in steps of about as many): writing 10,000 documents in one script (1,000
+messages of 10) held the store some 150 ms."""
+
+STAGE_BYTES = 512 * 1024
+"""A call whose documents' data and properties pass this many bytes is staged; a step of its upload
+or of its documents' move carries about this many (a message's documents move together)."""
+
+STAGE_TTL_MS = 60_000
+"""How long an upload outlives its last step: a client that died mid-upload leaves nothing after it."""
+
+
+class UploadLost(AtomqError):
+    """The prepare found the upload incomplete: it expired between its steps and the prepare."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A staged call's documents, as the upload's fields in order (``send_stage.lua``)."""
+
+    key: str
+    fields: list[tuple[str, Any]]
+    messages: int
+
+    @property
+    def size(self) -> int:
+        """The fields the upload holds once done (with one of sizes a message): what the prepare
+        expects to find."""
+        return len(self.fields) + self.messages
+
+
+def upload_of(tk: k.TenantKeys, journal: str, digest: str, args_tail: list[Any],
+              destinations: int) -> tuple[Upload | None, list[Any]]:
+    """The upload of a call's documents when they pass :data:`STAGE_DOCS` or :data:`STAGE_BYTES`
+    (None otherwise), and the call's arguments (``send.lua``'s from its message count on), without
+    the documents' data and properties when they are uploaded."""
+    docs, size, pos = 0, 0, 1
+    for _ in range(int(args_tail[0])):
+        ndocs = int(args_tail[pos + 2])
+        docs += ndocs
+        size += sum(len(a) for a in args_tail[pos + 3:pos + 3 + 2 * ndocs])
+        pos += 3 + 2 * ndocs
+    if destinations == 0 or (docs <= STAGE_DOCS and size <= STAGE_BYTES):
+        return None, args_tail
+    fields: list[tuple[str, Any]] = []
+    bare, pos = [args_tail[0]], 1
+    for m in range(1, int(args_tail[0]) + 1):
+        bare += args_tail[pos:pos + 3]
+        for d in range(1, int(args_tail[pos + 2]) + 1):
+            data, props = args_tail[pos + 1 + 2 * d], args_tail[pos + 2 + 2 * d]
+            fields.append((f"{m}.{d}", data))
+            if len(props):
+                fields.append((f"{m}.{d}p", props))
+        pos += 3 + 2 * int(args_tail[pos + 2])
+    return Upload(send_keys.send_staging(tk, journal, digest), fields, int(args_tail[0])), bare
 
 
 def chunked(messages: int, destinations: int) -> bool:
@@ -60,6 +129,40 @@ class SendJournals:
     def __init__(self, shared: Shared) -> None:
         self._shared = shared
 
+    def prepare(self, upload: Upload | None, record: str, call_field: str, journal: str,
+                run: Callable[[], Any]) -> Any:
+        """Runs the prepare ``run`` of a call, after uploading its documents when it is staged, and
+        deletes what is left of the upload after it, whatever it answered (a refusal stores nothing).
+        A call its record or journal already holds (a retry) uploads nothing: the prepare answers it."""
+        if upload is None:
+            return run()
+        storage, client = self._shared.storage, self._shared.client
+        try:
+            for again in (False, True):
+                if not (storage.call(client.hexists, record, call_field) or storage.call(client.exists, journal)):
+                    self._upload(upload)
+                try:
+                    return run()
+                except UploadLost:
+                    if again:
+                        raise StorageError("the upload of the request's documents kept expiring; try again") from None
+        finally:
+            storage.call(client.delete, upload.key)
+
+    def _upload(self, upload: Upload) -> None:
+        """Uploads the fields in steps of whole messages, each step's ending with the message that
+        takes it to :data:`STAGE_DOCS` documents or :data:`STAGE_BYTES` bytes (``send_stage.lua``)."""
+        part: list[Any] = []
+        docs = size = 0
+        for i, (name, value) in enumerate(upload.fields):
+            part += [name, value]
+            docs, size = docs + (not name.endswith("p")), size + len(value)
+            last = i + 1 == len(upload.fields)
+            if last or ((docs >= STAGE_DOCS or size >= STAGE_BYTES)
+                        and name.split(".", 1)[0] != upload.fields[i + 1][0].split(".", 1)[0]):
+                self._shared.storage.run("send_stage", [upload.key], [STAGE_TTL_MS, *part])
+                part, docs, size = [], 0, 0
+
     def finish(self, tk: k.TenantKeys, name: str, record: str, budget: ChunkBudget | None = None) -> Finished:
         """Runs the steps of journal ``name`` (its request's record is ``record``) until it is done,
         or until ``budget`` runs out (the journal then waits for the next round)."""
@@ -67,11 +170,12 @@ class SendJournals:
         journal = tk.send_journal(name)
         settings = self._shared.settings
         while True:
-            head = storage.call(client.hmget, journal, "c", "n", "nf", "sy", "dc")
+            head = storage.call(client.hmget, journal, "c", "n", "nf", "sy", "dc", "dm")
             if head[0] is None:
                 return Finished(None)
             done, total, fresh, sync = int(head[0]), int(head[1]), int(head[2]), head[3] == b"1"
-            refs_owed = head[4] is not None  # the documents' reference counts: a step of their own
+            # The documents' move (a staged call's) and their reference counts: steps of their own.
+            refs_owed = head[4] is not None or head[5] is not None
             members = storage.call(client.hmget, journal, [f"d{i}" for i in range(done + 1, total + 1)])
             if None in members:
                 continue  # finished between the two reads
@@ -85,9 +189,10 @@ class SendJournals:
                     qk, d = tk.destination_named(raw.decode().split("|", 2)[2])
                     destinations += [qk.config, qk.subscribers, *d.as_list()]
                 cfg = destinations[0] if destinations else tk.usage  # a step of no destination reads none
-                keys = [tk.doc, tk.doc_props, tk.doc_refs, cfg, journal, tk.send_journals,
-                        tk.pending_copies, record, tk.usage, tk.due, tk.oldest, tk.marker_ledger, *destinations]
-                args = [done, step, name]
+                keys = [tk.doc, tk.doc_props, tk.doc_refs, cfg, journal, tk.send_journals, tk.pending_copies,
+                        record, tk.usage, tk.due, tk.oldest, tk.marker_ledger, send_keys.journal_documents(tk, name),
+                        *destinations]
+                args = [done, step, name, STAGE_DOCS, STAGE_BYTES]
                 synced = None
                 if sync and done + step == total:
                     reply, synced = storage.run_durably("send_apply", keys, args, None, settings.sync_min_replicas,
@@ -101,7 +206,8 @@ class SendJournals:
                     return Finished(reply[1], synced)
                 if kind == "m":
                     break  # another caller stepped: read the journal again
-                done, members, refs_owed = int(reply[1]), members[step:], False
+                done, members = int(reply[1]), members[step:]
+                refs_owed = len(reply) > 2 and int(reply[2]) == 1
 
     def resume(self, tk: k.TenantKeys, name: str, budget: ChunkBudget) -> int:
         """Goes on, within ``budget``, with a journal the maintenance found untouched (its request's

@@ -36,12 +36,12 @@ from atomq.platform.queues.request_records import (
     stored_answer,
 )
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
-from atomq.platform.queues.send_journal import SendJournals, chunked
+from atomq.platform.queues.send_journal import SendJournals, UploadLost, chunked, upload_of
 from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each, with_delay
 from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.queues.topics import check_topic
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
-from atomq.platform.store import keys as k
+from atomq.platform.store import keys as k, send_keys
 
 Admit = Callable[[int], None]
 """Given the message copies a send is about to store, before it writes; raises to refuse it."""
@@ -155,12 +155,14 @@ class Sending:
         OutcomeUnknown: sent again with the same key, it is stored once. ``admit`` is given the
         message copies the send is about to store, before anything is written, and may refuse it
         (the server's limits: ``atomq.platform.guards.server_limits``). A batch of more copies than
-        ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one.
-        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery").
-        """
+        ``send_journal.CHUNK_COPIES`` is stored in steps: its subscribers may see it land one by one;
+        one of more documents than ``STAGE_DOCS`` or ``STAGE_BYTES`` uploads them in steps first.
+        ``delay_s`` delays the messages that give no delay of their own (concepts.md, "Delayed delivery")."""
         tk, qk = queue_keys(tenant, queue)
         token = RequestToken.of(idempotency_key)
-        args_tail, dedupe_ids = self._encode_batch(with_delay(messages, delay_s))
+        batch = with_delay(messages, delay_s)
+        check_batch_size(batch, self._shared.settings)
+        args_tail, dedupe_ids = assembled(encode_each(batch, self._shared.settings))  # and its ("", dedupe id)s
         dedupe_keys = [qk.dedupe(d) for _, d in dedupe_ids]
         call = RecordedCall(token, token.digest(["send", queue], args_tail), positions_field(range(len(messages))))
         for refresh in (False,) + (True,) * (MAX_ROUTE_RETRIES - 1):
@@ -313,16 +315,19 @@ class Sending:
             route_args += [expected, len(dests), *(d.member for d in dests)]
             destinations += len(dests)
         journal = tk.send_journal_name(call.token.token, call.field)
-        keys.extend(dedupe_keys)
-        keys += [tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest, tk.marker_ledger,
-                 tk.usage]
+        upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations)  # big documents: staged
+        keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
+                 tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
+                 send_keys.journal_documents(tk, journal)]
         settings = self._shared.settings
-        staged = journal if chunked(int(args_tail[0]), destinations) else ""
+        staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
-                marker_gen, call.field, call.digest, call.token.window_ms, staged, *route_args, *args_tail[1:]]
+                marker_gen, call.field, call.digest, call.token.window_ms, staged, upload.size if upload else "",
+                *route_args, *args_tail[1:]]
         errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
                   "IDEMREUSED": lambda _: key_reused(call.token),
                   "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
+                  "STAGELOST": lambda _: UploadLost("lost"),
                   "QUEUEFULL": lambda words: _queue_full(targets, words),
                   "DELAYEXCLUSIVE": lambda words: InvalidInput(
                       f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
@@ -336,7 +341,8 @@ class Sending:
                 reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
                                                     settings.sync_timeout_ms, writes_once=True)
             else:
-                reply = storage.run("send", keys, args, errors, writes_once=True)
+                reply = self._journals.prepare(upload, keys[6], call.field, tk.send_journal(journal),
+                                               lambda: storage.run("send", keys, args, errors, writes_once=True))
             answered = True  # by this caller's own call, or its last step, which waited for the disk
             if int(reply[0]) in (JOURNAL_UNDER_WAY, PREPARED):
                 done = self._journals.finish(tk, journal, keys[6])
@@ -370,12 +376,6 @@ class Sending:
                 ids=sent.ids, synced_local=synced[0], synced_replicas=synced[1],
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
-
-    def _encode_batch(self, messages: Sequence[OutgoingMessage]) -> tuple[list[Any], list[tuple[str, str]]]:
-        """The script's arguments for a send's messages, and the batch's distinct ("", dedupe id)
-        pairs in order."""
-        check_batch_size(messages, self._shared.settings)
-        return assembled(encode_each(messages, self._shared.settings))
 
 
 def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:

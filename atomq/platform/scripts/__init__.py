@@ -33,6 +33,7 @@ calls between some hundred helpers for no gain."""
 NAMES = (
     "send",
     "send_apply",
+    "send_stage",
     "get",
     "settle",
     "browse",
@@ -76,7 +77,7 @@ def keyed(name: str) -> str:
     return f"{name}+key"
 
 
-ALWAYS_RUN = frozenset(NAMES) - {"send", "queue_put", "queue_fields", "subscriber_put", "listener_put"}
+ALWAYS_RUN = frozenset(NAMES) - {"send", "send_stage", "queue_put", "queue_fields", "subscriber_put", "listener_put"}
 """The scripts that run also while the store is at its maxmemory: Valkey refuses a script whose
 first write may grow memory (XADD, HSET, ZADD...) at maxmemory, and a get that takes, an ack that
 frees, a nack, a sweep, a lease renewal, a listener's execution must keep working so consumers can

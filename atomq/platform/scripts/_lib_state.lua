@@ -196,11 +196,13 @@ end
 -- Reads the documents of the messages live[1..] (indexes into ids, with
 -- ndocs[i] documents each) until the reply would pass `budget` bytes of
 -- documents and their properties; the first message always comes, however
--- big. It reads in slices that cannot pass what is left of the budget
--- (`max_doc` bytes a document at most), so the script never holds much more
--- than the budget. Returns the number of messages kept and their documents'
--- data and properties, in order.
-local function take_within(live, ids, ndocs, budget, max_doc)
+-- big, unless `alone` (a later part of a get or a page: what is left of the
+-- whole reply's bytes) is given and it is bigger than that. It reads in
+-- slices that cannot pass what is left of the budget (`max_doc` bytes a
+-- document at most), so the script never holds much more than the budget.
+-- Returns the number of messages kept, their documents' data and properties,
+-- in order, and the bytes they take.
+local function take_within(live, ids, ndocs, budget, max_doc, alone)
   local data, props = {}, {}
   local kept, used, pos = 0, 0, 1
   local props_kept = has_props()
@@ -226,7 +228,8 @@ local function take_within(live, ids, ndocs, budget, max_doc)
       local nd = ndocs[live[x]]
       local size = 0
       for k = j + 1, j + nd do size = size + #(dpart[k] or '') + #(ppart[k] or '') end
-      if kept > 0 and used + size > budget then return kept, data, props end
+      if kept > 0 and used + size > budget then return kept, data, props, used end
+      if kept == 0 and alone and size > alone then return 0, data, props, 0 end
       for k = j + 1, j + nd do
         data[#data + 1] = dpart[k]
         props[#props + 1] = ppart[k]
@@ -237,7 +240,21 @@ local function take_within(live, ids, ndocs, budget, max_doc)
     end
     pos = last + 1
   end
-  return kept, data, props
+  return kept, data, props, used
+end
+
+-- The first of live[1..] up to `most` documents in all (ndocs[i] each; the
+-- first message comes whatever its count): what one part of a get or of a
+-- page may take, so that no script call reads more than that.
+local function within_docs(live, ndocs, most)
+  local out, docs = {}, 0
+  for x = 1, #live do
+    local nd = ndocs[live[x]]
+    if x > 1 and docs + nd > most then break end
+    docs = docs + nd
+    out[x] = live[x]
+  end
+  return out
 end
 
 -- Delay in ms after failed delivery k (1-based); the last delay repeats.

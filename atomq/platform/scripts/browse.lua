@@ -1,19 +1,25 @@
--- Lists messages without consuming them, in id (send) order.
+-- Lists messages without consuming them, in id (send) order: one part of a page (Management
+-- reads a page of many messages as several calls, each from where the one before ended).
 -- KEYS[1..4]   doc, docp, docr, cfg
 -- KEYS[5..]    the destination (DEST_KEYS keys)
 -- ARGV[1]      view: queued (ready, in flight, scheduled) | dead | ids (the messages
---              ARGV[6..] that are not dead, in that order, missing ones left out)
---              | dead-reason (the dead letters given the reason ARGV[6])
---              | state (the queued messages in state ARGV[6]: r ready, waiting behind their group's
+--              ARGV[8..] that are not dead, in that order, missing ones left out)
+--              | dead-reason (the dead letters given the reason ARGV[8])
+--              | state (the queued messages in state ARGV[8]: r ready, waiting behind their group's
 --              head included, f in flight, s scheduled)
 -- ARGV[2]      limit
 -- ARGV[3]      cursor: the last id of the previous page, or ""
 -- ARGV[4]      most document bytes in the page (a first message bigger than that comes
 --              alone; the page ends early, with a cursor, at the first that does not fit)
 -- ARGV[5]      the largest document a send accepts (bounds what one read may fetch)
--- Returns {next cursor or "", n, then per message: id, state, envelope, then
+-- ARGV[6]      most documents in the page (a first message with more comes alone)
+-- ARGV[7]      most document bytes a first message may bring (-1: any; a later part of a page,
+--              whose whole reply must stay within its bound)
+-- Returns {next cursor or "", n, cut, bytes, then per message: id, state, envelope, then
 --          per document: data, properties; then for dead letters: reason, dead-lettered ms,
 --          for a message in flight: its ack deadline ms, and for a scheduled one: its due ms}.
+-- cut: 1 when the page ended at its bytes or documents (ARGV[4], ARGV[6]) before its limit;
+-- bytes: the document bytes of the reply.
 -- The views but ids scan the destination's messages in id order, at most about ten
 -- pages' worth a call: a page ends early, with a cursor, where the scan stops. The in
 -- flight and scheduled states are read from their own sets instead while those hold no
@@ -23,7 +29,7 @@ local q = require_queue()
 if q.err then return q end
 local d = dest_at(5)
 local dead_view = ARGV[1] == 'dead' or ARGV[1] == 'dead-reason'
-local only_reason = ARGV[1] == 'dead-reason' and ARGV[6] or nil
+local only_reason = ARGV[1] == 'dead-reason' and ARGV[8] or nil
 local limit = tonumber(ARGV[2])
 local start = '-'
 if ARGV[3] ~= '' then start = '(' .. ARGV[3] end
@@ -42,9 +48,9 @@ local function as_seen(id, s)
 end
 local scanned, last = 0, nil
 local more = false
-if ARGV[1] == 'ids' and #ARGV > 5 then
+if ARGV[1] == 'ids' and #ARGV > 7 then
   local ids = {}
-  for i = 6, math.min(#ARGV, 5 + limit) do ids[#ids + 1] = ARGV[i] end
+  for i = 8, math.min(#ARGV, 7 + limit) do ids[#ids + 1] = ARGV[i] end
   local states = hmget_batched(d.state, ids)
   for i, id in ipairs(ids) do
     local s = states[i]
@@ -55,7 +61,7 @@ if ARGV[1] == 'ids' and #ARGV > 5 then
   end
   scanned = budget  -- no scan
 end
-local only_tag = ARGV[1] == 'state' and ARGV[6] or nil
+local only_tag = ARGV[1] == 'state' and ARGV[8] or nil
 local by_set = ({f = d.inflight, s = d.sched})[only_tag or '']
 local by_set_read = false
 if by_set and redis.call('ZCARD', by_set) <= budget then
@@ -143,7 +149,7 @@ if ARGV[1] ~= 'ids' and not by_set_read and last then
   end
 end
 
-local out = {more and last or '', #picked}
+local out = {more and last or '', #picked, 0, 0}
 if #picked == 0 then return out end
 local envs = redis.call('HMGET', d.msg, unpack(picked))
 local live, ndocs = {}, {}
@@ -151,10 +157,14 @@ for i = 1, #picked do
   live[i] = i
   ndocs[i] = doc_count(envs[i])
 end
-local kept, data, props = take_within(live, picked, ndocs, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local alone = tonumber(ARGV[7])
+local kept, data, props, used = take_within(within_docs(live, ndocs, tonumber(ARGV[6])), picked, ndocs,
+                                            tonumber(ARGV[4]), tonumber(ARGV[5]), alone >= 0 and alone or nil)
+out[4] = used
 if kept < #picked then
-  out[1] = picked[kept]
+  out[1] = kept > 0 and picked[kept] or ARGV[3]
   out[2] = kept
+  out[3] = kept > 0 and 1 or 0
 end
 local j = 0
 for i = 1, kept do

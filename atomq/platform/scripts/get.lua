@@ -1,4 +1,5 @@
--- Delivers up to ARGV[1] ready messages, after moving due redeliveries and
+-- Delivers up to ARGV[1] ready messages (one part of a get: Deliveries.take runs a get
+-- of many messages as several calls, each within its part's bounds), after moving due redeliveries and
 -- delayed copies to ready, failing expired deliveries and expiring messages
 -- past their time.
 -- KEYS[1..4]   doc, docp, docr, cfg
@@ -13,7 +14,8 @@
 -- ARGV[2]      redelivery delays in ms, comma-separated
 -- ARGV[3]      subscriber name ("" for point-to-point)
 -- ARGV[4]      most subscribers a queue may have
--- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone)
+-- ARGV[5]      most document bytes in the reply (a first message bigger than that comes alone,
+--              unless ARGV[12] bounds it)
 -- ARGV[6]      the largest document a send accepts (bounds what one read may fetch)
 -- ARGV[7]      the destination's name in the due index
 -- ARGV[8]      the consumer ("" for none: required by an exclusive queue, ignored by others)
@@ -21,8 +23,14 @@
 -- ARGV[10]     how long the record is kept, in ms
 -- ARGV[11]     who the deliveries are held by, kept in their state until they are settled: the
 --              consumer when the get names one, else what the caller says made it (see Deliveries.take)
--- Returns {n, wake, last_id, last_wake_id, active, then per message: id, delivery count,
---          envelope, then per document: data, properties ("" = none)}.
+-- ARGV[12]     most document bytes a first message may bring (-1: any; a later part of a get,
+--              whose whole reply must stay within its bound)
+-- ARGV[13]     most documents in the reply (a first message with more comes alone)
+-- Returns {n, wake, last_id, last_wake_id, active, more, bytes, then per message: id, delivery
+--          count, envelope, then per document: data, properties ("" = none)}.
+-- more: 1 when the call stopped at its own bounds (ARGV[1] candidates, or the bytes or documents
+-- of its reply) and more may be ready, 0 when it found fewer ready than it could take;
+-- bytes: the document bytes of the reply.
 -- active: 1 the consumer is the exclusive queue's active one, 0 a standby
 -- (it gets nothing), -1 the queue is not exclusive. An exclusive queue
 -- delivers in send order whatever the priorities and, while a message waits
@@ -33,12 +41,14 @@
 -- A call whose record exists ran before (the store's client sent it again after a
 -- time-out): it answers the deliveries it made then that are still in flight as
 -- it made them, and changes nothing, so no message counts a delivery nobody got.
+-- The record reads "<active>,<more>|<id>,<delivery count>;...".
 
 local RECORD = KEYS[EXTRA + 2 + 1]
 local held = redis.call('GET', RECORD)
 if held then
   local bar = string.find(held, '|', 1, true)
-  local out = {0, -1, '0-0', '0-0', tonumber(string.sub(held, 1, bar - 1))}
+  local active, more = string.match(string.sub(held, 1, bar - 1), '^(-?%d+),?(%d*)$')
+  local out = {0, -1, '0-0', '0-0', tonumber(active), tonumber(more) or 0, 0}
   local d = dest_at(5)
   local live, ids, counts, ndocs, envs = {}, {}, {}, {}, {}
   for id, dc in string.gmatch(string.sub(held, bar + 1), '([^,;]+),(%d+)') do
@@ -53,8 +63,8 @@ if held then
       end
     end
   end
-  local kept, data, props = take_within(live, ids, ndocs, math.huge, tonumber(ARGV[6]))
-  out[1] = kept
+  local kept, data, props, used = take_within(live, ids, ndocs, math.huge, tonumber(ARGV[6]))
+  out[1], out[7] = kept, used
   local j = 0
   for x = 1, kept do
     local i = live[x]
@@ -123,7 +133,7 @@ if barrier then
   ranked = kept
 end
 if #entries == 0 and #ranked == 0 then
-  local out = {0, -1, '0-0', '0-0', active}
+  local out = {0, -1, '0-0', '0-0', active, 0, 0}
   local first = next_due(d)
   if first then out[2] = math.max(0, first - now) end
   if redis.call('EXISTS', d.ready) == 1 then
@@ -190,12 +200,15 @@ for i = 1, n do
     ndocs[i] = doc_count(envs[i])
   end
 end
-local kept, data, props = take_within(live, ids, ndocs, tonumber(ARGV[5]), tonumber(ARGV[6]))
+local alone = tonumber(ARGV[12])
+local kept, data, props, used = take_within(within_docs(live, ndocs, tonumber(ARGV[13])), ids, ndocs,
+                                            tonumber(ARGV[5]), tonumber(ARGV[6]), alone >= 0 and alone or nil)
 -- The candidates taken are the first ones up to the last message kept (with
 -- gone ones among them). On the stream they are its first entries: trimming
 -- below the next id drops exactly them, far cheaper than XDEL of each.
 local upto = n
-if kept < #live then upto = live[kept] end
+if kept < #live then upto = kept > 0 and live[kept] or live[1] - 1 end
+local more = (n >= max or kept < #live) and 1 or 0
 local last_entry, taken_ranked = nil, {}
 for i = 1, upto do
   if cand_entry[i] then
@@ -216,7 +229,7 @@ if last_entry then
              string.sub(last_entry, 1, dash) .. (tonumber(string.sub(last_entry, dash + 1)) + 1))
 end
 if #taken_ranked > 0 then call_batched('ZREM', d.rz, taken_ranked) end
-local out = {kept, -1, '0-0', '0-0', active}
+local out = {kept, -1, '0-0', '0-0', active, kept > 0 and more or 0, used}
 if kept == 0 then return out end
 local deadline = now + q.ack_timeout_ms
 local state_args, flight_args = {}, {}
@@ -247,5 +260,5 @@ count('delivered', kept)
 count('redelivered', redelivered)
 local record = {}
 for x = 1, kept do record[x] = ids[live[x]] .. ',' .. counts[live[x]] end
-redis.call('SET', RECORD, active .. '|' .. table.concat(record, ';'), 'PX', tonumber(ARGV[10]))
+redis.call('SET', RECORD, active .. ',' .. more .. '|' .. table.concat(record, ';'), 'PX', tonumber(ARGV[10]))
 return out

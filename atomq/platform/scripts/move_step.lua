@@ -14,6 +14,7 @@
 -- ARGV[2]      most messages this call moves
 -- ARGV[3]      the target the caller passed the keys of ('' for none)
 -- ARGV[4]      when the task is due again after this step, in ms from now
+-- The source counts what left it in its cfg's n:moved (counters.QUEUE_COUNTS).
 -- Returns {moved, status, target}: the task's status after the call (running, completed,
 -- cancelled or failed); target, when the call stopped at a message for another target than
 -- the one it was given: the caller calls again with that one's keys. A running task stopped
@@ -123,6 +124,7 @@ else
     if done == 'moved' then moved = moved + 1 end
     if done == 'stop' or moved >= most then break end
   end
+  if moved > 0 then redis.call('HINCRBY', CFG, 'n:moved', moved) end
 end
 rec['moved'] = rec['moved'] + moved
 if rec['status'] == 'running' and need == '' then

@@ -10,7 +10,9 @@
 --              de-duplication markers, then this call's journal (used when it is
 --              chunked), the tenant's index of journals, its hash of pending copies,
 --              its due index, its index of oldest messages, its marker ledger and
---              (last) its usage hash
+--              its usage hash; then (last) the request's upload of its documents (a staged
+--              send's: send_keys.send_staging) and the name its journal keeps them under
+--              (send_keys.journal_documents)
 -- ARGV[1]      the topic patterns' version the caller matched with ('' for a send)
 -- ARGV[2]      number of queues
 -- ARGV[3]      de-duplication window in ms
@@ -25,7 +27,11 @@
 -- ARGV[9]      how long the record is kept, in ms
 -- ARGV[10]     '' to store the batch whole; else the journal's name in the tenant's
 --              index of journals: the call only prepares a chunked send (below)
--- ARGV[11..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
+-- ARGV[11]     '' when the documents come in the arguments; else how many fields the upload
+--              holds: the messages' documents were uploaded in steps (send_stage.lua) and the
+--              arguments give none (each message's document count, then the next message:
+--              send_journal, a staged send)
+-- ARGV[12..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
 --              version>", no subscriber version for point-to-point, then "|sync" for a
 --              queue whose sends wait for the disk), its number of
 --              destinations, and each destination's name in the indexes of due and
@@ -84,9 +90,15 @@
 -- step makes room in its own destinations) and returns {-3, destinations, new
 -- messages}. A prepared send with no new message (every one a repeat) is stored
 -- whole instead, since it has no copies to make.
+-- A staged send (ARGV[11]) is a prepare whose documents' sizes are read from the upload, which
+-- must hold all of them (else STAGELOST: it expired; the caller uploads again): the prepare renames
+-- the upload to its journal's documents, which the first steps move to the tenant's documents.
+-- A refused staged send leaves the upload to expire (the caller deletes it at once).
 
 local RECORD, record_field, digest = KEYS[7], ARGV[7], ARGV[8]
-local JOURNAL, JOURNALS, PENDING = KEYS[#KEYS - 6], KEYS[#KEYS - 5], KEYS[#KEYS - 4]
+local NK = #KEYS - 2     -- the keys before the upload's two
+local STAGE, JDOCS = KEYS[NK + 1], KEYS[NK + 2]
+local JOURNAL, JOURNALS, PENDING = KEYS[NK - 6], KEYS[NK - 5], KEYS[NK - 4]
 local earlier = redis.call('HMGET', RECORD, '#b', record_field)
 if earlier[1] and earlier[1] ~= digest then
   return redis.error_reply('IDEMREUSED the request\'s key was used for another body')
@@ -104,6 +116,10 @@ if journaled then
   return {-2}
 end
 local staged = ARGV[10] ~= ''
+local uploaded = ARGV[11] ~= ''
+if uploaded and redis.call('HLEN', STAGE) ~= tonumber(ARGV[11]) then
+  return redis.error_reply('STAGELOST the upload of the documents expired')
+end
 if ARGV[1] ~= '' and (redis.call('HGET', KEYS[6], '#v') or '0') ~= ARGV[1] then
   return redis.error_reply('STALETOPICS the topic patterns changed')
 end
@@ -112,7 +128,7 @@ local window = tonumber(ARGV[3])
 local nmsg = tonumber(ARGV[4])
 local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
-local kpos, apos, copies = 8, 11, 0
+local kpos, apos, copies = 8, 12, 0
 local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
@@ -149,10 +165,10 @@ local dd_base = kpos - 1
 local marker_gen = ARGV[6]
 if marker_gen == '' then marker_gen = queues[1].gen end
 
-local USAGE = KEYS[#KEYS]
-local LEDGER = KEYS[#KEYS - 1]
-local OLDEST = KEYS[#KEYS - 2]
-local DUE = KEYS[#KEYS - 3]
+local USAGE = KEYS[NK]
+local LEDGER = KEYS[NK - 1]
+local OLDEST = KEYS[NK - 2]
+local DUE = KEYS[NK - 3]
 local now = now_ms()
 
 -- The expiry of a message in a queue: the earliest of its own and the queue's.
@@ -187,6 +203,12 @@ for qi, qd in ipairs(queues) do
   heads[qi] = c.heads
 end
 local new_count, new_bytes, top_new, added = 0, 0, -1, 0
+local uploaded_sizes = {} -- a staged send's: message index -> "<content bytes>,<usage bytes>" (send_stage.lua)
+if uploaded then
+  local names = {}
+  for m = 1, nmsg do names[m] = '#' .. m end
+  uploaded_sizes = hmget_batched(STAGE, names)
+end
 local pos = apos
 for m = 1, nmsg do
   local dd = tonumber(ARGV[pos])
@@ -219,7 +241,11 @@ for m = 1, nmsg do
     new_count = new_count + 1
     if copies > 0 then
       local content = 0     -- the documents' data and properties
-      for k = 0, ndocs - 1 do
+      if uploaded then
+        local c, b = string.match(uploaded_sizes[m], '^(%d+),(%d+)$')
+        content, new_bytes = tonumber(c), new_bytes + tonumber(b)
+      end
+      for k = 0, uploaded and -1 or ndocs - 1 do
         local data, props = #ARGV[pos + 3 + 2 * k], #ARGV[pos + 4 + 2 * k]
         new_bytes = new_bytes + DOC_BYTES + data
         if props > 0 then new_bytes = new_bytes + DOC_BYTES + props end
@@ -243,7 +269,7 @@ for m = 1, nmsg do
       if priority > top_new then top_new = priority end
     end
   end
-  pos = pos + 3 + ndocs * 2
+  pos = pos + 3 + (uploaded and 0 or ndocs * 2)
 end
 for _, c in ipairs(classes) do
   for _, qi in ipairs(c.queues) do
@@ -324,7 +350,7 @@ for m = 1, nmsg do
       marker_bytes = marker_bytes + MARKER_BYTES + #key + #value
     end
     if copies > 0 then
-      for k = 1, ndocs do
+      for k = 1, uploaded and 0 or ndocs do
         local doc = id .. '.' .. k
         doc_args[#doc_args + 1] = doc
         doc_args[#doc_args + 1] = ARGV[pos]
@@ -368,7 +394,7 @@ end
 
 if staged and #fresh > 0 then
   -- The journal: what the steps need to make the copies without the request (send_apply.lua).
-  call_batched('HSET', DOC, doc_args)
+  if #doc_args > 0 then call_batched('HSET', DOC, doc_args) end
   if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
   redis.call('HINCRBY', USAGE, 'bytes', new_bytes)
   -- The documents' reference counts (a fifth of this call's time at 10 documents a message) are
@@ -388,6 +414,16 @@ if staged and #fresh > 0 then
     j[#j + 1] = 'm' .. f
     j[#j + 1] = ids[m] .. '|' .. ARGV[starts[m] + 2] .. '|' .. priorities[m] .. '|' .. (expiries[m] or 0) .. '|' ..
                 (delays[m] or '') .. '|' .. ARGV[starts[m] + 1]
+  end
+  if uploaded then
+    -- The upload is the journal's now: it no longer expires, and the first steps move its
+    -- documents ('dm': the next new message's; 'sm': each new message's place in the call, which
+    -- names its documents in the upload).
+    redis.call('RENAME', STAGE, JDOCS)
+    redis.call('PERSIST', JDOCS)
+    local places = {}
+    for f, m in ipairs(fresh) do places[f] = m end
+    j[#j + 1], j[#j + 2], j[#j + 3], j[#j + 4] = 'dm', 1, 'sm', table.concat(places, ',')
   end
   call_batched('HSET', JOURNAL, j)
   redis.call('ZADD', JOURNALS, now, ARGV[10])

@@ -12,17 +12,25 @@
 --              bytes of a destination's copies>"; d<i> per destination "<queue
 --              index>|<generation>|<name in the indexes>"; m<j> per new message
 --              "<id>|<documents>|<priority>|<own expiry ms, 0 none>|<own delay ms, "" none>|<envelope
---              JSON>", where a journal written before delays has no delay part)
+--              JSON>", where a journal written before delays has no delay part; dm the
+--              next new message whose documents a staged send still owes the tenant's
+--              documents and sm each new message's place in its call, "<m>,<m>...", which names
+--              its documents in the journal's documents: "<m>.<k>" data, "<m>.<k>p" properties)
 -- KEYS[6]      the tenant's index of journals (name -> when last stepped, ms)
 -- KEYS[7]      the tenant's pending hash (_lib_send.lua)
 -- KEYS[8]      the request's record
 -- KEYS[9..12]  the tenant's usage hash, due index, index of oldest messages, marker ledger
--- KEYS[13..]   per destination of the step: its queue's cfg, subs, then DEST_KEYS keys
+-- KEYS[13]     the journal's documents (a staged send's upload: send_keys.journal_documents)
+-- KEYS[14..]   per destination of the step: its queue's cfg, subs, then DEST_KEYS keys
 -- ARGV[1]      the destinations done when the caller read the journal
 -- ARGV[2]      the destinations of this step (the next ones, in the journal's order);
---              0 for the step that only writes the documents' reference counts
+--              0 for a step that only moves documents or writes their reference counts
 -- ARGV[3]      the journal's name in the index
--- Each destination gets all of its copies in this one step, in the request's
+-- ARGV[4..5]   the most documents and bytes of them a step moves (past them it stops after
+--              the message it is at: a message's documents move together)
+-- A staged send's first steps move its documents, message by message, from the journal's
+-- documents to the tenant's (deleted once empty); the next writes their reference counts; then
+-- each destination gets all of its copies in this one step, in the request's
 -- order, as a whole send would have stored them (the prepared send time, heads
 -- and bytes); a drop_oldest or drop_lowest_priority queue makes room first,
 -- against what the destination holds now. A destination whose queue was
@@ -30,13 +38,14 @@
 -- none: what the journal reserved for it (pending copies and bytes, the usage,
 -- a reference to each document) is released. Returns {'c', destinations done}
 -- after a step; {'d', the record's answer} after the last, which writes the
--- record and deletes the journal; {'m', destinations done} when another caller
+-- record and deletes the journal ({'c', done, 1} after a step that moved documents or wrote
+-- their counts and leaves such a step owed, {'c', done, 0} after the last of those); {'m', destinations done} when another caller
 -- stepped since the caller read (it plans again from there) and {'g'} when the
 -- journal is gone (finished: the record answers).
 
 local JOURNAL, JOURNALS, PENDING, RECORD = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local USAGE, DUE, OLDEST, LEDGER = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc')
+local USAGE, DUE, OLDEST, LEDGER, JDOCS = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc', 'dm', 'sm')
 if not j[1] then return {'g'} end
 local done, total, nfresh, at, top_new = tonumber(j[1]), tonumber(j[2]), tonumber(j[3]), tonumber(j[4]), tonumber(j[5])
 local step = tonumber(ARGV[2])
@@ -57,7 +66,42 @@ for f, id in ipairs(ids) do
   all_args[#all_args + 1] = id
 end
 
-if j[11] then
+if j[12] then
+  local places = {}
+  for m in string.gmatch(j[13], '%d+') do places[#places + 1] = m end
+  local f, docs, bytes, most_docs, most_bytes = tonumber(j[12]), 0, 0, tonumber(ARGV[4]), tonumber(ARGV[5])
+  local doc_args, docp_args = {}, {}
+  while f <= nfresh and docs < most_docs and bytes < most_bytes do
+    local names = {}
+    for k = 1, ndocs[f] do
+      names[2 * k - 1], names[2 * k] = places[f] .. '.' .. k, places[f] .. '.' .. k .. 'p'
+    end
+    local values = hmget_batched(JDOCS, names)
+    for k = 1, ndocs[f] do
+      local data, props = values[2 * k - 1], values[2 * k]
+      doc_args[#doc_args + 1], doc_args[#doc_args + 2] = ids[f] .. '.' .. k, data
+      bytes = bytes + #data
+      if props then
+        docp_args[#docp_args + 1], docp_args[#docp_args + 2] = ids[f] .. '.' .. k, props
+        bytes = bytes + #props
+      end
+    end
+    docs, f = docs + ndocs[f], f + 1
+  end
+  call_batched('HSET', DOC, doc_args)
+  if #docp_args > 0 then call_batched('HSET', DOCP, docp_args) end
+  if f > nfresh then
+    redis.call('DEL', JDOCS)
+    redis.call('HDEL', JOURNAL, 'dm', 'sm')
+  else
+    redis.call('HSET', JOURNAL, 'dm', f)
+  end
+  redis.call('ZADD', JOURNALS, 'XX', now_ms(), ARGV[3])
+  return {'c', done, 1}
+end
+if j[11] and total == 1 then
+  redis.call('HDEL', JOURNAL, 'dc')  -- one destination: a count of one is no count (a staged send's)
+elseif j[11] then
   -- Every destination refers to every document, and none does yet: the count is theirs.
   local refs = {}
   for f, id in ipairs(ids) do
@@ -71,14 +115,14 @@ if j[11] then
 end
 if step == 0 then
   redis.call('ZADD', JOURNALS, 'XX', now_ms(), ARGV[3])
-  return {'c', done}
+  return {'c', done, 0}
 end
 
 local dests = {}
 for i = 1, step do dests[i] = 'd' .. (done + i) end
 dests = redis.call('HMGET', JOURNAL, unpack(dests))
 local batches = {}        -- queue index -> its copies' batch (store_copies)
-local dropped, kpos = 0, 13
+local dropped, kpos = 0, 14
 for i = 1, step do
   local qi, gen, member = string.match(dests[i], '^(%d+)|([^|]*)|(.*)$')
   local cfg, subs, d = KEYS[kpos], KEYS[kpos + 1], dest_at(kpos + 2)

@@ -16,7 +16,7 @@ from typing import Any
 from atomq import defaults
 from atomq.platform.queues.delivery import HOLDER
 from atomq.platform.queues.footprint import COPY_BYTES, DOC_BYTES, LAST_VALUE_BYTES
-from atomq.platform.store import keys as k
+from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.connection import RedisClient
 
 IN_FLIGHT_DETAIL = re.compile(rf"[0-9]{{1,15}},(?:{HOLDER.pattern})?")
@@ -151,19 +151,22 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     return out
 
 
-def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int]:
+def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int, set[str]]:
     """What the chunked sends under way (``send_journal``) still owe: the pending hash's fields
-    they account for, a reference to each of their documents per destination not yet copied to, and
-    the usage bytes of those copies, which their first step counted."""
+    they account for, a reference to each of their documents per destination not yet copied to, the
+    usage bytes of those copies, which their first step counted, with those of the documents a
+    staged send has not moved yet into the tenant's, and those documents."""
     pending: Counter[str] = Counter()
     refs: Counter[str] = Counter()
-    reserved = 0
+    reserved, unmoved = 0, set[str]()
     for name in client.zrange(tk.send_journals, 0, -1):
         journal = {f.decode(): v.decode() for f, v in client.hgetall(tk.send_journal(name.decode())).items()}
         if not journal:
             continue
         docs = [f"{m.split('|', 2)[0]}.{n}" for f, m in journal.items() if f[0] == "m" and f[1:].isdigit()
                 for n in range(1, int(m.split("|", 2)[1]) + 1)]
+        if "dm" in journal:
+            reserved += _unmoved(client, tk, name.decode(), journal, unmoved)
         # Before its first step a journal's documents have no reference counts (that step writes
         # them): each stands as one reference, which no count records.
         counts_owed = "dc" in journal
@@ -177,7 +180,21 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
                 refs.update(docs)
         if counts_owed:
             refs.update(docs)
-    return {f: n for f, n in pending.items() if n}, refs, reserved
+    return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved
+
+
+def _unmoved(client: Any, tk: k.TenantKeys, name: str, journal: dict[str, str], docs: set[str]) -> int:
+    """Adds to ``docs`` the documents a staged send's journal has not moved yet (its ``dm`` on);
+    returns their usage bytes."""
+    held, size = client.hgetall(send_keys.journal_documents(tk, name)), 0
+    places = journal["sm"].split(",")
+    for f in range(int(journal["dm"]), int(journal["nf"]) + 1):
+        message_id, count = journal[f"m{f}"].split("|", 2)[:2]
+        for n in range(1, int(count) + 1):
+            docs.add(f"{message_id}.{n}")
+            props = held.get(f"{places[f - 1]}.{n}p".encode(), b"")
+            size += DOC_BYTES + len(held[f"{places[f - 1]}.{n}".encode()]) + (DOC_BYTES + len(props) if props else 0)
+    return size
 
 
 def _recount(client: Any, tk: k.TenantKeys) -> tuple[int, int, int]:
@@ -280,7 +297,7 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         for msg_id, env in envs.items():
             for n in range(1, _doc_count(env) + 1):
                 refs[f"{msg_id}.{n}"] += 1
-    owed, journal_refs, _ = _journals(r, tk)
+    owed, journal_refs, _, unmoved = _journals(r, tk)
     refs.update(journal_refs)
     pending = {f.decode(): int(v) for f, v in r.hgetall(tk.pending_copies).items()}
     if pending != owed:
@@ -288,7 +305,7 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
     stored_refs = {i.decode(): int(v) for i, v in r.hgetall(tk.doc_refs).items()}
     if stored_refs != {doc: n for doc, n in refs.items() if n > 1}:
         problems.append("document reference counts disagree with the messages that refer to them")
-    docs = {i.decode() for i in r.hkeys(tk.doc)}
+    docs = {i.decode() for i in r.hkeys(tk.doc)} | unmoved
     if docs != set(refs):
         problems.append("stored documents differ from the documents messages refer to")
     orphans = {i.decode() for i in r.hkeys(tk.doc_props)} - docs

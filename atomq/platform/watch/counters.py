@@ -23,8 +23,9 @@ from atomq.platform.store import keys as k
 from atomq.platform.store.storage import Storage
 
 QUEUE_COUNTS = ("sent", "delivered", "redelivered", "acked", "nacked", "dead_lettered", "ack_timeouts",
-                "expired", "superseded", "dropped")
-"""The per-queue totals the scripts keep, in the order ``queue_totals`` reads them."""
+                "expired", "superseded", "dropped", "moved")
+"""The per-queue totals the scripts keep, in the order ``queue_totals`` reads them (``moved``: the
+messages move tasks took out of the queue, counted on their source)."""
 REFUSALS = ("rate_limited", "quota_rejected", "queue_full", "server_full", "memory_low", "not_durable",
             "too_many_copies")
 """The per-tenant totals of refused sends, by reason: a rate-limit window, the tenant's disk

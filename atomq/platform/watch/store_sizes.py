@@ -20,6 +20,7 @@ import redis
 
 from atomq.platform.store import keys as k
 from atomq.platform.store import listener_keys as lk
+from atomq.platform.store import send_keys
 from atomq.platform.store.connection import RedisClient
 from atomq.platform.store.storage import Storage, translate
 
@@ -98,7 +99,7 @@ def _measure(qs: Measured, job_queue_bytes: Callable[[], int] | None) -> dict[st
         t, s = _tenant_keys(qs, tenant)
         temporary += t
         scheduler += s
-    for pattern in k.TEMPORARY_KEY_PATTERNS:
+    for pattern in (*k.TEMPORARY_KEY_PATTERNS, send_keys.STAGING_PATTERN):
         temporary += qs.client.scan_iter(match=pattern, count=1000)
     sizes = {"temporary_bytes": memory_of(qs.client, temporary), "job_scheduler_bytes": memory_of(qs.client, scheduler)}
     if job_queue_bytes is not None:

@@ -1,0 +1,27 @@
+"""The keys of a staged send's documents (``atomq.platform.queues.send_journal``), beside
+``keys`` and in the tenant's slot like every other of its keys: a request's upload before its
+prepare, and its journal's documents after, until the steps have moved them."""
+
+from __future__ import annotations
+
+import hashlib
+
+from atomq.platform.store.keys import PREFIX, TenantKeys, tenant_prefix
+
+STAGING_PATTERN = f"{PREFIX}:{{*}}:stg:*"
+"""SCAN pattern of every tenant's uploads (:func:`send_staging`): temporary keys no index names."""
+
+
+def send_staging(tk: TenantKeys, journal: str, digest: str) -> str:
+    """Hash: a request's documents uploaded before its prepare (fields "<message>.<document>" and
+    "<message>.<document>p" for the properties), expiring, so a client that dies mid-upload leaves
+    nothing. Named by the journal's name and the request's body digest too, so two bodies sent
+    with one Idempotency-Key never upload into one hash."""
+    body = hashlib.sha1(digest.encode("utf-8")).hexdigest()[:16]
+    return f"{tenant_prefix(tk.tenant)}:stg:{journal}:{body}"
+
+
+def journal_documents(tk: TenantKeys, journal: str) -> str:
+    """Hash: the upload, renamed by the prepare that accepted it, until the journal's steps have
+    moved its documents into the tenant's documents (``send_apply.lua``)."""
+    return f"{tenant_prefix(tk.tenant)}:jd:{journal}"

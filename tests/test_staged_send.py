@@ -1,0 +1,273 @@
+"""Staged sends (``send_journal``): a call whose documents pass ``STAGE_DOCS`` or ``STAGE_BYTES``
+uploads them in bounded steps into a hash that expires, then is prepared, and its documents moved
+and copies made in bounded steps, even to one queue: all or nothing for its sender, as a whole
+send is, and finished by whoever finds its journal."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from atomq.errors import QueueFull, QuotaExceeded, StorageError, TooLarge
+from atomq.platform import QueueServer
+from atomq.platform import maintenance as maintenance_module
+from atomq.platform.models import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues import send_journal
+from atomq.platform.shared import ChunkBudget
+from atomq.platform.store import keys as k
+from atomq.platform.store.storage import Storage
+from atomq.platform.watch import store_sizes
+from support.audit import assert_audit_clean
+from support.queues import FAST
+
+DOCS, BYTES = 5, 200
+"""The test's bounds: steps of at most 5 documents or some 200 bytes."""
+
+
+def message(i: int, docs: int = 3, size: int = 30) -> OutgoingMessage:
+    """Message ``i``: ``docs`` documents of ``size`` bytes, every other one with properties."""
+    return OutgoingMessage(documents=tuple(
+        OutgoingDocument(f"{i}.{d}:".ljust(size, "x"), {"n": d} if d % 2 else {}) for d in range(docs)),
+        properties={"i": i})
+
+
+@pytest.fixture
+def scripts(qs: QueueServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """Steps of at most DOCS documents or BYTES bytes; every send script run, in order, with the
+    documents the tenant's documents hash held after it (what it wrote there)."""
+    monkeypatch.setattr(send_journal, "STAGE_DOCS", DOCS)
+    monkeypatch.setattr(send_journal, "STAGE_BYTES", BYTES)
+    ran: list[tuple[str, int]] = []
+    real_run = Storage.run
+
+    def run(self: Storage, name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, keys, args, *rest, **kwargs)
+        finally:
+            if name.startswith("send"):
+                ran.append((name, int(self.client.hlen(keys[0])) if name != "send_stage" else len(args) // 2))
+
+    monkeypatch.setattr(Storage, "run", run)
+    yield ran
+
+
+def tenant_keys(qs: QueueServer, tenant: str) -> dict[bytes, Any]:
+    """Every key of the tenant, with its type's content: what a refused call must leave as it was."""
+    out: dict[bytes, Any] = {}
+    for key in qs.client.scan_iter(match=k.TenantKeys(tenant).all_keys_pattern(), count=1000):
+        kind = qs.client.type(key)
+        out[key] = qs.client.hgetall(key) if kind == b"hash" else kind
+    return out
+
+
+def bodies(qs: QueueServer, tenant: str, queue: str) -> list[tuple[dict[str, Any], list[tuple[Any, Any]]]]:
+    got = qs.get(tenant, queue, max_messages=100)
+    return [(d.properties, [(doc.data, doc.properties) for doc in d.documents]) for d in got]
+
+
+def expected(n: int) -> list[tuple[dict[str, Any], list[tuple[Any, Any]]]]:
+    return [({"i": i}, [(doc.data, dict(doc.properties)) for doc in message(i).documents]) for i in range(n)]
+
+
+def test_a_send_of_many_documents_to_one_queue_is_staged_in_bounded_steps(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    names = [name for name, _ in scripts]
+    # 12 documents, 4 with properties: 16 fields, uploaded whole messages a step, up to the one that
+    # passes 5 documents (or 200 bytes); then the prepare, two steps of moves, the reference counts'
+    # (none at one destination) and the copies'.
+    assert names == ["send_stage"] * 2 + ["send"] + ["send_apply"] * 4
+    assert [fields for name, fields in scripts if name == "send_stage"] == [8, 8], "2 messages of 3 + 1 a step"
+    moved = [held for name, held in scripts if name in ("send", "send_apply")]
+    assert moved == [0, 6, 12, 12, 12], "the prepare writes no document; a step moves messages until past 5"
+    assert bodies(qs, tenant, "work") == expected(4)
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids
+    tk = k.TenantKeys(tenant)
+    assert qs.client.zcard(tk.send_journals) == 0 and not qs.client.exists(tk.pending_copies)
+    assert not list(qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:stg:*"))
+    assert not list(qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:jd:*"))
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_send_within_the_bounds_carries_its_documents_in_one_script(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    qs.send(tenant, "work", [message(0, docs=2, size=10)])
+    assert [name for name, _ in scripts] == ["send"]
+
+
+@pytest.mark.parametrize("refusal", ["quota", "queue_full", "too_big"])
+def test_a_staged_send_refused_by_its_prepare_stores_nothing(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], refusal: str) -> None:
+    quota, limits = 0, {}
+    if refusal == "quota":
+        quota, error = 2000, QuotaExceeded
+    elif refusal == "queue_full":
+        limits, error = {"max_messages": 3}, QueueFull
+    else:
+        limits, error = {"max_message_bytes": 100}, TooLarge
+    qs.put_queue(tenant, "work", "point_to_point", **limits)
+    before = tenant_keys(qs, tenant)
+    with pytest.raises(error):
+        qs.send(tenant, "work", [message(i) for i in range(4)], quota_bytes=quota)
+    assert [name for name, _ in scripts] == ["send_stage"] * 2 + ["send"]
+    assert tenant_keys(qs, tenant) == before, "the upload deleted, nothing else written"
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_node_dying_mid_move_leaves_the_rest_to_the_maintenance(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    real = send_journal.SendJournals.finish
+
+    def one_step(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
+                 budget: ChunkBudget | None = None) -> send_journal.Finished:
+        if budget is None:
+            real(self, tk, name, record, ChunkBudget(1))
+            raise StorageError("the node died")
+        return real(self, tk, name, record, budget)
+
+    monkeypatch.setattr(send_journal.SendJournals, "finish", one_step)
+    batch = [message(i) for i in range(4)]
+    with pytest.raises(StorageError):
+        qs.send(tenant, "work", batch, idempotency_key="big-1")
+    tk = k.TenantKeys(tenant)
+    assert qs.client.hlen(tk.doc) == 6 and qs.get_queue(tenant, "work").depth == 0, "two messages' documents moved"
+    assert_audit_clean(qs.client, {tenant})  # the journal counts what it has not moved yet
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    assert qs.maintain(tenant)["sends_finished"] == 1
+    assert qs.get_queue(tenant, "work").depth == 4 and qs.client.hlen(tk.doc) == 12
+    ids = [m.id for m in qs.browse(tenant, "work", limit=10).items]
+    scripts.clear()
+    assert qs.send(tenant, "work", batch, idempotency_key="big-1") == ids, "the retry answers the first's ids"
+    assert [name for name, _ in scripts] == ["send"], "and uploads nothing"
+    assert qs.get_queue(tenant, "work").depth == 4, "nothing twice"
+    assert bodies(qs, tenant, "work") == expected(4)
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_retry_of_a_staged_send_returns_the_same_ids_and_stores_nothing_twice(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    batch = [message(i) for i in range(3)]
+    first = qs.send(tenant, "work", batch, idempotency_key="r-1")
+    scripts.clear()
+    assert qs.send(tenant, "work", batch, idempotency_key="r-1") == first
+    assert [name for name, _ in scripts] == ["send"]
+    assert qs.get_queue(tenant, "work").depth == 3 and qs.client.hlen(k.TenantKeys(tenant).doc) == 9
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_staged_publish_to_several_queues_moves_then_copies(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+    for q in ("a", "b"):
+        qs.put_queue(tenant, q, "point_to_point", topics=["x/>"])
+    published = qs.publish(tenant, "x/1", [message(i) for i in range(4)])
+    assert published.copies == 8 and [name for name, _ in scripts].count("send_stage") == 2
+    assert bodies(qs, tenant, "a") == bodies(qs, tenant, "b") == expected(4)
+    refs = qs.client.hgetall(k.TenantKeys(tenant).doc_refs)
+    assert len(refs) == 12 and set(refs.values()) == {b"2"}
+    assert_audit_clean(qs.client, {tenant})
+
+
+def _upload_and_hang(url: str, tenant: str, uploaded: Any) -> None:
+    """A process of its own: a staged send whose client stops after its first upload step."""
+    import redis
+
+    send_journal.STAGE_DOCS, send_journal.STAGE_BYTES = DOCS, BYTES
+    real = Storage.run
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "send_stage" and uploaded.is_set():
+            threading.Event().wait()  # until killed
+        reply = real(self, name, *args, **kwargs)
+        if name == "send_stage":
+            uploaded.set()
+        return reply
+
+    Storage.run = run  # type: ignore[method-assign]
+    QueueServer(redis.Redis.from_url(url), FAST).send(tenant, "work", [message(i) for i in range(4)])
+
+
+def test_a_client_killed_mid_upload_leaves_only_an_upload_that_expires(valkey, tenant: str) -> None:
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "work", "point_to_point")
+    before, temporary = tenant_keys(qs, tenant), store_sizes.measure(qs)["temporary_bytes"]
+    ctx = multiprocessing.get_context("fork")
+    uploaded = ctx.Event()
+    node = ctx.Process(target=_upload_and_hang, args=(valkey.url, tenant, uploaded))
+    node.start()
+    try:
+        assert uploaded.wait(30), "the client uploaded its first step"
+    finally:
+        os.kill(node.pid, signal.SIGKILL)
+        node.join(10)
+    after = tenant_keys(qs, tenant)
+    left = set(after) - set(before)
+    assert len(left) == 1 and b":stg:" in next(iter(left)), "only the upload"
+    assert {key: after[key] for key in before} == before, "nothing else written"
+    assert 0 < client.pttl(next(iter(left))) <= send_journal.STAGE_TTL_MS, "and it expires"
+    upload_bytes = client.memory_usage(next(iter(left)))
+    assert store_sizes.measure(qs)["temporary_bytes"] - temporary == upload_bytes, "counted as temporary meanwhile"
+    client.close()
+
+
+def test_the_heaviest_send_to_one_queue_stays_within_the_real_bounds(valkey, tenant: str) -> None:
+    client = valkey.client()
+    qs = QueueServer(client, FAST)
+    qs.put_queue(tenant, "work", "point_to_point")
+    ran: list[tuple[str, int, int]] = []  # each send script: its name, the documents and bytes it wrote
+    real_run = qs.storage.run
+    tk = k.TenantKeys(tenant)
+
+    def run(name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        docs, size = client.hlen(tk.doc), client.memory_usage(tk.doc) or 0
+        reply = real_run(name, keys, args, *rest, **kwargs)
+        if name == "send_stage":
+            ran.append((name, len(args) // 2, sum(len(a) for a in args[2::2])))
+        else:
+            ran.append((name, client.hlen(tk.doc) - docs, (client.memory_usage(tk.doc) or 0) - size))
+        return reply
+
+    qs.storage.run = run  # type: ignore[method-assign]
+    ids = qs.send(tenant, "work", [OutgoingMessage(documents=tuple(OutgoingDocument(b"x" * 900) for _ in range(10)))
+                                   for _ in range(1000)])
+    assert len(ids) == 1000 and qs.get_queue(tenant, "work").depth == 1000
+    uploads = [r for r in ran if r[0] == "send_stage"]
+    assert sum(r[1] for r in uploads) == 10_000 and all(r[1] < send_journal.STAGE_DOCS + 10 for r in uploads)
+    assert all(r[2] < send_journal.STAGE_BYTES + 9_000 for r in uploads), "a step: the bound and one message's"
+    prepare = [r for r in ran if r[0] == "send"]
+    assert len(prepare) == 1 and prepare[0][1] == 0, "the prepare writes no document"
+    moves = [r for r in ran if r[0] == "send_apply" and r[1] > 0]
+    assert sum(r[1] for r in moves) == 10_000
+    assert all(r[1] <= send_journal.STAGE_DOCS + 10 for r in moves) and len(moves) >= 10
+    assert_audit_clean(client, {tenant})
+    client.close()
+
+
+def test_an_upload_expired_before_its_prepare_is_uploaded_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    real_run = Storage.run  # the fixture's, which notes each script
+    expired: list[str] = []
+
+    def run(self: Storage, name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if name == "send" and not expired:
+            expired.append(keys[-2])
+            self.client.delete(keys[-2])  # the upload, as if it expired between its last step and the prepare
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert [name for name, _ in scripts] == (["send_stage"] * 2 + ["send"]) * 2 + ["send_apply"] * 4
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids
+    assert bodies(qs, tenant, "work") == expected(4)
+    assert_audit_clean(qs.client, {tenant})
