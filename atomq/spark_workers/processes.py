@@ -264,11 +264,16 @@ def _rows_by_executors(spark: SparkSession, ctx: ExecutionContext, sink: Executo
     Arrow table, the frame and the pass from the JVM's rows back to Python are spared."""
     send = _partition_sender(ctx, sink)
     columns = INPUT_COLUMNS
+    tasks = _tasks(spark, ctx)
+    # One element a partition, each a slice of the batch: parallelize cuts its input in pickled
+    # chunks of up to 1,024 rows, and would give the partitions uneven parts (1,024 and 1,476 of 2,500).
+    size = -(-len(batch) // tasks)
+    slices = [batch[i:i + size] for i in range(0, len(batch), size)] or [[]]
 
-    def outputs(part: Iterable[tuple[Any, ...]]) -> Iterator[PartitionResult]:
-        return send(o for t in part for o in rows(dict(zip(columns, t))))
+    def outputs(part: Iterable[list[tuple[Any, ...]]]) -> Iterator[PartitionResult]:
+        return send(o for chunk in part for t in chunk for o in rows(dict(zip(columns, t))))
 
-    return spark.sparkContext.parallelize(batch, _tasks(spark, ctx)).mapPartitions(outputs).collect()
+    return spark.sparkContext.parallelize(slices, len(slices)).mapPartitions(outputs).collect()
 
 
 def _after_executors(ctx: ExecutionContext, results: list[PartitionResult]) -> None:
