@@ -20,7 +20,9 @@ Five parts (--parts, default all), each on a store or node of its own:
             get, an ack and a browse page of 1,000 of 10 documents of 900 B; a
             delete of 10,000 waiting messages (in chunks); a queue's patterns
             changed when 10,000 are counted afresh (a store an older atomq
-            left). --cases runs only the cases it names (get_1000,
+            left); last, a one-message publish to the 100,000 destinations of
+            the tenant's most queues, each publish/subscribe with its most
+            subscribers (their setup takes minutes). --cases runs only the cases it names (get_1000,
             ack_1000x10docs, ...): a store the heavy sends before them did
             not grow, so no rewrite of its append-only file lands in a call
   bystander the same store: a bystander tenant's one-message sends, one
@@ -87,6 +89,7 @@ from drivers.embedded import start_valkey
 from drivers.run_exit import BenchRun
 from drivers.serve_node import ServeNode, check, expect, progress
 
+from atomq import defaults
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer
 from atomq.platform.queues.topics import TopicMatcher
 from atomq.platform.store import keys as k
@@ -176,6 +179,18 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
     def names() -> set[str]:
         return {q.name for q in qs.list_queues(t)}
 
+    def widest() -> None:
+        """The tenant's most queues, each publish/subscribe with its most subscribers, all
+        attracting one topic: a one-message publish reaches 100,000 destinations."""
+        held = names()
+        for name in held - {f"wide{q}" for q in range(defaults.MAX_QUEUES_PER_TENANT)}:
+            qs.delete_queue(t, name)
+        for q in range(defaults.MAX_QUEUES_PER_TENANT):
+            if f"wide{q}" not in held:
+                qs.put_queue(t, f"wide{q}", "publish_subscribe", topics=["wide/all"])
+                for s in range(defaults.MAX_SUBSCRIBERS):
+                    qs.put_subscriber(t, f"wide{q}", f"s{s}")
+
     taken: dict[str, list[str]] = {}
     return {
         "send_1000x1KiB": (lambda: waiting(0), lambda: qs.send(t, "work", one_kib(1000))),
@@ -195,6 +210,7 @@ def script_cases(qs: QueueServer) -> dict[str, Any]:
         "browse_1000x10docs": (lambda: waiting(1000, 10, 900), lambda: qs.browse(t, "work", limit=1000)),
         "delete_10000_waiting": (lambda: waiting(10_000), lambda: qs.delete_messages(t, "work", all=True)),
         "patterns_recounted_10000": (patterns, lambda: qs.put_queue(t, "pat0", "point_to_point", topics=["p/x"])),
+        "publish_100000_destinations": (widest, lambda: qs.publish(t, "wide/all", one_kib(1))),
     }
 
 

@@ -22,7 +22,7 @@ from atomq.platform.shared import ChunkBudget
 from atomq.platform.store import keys as k
 from atomq.platform.store.storage import Storage
 from support.audit import assert_audit_clean
-from support.queues import FAST, msg
+from support.queues import FAST, die_after_steps, msg
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 
@@ -52,16 +52,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def dies_after_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """The request's node dies after the first step of copies of a chunked send (the step before it
     writes the documents' reference counts): the journal stays, untouched."""
-    real = send_journal.SendJournals.finish
-
-    def one_step(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
-                 budget: ChunkBudget | None = None) -> send_journal.Finished:
-        if budget is None:
-            real(self, tk, name, record, ChunkBudget(2))
-            raise StorageError("the node died")
-        return real(self, tk, name, record, budget)
-
-    monkeypatch.setattr(send_journal.SendJournals, "finish", one_step)
+    die_after_steps(monkeypatch, 2)
 
 
 def five_destinations(qs: QueueServer, tenant: str, **limits: Any) -> list[tuple[str, str | None]]:

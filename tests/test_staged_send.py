@@ -19,12 +19,11 @@ from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues import send_journal
-from atomq.platform.shared import ChunkBudget
 from atomq.platform.store import keys as k
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch import store_sizes
 from support.audit import assert_audit_clean
-from support.queues import FAST
+from support.queues import FAST, die_after_steps
 
 DOCS, BYTES = 5, 200
 """The test's bounds: steps of at most 5 documents or some 200 bytes."""
@@ -125,16 +124,7 @@ def test_a_staged_send_refused_by_its_prepare_stores_nothing(
 def test_a_node_dying_mid_move_leaves_the_rest_to_the_maintenance(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
     qs.put_queue(tenant, "work", "point_to_point")
-    real = send_journal.SendJournals.finish
-
-    def one_step(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
-                 budget: ChunkBudget | None = None) -> send_journal.Finished:
-        if budget is None:
-            real(self, tk, name, record, ChunkBudget(1))
-            raise StorageError("the node died")
-        return real(self, tk, name, record, budget)
-
-    monkeypatch.setattr(send_journal.SendJournals, "finish", one_step)
+    die_after_steps(monkeypatch, 1)
     batch = [message(i) for i in range(4)]
     with pytest.raises(StorageError):
         qs.send(tenant, "work", batch, idempotency_key="big-1")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
+from atomq.errors import StorageError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
+from atomq.platform.queues import send_journal
+from atomq.platform.shared import ChunkBudget
+from atomq.platform.store import keys as k
 
 FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
 """A fast redelivery schedule: 0.05, 0.1 and 0.15 s, the last repeating."""
@@ -39,3 +45,19 @@ def counts(qs: QueueServer, tenant: str, queue: str) -> tuple[int, int, int]:
     """(depth, in_flight, dead_letters) of a queue."""
     info = qs.get_queue(tenant, queue)
     return info.depth, info.in_flight, info.dead_letters
+
+
+def die_after_steps(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    """A chunked or staged send's node dies after its first ``steps`` steps: the call raises
+    StorageError and leaves its journal, untouched, to the maintenance (which finishes journals
+    with a budget of its own, so only the request's own call dies)."""
+    real = send_journal.SendJournals.finish
+
+    def some_steps(self: send_journal.SendJournals, tk: k.TenantKeys, name: str, record: str,
+                   budget: ChunkBudget | None = None) -> send_journal.Finished:
+        if budget is None:
+            real(self, tk, name, record, ChunkBudget(steps))
+            raise StorageError("the node died")
+        return real(self, tk, name, record, budget)
+
+    monkeypatch.setattr(send_journal.SendJournals, "finish", some_steps)
