@@ -65,8 +65,9 @@ def tenant_keys(qs: QueueServer, tenant: str) -> dict[bytes, Any]:
     return out
 
 
-def bodies(qs: QueueServer, tenant: str, queue: str) -> list[tuple[dict[str, Any], list[tuple[Any, Any]]]]:
-    got = qs.get(tenant, queue, max_messages=100)
+def bodies(qs: QueueServer, tenant: str, queue: str,
+           consumer: str | None = None) -> list[tuple[dict[str, Any], list[tuple[Any, Any]]]]:
+    got = qs.get(tenant, queue, max_messages=100, consumer=consumer)
     return [(d.properties, [(doc.data, doc.properties) for doc in d.documents]) for d in got]
 
 
@@ -100,6 +101,32 @@ def test_a_send_within_the_bounds_carries_its_documents_in_one_script(
     qs.put_queue(tenant, "work", "point_to_point")
     qs.send(tenant, "work", [message(0, docs=2, size=10)])
     assert [name for name, _ in scripts] == ["send"]
+
+
+@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
+def test_a_big_send_to_a_queue_that_keeps_send_order_is_stored_whole(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], order: dict[str, str]) -> None:
+    """A send made between two steps would be delivered before the staged call's messages, though
+    sent after them: an exclusive or group-ordered queue alone takes a big call in one script."""
+    qs.put_queue(tenant, "work", "point_to_point", **order)
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert scripts == [("send", 12)], "one script, the documents in its arguments"
+    later = qs.send(tenant, "work", [message(4)])
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later
+    assert bodies(qs, tenant, "work", consumer="c") == expected(5)
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_queue_made_exclusive_after_its_route_was_read_takes_a_big_send_whole(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+    qs.put_queue(tenant, "work", "point_to_point")
+    qs.send(tenant, "work", [message(0, docs=1, size=10)])  # the route is read and kept: not ordered
+    qs.put_queue(tenant, "work", "point_to_point", access="exclusive")
+    scripts.clear()
+    qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert scripts[-1] == ("send", 1 + 12), "the route read again: the last try one whole script"
+    assert not list(qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:stg:*")), "a first try's upload deleted"
+    assert_audit_clean(qs.client, {tenant})
 
 
 @pytest.mark.parametrize("refusal", ["quota", "queue_full", "too_big"])

@@ -29,8 +29,14 @@ MAX_CACHED_ROUTES = 10_000
 """Past this many cached routes the cache starts over, so it stays bounded however many queues pass."""
 
 Route = tuple[str, str, list[str]]
-"""A queue's model, the route the scripts check (model, generation, subscriber version, and ``|sync``
-for a queue whose sends wait for the disk), and its subscribers."""
+"""A queue's model, the route the scripts check (model, generation, subscriber version, :data:`ORDERED`
+for a queue that delivers in send order, and ``|sync`` for a queue whose sends wait for the disk),
+and its subscribers."""
+
+ORDERED = "|ordered"
+"""In the route of an exclusive or group-ordered queue: a call to it alone is never stored in steps
+(``send_journal``), since a send made between two steps would be delivered before the call's
+messages, whose ids and places in the send order were given when it was prepared."""
 
 
 def queue_config_reads(pipe: Any, qk: k.QueueKeys) -> None:
@@ -81,7 +87,8 @@ class Routes:
         # its durability, so a send never skips the wait of a queue made sync meanwhile.
         subv = cfg.get(b"subv", b"0").decode() if model == QueueModel.PUBLISH_SUBSCRIBE.value else ""
         sync = "|sync" if cfg.get(b"durability") == Durability.SYNC.value.encode() else ""
-        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}{sync}", subs)
+        ordered = ORDERED if cfg.get(b"access") == b"exclusive" or cfg.get(b"ordering") == b"group" else ""
+        route = (model, f"{model}|{cfg[b'gen'].decode()}|{subv}{ordered}{sync}", subs)
         with self._lock:
             if len(self._routes) > MAX_CACHED_ROUTES:
                 self._routes.clear()

@@ -22,6 +22,9 @@ dies mid-upload leaves nothing), then the prepare reads their sizes from the upl
 everything as above, and renames the upload to its journal's documents, in the one script, so a
 refusal stores nothing (the caller deletes the upload at once, else it expires); the first steps
 move the documents into the tenant's, a bounded part each, before the reference counts and copies.
+A call to one exclusive or group-ordered queue alone is not staged (``routes.ORDERED``): its send
+order comes before the step budget. A fan-out reaching such a queue among others is still stepped,
+and a send to that queue made between its steps may be delivered before its message there.
 
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
@@ -83,17 +86,19 @@ class Upload:
 
 
 def upload_of(tk: k.TenantKeys, journal: str, digest: str, args_tail: list[Any],
-              destinations: int) -> tuple[Upload | None, list[Any]]:
+              destinations: int, first_ordered: bool) -> tuple[Upload | None, list[Any]]:
     """The upload of a call's documents when they pass :data:`STAGE_DOCS` or :data:`STAGE_BYTES`
     (None otherwise), and the call's arguments (``send.lua``'s from its message count on), without
-    the documents' data and properties when they are uploaded."""
+    the documents' data and properties when they are uploaded. A call to one exclusive or
+    group-ordered queue alone (``first_ordered`` with one destination) is not staged: its send order
+    comes before the step budget (``routes.ORDERED``), and one script stores it whole."""
     docs, size, pos = 0, 0, 1
     for _ in range(int(args_tail[0])):
         ndocs = int(args_tail[pos + 2])
         docs += ndocs
         size += sum(len(a) for a in args_tail[pos + 3:pos + 3 + 2 * ndocs])
         pos += 3 + 2 * ndocs
-    if destinations == 0 or (docs <= STAGE_DOCS and size <= STAGE_BYTES):
+    if destinations == 0 or (destinations == 1 and first_ordered) or (docs <= STAGE_DOCS and size <= STAGE_BYTES):
         return None, args_tail
     fields: list[tuple[str, Any]] = []
     bare, pos = [args_tail[0]], 1

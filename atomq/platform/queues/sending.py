@@ -35,7 +35,7 @@ from atomq.platform.queues.request_records import (
     positions_of,
     stored_answer,
 )
-from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, Routes, StaleRoute
+from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, ORDERED, Routes, StaleRoute
 from atomq.platform.queues.send_journal import SendJournals, UploadLost, chunked, upload_of
 from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each, with_delay
 from atomq.platform.queues.topic_index import TopicIndex
@@ -307,15 +307,15 @@ class Sending:
         destinations = 0  # each message's, as the script counts them once it has checked the routes
         for qk in targets:
             model, expected, subs = self._routes.route(tk.tenant, qk.name, qk, refresh)
-            dests = [qk.destination()] if model == QueueModel.POINT_TO_POINT.value else [
-                qk.destination(s) for s in subs]
+            dests = [qk.destination()] if model == QueueModel.POINT_TO_POINT.value else [*map(qk.destination, subs)]
             keys += [qk.config, qk.subscribers]
             for d in dests:
                 keys.extend(d.as_list())
             route_args += [expected, len(dests), *(d.member for d in dests)]
             destinations += len(dests)
         journal = tk.send_journal_name(call.token.token, call.field)
-        upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations)  # big documents: staged
+        upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations,
+                                      any(ORDERED in r for r in route_args[:1]))
         keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
                  send_keys.journal_documents(tk, journal)]

@@ -32,7 +32,8 @@
 --              arguments give none (each message's document count, then the next message:
 --              send_journal, a staged send)
 -- ARGV[12..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
---              version>", no subscriber version for point-to-point, then "|sync" for a
+--              version>", no subscriber version for point-to-point, then "|ordered" for
+--              an exclusive or group-ordered queue, then "|sync" for a
 --              queue whose sends wait for the disk), its number of
 --              destinations, and each destination's name in the indexes of due and
 --              oldest messages; then per message: the dedupe key index (0 = none),
@@ -138,6 +139,7 @@ for qi = 1, nqueue do
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
   local route = c[1] .. '|' .. c[2] .. '|'
   if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
+  if c[15] == 'exclusive' or c[16] == 'group' then route = route .. '|ordered' end
   if c[13] == 'sync' then
     route = route .. '|sync'
     sync = true
