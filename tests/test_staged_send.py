@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from atomq.errors import QueueFull, QuotaExceeded, StorageError, TooLarge
 from atomq.platform import QueueServer
@@ -115,6 +116,20 @@ def test_a_big_send_to_a_queue_that_keeps_send_order_is_stored_whole(
     assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later
     assert bodies(qs, tenant, "work", consumer="c") == expected(5)
     assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_refusal_reaches_the_caller_when_the_upload_cannot_be_deleted_after_it(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point", max_messages=3)
+
+    def connection_lost(*keys: Any) -> Any:
+        raise redis.ConnectionError("connection lost")
+
+    monkeypatch.setattr(qs.client, "delete", connection_lost)
+    with pytest.raises(QueueFull):
+        qs.send(tenant, "work", [message(i) for i in range(4)])
+    upload = [key for key in qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:stg:*")]
+    assert len(upload) == 1 and 0 < qs.client.pttl(upload[0]) <= send_journal.STAGE_TTL_MS, "left to expire"
 
 
 def test_a_queue_made_exclusive_after_its_route_was_read_takes_a_big_send_whole(

@@ -152,7 +152,10 @@ class SendJournals:
                     if again:
                         raise StorageError("the upload of the request's documents kept expiring; try again") from None
         finally:
-            storage.call(client.delete, upload.key)
+            try:
+                storage.call(client.delete, upload.key)
+            except StorageError:
+                pass  # the upload expires by itself; the prepare's own answer or error is the caller's
 
     def _upload(self, upload: Upload) -> None:
         """Uploads the fields in steps of whole messages, each step's ending with the message that
