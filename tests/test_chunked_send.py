@@ -319,3 +319,68 @@ def test_a_node_killed_mid_request_leaves_nothing_lost_or_reserved(
     assert len(ids) == 3 and all(held(qs, tenant, q, s) == ids for q, s in destinations)
     assert not client.exists(k.TenantKeys(tenant).pending_copies)
     client.close()
+
+
+@pytest.fixture
+def wide(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """Steps of at most 10 destinations (copies unbounded), and each send step's script and key count,
+    and each read of a journal's destinations' field count (as ("read", fields)), in order."""
+    monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 10)
+    seen: list[tuple[str, int]] = []
+    real_run, real_call = Storage.run, Storage.call
+
+    def run(self: Storage, name: str, keys: list[str], *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("send"):
+            seen.append((name, len(keys)))
+        return real_run(self, name, keys, *args, **kwargs)
+
+    def call(self: Storage, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", "") == "hmget" and len(args) > 1 and isinstance(args[1], list):
+            seen.append(("read", len(args[1])))
+        return real_call(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    monkeypatch.setattr(Storage, "call", call)
+    yield seen
+
+
+def fifty_destinations(qs: QueueServer, tenant: str) -> list[tuple[str, str]]:
+    """Publish/subscribe queues w0..w4 attracting topic w/>, ten subscribers each."""
+    for q in range(5):
+        qs.put_queue(tenant, f"w{q}", PUBSUB, topics=["w/>"])
+        for s in range(10):
+            qs.put_subscriber(tenant, f"w{q}", f"s{s}")
+    return [(f"w{q}", f"s{s}") for q in range(5) for s in range(10)]
+
+
+def test_a_wide_publish_steps_over_its_destinations_each_step_carrying_only_its_own(
+        qs: QueueServer, tenant: str, wide: list[tuple[str, int]]) -> None:
+    destinations = fifty_destinations(qs, tenant)
+    published = qs.publish(tenant, "w/1", [msg("one")])
+    assert published.copies == 50
+    applies = [n for name, n in wide if name == "send_apply"]
+    assert len(applies) == 6, "the reference counts, then 10 of the 50 destinations a step (50 copies: few)"
+    per_destination = len(k.TenantKeys(tenant).destination_named("w0/s0")[1].as_list()) + 2
+    assert applies == [13] + [13 + 10 * per_destination] * 5, "a step's keys are its own destinations'"
+    assert [n for name, n in wide if name == "read"] == [10] * 5, "a step reads its own destinations only"
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == published.ids
+    assert not qs.client.exists(k.TenantKeys(tenant).pending_copies)
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_wide_publish_cut_short_mid_way_is_finished_by_the_maintenance(
+        qs: QueueServer, tenant: str, wide: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = fifty_destinations(qs, tenant)
+    die_after_steps(monkeypatch, 3)
+    with pytest.raises(StorageError):
+        qs.publish(tenant, "w/1", [msg("one")], idempotency_key="wide-1")
+    assert sum(len(held(qs, tenant, q, s)) for q, s in destinations) == 20, "two steps of 10 destinations"
+    assert_audit_clean(qs.client, {tenant})
+    assert finish_by_maintenance(qs, tenant, monkeypatch)["sends_finished"] == 1
+    ids = held(qs, tenant, "w0", "s0")
+    assert len(ids) == 1 and all(held(qs, tenant, q, s) == ids for q, s in destinations), "exactly one copy each"
+    again = qs.publish(tenant, "w/1", [msg("one")], idempotency_key="wide-1")
+    assert again.ids == ids and again.copies == 50, "the retry answers from the record"
+    assert not qs.client.exists(k.TenantKeys(tenant).pending_copies)
+    assert_audit_clean(qs.client, {tenant})

@@ -2,8 +2,9 @@
 
 One script holds Valkey for every tenant while it runs; a send costs about 12 µs a copy, so a
 request at ``max_copies_per_request`` (100,000 copies) in one script would stall every other
-tenant's calls for over a second. A send or publish call whose copies pass :data:`CHUNK_COPIES`
-is therefore stored in steps, all or nothing in outcome:
+tenant's calls for over a second. A send or publish call whose copies pass :data:`CHUNK_COPIES`,
+or whose destinations pass :data:`CHUNK_DESTINATIONS`, is therefore stored in steps, all or nothing
+in outcome:
 
 1. ``send.lua`` prepares it: every check a whole send makes (dedupe, sizes, the quota, every
    destination's limits), so a refusal still stores nothing; then the ids, dedupe markers,
@@ -12,8 +13,9 @@ is therefore stored in steps, all or nothing in outcome:
    what the copies are made from. Consumers see nothing yet.
 2. ``send_apply.lua`` writes the documents' reference counts (a step of its own: at 10 documents
    a message they are a fifth of the first call), then makes the copies of the next destinations
-   whose copies fit :data:`CHUNK_COPIES`, all of a destination's in one step, and moves the
-   cursor; the last step writes the request's record and deletes the journal.
+   whose copies fit :data:`CHUNK_COPIES` (at most :data:`CHUNK_DESTINATIONS` of them), all of a
+   destination's in one step, and moves the cursor; the last step writes the request's record and
+   deletes the journal.
 
 A call whose documents pass :data:`STAGE_DOCS` or :data:`STAGE_BYTES` is staged, even to one queue,
 since writing them would hold its prepare too long: the request first uploads them in bounded steps
@@ -49,6 +51,14 @@ thread (bench/request_bounds.py), so a step holds it some 15 to 20 ms, under the
 with room for the dearer shapes (priorities, expiries, last values, overflow drops). A call of at
 most this many copies runs as one script, as before chunking; so does a call to one destination,
 whose copies a request's size bounds (``max_messages_per_request``, 1,000)."""
+
+CHUNK_DESTINATIONS = 100
+"""The most destinations one step of a send copies to. A destination costs a step some 14 store
+calls whatever its copies (its queue's config, its subscription, its pending counts, its bytes, the
+oldest index...) and its 18 keys, some 150 to 250 µs of the store's thread: a publish of one message
+to 100,000 destinations in steps of 1,500 destinations held it some 0.3 to 0.6 s a
+step (bench/request_bounds.py, publish_100000_destinations). A call to more destinations than this
+is stored in steps too, whatever its copies."""
 
 STALE_MS = 5_000
 """A journal no step touched for this long is finished by the maintenance: its request died."""
@@ -115,7 +125,7 @@ def upload_of(tk: k.TenantKeys, journal: str, digest: str, args_tail: list[Any],
 
 def chunked(messages: int, destinations: int) -> bool:
     """Whether a call storing ``messages`` in ``destinations`` is stored in steps."""
-    return destinations > 1 and messages * destinations > CHUNK_COPIES
+    return destinations > 1 and (messages * destinations > CHUNK_COPIES or destinations > CHUNK_DESTINATIONS)
 
 
 @dataclass(frozen=True)
@@ -184,16 +194,18 @@ class SendJournals:
             done, total, fresh, sync = int(head[0]), int(head[1]), int(head[2]), head[3] == b"1"
             # The documents' move (a staged call's) and their reference counts: steps of their own.
             refs_owed = head[4] is not None or head[5] is not None
-            members = storage.call(client.hmget, journal, [f"d{i}" for i in range(done + 1, total + 1)])
-            if None in members:
-                continue  # finished between the two reads
-            per_step = max(1, CHUNK_COPIES // fresh)
+            per_step = max(1, min(CHUNK_COPIES // fresh, CHUNK_DESTINATIONS))
             while done < total:
                 if budget is not None and not budget.take():
                     return Finished(None)
                 step = 0 if refs_owed else min(per_step, total - done)
+                # The step's own destinations only: a read of them all (100,000) held the store 80 ms.
+                members = storage.call(client.hmget, journal, [f"d{i}" for i in range(done + 1, done + step + 1)]) \
+                    if step else []
+                if None in members:
+                    break  # finished meanwhile: read the journal again
                 destinations: list[str] = []
-                for raw in members[:step]:
+                for raw in members:
                     qk, d = tk.destination_named(raw.decode().split("|", 2)[2])
                     destinations += [qk.config, qk.subscribers, *d.as_list()]
                 cfg = destinations[0] if destinations else tk.usage  # a step of no destination reads none
@@ -214,7 +226,7 @@ class SendJournals:
                     return Finished(reply[1], synced)
                 if kind == "m":
                     break  # another caller stepped: read the journal again
-                done, members = int(reply[1]), members[step:]
+                done = int(reply[1])
                 refs_owed = len(reply) > 2 and int(reply[2]) == 1
 
     def resume(self, tk: k.TenantKeys, name: str, budget: ChunkBudget) -> int:
