@@ -27,6 +27,9 @@ from support.audit import assert_audit_clean
 from support.queues import FAST, die_after_steps
 
 DOCS, BYTES = 5, 200
+UNMOVED_FIELDS = 2 * 4 + 4
+"""What a journal of ``message(0..3)`` holds after its first move step: the two unmoved messages'
+3 documents and 1 properties each, and the four messages' sizes the upload wrote."""
 """The test's bounds: steps of at most 5 documents or some 200 bytes."""
 
 
@@ -172,6 +175,8 @@ def test_a_node_dying_mid_move_leaves_the_rest_to_the_maintenance(
         qs.send(tenant, "work", batch, idempotency_key="big-1")
     tk = k.TenantKeys(tenant)
     assert qs.client.hlen(tk.doc) == 6 and qs.get_queue(tenant, "work").depth == 0, "two messages' documents moved"
+    [held] = qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:jd:*")
+    assert qs.client.hlen(held) == UNMOVED_FIELDS, "the moved documents are held once: gone from the journal's"
     assert_audit_clean(qs.client, {tenant})  # the journal counts what it has not moved yet
     monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
     assert qs.maintain(tenant)["sends_finished"] == 1

@@ -70,11 +70,12 @@ if j[12] then
   local places = {}
   for m in string.gmatch(j[13], '%d+') do places[#places + 1] = m end
   local f, docs, bytes, most_docs, most_bytes = tonumber(j[12]), 0, 0, tonumber(ARGV[4]), tonumber(ARGV[5])
-  local doc_args, docp_args = {}, {}
+  local doc_args, docp_args, moved = {}, {}, {}
   while f <= nfresh and docs < most_docs and bytes < most_bytes do
     local names = {}
     for k = 1, ndocs[f] do
       names[2 * k - 1], names[2 * k] = places[f] .. '.' .. k, places[f] .. '.' .. k .. 'p'
+      moved[#moved + 1], moved[#moved + 2] = names[2 * k - 1], names[2 * k]
     end
     local values = hmget_batched(JDOCS, names)
     for k = 1, ndocs[f] do
@@ -94,6 +95,7 @@ if j[12] then
     redis.call('DEL', JDOCS)
     redis.call('HDEL', JOURNAL, 'dm', 'sm')
   else
+    call_batched('HDEL', JDOCS, moved)  -- the request's documents are held once, not twice, as they move
     redis.call('HSET', JOURNAL, 'dm', f)
   end
   redis.call('ZADD', JOURNALS, 'XX', now_ms(), ARGV[3])
