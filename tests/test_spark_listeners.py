@@ -9,51 +9,30 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-import redis
-from rq import Queue, SimpleWorker
 
-from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.errors import AtomqError, QuotaExceeded, RateLimited
 from atomq.platform.store import keys as k
-from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame, echo_service, echo_service_rows
-from atomq.spark_workers.worker import SparkWorker
 from atomq.spark_workers.writes import PartitionResult, raise_first_error
 from atomq.workers.context import InputDocument, InputMessage
-from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support.in_process_node import InProcessNode
 from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
 from support.queues import msg
+from support.spark_harness import Harness, spark_harness
+from support.spark_harness import drive as spark_harness_drive
 
 OWNER = "owner-key-for-spark-listener-tests"
 
 
-@dataclass
-class Harness:
-    url: str
-    services: Services
-    supervisor: Supervisor
-    rq: redis.Redis
-    owner: AtomqClient
-    worker: SparkWorker
-
-
 @pytest.fixture(scope="module")
 def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    with InProcessNode(tmp_path_factory.mktemp("spark-listeners"), OWNER) as node:
-        services = node.services
-        supervisor = Supervisor(services.queues, services.tenants.execution_tokens, node.rq,
-                                SupervisorConfig(api_url=node.url, execution_timeout_s=60), holder="spark-test",
-                                tenant_exists=services.tenants.exists,
-                                spark_weight=lambda t: services.tenants.get(t).spark_weight)
-        yield Harness(node.url, services, supervisor, node.rq, node.owner, SparkWorker(node.rq, spark, concurrency=2))
+    with spark_harness(spark, tmp_path_factory.mktemp("spark-listeners"), OWNER, "spark-test", 60, 2) as made:
+        yield made
 
 
 @dataclass
@@ -71,19 +50,8 @@ def tenant(harness: Harness) -> Iterator[Tenant]:
 
 
 def drive(h: Harness, tenant: Tenant, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    """Supervision rounds, Spark executions and fork executions (for comparison) until ``done``."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        h.services.queues.maintain(tenant.id)
-        h.supervisor.round()
-        while h.worker.take(wait_s=1):
-            pass
-        for t in h.worker.threads:
-            t.join()
-        fork_queue = Queue(lk.rq_queue_name(tenant.id), connection=h.rq)
-        SimpleWorker([fork_queue], connection=h.rq).work(burst=True, logging_level="WARNING")
+    """Spark executions, and fork executions for comparison, until ``done``."""
+    spark_harness_drive(h, tenant.id, done, what, timeout, forks=True)
 
 
 def texts(api: AtomqClient, queue: str) -> list[str]:

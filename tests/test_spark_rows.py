@@ -10,47 +10,27 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 
-from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.platform.store import keys as k
 from atomq.spark_workers import processes
 from atomq.spark_workers.processes import SPARK
-from atomq.spark_workers.worker import SparkWorker
-from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support.in_process_node import InProcessNode
 from support.listener_processes import registered, spark_rows_report
 from support.queues import msg
+from support.spark_harness import Harness, drive, spark_harness
 
 OWNER = "owner-key-for-spark-rows-tests"
 
 
-@dataclass
-class Harness:
-    url: str
-    services: Services
-    supervisor: Supervisor
-    rq: redis.Redis
-    owner: AtomqClient
-    worker: SparkWorker
-
-
 @pytest.fixture(scope="module")
 def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    with InProcessNode(tmp_path_factory.mktemp("spark-rows"), OWNER) as node:
-        services = node.services
-        supervisor = Supervisor(services.queues, services.tenants.execution_tokens, node.rq,
-                                SupervisorConfig(api_url=node.url, execution_timeout_s=120), holder="spark-rows",
-                                tenant_exists=services.tenants.exists,
-                                spark_weight=lambda t: services.tenants.get(t).spark_weight)
-        yield Harness(node.url, services, supervisor, node.rq, node.owner, SparkWorker(node.rq, spark, concurrency=1))
+    with spark_harness(spark, tmp_path_factory.mktemp("spark-rows"), OWNER, "spark-rows", 120, 1) as made:
+        yield made
 
 
 @dataclass
@@ -78,20 +58,6 @@ def tenant(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tenant
         SPARK.clear()
 
 
-def drive(h: Harness, tenant: Tenant, done: Callable[[], bool], what: str, timeout: float = 180) -> None:
-    """Supervision rounds and Spark executions until ``done``."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        h.services.queues.maintain(tenant.id)
-        h.supervisor.round()
-        while h.worker.take(wait_s=1):
-            pass
-        for t in h.worker.threads:
-            t.join()
-
-
 def outputs(api: AtomqClient, queue: str) -> list[dict[str, Any]]:
     """The input rows the outputs in ``queue`` report, in the queue's order."""
     return [json.loads(m["documents"][0]["data"]) for m in api.browse(queue)]
@@ -117,7 +83,7 @@ def test_a_row_process_gets_each_document_as_a_plain_row_with_no_frame_built(
         wire.message([wire.document("héllo 3")])]})["ids"]
     api.request("PUT", "/v1/listeners/report", {"queue": "in", "process": "report", "engine": "spark",
                                                 "settings": {"to": ["out"]}})
-    drive(harness, tenant, lambda: listener(api, "report")["executions"] == 1, "the execution")
+    drive(harness, tenant.id, lambda: listener(api, "report")["executions"] == 1, "the execution", timeout=180)
     assert listener(api, "report")["failures"] == 0
     first, second = sent
     assert outputs(api, "out") == [
@@ -150,7 +116,7 @@ def test_pipelined_sends_keep_each_destinations_order_and_lose_or_double_nothing
     before = requests_counted(harness, tenant)
     api.request("PUT", "/v1/listeners/report", {"queue": "in", "process": "report", "engine": "spark",
                                                 "batch_size": 2500, "settings": {"to": ["even", "odd"]}})
-    drive(harness, tenant, lambda: listener(api, "report")["executions"] == 1, "the execution")
+    drive(harness, tenant.id, lambda: listener(api, "report")["executions"] == 1, "the execution", timeout=180)
     assert listener(api, "report")["failures"] == 0
     for parity, queue in enumerate(("even", "odd")):
         stored = [o["payload"] for o in outputs(api, queue)]
@@ -177,7 +143,7 @@ def test_a_refused_request_fails_the_execution_and_what_went_before_is_stored_on
     api.request("PUT", "/v1/listeners/report", {"queue": "in", "process": "report", "engine": "spark",
                                                 "batch_size": 600,
                                                 "settings": {"to": ["out"], "missing": "nowhere"}})
-    drive(harness, tenant, lambda: listener(api, "report")["failures"] >= 2, "two failed executions")
+    drive(harness, tenant.id, lambda: listener(api, "report")["failures"] >= 2, "two failed executions", timeout=180)
     state = listener(api, "report")
     assert "nowhere" in state["last_error"], state["last_error"]
     assert [o["payload"] for o in outputs(api, "out")] == docs[:300]
