@@ -34,7 +34,7 @@ from atomq.platform.store.lease import Lease
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
-from support.in_process_node import InProcessNode
+from support.in_process_node import InProcessNode, Tenant
 from support.listener_processes import always_fail, registered, stall_first_delivery
 from support.queues import msg
 
@@ -66,12 +66,6 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
         yield Harness(node.url, services, supervisor, node.rq, node.owner)
     mp.undo()
     processes.FORK.clear()
-
-
-@dataclass
-class Tenant:
-    id: str
-    api: AtomqClient
 
 
 @pytest.fixture

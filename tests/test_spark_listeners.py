@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from atomq.platform.store import keys as k
 from atomq.spark_workers.processes import INPUT_SCHEMA, SPARK, batch_frame, echo_service, echo_service_rows
 from atomq.spark_workers.writes import PartitionResult, raise_first_error
 from atomq.workers.context import InputDocument, InputMessage
+from support.in_process_node import Tenant
 from support.listener_processes import registered, spark_forward_with_extra_columns, spark_stall_first_delivery
 from support.queues import msg
 from support.spark_harness import Harness, spark_harness
@@ -33,12 +34,6 @@ OWNER = "owner-key-for-spark-listener-tests"
 def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     with spark_harness(spark, tmp_path_factory.mktemp("spark-listeners"), OWNER, "spark-test", 60, 2) as made:
         yield made
-
-
-@dataclass
-class Tenant:
-    id: str
-    api: AtomqClient
 
 
 @pytest.fixture

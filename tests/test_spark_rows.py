@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from atomq.client import AtomqClient, wire
 from atomq.platform.store import keys as k
 from atomq.spark_workers import processes
 from atomq.spark_workers.processes import SPARK
+from support.in_process_node import Tenant
 from support.listener_processes import registered, spark_rows_report
 from support.queues import msg
 from support.spark_harness import Harness, drive, spark_harness
@@ -31,12 +31,6 @@ OWNER = "owner-key-for-spark-rows-tests"
 def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     with spark_harness(spark, tmp_path_factory.mktemp("spark-rows"), OWNER, "spark-rows", 120, 1) as made:
         yield made
-
-
-@dataclass
-class Tenant:
-    id: str
-    api: AtomqClient
 
 
 @pytest.fixture

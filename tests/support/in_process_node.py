@@ -7,6 +7,7 @@ every step is theirs to time; ``atomq serve`` as a process is in served_node.py.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -21,6 +22,14 @@ from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
 from support.audit import assert_audit_clean
 from support.ports import free_port
+
+
+@dataclass
+class Tenant:
+    """A tenant of a test node: its id, and a client with its key."""
+
+    id: str
+    api: AtomqClient
 
 
 class InProcessNode:
