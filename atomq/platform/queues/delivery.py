@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from atomq import defaults
 from atomq.errors import AtomqError, InvalidInput, NotFound, TooLarge
@@ -119,9 +119,14 @@ class Deliveries:
         check_integer_range(wait_ms, "wait_ms", 0, s.max_wait_ms)
         d = qk.destination(subscriber)
         budget, max_doc = self._shared.reply_budget()
-        args = [min(max_messages, defaults.GET_PART_MESSAGES), s.delays_ms_arg, subscriber or "", s.max_subscribers,
-                min(budget, defaults.GET_PART_BYTES), max_doc, d.member, consumer or "", s.max_consumers,
-                CALL_RECORD_MS, consumer or holder or "", -1, defaults.GET_PART_DOCUMENTS]
+
+        def part_args(wanted: int, left: int, first_most: int) -> list[Any]:
+            """A part's arguments: up to ``wanted`` messages within ``left`` bytes of the reply, a
+            first message of at most ``first_most`` bytes (-1: any, the get's first part)."""
+            return [min(wanted, defaults.GET_PART_MESSAGES), s.delays_ms_arg, subscriber or "", s.max_subscribers,
+                    min(left, defaults.GET_PART_BYTES), max_doc, d.member, consumer or "", s.max_consumers,
+                    CALL_RECORD_MS, consumer or holder or "", first_most, defaults.GET_PART_DOCUMENTS]
+        args = part_args(max_messages, budget, -1)
         acks = None
         acked = None
         if ack_ids is not None or ack_receipts is not None:
@@ -168,7 +173,7 @@ class Deliveries:
             if count:
                 taken = decode_messages(reply, HEAD, count, Delivery)
                 if reply[5] and count < max_messages:
-                    taken += self._later_parts(tk, qk, queue, subscriber, args, max_messages - count,
+                    taken += self._later_parts(tk, qk, queue, subscriber, part_args, max_messages - count,
                                                budget - int(reply[6]))
                 return Taken(taken, active, acked)
             remaining = deadline - time.monotonic()
@@ -193,7 +198,8 @@ class Deliveries:
         keys = docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq, *target]
         return "get", keys, args, {**self._shared.queue_errors(queue), **STALE_ERRORS}
 
-    def _later_parts(self, tk: Any, qk: Any, queue: str, subscriber: str | None, args: list[Any], wanted: int,
+    def _later_parts(self, tk: Any, qk: Any, queue: str, subscriber: str | None,
+                     part_args: Callable[[int, int, int], list[Any]], wanted: int,
                      left: int) -> list[Delivery]:
         """The parts of a get after its first: up to ``wanted`` more messages within ``left`` bytes of
         documents, while each part ends at its own bounds (``more``). A part that fails ends the get
@@ -201,8 +207,7 @@ class Deliveries:
         out: list[Delivery] = []
         more = True
         while more and wanted > 0 and left > 0:
-            part = [min(wanted, defaults.GET_PART_MESSAGES), *args[1:4], min(left, defaults.GET_PART_BYTES),
-                    *args[5:11], left, *args[12:]]
+            part = part_args(wanted, left, left)
             try:
                 reply = self._shared.storage.run(*self._get_call(tk, qk, queue, subscriber, part,
                                                                  self._targets.keys(tk, qk)))
