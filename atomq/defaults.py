@@ -173,6 +173,9 @@ than that still comes alone, within ``MAX_REPLY_BYTES``)."""
 SETTLE_PART_IDS = 500
 """Ids or receipts one script call of an ack, nack, release or extend settles (as ``CHUNK_SIZE``): a
 settle of ``MAX_SELECTORS`` runs as parts of this many."""
+SWEEP_PART = 250
+"""Messages of each kind (expired messages, expired deliveries, due redeliveries and delayed copies)
+the sweep of one get or settle part handles at most before its own work: TODO measured."""
 MAX_WAIT_MS = 20_000
 """As SQS's longest wait: below the idle time-outs of proxies and load balancers, so a long-poll is not cut."""
 CHUNK_SIZE = 500
