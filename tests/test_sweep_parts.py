@@ -131,3 +131,27 @@ def test_what_a_bounded_sweep_leaves_the_maintenance_round_finishes(qs: QueueSer
     assert qs.get_queue(tenant, "expired").depth == N
     moved = [d for _ in range(N // 1000) for d in qs.get(tenant, "expired", max_messages=1000)]
     assert sorted(d.id for d in moved) == sorted(gone)
+
+
+def test_an_exclusive_queues_redeliveries_past_the_sweeps_bound_come_back_in_send_order(
+        qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(defaults, "SWEEP_PART", SWEEP)
+    qs.put_queue(tenant, "line", P2P, access="exclusive")
+    ids = sent(qs, tenant, "line", [msg(f"m{i}") for i in range(3 * SWEEP)])
+    taken = qs.get(tenant, "line", max_messages=1000, consumer="c")
+    assert qs.release(tenant, "line", receipts=[d.receipt for d in taken], delay_s=0.05, consumer="c") == 3 * SWEEP
+    later = sent(qs, tenant, "line", [msg("later")])
+    time.sleep(0.1)  # the redeliveries fall due
+    got = qs.get(tenant, "line", max_messages=1000, consumer="c")
+    assert [d.id for d in got] == ids + later
+    assert [d.delivery_count for d in got] == [2] * (3 * SWEEP) + [1]
+
+
+def test_delayed_copies_past_the_sweeps_bound_arrive_in_the_order_they_fell_due(
+        qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(defaults, "SWEEP_PART", SWEEP)
+    qs.put_queue(tenant, "later", P2P, delay_s=0.05)
+    ids = sent(qs, tenant, "later", [msg(f"m{i}") for i in range(3 * SWEEP)])
+    time.sleep(0.1)  # every copy's delay ends
+    got = qs.get(tenant, "later", max_messages=1000)
+    assert [d.id for d in got] == ids and all(d.delivery_count == 1 for d in got)
