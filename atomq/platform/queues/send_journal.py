@@ -47,6 +47,7 @@ Consumers may see a chunked publish land destination by destination, as any brok
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -243,17 +244,19 @@ class SendJournals:
                     if again:
                         raise StorageError("the request's upload or reservation kept expiring; try again") from None
         finally:
-            try:
+            # The prepare's own answer or error is the caller's: an upload left expires, and the
+            # maintenance gives back a reservation left.
+            with contextlib.suppress(StorageError):
                 if upload is not None:
                     storage.call(client.delete, upload.key)
+            with contextlib.suppress(StorageError):
                 if reservation is not None:
                     self.release(reservation.tk, reservation.journal)
-            except StorageError:
-                pass  # the upload expires, the maintenance releases; the prepare's own answer or error is the caller's
 
     def _reserve(self, reservation: Reservation) -> None:
         """Checks and reserves the destinations in steps of :data:`RESERVE_DESTINATIONS`, from where
-        the reservation is (a retry's goes on with it). A refusal releases it before it is raised."""
+        the reservation is (a retry's goes on with it). A refusal is raised as it is: :meth:`prepare`
+        gives the reservation back before its caller hears of it."""
         r, tk = reservation, reservation.tk
         done, total = 0, len(r.destinations)
         while done < total:
@@ -265,11 +268,7 @@ class SendJournals:
             for qi, route, qk, d in step:
                 keys += [qk.config, *d.as_list()]
                 args += [qi, route, d.member]
-            try:
-                reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
-            except AtomqError:
-                self.release(tk, r.journal)
-                raise
+            reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
             kind = reply[0].decode()
             if kind == "j":
                 return
