@@ -30,8 +30,10 @@ Five parts (--parts, default all), each on a store or node of its own:
             10) alone, then while another tenant's process publishes the
             heaviest legal publish (100,000 copies) back to back, then while
             it makes the heaviest legal get (1,000 messages of 10 documents
-            of 900 B) back to back, giving each batch back; latency
-            p50, p99 and max of each phase
+            of 900 B) back to back, giving each batch back, then while it
+            publishes one message to the 100,000 destinations of its most
+            queues of their most subscribers (set up first, a minute or
+            two) back to back; latency p50, p99 and max of each phase
   matcher   the topic matcher in this process: build time, memory
             (tracemalloc) and one match, at 100 patterns and at the
             tenant's most (10,000 of 250 characters, 120 levels, every
@@ -57,9 +59,9 @@ Five parts (--parts, default all), each on a store or node of its own:
             refused 503 by a bound per address, answered 408 by a deadline)
 
 Output: lines on stdout, progress on stderr, and as the LAST stdout line one
-JSON object: "scripts": {case: {wall_ms, cpu_ms, first_cpu_ms, and for
+JSON object: "scripts": {case: {wall_ms, cpu_ms, first_cpu_ms, forks, latest_fork_ms, and for
 several calls rest_median_cpu_ms, rest_p90_cpu_ms, and for several scripts
-most_cpu_ms_by_script}}, "bystander": {phase: {p50_ms,
+most_cpu_ms_by_script, median_cpu_ms_by_script, dearest_call}}, "bystander": {phase: {p50_ms,
 p99_ms, max_ms, sends}}, "matcher": {"100"|"10000": {build_ms, mib,
 match_ms}}, "changes": {"100"|"10000": {rebuild_ms, update_ms, updated_mib,
 fresh_mib}}, "slow": {phase: {p50_ms, p99_ms, max_ms, sends, answered}}.
@@ -250,21 +252,32 @@ def run_scripts(qs: QueueServer, repeat: int, only: list[str] | None = None, slo
     for case, (setup, timed) in script_cases(qs).items():
         if only and case not in only:
             continue
-        runs, cpu, names = [], [], []
+        runs, cpu, names, forks = [], [], [], 0
         for _ in range(repeat):
             setup()
+            before = int(client.info("stats")["total_forks"])
             if slowlog:
                 runs.append(longest_script_ms(client, lambda: cpu.append(script_cpu_ms(qs, pid, timed, names))))
             else:
                 cpu.append(script_cpu_ms(qs, pid, timed, names))
                 runs.append(0.0)
+            forks += int(client.info("stats")["total_forks"]) - before
+        # A fork (an append-only file's rewrite) costs the main thread tens of ms of a store this big,
+        # counted in the call it lands in: the case's figures say how many landed.
         out[case] = {"wall_ms": max(runs), "cpu_ms": round(max(max(c) for c in cpu), 1),
-                     "first_cpu_ms": [round(c[0], 1) for c in cpu]}
+                     "first_cpu_ms": [round(c[0], 1) for c in cpu], "forks": forks,
+                     "latest_fork_ms": round(int(client.info("stats")["latest_fork_usec"]) / 1000, 1)}
         by_script: dict[str, float] = {}
         for name, ms in zip(names, (ms for c in cpu for ms in c)):
             by_script[name] = round(max(ms, by_script.get(name, 0.0)), 1)
         if len(by_script) > 1:  # a staged or chunked request: the most of each of its scripts
             out[case]["most_cpu_ms_by_script"] = by_script
+            calls = list(zip(names, (ms for c in cpu for ms in c)))
+            at = max(range(len(calls)), key=lambda i: calls[i][1])
+            same = [i for i, (name, _) in enumerate(calls) if name == calls[at][0]]
+            out[case]["dearest_call"] = {"script": calls[at][0], "its_call": same.index(at) + 1, "of": len(same)}
+            out[case]["median_cpu_ms_by_script"] = {
+                name: round(statistics.median(ms for n, ms in calls if n == name), 1) for name in by_script}
         rest = sorted(ms for c in cpu for ms in c[1:])
         if len(rest) > 1:  # a chunked send's steps after its first: their spread
             out[case].update(rest_median_cpu_ms=round(statistics.median(rest), 1),
@@ -319,11 +332,32 @@ def heavy_gets(url: str, stop: Any) -> None:
         qs.release(PUBLISHER, "heavyget", receipts=[d.receipt for d in got], delay_s=0)
 
 
+def widest_queues(url: str) -> None:
+    """The publisher's most queues, each publish/subscribe with its most subscribers, attracting
+    one topic (untimed: it takes a minute or two)."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    for q in range(defaults.MAX_QUEUES_PER_TENANT):
+        qs.put_queue(PUBLISHER, f"widest{q}", "publish_subscribe", topics=["widest/all"])
+        for s in range(defaults.MAX_SUBSCRIBERS):
+            qs.put_subscriber(PUBLISHER, f"widest{q}", f"s{s}")
+
+
+def widest_publishes(url: str, stop: Any) -> None:
+    """A process of its own: one-message publishes to the 100,000 destinations of ``widest_queues``,
+    back to back (each is some thousands of steps)."""
+    qs = QueueServer(redis.Redis.from_url(url))
+    while not stop.is_set():
+        qs.publish(PUBLISHER, "widest/all", one_kib(1))
+
+
 def run_bystander(url: str, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     out: dict[str, Any] = {}
-    heavies = {"heaviest_publish": heavy_publishes, "heaviest_get": heavy_gets}
+    heavies = {"heaviest_publish": heavy_publishes, "heaviest_get": heavy_gets, "widest_publish": widest_publishes}
     for phase in ("alone", *heavies):
+        if phase == "widest_publish":
+            progress("  the widest publish's 100,000 destinations (a minute or two)")
+            widest_queues(url)
         stop, results = ctx.Event(), ctx.Queue()
         heavy = ctx.Process(target=heavies[phase], args=(url, stop)) if phase != "alone" else None
         if heavy is not None:

@@ -298,8 +298,8 @@ def test_an_upload_expired_before_its_prepare_is_uploaded_again(
 
     def run(self: Storage, name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
         if name == "send" and not expired:
-            expired.append(keys[-2])
-            self.client.delete(keys[-2])  # the upload, as if it expired between its last step and the prepare
+            expired.append(keys[-3])
+            self.client.delete(keys[-3])  # the upload, as if it expired between its last step and the prepare
         return real_run(self, name, keys, args, *rest, **kwargs)
 
     monkeypatch.setattr(Storage, "run", run)

@@ -1,6 +1,7 @@
 """A send's messages checked and encoded once, before the first try of its script: each message
 on its own (a problem is named by its place in the request), then assembled into the arguments
-of one script call, or of several (a publish to many topics groups its messages by queue).
+of one script call, or of several (a publish to many topics groups its messages by queue); and
+the script's refusals of them, as the errors the caller gets.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from atomq import defaults
-from atomq.errors import InvalidInput, TooLarge
+from atomq.errors import InvalidInput, QueueFull, TooLarge
 from atomq.platform.models import BARE_ENVELOPE, DEFAULT_PRIORITY, OutgoingMessage, topic_envelope
 from atomq.platform.queues.names import check_group
 from atomq.platform.queues.queue_settings import QueueSettings
+from atomq.platform.store import keys as k
 from atomq.platform.store.stored_form import encode_document
 
 
@@ -143,3 +145,25 @@ def check_delay(delay_s: object, field: str) -> None:
 
 def _finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def queue_full_error(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
+    """The send script's QUEUEFULL <queue index> <setting> <max> <count> <overflow> <fits> as the error."""
+    queue, (setting, most, held, overflow, fits) = targets[int(words[0]) - 1].name, words[1:6]
+    what = "messages" if setting == "max_messages" else "bytes of messages"
+    if fits == "1":
+        advice = "this send would pass it; consume or delete messages first"
+    else:
+        advice = "this send alone is past it; send fewer or smaller messages at a time"
+    full = QueueFull(f"queue {queue} holds at most {most} {what} not yet acked ({setting}) and holds {held}: "
+                     f"{advice}", queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
+    full.can_fit = fits == "1"
+    return full
+
+
+def message_too_big_error(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:
+    """The send script's TOOBIG <queue index> <message index> <bytes> <max> as the error."""
+    queue, message, size, most = targets[int(words[0]) - 1].name, int(words[1]) - 1, int(words[2]), int(words[3])
+    return TooLarge(f"queue {queue} takes messages of at most {most} bytes (max_message_bytes: the documents' "
+                    f"data and properties and the message's envelope); this one has {size}",
+                    field=f"messages.{message}", queue=queue, limit=most, size=size)

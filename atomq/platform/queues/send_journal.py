@@ -28,6 +28,16 @@ A call to one exclusive or group-ordered queue alone is not staged (``routes.ORD
 order comes before the step budget. A fan-out reaching such a queue among others is still stepped,
 and a send to that queue made between its steps may be delivered before its message there.
 
+A call to more destinations than :data:`RESERVE_DESTINATIONS` checks and reserves them in steps
+first (``send_reserve.lua``, a bounded number of destinations a step): each step checks its
+destinations' limits and routes and records them, with their reserved copies in the pending hash,
+in a reservation, which the prepare renames to its journal; the prepare itself then reads no
+destination. A refusal releases the reservation in steps (``send_release.lua``) before it is
+answered, so a refused send has stored nothing once its caller hears of it; a reservation no
+step touched for :data:`STALE_MS` is released by the maintenance. A destination is reserved for
+every message of the call with its envelope at its longest (the prepare, later, finds which are
+repeats): the steps that copy to it release what was reserved, not what they copied.
+
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
 untouched for :data:`STALE_MS` (a node died mid-request), so nothing is lost or left reserved.
@@ -37,9 +47,11 @@ Consumers may see a chunked publish land destination by destination, as any brok
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from atomq.defaults import DEFAULT_PRIORITY
 from atomq.errors import AtomqError, StorageError
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
@@ -60,6 +72,20 @@ to 100,000 destinations in steps of 1,500 destinations held it some 0.3 to 0.6 s
 step (bench/request_bounds.py, publish_100000_destinations). A call to more destinations than this
 is stored in steps too, whatever its copies."""
 
+RESERVE_DESTINATIONS = 100
+"""A call to more destinations than this reserves them in steps of this many before its prepare,
+which no longer reads them: the prepare of one message to 100,000 destinations, two store calls and
+17 keys a destination, held the store 3.6 to 5.7 s (bench/request_bounds.py,
+publish_100000_destinations)."""
+
+RELEASE_DESTINATIONS = 1_000
+"""The most destinations one step of a reservation's release gives back (two store calls each)."""
+
+HEAD_MOST = 19
+"""The most bytes of a stored envelope's head (``make_head``: "<documents>,<priority>,<expiry ms>")
+besides its document count's digits: a priority digit, an expiry of up to 15 digits, two commas and
+the bar after the head."""
+
 STALE_MS = 5_000
 """A journal no step touched for this long is finished by the maintenance: its request died."""
 
@@ -78,6 +104,58 @@ STAGE_TTL_MS = 60_000
 
 class UploadLost(AtomqError):
     """The prepare found the upload incomplete: it expired between its steps and the prepare."""
+
+
+class ReservationLost(AtomqError):
+    """The prepare found the reservation released (the maintenance took it for a dead request's)."""
+
+
+Errors = dict[str, Callable[[list[str]], AtomqError]]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A wide send's destinations, to check and reserve in steps before its prepare."""
+
+    tk: k.TenantKeys
+    journal: str
+    """The call's journal's name, which names the reservation too."""
+    record: str
+    call_field: str
+    digest: str
+    top: int
+    """The highest priority of the call's messages."""
+    copies: int
+    size: int
+    """The copies and bytes reserved each destination."""
+    destinations: list[tuple[int, str, k.QueueKeys, k.DestinationKeys]]
+    """Each destination's queue index in the call, the route its caller read, its queue's keys and its keys."""
+    errors: Errors
+
+
+def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str, digest: str,
+                   plan: list[tuple[k.QueueKeys, str, list[k.DestinationKeys]]], args_tail: list[Any],
+                   errors: Errors) -> Reservation | None:
+    """The reservation of a call to more than :data:`RESERVE_DESTINATIONS` destinations (None for
+    another), from the routes its caller read (``plan``: each queue's keys, route and destinations)
+    and its messages as ``send.lua`` takes them (``args_tail``, documents included)."""
+    destinations = [(qi, route, qk, d) for qi, (qk, route, dests) in enumerate(plan, 1) for d in dests]
+    if len(destinations) <= RESERVE_DESTINATIONS:
+        return None
+    top, size, pos = DEFAULT_PRIORITY, 0, 1
+    for _ in range(int(args_tail[0])):
+        timing, ndocs = str(args_tail[pos]).split(","), int(args_tail[pos + 2])
+        if len(timing) > 1:
+            top = max(top, int(timing[1]))
+        size += len(str(ndocs)) + HEAD_MOST + sum(map(_length, args_tail[pos + 1:pos + 2]))
+        size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
+        pos += 3 + 2 * ndocs
+    return Reservation(tk, journal, record, call_field, digest, top, int(args_tail[0]), size, destinations, errors)
+
+
+def _length(value: str | bytes) -> int:
+    """A script argument's length as Lua's ``#`` counts it: in bytes."""
+    return len(value.encode("utf-8")) if isinstance(value, str) else len(value)
 
 
 @dataclass(frozen=True)
@@ -145,27 +223,70 @@ class SendJournals:
         self._shared = shared
 
     def prepare(self, upload: Upload | None, record: str, call_field: str, journal: str,
-                run: Callable[[], Any]) -> Any:
-        """Runs the prepare ``run`` of a call, after uploading its documents when it is staged, and
-        deletes what is left of the upload after it, whatever it answered (a refusal stores nothing).
+                run: Callable[[], Any], reservation: Reservation | None = None) -> Any:
+        """Runs the prepare ``run`` of a call, after reserving its destinations when it is wide and
+        uploading its documents when it is staged; then releases what is left of the reservation
+        and deletes what is left of the upload, whatever it answered (a refusal stores nothing).
         A call its record or journal already holds (a retry) uploads nothing: the prepare answers it."""
-        if upload is None:
+        if upload is None and reservation is None:
             return run()
         storage, client = self._shared.storage, self._shared.client
         try:
             for again in (False, True):
-                if not (storage.call(client.hexists, record, call_field) or storage.call(client.exists, journal)):
+                if reservation is not None:
+                    self._reserve(reservation)
+                if upload is not None and not (storage.call(client.hexists, record, call_field)
+                                               or storage.call(client.exists, journal)):
                     self._upload(upload)
                 try:
                     return run()
-                except UploadLost:
+                except (UploadLost, ReservationLost):
                     if again:
-                        raise StorageError("the upload of the request's documents kept expiring; try again") from None
+                        raise StorageError("the request's upload or reservation kept expiring; try again") from None
         finally:
-            try:
-                storage.call(client.delete, upload.key)
-            except StorageError:
-                pass  # the upload expires by itself; the prepare's own answer or error is the caller's
+            # The prepare's own answer or error is the caller's: an upload left expires, and the
+            # maintenance gives back a reservation left.
+            with contextlib.suppress(StorageError):
+                if upload is not None:
+                    storage.call(client.delete, upload.key)
+            with contextlib.suppress(StorageError):
+                if reservation is not None:
+                    self.release(reservation.tk, reservation.journal)
+
+    def _reserve(self, reservation: Reservation) -> None:
+        """Checks and reserves the destinations in steps of :data:`RESERVE_DESTINATIONS`, from where
+        the reservation is (a retry's goes on with it). A refusal is raised as it is: :meth:`prepare`
+        gives the reservation back before its caller hears of it."""
+        r, tk = reservation, reservation.tk
+        done, total = 0, len(r.destinations)
+        while done < total:
+            step = r.destinations[done:done + RESERVE_DESTINATIONS]
+            keys = [send_keys.send_reservation(tk, r.journal), tk.send_journal(r.journal), r.record, tk.send_journals,
+                    tk.pending_copies]
+            args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.journal), r.call_field,
+                               r.top, r.copies, r.size]
+            for qi, route, qk, d in step:
+                keys += [qk.config, *d.as_list()]
+                args += [qi, route, d.member]
+            reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
+            kind = reply[0].decode()
+            if kind == "j":
+                return
+            if kind == "x":
+                self.release(tk, r.journal)  # help the release under way, then start again
+                done = 0
+            else:
+                done = int(reply[1])
+
+    def release(self, tk: k.TenantKeys, journal: str, budget: ChunkBudget | None = None) -> None:
+        """Gives back, in steps, what the reservation of journal ``journal`` holds, and deletes it
+        (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
+        keys = [send_keys.send_reservation(tk, journal), tk.send_journals, tk.pending_copies]
+        while budget is None or budget.take():
+            if not self._shared.storage.run("send_release", keys,
+                                            [RELEASE_DESTINATIONS, send_keys.reservation_name(journal)],
+                                            writes_once=True):
+                return
 
     def _upload(self, upload: Upload) -> None:
         """Uploads the fields in steps of whole messages, each step's ending with the message that
@@ -231,7 +352,11 @@ class SendJournals:
 
     def resume(self, tk: k.TenantKeys, name: str, budget: ChunkBudget) -> int:
         """Goes on, within ``budget``, with a journal the maintenance found untouched (its request's
-        node died mid-request); returns 1 when this finished it, for the round's totals."""
+        node died mid-request), or releases such a reservation; returns 1 when this finished a
+        journal, for the round's totals."""
+        if name.startswith(send_keys.RESERVATION_NAME_PREFIX):
+            self.release(tk, name[len(send_keys.RESERVATION_NAME_PREFIX):], budget)
+            return 0
         record = self._shared.storage.call(self._shared.client.hget, tk.send_journal(name), "rk")
         if record is None:
             return 0  # finished meanwhile

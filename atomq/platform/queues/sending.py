@@ -19,7 +19,6 @@ from atomq.errors import (
     NotDurable,
     NotFound,
     OutcomeUnknown,
-    QueueFull,
     QuotaExceeded,
     TooLarge,
 )
@@ -36,8 +35,23 @@ from atomq.platform.queues.request_records import (
     stored_answer,
 )
 from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, ORDERED, Routes, StaleRoute
-from atomq.platform.queues.send_journal import SendJournals, UploadLost, chunked, upload_of
-from atomq.platform.queues.send_encoding import assembled, check_batch_size, encode_each, with_delay
+from atomq.platform.queues.send_journal import (
+    Errors,
+    ReservationLost,
+    SendJournals,
+    UploadLost,
+    chunked,
+    reservation_of,
+    upload_of,
+)
+from atomq.platform.queues.send_encoding import (
+    assembled,
+    check_batch_size,
+    encode_each,
+    message_too_big_error,
+    queue_full_error,
+    with_delay,
+)
 from atomq.platform.queues.topic_index import TopicIndex
 from atomq.platform.queues.topics import check_topic
 from atomq.platform.shared import Shared, queue_keys, queue_not_found
@@ -303,36 +317,30 @@ class Sending:
                call: RecordedCall) -> Sent:
         keys = [tk.doc, tk.doc_props, tk.doc_refs, targets[0].config, tk.seq, tk.topic_patterns,
                 tk.request_record(call.token.token)]
-        route_args: list[Any] = []
-        destinations = 0  # each message's, as the script counts them once it has checked the routes
+        plan = []
         for qk in targets:
             model, expected, subs = self._routes.route(tk.tenant, qk.name, qk, refresh)
-            dests = [qk.destination()] if model == QueueModel.POINT_TO_POINT.value else [*map(qk.destination, subs)]
+            plan.append((qk, expected, [qk.destination()] if model == QueueModel.POINT_TO_POINT.value
+                         else [*map(qk.destination, subs)]))
+        destinations = sum(len(dests) for _, _, dests in plan)  # each message's, once the script checked the routes
+        journal, errors = tk.send_journal_name(call.token.token, call.field), self._errors(targets, call)
+        reservation = reservation_of(tk, journal, keys[6], call.field, call.digest, plan, args_tail, errors)
+        route_args: list[Any] = []
+        for qk, expected, dests in plan:
             keys += [qk.config, qk.subscribers]
-            for d in dests:
-                keys.extend(d.as_list())
-            route_args += [expected, len(dests), *(d.member for d in dests)]
-            destinations += len(dests)
-        journal = tk.send_journal_name(call.token.token, call.field)
+            if reservation is None:  # else the reservation reads the destinations, not the prepare
+                keys += [key for d in dests for key in d.as_list()]
+            route_args += [expected, len(dests), *(() if reservation else (d.member for d in dests))]
         upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations,
                                       any(ORDERED in r for r in route_args[:1]))
         keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
-                 send_keys.journal_documents(tk, journal)]
+                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, journal)]
         settings = self._shared.settings
         staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
                 marker_gen, call.field, call.digest, call.token.window_ms, staged, upload.size if upload else "",
-                *route_args, *args_tail[1:]]
-        errors = {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
-                  "IDEMREUSED": lambda _: key_reused(call.token),
-                  "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
-                  "STAGELOST": lambda _: UploadLost("lost"),
-                  "QUEUEFULL": lambda words: _queue_full(targets, words),
-                  "DELAYEXCLUSIVE": lambda words: InvalidInput(
-                      f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
-                      "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),
-                  "TOOBIG": lambda words: _message_too_big(targets, words)}
+                send_keys.reservation_name(journal) if reservation else "", *route_args, *args_tail[1:]]
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
         synced: Any = None
@@ -342,7 +350,8 @@ class Sending:
                                                     settings.sync_timeout_ms, writes_once=True)
             else:
                 reply = self._journals.prepare(upload, keys[6], call.field, tk.send_journal(journal),
-                                               lambda: storage.run("send", keys, args, errors, writes_once=True))
+                                               lambda: storage.run("send", keys, args, errors, writes_once=True),
+                                               reservation)
             answered = True  # by this caller's own call, or its last step, which waited for the disk
             if int(reply[0]) in (JOURNAL_UNDER_WAY, PREPARED):
                 done = self._journals.finish(tk, journal, keys[6])
@@ -377,24 +386,15 @@ class Sending:
                 min_replicas=settings.sync_min_replicas, timeout_ms=settings.sync_timeout_ms)
         return sent
 
-
-def _queue_full(targets: list[k.QueueKeys], words: list[str]) -> QueueFull:
-    """The send script's QUEUEFULL <queue index> <setting> <max> <count> <overflow> <fits> as the error."""
-    queue, (setting, most, held, overflow, fits) = targets[int(words[0]) - 1].name, words[1:6]
-    what = "messages" if setting == "max_messages" else "bytes of messages"
-    if fits == "1":
-        advice = "this send would pass it; consume or delete messages first"
-    else:
-        advice = "this send alone is past it; send fewer or smaller messages at a time"
-    full = QueueFull(f"queue {queue} holds at most {most} {what} not yet acked ({setting}) and holds {held}: "
-                     f"{advice}", queue=queue, limit=setting, max=int(most), count=int(held), overflow=overflow)
-    full.can_fit = fits == "1"
-    return full
-
-
-def _message_too_big(targets: list[k.QueueKeys], words: list[str]) -> TooLarge:
-    """The send script's TOOBIG <queue index> <message index> <bytes> <max> as the error."""
-    queue, message, size, most = targets[int(words[0]) - 1].name, int(words[1]) - 1, int(words[2]), int(words[3])
-    return TooLarge(f"queue {queue} takes messages of at most {most} bytes (max_message_bytes: the documents' "
-                    f"data and properties and the message's envelope); this one has {size}",
-                    field=f"messages.{message}", queue=queue, limit=most, size=size)
+    @staticmethod
+    def _errors(targets: list[k.QueueKeys], call: RecordedCall) -> Errors:
+        """What the send script's and its reservation's refusals raise."""
+        return {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
+                "IDEMREUSED": lambda _: key_reused(call.token),
+                "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
+                "STAGELOST": lambda _: UploadLost("lost"), "RESERVELOST": lambda _: ReservationLost("lost"),
+                "QUEUEFULL": lambda words: queue_full_error(targets, words),
+                "DELAYEXCLUSIVE": lambda words: InvalidInput(
+                    f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
+                    "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),
+                "TOOBIG": lambda words: message_too_big_error(targets, words)}

@@ -34,6 +34,8 @@ NAMES = (
     "send",
     "send_apply",
     "send_stage",
+    "send_reserve",
+    "send_release",
     "get",
     "settle",
     "browse",
@@ -77,7 +79,8 @@ def keyed(name: str) -> str:
     return f"{name}+key"
 
 
-ALWAYS_RUN = frozenset(NAMES) - {"send", "send_stage", "queue_put", "queue_fields", "subscriber_put", "listener_put"}
+ALWAYS_RUN = frozenset(NAMES) - {"send", "send_stage", "send_reserve", "queue_put", "queue_fields", "subscriber_put",
+                                 "listener_put"}
 """The scripts that run also while the store is at its maxmemory: Valkey refuses a script whose
 first write may grow memory (XADD, HSET, ZADD...) at maxmemory, and a get that takes, an ack that
 frees, a nack, a sweep, a lease renewal, a listener's execution must keep working so consumers can
@@ -88,7 +91,8 @@ in-flight entry, a dead letter) is small against what acks free. Sends and the c
 subscribers and listeners are not flagged: at maxmemory the store refuses them, as the node's
 memory state already does before it (``atomq.platform.watch.memory_state``). The steps of a chunked send
 after its first (``send_apply``) are flagged: the first step admitted and counted their bytes, and a
-request half made must be finished, not stuck until memory comes down."""
+request half made must be finished, not stuck until memory comes down; so is the release of a
+wide send's reservation (``send_release``), which only gives back."""
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 

@@ -32,6 +32,19 @@ local function write_record(record, field, stored, digest, record_ms, ledger, us
   end
 end
 
+-- A queue's route as its senders read it (routes.py) from its cfg's model, gen, subv, access,
+-- ordering and durability: "<model>|<generation>|<subscriber version>", no subscriber version
+-- for point-to-point, then "|ordered" for an exclusive or group-ordered queue, then "|sync" for
+-- a queue whose sends wait for the disk. A send whose route changed since its caller read it
+-- (STALESUBS) is planned again.
+local function route_of(model, gen, subv, access, ordering, durability)
+  local route = model .. '|' .. gen .. '|'
+  if model == 'publish_subscribe' then route = route .. (subv or '0') end
+  if access == 'exclusive' or ordering == 'group' then route = route .. '|ordered' end
+  if durability == 'sync' then route = route .. '|sync' end
+  return route
+end
+
 -- Adds dn copies and db bytes to what a destination is owed (negative: they were made or released).
 local function pend(pending, member, gen, dn, db)
   local field = member .. '|' .. gen

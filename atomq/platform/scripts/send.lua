@@ -10,9 +10,10 @@
 --              de-duplication markers, then this call's journal (used when it is
 --              chunked), the tenant's index of journals, its hash of pending copies,
 --              its due index, its index of oldest messages, its marker ledger and
---              its usage hash; then (last) the request's upload of its documents (a staged
---              send's: send_keys.send_staging) and the name its journal keeps them under
---              (send_keys.journal_documents)
+--              its usage hash; then the request's upload of its documents (a staged
+--              send's: send_keys.send_staging), the name its journal keeps them under
+--              (send_keys.journal_documents) and (last) its destinations' reservation
+--              (send_keys.send_reservation); a reserved call gives no destination's keys
 -- ARGV[1]      the topic patterns' version the caller matched with ('' for a send)
 -- ARGV[2]      number of queues
 -- ARGV[3]      de-duplication window in ms
@@ -31,7 +32,11 @@
 --              holds: the messages' documents were uploaded in steps (send_stage.lua) and the
 --              arguments give none (each message's document count, then the next message:
 --              send_journal, a staged send)
--- ARGV[12..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
+-- ARGV[12]     '' when the call checks and reserves its destinations itself; else the name of the
+--              reservation in the tenant's index of journals: a call to more destinations than one
+--              script checks in its budget reserved them in steps before (send_reserve.lua), and
+--              the arguments give no destination's name
+-- ARGV[13..]   per queue: the route the caller read ("<model>|<generation>|<subscriber
 --              version>", no subscriber version for point-to-point, then "|ordered" for
 --              an exclusive or group-ordered queue, then "|sync" for a
 --              queue whose sends wait for the disk), its number of
@@ -95,10 +100,15 @@
 -- must hold all of them (else STAGELOST: it expired; the caller uploads again): the prepare renames
 -- the upload to its journal's documents, which the first steps move to the tenant's documents.
 -- A refused staged send leaves the upload to expire (the caller deletes it at once).
+-- A reserved send (ARGV[12]) is a prepare that checks no destination's limits and reserves nothing:
+-- its reservation, complete (else RESERVELOST: released meanwhile; the caller reserves again), did
+-- both, and the prepare renames it to the journal, whose destinations it lists already. A reserved
+-- call that stores nothing (a refusal, every message a repeat) leaves the reservation to its caller,
+-- which releases it (send_release.lua).
 
 local RECORD, record_field, digest = KEYS[7], ARGV[7], ARGV[8]
-local NK = #KEYS - 2     -- the keys before the upload's two
-local STAGE, JDOCS = KEYS[NK + 1], KEYS[NK + 2]
+local NK = #KEYS - 3     -- the keys before the upload's two and the reservation
+local STAGE, JDOCS, RESERVATION = KEYS[NK + 1], KEYS[NK + 2], KEYS[NK + 3]
 local JOURNAL, JOURNALS, PENDING = KEYS[NK - 6], KEYS[NK - 5], KEYS[NK - 4]
 local earlier = redis.call('HMGET', RECORD, '#b', record_field)
 if earlier[1] and earlier[1] ~= digest then
@@ -118,6 +128,12 @@ if journaled then
 end
 local staged = ARGV[10] ~= ''
 local uploaded = ARGV[11] ~= ''
+local reserved = ARGV[12] ~= ''
+local reservation = reserved and redis.call('HMGET', RESERVATION, 'c', 'n', 'dg', 'x')
+if reserved and (not reservation[1] or reservation[1] ~= reservation[2] or reservation[3] ~= digest
+                 or reservation[4]) then
+  return redis.error_reply('RESERVELOST the reservation of the destinations was released')
+end
 if uploaded and redis.call('HLEN', STAGE) ~= tonumber(ARGV[11]) then
   return redis.error_reply('STAGELOST the upload of the documents expired')
 end
@@ -129,7 +145,7 @@ local window = tonumber(ARGV[3])
 local nmsg = tonumber(ARGV[4])
 local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
-local kpos, apos, copies = 8, 12, 0
+local kpos, apos, copies = 8, 13, 0
 local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
@@ -137,13 +153,8 @@ for qi = 1, nqueue do
                       'max_bytes', 'max_message_bytes', 'overflow', 'overflow_dl', 'max_dead_letters', 'durability',
                       'delay_ms', 'access', 'ordering')
   if not c[1] then return redis.error_reply('NOQUEUE ' .. qi) end
-  local route = c[1] .. '|' .. c[2] .. '|'
-  if c[1] == 'publish_subscribe' then route = route .. (c[3] or '0') end
-  if c[15] == 'exclusive' or c[16] == 'group' then route = route .. '|ordered' end
-  if c[13] == 'sync' then
-    route = route .. '|sync'
-    sync = true
-  end
+  local route = route_of(c[1], c[2], c[3], c[15], c[16], c[13])
+  sync = sync or c[13] == 'sync'
   if route ~= ARGV[apos] then
     return redis.error_reply('STALESUBS ' .. qi)
   end
@@ -154,14 +165,19 @@ for qi = 1, nqueue do
               add_n = 0, add_b = 0, copy_b = 0, delay = tonumber(c[14] or '0'), exclusive = c[15] == 'exclusive',
               grouped = c[16] == 'group'}
   if c[5] == '1' then qd.last_value_key = c[6] or '' end
+  qd.ndest = ndest
+  if reserved then ndest = 0 end  -- the reservation lists them: the call gives none
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
     qd.members[i] = ARGV[apos + 1 + i]
   end
-  copies = copies + ndest
+  copies = copies + qd.ndest
   queues[qi] = qd
   kpos = kpos + 2 + ndest * DEST_KEYS
   apos = apos + 2 + ndest
+end
+if reserved and tonumber(reservation[2]) ~= copies then
+  return redis.error_reply('RESERVELOST the reservation is of other destinations')
 end
 local dd_base = kpos - 1
 local marker_gen = ARGV[6]
@@ -277,7 +293,7 @@ for _, c in ipairs(classes) do
   for _, qi in ipairs(c.queues) do
     local qd = queues[qi]
     qd.add_n, qd.add_b, qd.copy_b = added, c.add_b, c.copy_b
-    new_bytes = new_bytes + c.copy_b * #qd.dests
+    new_bytes = new_bytes + c.copy_b * qd.ndest
   end
 end
 if quota > 0 and new_bytes > 0 then
@@ -294,7 +310,8 @@ if delayed then
   end
 end
 
--- Pass 1b, reads only: the room each destination has under its limits.
+-- Pass 1b, reads only: the room each destination has under its limits (a reserved call's
+-- reservation checked it: its queues give no destination here).
 local drops = {}          -- {d, qd, victims} per destination that drops waiting messages
 for qi, qd in ipairs(queues) do
   if (qd.max_n > 0 or qd.max_b > 0) and qd.add_n > 0 then
@@ -403,6 +420,12 @@ if staged and #fresh > 0 then
   -- the first step's: 'dc' says they are owed. No copy refers to the documents before then.
   local j = {'c', 0, 'dc', 1, 'n', copies, 'nf', #fresh, 'st', stamp, 'mx', top_new, 'an', answer_tail(), 'dr', 0,
              'rf', record_field, 'rk', RECORD, 'dg', digest, 'rms', ARGV[9], 'sy', sync and 1 or 0}
+  if reserved then
+    -- The reservation holds the destinations (d<i>) and what each was reserved (r<queue>), and
+    -- becomes the journal: the fields below replace its cursor.
+    redis.call('RENAME', RESERVATION, JOURNAL)
+    redis.call('ZREM', JOURNALS, ARGV[12])
+  end
   local di = 0
   for qi, qd in ipairs(queues) do
     j[#j + 1], j[#j + 2] = 'q' .. qi, qd.ttl .. '|' .. qd.add_b .. '|' .. qd.copy_b

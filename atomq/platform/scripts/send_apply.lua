@@ -9,7 +9,9 @@
 --              first step writes them), sy 1 when a queue's sends wait for the disk (the caller
 --              waits after the last step, whose writes cover the others); q<i> per
 --              queue "<message_ttl_ms>|<bytes a destination holds more>|<usage
---              bytes of a destination's copies>"; d<i> per destination "<queue
+--              bytes of a destination's copies>"; rv, a reserved send's (send_reserve.lua),
+--              "<copies>|<bytes>" reserved each destination, which may be more than it gets
+--              (messages found repeats after, heads shorter); d<i> per destination "<queue
 --              index>|<generation>|<name in the indexes>"; m<j> per new message
 --              "<id>|<documents>|<priority>|<own expiry ms, 0 none>|<own delay ms, "" none>|<envelope
 --              JSON>", where a journal written before delays has no delay part; dm the
@@ -45,7 +47,8 @@
 
 local JOURNAL, JOURNALS, PENDING, RECORD = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local USAGE, DUE, OLDEST, LEDGER, JDOCS = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc', 'dm', 'sm')
+local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc', 'dm', 'sm',
+                     'rv')
 if not j[1] then return {'g'} end
 local done, total, nfresh, at, top_new = tonumber(j[1]), tonumber(j[2]), tonumber(j[3]), tonumber(j[4]), tonumber(j[5])
 local step = tonumber(ARGV[2])
@@ -132,14 +135,21 @@ for i = 1, step do
   local q = batches[qi]
   if not q then
     local ttl, add_b, copy_b = string.match(redis.call('HGET', JOURNAL, 'q' .. qi), '^(%d+)|(%d+)|(%d+)$')
-    q = {ttl = tonumber(ttl), bytes = tonumber(add_b), copy_b = tonumber(copy_b)}
+    q = {ttl = tonumber(ttl), bytes = tonumber(add_b), copy_b = tonumber(copy_b), res_n = nfresh,
+         res_b = tonumber(add_b)}
+    if j[14] then
+      local n, b = string.match(j[14], '^(%d+)|(%d+)$')
+      q.res_n, q.res_b = tonumber(n), tonumber(b)
+    end
     batches[qi] = q
   end
   local c = redis.call('HMGET', cfg, 'gen', 'lv', 'lv_key', 'max_messages', 'max_bytes', 'overflow', 'overflow_dl',
                       'max_dead_letters', 'delay_ms', 'ordering')
   local subscriber = string.match(member, '/(.*)$')
+  -- What d is owed, this journal's copies counted as they are, not as reserved.
   local owed_n, owed_b = pending_of(PENDING, member, gen)
-  pend(PENDING, member, gen, -nfresh, -q.bytes)
+  owed_n, owed_b = owed_n - q.res_n + nfresh, owed_b - q.res_b + q.bytes
+  pend(PENDING, member, gen, -q.res_n, -q.res_b)
   if c[1] ~= gen or (subscriber and redis.call('SISMEMBER', subs, subscriber) == 0) then
     redis.call('HINCRBY', USAGE, 'bytes', -(q.copy_b + release_documents(ids, ndocs)))
   else

@@ -1,6 +1,7 @@
-"""The keys of a staged send's documents (``atomq.platform.queues.send_journal``), beside
-``keys`` and in the tenant's slot like every other of its keys: a request's upload before its
-prepare, and its journal's documents after, until the steps have moved them."""
+"""The keys of a staged send's documents and of a wide send's reservation
+(``atomq.platform.queues.send_journal``), beside ``keys`` and in the tenant's slot like every other
+of its keys: a request's upload before its prepare, and its journal's documents after, until the
+steps have moved them; the destinations a wide send reserved before its prepare."""
 
 from __future__ import annotations
 
@@ -25,3 +26,19 @@ def journal_documents(tk: TenantKeys, journal: str) -> str:
     """Hash: the upload, renamed by the prepare that accepted it, until the journal's steps have
     moved its documents into the tenant's documents (``send_apply.lua``)."""
     return f"{tenant_prefix(tk.tenant)}:jd:{journal}"
+
+
+RESERVATION_NAME_PREFIX = "r."
+"""What starts a reservation's name in the tenant's index of journals, where a journal's name is
+hexadecimal: the maintenance releases a stale reservation and finishes a stale journal."""
+
+
+def reservation_name(journal: str) -> str:
+    """A wide send's reservation's name in the tenant's index of journals (``TenantKeys.send_journals``)."""
+    return RESERVATION_NAME_PREFIX + journal
+
+
+def send_reservation(tk: TenantKeys, journal: str) -> str:
+    """Hash: a wide send's destinations, checked and reserved in steps before its prepare
+    (``send_reserve.lua``), which renames it to the journal."""
+    return f"{tenant_prefix(tk.tenant)}:jrs:{journal}"

@@ -160,9 +160,13 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
     refs: Counter[str] = Counter()
     reserved, unmoved = 0, set[str]()
     for name in client.zrange(tk.send_journals, 0, -1):
+        if name.decode().startswith(send_keys.RESERVATION_NAME_PREFIX):
+            pending.update(_reserved(client, tk, name.decode()[len(send_keys.RESERVATION_NAME_PREFIX):]))
+            continue
         journal = {f.decode(): v.decode() for f, v in client.hgetall(tk.send_journal(name.decode())).items()}
         if not journal:
             continue
+        reserved_n, reserved_b = journal["rv"].split("|") if "rv" in journal else (journal["nf"], None)
         docs = [f"{m.split('|', 2)[0]}.{n}" for f, m in journal.items() if f[0] == "m" and f[1:].isdigit()
                 for n in range(1, int(m.split("|", 2)[1]) + 1)]
         if "dm" in journal:
@@ -173,14 +177,27 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
         for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
             queue, gen, member = journal[f"d{i}"].split("|", 2)
             _, add_b, copy_b = journal[f"q{queue}"].split("|")
-            pending[f"{member}|{gen}"] += int(journal["nf"])
-            pending[f"{member}|{gen}|b"] += int(add_b)
+            pending[f"{member}|{gen}"] += int(reserved_n)
+            pending[f"{member}|{gen}|b"] += int(reserved_b or add_b)
             reserved += int(copy_b)
             if not counts_owed:
                 refs.update(docs)
         if counts_owed:
             refs.update(docs)
     return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved
+
+
+def _reserved(client: Any, tk: k.TenantKeys, journal: str) -> Counter[str]:
+    """The pending hash's fields a wide send's reservation (``send_reserve.lua``) accounts for."""
+    reservation = {f.decode(): v.decode() for f, v in client.hgetall(send_keys.send_reservation(tk, journal)).items()}
+    pending: Counter[str] = Counter()
+    if reservation:
+        copies, size = reservation["rv"].split("|")
+        for i in range(1, int(reservation["c"]) + 1):
+            _, gen, member = reservation[f"d{i}"].split("|", 2)
+            pending[f"{member}|{gen}"] += int(copies)
+            pending[f"{member}|{gen}|b"] += int(size)
+    return pending
 
 
 def _unmoved(client: Any, tk: k.TenantKeys, name: str, journal: dict[str, str], docs: set[str]) -> int:

@@ -1,0 +1,226 @@
+"""Wide sends (``send_journal.RESERVE_DESTINATIONS``): a call to more destinations than one script
+checks within its budget checks and reserves them in steps before its prepare, which reads none;
+a refusal releases the steps before it, and a reservation a dead request left is released by the
+maintenance, so nothing stays held and a retry stores once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from atomq.errors import QueueFull, StorageError
+from atomq.platform import QueueServer
+from atomq.platform import maintenance as maintenance_module
+from atomq.platform.queues import send_journal
+from atomq.platform.store import keys as k
+from atomq.platform.store import send_keys
+from atomq.platform.store.storage import Storage
+from support.audit import assert_audit_clean
+from support.queues import msg
+
+P2P, PUBSUB = "point_to_point", "publish_subscribe"
+SUBSCRIBERS = [f"s{i}" for i in range(10)]
+
+
+@pytest.fixture
+def scripts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, list[str], list[Any]]]]:
+    """Reservations in steps of 4 destinations, released 3 a step, copies 10 destinations a step;
+    and every send script run (name, keys, arguments), in order."""
+    monkeypatch.setattr(send_journal, "RESERVE_DESTINATIONS", 4)
+    monkeypatch.setattr(send_journal, "RELEASE_DESTINATIONS", 3)
+    monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 10)
+    ran: list[tuple[str, list[str], list[Any]]] = []
+    real_run = Storage.run
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name.startswith("send"):
+            ran.append((name, list(keys), list(args)))
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    yield ran
+
+
+def twelve_destinations(qs: QueueServer, tenant: str, **limits: Any) -> list[tuple[str, str | None]]:
+    """Queues a, b (point-to-point) and s (subscribers s0 to s9) attracting x/>, ``limits`` on b."""
+    qs.put_queue(tenant, "a", P2P, topics=["x/>"])
+    qs.put_queue(tenant, "b", P2P, topics=["x/>", "y"], **limits)
+    qs.put_queue(tenant, "s", PUBSUB, topics=["x/>"])
+    for sub in SUBSCRIBERS:
+        qs.put_subscriber(tenant, "s", sub)
+    return [("a", None), ("b", None), *(("s", sub) for sub in SUBSCRIBERS)]
+
+
+def held(qs: QueueServer, tenant: str, queue: str, subscriber: str | None = None) -> list[str]:
+    return [m.id for m in qs.browse(tenant, queue, limit=1000, subscriber=subscriber).items]
+
+
+def names(ran: list[tuple[str, list[str], list[Any]]]) -> list[str]:
+    return [name for name, _, _ in ran]
+
+
+def nothing_reserved(qs: QueueServer, tenant: str) -> None:
+    tk = k.TenantKeys(tenant)
+    assert not qs.client.exists(tk.pending_copies), "every reserved copy was made or given back"
+    assert qs.client.zcard(tk.send_journals) == 0
+    assert not qs.client.keys(send_keys.send_reservation(tk, "*"))
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_a_wide_publish_reserves_in_steps_and_its_prepare_reads_no_destination(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    destinations = twelve_destinations(qs, tenant)
+    published = qs.publish(tenant, "x/1", [msg("one"), msg("two")])
+    assert published.copies == 2 * 12
+    assert names(scripts) == ["send_reserve"] * 3 + ["send", "send_release"] + ["send_apply"] * 3, \
+        "12 destinations reserved 4 a step, prepared, then the reference counts and two steps of copies"
+    per_destination = 1 + len(k.TenantKeys(tenant).destination_named("s/s0")[1].as_list())
+    assert [len(keys) for name, keys, _ in scripts if name == "send_reserve"] == [5 + 4 * per_destination] * 3
+    prepare = next(keys for name, keys, _ in scripts if name == "send")
+    assert len(prepare) == 7 + 2 * 3 + 10, "each queue's cfg and subscribers, no destination's keys"
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == published.ids
+    nothing_reserved(qs, tenant)
+
+
+def test_a_refusal_in_a_later_step_gives_back_the_steps_before_and_stores_nothing(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant)
+    qs.put_queue(tenant, "zz", P2P, topics=["x/>"], max_messages=1)
+    qs.send(tenant, "zz", [msg("already")])
+    scripts.clear()
+    with pytest.raises(QueueFull) as refused:
+        qs.publish(tenant, "x/1", [msg("one")])
+    assert refused.value.details["queue"] == "zz"
+    reserves = names(scripts).index("send_release")
+    assert reserves >= 2 and names(scripts)[:reserves] == ["send_reserve"] * reserves, \
+        "refused at a later step, after earlier steps reserved"
+    assert "send" not in names(scripts) and "send_apply" not in names(scripts)
+    assert [qs.get_queue(tenant, q).depth for q in ("a", "b", "s", "zz")] == [0, 0, 0, 1]
+    nothing_reserved(qs, tenant)
+
+
+def test_a_send_racing_a_reservation_finds_the_room_it_holds(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    twelve_destinations(qs, tenant, max_messages=1)
+    real_run = Storage.run
+    raced: list[BaseException] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name == "send" and args[11] and not raced:  # the wide prepare, after its reservation
+            with pytest.raises(QueueFull) as full:
+                qs.send(tenant, "b", [msg("racer")])
+            raced.append(full.value)
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    assert raced and raced[0].details["count"] == 1, "b's one place was the reservation's"
+    assert held(qs, tenant, "b") == published.ids
+    nothing_reserved(qs, tenant)
+
+
+def dies_mid_reservation(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    """The request's node dies after ``steps`` steps of its reservation: nothing of it runs after
+    (no release), and its reservation stays, untouched."""
+    real_run, real_release = Storage.run, send_journal.SendJournals.release
+    ran = [0]
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "send_reserve":
+            ran[0] += 1
+            if ran[0] > steps:
+                raise StorageError("the node died")
+        return real_run(self, name, *args, **kwargs)
+
+    def release(self: send_journal.SendJournals, *args: Any, **kwargs: Any) -> None:
+        if ran[0] <= steps:
+            real_release(self, *args, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    monkeypatch.setattr(send_journal.SendJournals, "release", release)
+
+
+def test_a_reservation_a_dead_request_left_is_given_back_by_the_maintenance(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    with monkeypatch.context() as dying:
+        dies_mid_reservation(dying, 2)
+        with pytest.raises(StorageError):
+            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
+    tk = k.TenantKeys(tenant)
+    assert len(qs.client.hgetall(tk.pending_copies)) == 2 * 8, "two steps of 4 destinations reserved"
+    assert_audit_clean(qs.client, {tenant})
+    with pytest.raises(QueueFull):
+        qs.send(tenant, "b", [msg("b is reserved")])
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    scripts.clear()
+    qs.maintain(tenant)
+    assert names(scripts) == ["send_release"] * 3, "8 destinations given back, 3 a step"
+    nothing_reserved(qs, tenant)
+    again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
+    assert again.copies == 12
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == again.ids
+    nothing_reserved(qs, tenant)
+
+
+def test_a_retry_goes_on_with_the_reservation_and_stores_once(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant)
+    with monkeypatch.context() as dying:
+        dies_mid_reservation(dying, 2)
+        with pytest.raises(StorageError):
+            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
+    scripts.clear()
+    again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
+    assert names(scripts)[:3] == ["send_reserve", "send_reserve", "send"], \
+        "planned from 0, told where the reservation is, then its last step"
+    assert [args[0] for name, _, args in scripts if name == "send_reserve"] == [0, 8]
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == again.ids
+    assert qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2").ids == again.ids
+    nothing_reserved(qs, tenant)
+
+
+def test_repeats_found_by_the_prepare_give_back_what_was_reserved_for_them(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=3, overflow="drop_oldest")
+    first = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a"), msg("b", dedupe_id="b")])
+    second = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a"), msg("c", dedupe_id="c")])
+    assert second.ids[0] == first.ids[0] and second.dropped == 0, \
+        "reserved for 2, stored 1: b holds 3, within its limit, and drops nothing"
+    assert held(qs, tenant, "b") == [*first.ids, second.ids[1]]
+    nothing_reserved(qs, tenant)
+    scripts.clear()
+    repeat = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    assert repeat.ids == first.ids[:1]
+    assert names(scripts) == ["send_reserve"] * 3 + ["send"] + ["send_release"] * 4, \
+        "a call of repeats only is answered whole, then its 12 reserved destinations given back"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_route_changed_mid_reservation_is_reserved_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant)
+    real_run = Storage.run
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        reply = real_run(self, name, *args, **kwargs)
+        if name == "send_reserve" and not qs.client.sismember(k.TenantKeys(tenant).queue("s").subscribers, "late"):
+            qs.put_subscriber(tenant, "s", "late")
+        return reply
+
+    monkeypatch.setattr(Storage, "run", run)
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    assert published.copies == 13
+    for queue, sub in [*destinations, ("s", "late")]:
+        assert held(qs, tenant, queue, sub) == published.ids
+    assert "send_release" in names(scripts), "the first reservation, of the old route, was given back"
+    nothing_reserved(qs, tenant)
