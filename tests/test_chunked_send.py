@@ -18,8 +18,9 @@ from atomq.errors import NotDurable, QueueFull, QuotaExceeded, StorageError, Too
 from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.queues import send_journal
+from atomq.platform.queues.routes import OrderWait
 from atomq.platform.shared import ChunkBudget
-from atomq.platform.store import keys as k
+from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
 from support.audit import assert_audit_clean
 from support.queues import FAST, die_after_steps, msg
@@ -361,7 +362,7 @@ def test_a_wide_publish_steps_over_its_destinations_each_step_carrying_only_its_
     applies = [n for name, n in wide if name == "send_apply"]
     assert len(applies) == 6, "the reference counts, then 10 of the 50 destinations a step (50 copies: few)"
     per_destination = len(k.TenantKeys(tenant).destination_named("w0/s0")[1].as_list()) + 2
-    assert applies == [13] + [13 + 10 * per_destination] * 5, "a step's keys are its own destinations'"
+    assert applies == [14] + [14 + 10 * per_destination] * 5, "a step's keys are its own destinations'"
     assert [n for name, n in wide if name == "read"] == [10] * 5, "a step reads its own destinations only"
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == published.ids
@@ -382,5 +383,36 @@ def test_a_wide_publish_cut_short_mid_way_is_finished_by_the_maintenance(
     assert len(ids) == 1 and all(held(qs, tenant, q, s) == ids for q, s in destinations), "exactly one copy each"
     again = qs.publish(tenant, "w/1", [msg("one")], idempotency_key="wide-1")
     assert again.ids == ids and again.copies == 50, "the retry answers from the record"
+    assert not qs.client.exists(k.TenantKeys(tenant).pending_copies)
+    assert_audit_clean(qs.client, {tenant})
+
+
+@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
+def test_a_send_between_the_steps_of_a_fan_out_reaching_an_ordered_queue_lands_after_it_there(
+        qs: QueueServer, tenant: str, steps: list[str], monkeypatch: pytest.MonkeyPatch,
+        order: dict[str, str]) -> None:
+    """Queue z, last of the fan-out, keeps send order: a send there after the publish's first step
+    of copies (a and b) waits for the publish's copies in z, which it makes itself."""
+    five_destinations(qs, tenant)
+    qs.put_queue(tenant, "z", P2P, topics=["x/>"], **order)
+    real_run, later = Storage.run, []
+    refused: list[str] = []
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)
+        except OrderWait:
+            refused.append(name)
+            raise
+        finally:
+            if name == "send_apply" and steps.count("send_apply") == 2 and not later:
+                later.append(qs.send(tenant, "z", [msg("later")]))
+
+    monkeypatch.setattr(Storage, "run", run)
+    published = qs.publish(tenant, "x/1", [msg(f"m{i}") for i in range(4)])
+    assert published.queues == ["a", "b", "s", "z"] and refused == ["send"], "the send waited once"
+    assert held(qs, tenant, "z") == published.ids + later[0]
+    assert [d.id for d in qs.get(tenant, "z", max_messages=10, consumer="c")] == published.ids + later[0]
+    assert qs.client.zcard(send_keys.send_owed(k.TenantKeys(tenant))) == 0
     assert not qs.client.exists(k.TenantKeys(tenant).pending_copies)
     assert_audit_clean(qs.client, {tenant})

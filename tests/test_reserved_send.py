@@ -77,9 +77,9 @@ def test_a_wide_publish_reserves_in_steps_and_its_prepare_reads_no_destination(
     assert names(scripts) == ["send_reserve"] * 3 + ["send", "send_release"] + ["send_apply"] * 3, \
         "12 destinations reserved 4 a step, prepared, then the reference counts and two steps of copies"
     per_destination = 1 + len(k.TenantKeys(tenant).destination_named("s/s0")[1].as_list())
-    assert [len(keys) for name, keys, _ in scripts if name == "send_reserve"] == [5 + 4 * per_destination] * 3
+    assert [len(keys) for name, keys, _ in scripts if name == "send_reserve"] == [6 + 4 * per_destination] * 3
     prepare = next(keys for name, keys, _ in scripts if name == "send")
-    assert len(prepare) == 7 + 2 * 3 + 10, "each queue's cfg and subscribers, no destination's keys"
+    assert len(prepare) == 7 + 2 * 3 + 11, "each queue's cfg and subscribers, no destination's keys"
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == published.ids
     nothing_reserved(qs, tenant)
@@ -224,3 +224,67 @@ def test_a_route_changed_mid_reservation_is_reserved_again(
         assert held(qs, tenant, queue, sub) == published.ids
     assert "send_release" in names(scripts), "the first reservation, of the old route, was given back"
     nothing_reserved(qs, tenant)
+
+
+def ordered_and_eleven_others(qs: QueueServer, tenant: str) -> None:
+    """Queue a exclusive, b point-to-point and s with ten subscribers, attracting x/>."""
+    qs.put_queue(tenant, "a", P2P, topics=["x/>"], access="exclusive")
+    qs.put_queue(tenant, "b", P2P, topics=["x/>"])
+    qs.put_queue(tenant, "s", PUBSUB, topics=["x/>"])
+    for sub in SUBSCRIBERS:
+        qs.put_subscriber(tenant, "s", sub)
+
+
+def send_once_after(qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch, after: str,
+                    send: Any) -> list[Any]:
+    """Once, right after the first script ``after``, calls ``send()``; what it returned or raised."""
+    real_run, out, started = Storage.run, [], []
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)
+        finally:
+            if name == after and not started:
+                started.append(name)
+                try:
+                    out.append(send())
+                except StorageError as exc:
+                    out.append(exc)
+
+    monkeypatch.setattr(Storage, "run", run)
+    return out
+
+
+@pytest.mark.parametrize("after", ["send_reserve", "send"])
+def test_a_wide_publish_reaching_an_exclusive_queue_keeps_the_send_order_there(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch, after: str) -> None:
+    """A send to the exclusive queue during the reservation takes its ids first, and lands first;
+    one after the prepare waits for the publish's copies there."""
+    ordered_and_eleven_others(qs, tenant)
+    other = send_once_after(qs, tenant, monkeypatch, after, lambda: qs.send(tenant, "a", [msg("other")]))
+    published = qs.publish(tenant, "x/1", [msg("one"), msg("two")])
+    assert "send_reserve" in names(scripts) and len(other) == 1
+    expected = other[0] + published.ids if after == "send_reserve" else published.ids + other[0]
+    assert held(qs, tenant, "a") == expected and sorted(expected) == expected, "in send order"
+    nothing_reserved(qs, tenant)
+    assert qs.client.zcard(send_keys.send_owed(k.TenantKeys(tenant))) == 0
+
+
+def test_a_chunked_send_meeting_a_reservation_waits_for_it_a_bounded_time(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunked prepare to an exclusive queue a reservation owes would be overtaken by the reserved
+    send's copies: it waits for it to become a journal, here in vain (the reservation is held up
+    in this very call), then answers 503 having stored nothing; the publish goes on."""
+    ordered_and_eleven_others(qs, tenant)
+    monkeypatch.setattr(send_journal, "ORDER_WAIT_MS", 50)
+    monkeypatch.setattr(send_journal, "STAGE_DOCS", 1)  # a message of two documents is staged
+    refused = send_once_after(qs, tenant, monkeypatch, "send_reserve",
+                              lambda: qs.send(tenant, "a", [msg("big", "big")]))
+    published = qs.publish(tenant, "x/1", [msg("one")])
+    assert len(refused) == 1 and isinstance(refused[0], StorageError) and refused[0].http_status == 503
+    assert held(qs, tenant, "a") == published.ids
+    assert not qs.client.keys(f"{k.tenant_prefix(tenant)}:stg:*"), "its upload deleted"
+    nothing_reserved(qs, tenant)
+    assert qs.client.zcard(send_keys.send_owed(k.TenantKeys(tenant))) == 0

@@ -20,7 +20,8 @@ from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues import send_journal
-from atomq.platform.store import keys as k
+from atomq.platform.queues.routes import OrderWait
+from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch import store_sizes
 from support.audit import assert_audit_clean
@@ -107,18 +108,78 @@ def test_a_send_within_the_bounds_carries_its_documents_in_one_script(
     assert [name for name, _ in scripts] == ["send"]
 
 
-@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
-def test_a_big_send_to_a_queue_that_keeps_send_order_is_stored_whole(
-        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], order: dict[str, str]) -> None:
-    """A send made between two steps would be delivered before the staged call's messages, though
-    sent after them: an exclusive or group-ordered queue alone takes a big call in one script."""
-    qs.put_queue(tenant, "work", "point_to_point", **order)
-    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
-    assert scripts == [("send", 12)], "one script, the documents in its arguments"
-    later = qs.send(tenant, "work", [message(4)])
-    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later
-    assert bodies(qs, tenant, "work", consumer="c") == expected(5)
+def sends_between_steps(qs: QueueServer, tenant: str, queue: str, after: str, monkeypatch: pytest.MonkeyPatch,
+                        messages: list[OutgoingMessage]) -> list[list[str]]:
+    """Once, right after the first script ``after`` of a call, another call sends ``messages`` to
+    ``queue``; the ids it got, filled once it returns."""
+    real_run, sent, refused = Storage.run, [], []
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)
+        except OrderWait:
+            refused.append(name)
+            raise
+        finally:
+            if name == after and not sent:
+                sent.append([])
+                sent[0] += qs.send(tenant, queue, messages)
+                assert refused, "the send between the steps waited for the journal"
+
+    monkeypatch.setattr(Storage, "run", run)
+    return sent
+
+
+def nothing_owed(qs: QueueServer, tenant: str) -> None:
+    tk = k.TenantKeys(tenant)
+    assert qs.client.zcard(send_keys.send_owed(tk)) == 0 and qs.client.zcard(tk.send_journals) == 0
+    assert not qs.client.exists(tk.pending_copies)
     assert_audit_clean(qs.client, {tenant})
+
+
+@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
+@pytest.mark.parametrize("after", ["send", "send_apply"])
+def test_a_big_send_to_a_queue_that_keeps_send_order_is_staged_and_a_send_between_its_steps_lands_after(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], order: dict[str, str], after: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged call's ids, given at its prepare, come first in send order: a send made between
+    its steps (after the prepare, or after its first move of documents) waits for its copies."""
+    qs.put_queue(tenant, "work", "point_to_point", **order)
+    later = sends_between_steps(qs, tenant, "work", after, monkeypatch, [message(4)])
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    names = [name for name, _ in scripts]
+    assert names[:3] == ["send_stage", "send_stage", "send"] and "send_apply" in names, "staged in steps"
+    assert next(held for name, held in scripts if name == "send_apply") == 6, "a bounded move of documents"
+    assert len(later) == 1 and [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later[0]
+    assert bodies(qs, tenant, "work", consumer="c") == expected(5)
+    nothing_owed(qs, tenant)
+
+
+@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
+def test_a_staged_send_between_the_steps_of_another_waits_for_it_and_keeps_its_own_order(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], order: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point", **order)
+    later = sends_between_steps(qs, tenant, "work", "send", monkeypatch, [message(i) for i in range(4, 8)])
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later[0]
+    assert bodies(qs, tenant, "work", consumer="c") == expected(8)
+    nothing_owed(qs, tenant)
+
+
+def test_a_send_waiting_for_a_journal_whose_node_died_finishes_it_and_lands_after(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    qs.put_queue(tenant, "work", "point_to_point", access="exclusive")
+    real = send_journal.SendJournals.finish
+    die_after_steps(monkeypatch, 1)
+    with pytest.raises(StorageError):
+        qs.send(tenant, "work", [message(i) for i in range(4)])
+    assert qs.get_queue(tenant, "work").depth == 0 and qs.client.zcard(send_keys.send_owed(k.TenantKeys(tenant)))
+    monkeypatch.setattr(send_journal.SendJournals, "finish", real)
+    later = qs.send(tenant, "work", [message(4)])
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items][4:] == later
+    assert bodies(qs, tenant, "work", consumer="c") == expected(5), "the dead request's messages first"
+    nothing_owed(qs, tenant)
 
 
 def test_a_refusal_reaches_the_caller_when_the_upload_cannot_be_deleted_after_it(
@@ -135,16 +196,18 @@ def test_a_refusal_reaches_the_caller_when_the_upload_cannot_be_deleted_after_it
     assert len(upload) == 1 and 0 < qs.client.pttl(upload[0]) <= send_journal.STAGE_TTL_MS, "left to expire"
 
 
-def test_a_queue_made_exclusive_after_its_route_was_read_takes_a_big_send_whole(
-        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]]) -> None:
+def test_a_queue_made_exclusive_after_its_route_was_read_still_keeps_a_big_send_in_order(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
     qs.put_queue(tenant, "work", "point_to_point")
     qs.send(tenant, "work", [message(0, docs=1, size=10)])  # the route is read and kept: not ordered
     qs.put_queue(tenant, "work", "point_to_point", access="exclusive")
     scripts.clear()
-    qs.send(tenant, "work", [message(i) for i in range(4)])
-    assert scripts[-1] == ("send", 1 + 12), "the route read again: the last try one whole script"
+    later = sends_between_steps(qs, tenant, "work", "send_apply", monkeypatch, [message(5)])
+    ids = qs.send(tenant, "work", [message(i) for i in range(1, 5)])
+    assert [name for name, _ in scripts][:3] == ["send_stage", "send_stage", "send"], "staged"
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items][1:] == ids + later[0]
     assert not list(qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:stg:*")), "a first try's upload deleted"
-    assert_audit_clean(qs.client, {tenant})
+    nothing_owed(qs, tenant)
 
 
 @pytest.mark.parametrize("refusal", ["quota", "queue_full", "too_big"])
@@ -298,8 +361,8 @@ def test_an_upload_expired_before_its_prepare_is_uploaded_again(
 
     def run(self: Storage, name: str, keys: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
         if name == "send" and not expired:
-            expired.append(keys[-3])
-            self.client.delete(keys[-3])  # the upload, as if it expired between its last step and the prepare
+            expired.append(keys[-4])
+            self.client.delete(keys[-4])  # the upload, as if it expired between its last step and the prepare
         return real_run(self, name, keys, args, *rest, **kwargs)
 
     monkeypatch.setattr(Storage, "run", run)

@@ -34,9 +34,8 @@ for a queue that delivers in send order, and ``|sync`` for a queue whose sends w
 and its subscribers."""
 
 ORDERED = "|ordered"
-"""In the route of an exclusive or group-ordered queue: a call to it alone is never stored in steps
-(``send_journal``), since a send made between two steps would be delivered before the call's
-messages, whose ids and places in the send order were given when it was prepared."""
+"""In the route of an exclusive or group-ordered queue, which delivers in send order: a chunked send
+(``send_journal``) owing it copies holds back the sends there until it made them (:exc:`OrderWait`)."""
 
 
 def queue_config_reads(pipe: Any, qk: k.QueueKeys) -> None:
@@ -54,6 +53,15 @@ def parse_queue_config(values: list[bytes | None], subs: set[bytes]) -> tuple[st
 
 class StaleRoute(AtomqError):
     """The script saw another model or subscriber set than the caller passed."""
+
+
+class OrderWait(AtomqError):
+    """The send would land before the copies the named journals (or reservations) owe an exclusive or
+    group-ordered destination: its caller goes on with them first (``send_journal``)."""
+
+    def __init__(self, journals: list[str]) -> None:
+        super().__init__("an earlier chunked send owes the queue its messages")
+        self.journals = journals
 
 
 class Routes:

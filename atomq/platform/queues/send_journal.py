@@ -24,9 +24,13 @@ dies mid-upload leaves nothing), then the prepare reads their sizes from the upl
 everything as above, and renames the upload to its journal's documents, in the one script, so a
 refusal stores nothing (the caller deletes the upload at once, else it expires); the first steps
 move the documents into the tenant's, a bounded part each, before the reference counts and copies.
-A call to one exclusive or group-ordered queue alone is not staged (``routes.ORDERED``): its send
-order comes before the step budget. A fan-out reaching such a queue among others is still stepped,
-and a send to that queue made between its steps may be delivered before its message there.
+Exclusive and group-ordered queues deliver in send order, which a chunked send's ids fix at its
+prepare: lest a send made before its copies land there overtake them, the prepare (or a wide send's
+reservation) names its journal in the tenant's owed set (``send_keys.send_owed``) for each such
+destination, until the step that copies there or gives the copies back. A send there while a
+prepared journal (for a chunked prepare, a reservation too) owes it stores nothing and refuses with
+ORDERWAIT: its caller goes on with those journals, then sends again (:meth:`SendJournals.in_order`).
+No step waits, and a reservation releases itself before it waits: no two calls wait for each other.
 
 A call to more destinations than :data:`RESERVE_DESTINATIONS` checks and reserves them in steps
 first (``send_reserve.lua``, a bounded number of destinations a step): each step checks its
@@ -48,11 +52,14 @@ Consumers may see a chunked publish land destination by destination, as any brok
 from __future__ import annotations
 
 import contextlib
+import random
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from atomq.defaults import DEFAULT_PRIORITY
 from atomq.errors import AtomqError, StorageError
+from atomq.platform.queues.routes import OrderWait
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
 from atomq.platform.store import send_keys
@@ -100,6 +107,10 @@ or of its documents' move carries about this many (a message's documents move to
 
 STAGE_TTL_MS = 60_000
 """How long an upload outlives its last step: a client that died mid-upload leaves nothing after it."""
+
+ORDER_WAIT_MS = 10_000
+"""The longest a send waits for the reservations that owe its ordered destinations to become journals
+(which it then finishes): past it, the send stores nothing and answers 503."""
 
 
 class UploadLost(AtomqError):
@@ -174,19 +185,17 @@ class Upload:
 
 
 def upload_of(tk: k.TenantKeys, journal: str, digest: str, args_tail: list[Any],
-              destinations: int, first_ordered: bool) -> tuple[Upload | None, list[Any]]:
+              destinations: int) -> tuple[Upload | None, list[Any]]:
     """The upload of a call's documents when they pass :data:`STAGE_DOCS` or :data:`STAGE_BYTES`
     (None otherwise), and the call's arguments (``send.lua``'s from its message count on), without
-    the documents' data and properties when they are uploaded. A call to one exclusive or
-    group-ordered queue alone (``first_ordered`` with one destination) is not staged: its send order
-    comes before the step budget (``routes.ORDERED``), and one script stores it whole."""
+    the documents' data and properties when they are uploaded."""
     docs, size, pos = 0, 0, 1
     for _ in range(int(args_tail[0])):
         ndocs = int(args_tail[pos + 2])
         docs += ndocs
         size += sum(len(a) for a in args_tail[pos + 3:pos + 3 + 2 * ndocs])
         pos += 3 + 2 * ndocs
-    if destinations == 0 or (destinations == 1 and first_ordered) or (docs <= STAGE_DOCS and size <= STAGE_BYTES):
+    if destinations == 0 or (docs <= STAGE_DOCS and size <= STAGE_BYTES):
         return None, args_tail
     fields: list[tuple[str, Any]] = []
     bare, pos = [args_tail[0]], 1
@@ -222,14 +231,14 @@ class SendJournals:
     def __init__(self, shared: Shared) -> None:
         self._shared = shared
 
-    def prepare(self, upload: Upload | None, record: str, call_field: str, journal: str,
+    def prepare(self, tk: k.TenantKeys, upload: Upload | None, record: str, call_field: str, journal: str,
                 run: Callable[[], Any], reservation: Reservation | None = None) -> Any:
         """Runs the prepare ``run`` of a call, after reserving its destinations when it is wide and
         uploading its documents when it is staged; then releases what is left of the reservation
         and deletes what is left of the upload, whatever it answered (a refusal stores nothing).
         A call its record or journal already holds (a retry) uploads nothing: the prepare answers it."""
         if upload is None and reservation is None:
-            return run()
+            return self.in_order(tk, run)
         storage, client = self._shared.storage, self._shared.client
         try:
             for again in (False, True):
@@ -239,7 +248,7 @@ class SendJournals:
                                                or storage.call(client.exists, journal)):
                     self._upload(upload)
                 try:
-                    return run()
+                    return self.in_order(tk, run)
                 except (UploadLost, ReservationLost):
                     if again:
                         raise StorageError("the request's upload or reservation kept expiring; try again") from None
@@ -253,22 +262,49 @@ class SendJournals:
                 if reservation is not None:
                     self.release(reservation.tk, reservation.journal)
 
+    def in_order(self, tk: k.TenantKeys, run: Callable[[], Any], release: Callable[[], None] | None = None,
+                 deadline: float | None = None) -> Any:
+        """Runs ``run``, a send script's call, again after going on with the chunked sends that owe its
+        ordered destinations copies (:exc:`OrderWait`; their steps check their cursor, so their own
+        requests may step too), first calling ``release`` (a reservation's step gives back what its
+        reservation holds); while none is a journal yet (reservations), waits, until ``deadline``."""
+        deadline = deadline or time.monotonic() + ORDER_WAIT_MS / 1000
+        while True:
+            try:
+                return run()
+            except OrderWait as wait:
+                if release is not None:
+                    release()
+                finished = False
+                for name in wait.journals:
+                    record = self._shared.storage.call(self._shared.client.hget, tk.send_journal(name), "rk")
+                    if record is not None:
+                        finished = self.finish(tk, name, record.decode()) is not None
+                if not finished:
+                    if time.monotonic() > deadline:
+                        raise StorageError("an earlier send to an ordered queue is still reserving; try again") from None
+                    time.sleep(0.005 + random.random() * 0.02)  # jittered: two reservations that met start apart
+
     def _reserve(self, reservation: Reservation) -> None:
         """Checks and reserves the destinations in steps of :data:`RESERVE_DESTINATIONS`, from where
         the reservation is (a retry's goes on with it). A refusal is raised as it is: :meth:`prepare`
         gives the reservation back before its caller hears of it."""
         r, tk = reservation, reservation.tk
-        done, total = 0, len(r.destinations)
+        done, total, deadline = 0, len(r.destinations), time.monotonic() + ORDER_WAIT_MS / 1000
         while done < total:
             step = r.destinations[done:done + RESERVE_DESTINATIONS]
             keys = [send_keys.send_reservation(tk, r.journal), tk.send_journal(r.journal), r.record, tk.send_journals,
-                    tk.pending_copies]
+                    tk.pending_copies, send_keys.send_owed(tk)]
             args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.journal), r.call_field,
                                r.top, r.copies, r.size]
             for qi, route, qk, d in step:
                 keys += [qk.config, *d.as_list()]
                 args += [qi, route, d.member]
-            reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
+            # Holding nothing while it waits (a step that finds the reservation released answers 'm'
+            # 0: it starts again), no two reservations wait for each other.
+            reply = self.in_order(tk, lambda: self._shared.storage.run("send_reserve", keys, args, r.errors,
+                                                                      writes_once=True),
+                                  lambda: self.release(tk, r.journal), deadline)
             kind = reply[0].decode()
             if kind == "j":
                 return
@@ -281,7 +317,7 @@ class SendJournals:
     def release(self, tk: k.TenantKeys, journal: str, budget: ChunkBudget | None = None) -> None:
         """Gives back, in steps, what the reservation of journal ``journal`` holds, and deletes it
         (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
-        keys = [send_keys.send_reservation(tk, journal), tk.send_journals, tk.pending_copies]
+        keys = [send_keys.send_reservation(tk, journal), tk.send_journals, tk.pending_copies, send_keys.send_owed(tk)]
         while budget is None or budget.take():
             if not self._shared.storage.run("send_release", keys,
                                             [RELEASE_DESTINATIONS, send_keys.reservation_name(journal)],
@@ -332,7 +368,7 @@ class SendJournals:
                 cfg = destinations[0] if destinations else tk.usage  # a step of no destination reads none
                 keys = [tk.doc, tk.doc_props, tk.doc_refs, cfg, journal, tk.send_journals, tk.pending_copies,
                         record, tk.usage, tk.due, tk.oldest, tk.marker_ledger, send_keys.journal_documents(tk, name),
-                        *destinations]
+                        send_keys.send_owed(tk), *destinations]
                 args = [done, step, name, STAGE_DOCS, STAGE_BYTES]
                 synced = None
                 if sync and done + step == total:

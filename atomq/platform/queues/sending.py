@@ -34,7 +34,7 @@ from atomq.platform.queues.request_records import (
     positions_of,
     stored_answer,
 )
-from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, ORDERED, Routes, StaleRoute
+from atomq.platform.queues.routes import MAX_ROUTE_RETRIES, OrderWait, Routes, StaleRoute
 from atomq.platform.queues.send_journal import (
     Errors,
     ReservationLost,
@@ -331,11 +331,10 @@ class Sending:
             if reservation is None:  # else the reservation reads the destinations, not the prepare
                 keys += [key for d in dests for key in d.as_list()]
             route_args += [expected, len(dests), *(() if reservation else (d.member for d in dests))]
-        upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations,
-                                      any(ORDERED in r for r in route_args[:1]))
+        upload, args_tail = upload_of(tk, journal, call.digest, args_tail, destinations)
         keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
-                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, journal)]
+                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, journal), send_keys.send_owed(tk)]
         settings = self._shared.settings
         staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
@@ -346,10 +345,10 @@ class Sending:
         synced: Any = None
         try:
             if sync and not staged:
-                reply, synced = storage.run_durably("send", keys, args, errors, settings.sync_min_replicas,
-                                                    settings.sync_timeout_ms, writes_once=True)
+                reply, synced = self._journals.in_order(tk, lambda: storage.run_durably(
+                    "send", keys, args, errors, settings.sync_min_replicas, settings.sync_timeout_ms, writes_once=True))
             else:
-                reply = self._journals.prepare(upload, keys[6], call.field, tk.send_journal(journal),
+                reply = self._journals.prepare(tk, upload, keys[6], call.field, tk.send_journal(journal),
                                                lambda: storage.run("send", keys, args, errors, writes_once=True),
                                                reservation)
             answered = True  # by this caller's own call, or its last step, which waited for the disk
@@ -393,7 +392,7 @@ class Sending:
                 "IDEMREUSED": lambda _: key_reused(call.token),
                 "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
                 "STAGELOST": lambda _: UploadLost("lost"), "RESERVELOST": lambda _: ReservationLost("lost"),
-                "QUEUEFULL": lambda words: queue_full_error(targets, words),
+                "QUEUEFULL": lambda words: queue_full_error(targets, words), "ORDERWAIT": OrderWait,
                 "DELAYEXCLUSIVE": lambda words: InvalidInput(
                     f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
                     "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),

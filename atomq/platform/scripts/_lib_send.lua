@@ -52,6 +52,17 @@ local function pend(pending, member, gen, dn, db)
   if redis.call('HINCRBY', pending, field .. '|b', db) == 0 then redis.call('HDEL', pending, field .. '|b') end
 end
 
+-- The journals that owe exclusive or group-ordered destination `member` copies (send_keys.send_owed:
+-- "<member>|<journal>", names holding no '|', so '}' bounds the member's entries), but `own`.
+local function owed_by(owed, member, own)
+  local names = {}
+  for _, entry in ipairs(redis.call('ZRANGEBYLEX', owed, '[' .. member .. '|', '(' .. member .. '}')) do
+    local name = string.sub(entry, #member + 2)
+    if name ~= own then names[#names + 1] = name end
+  end
+  return names
+end
+
 -- The oldest waiting (ready or scheduled) messages of destination d in send
 -- order, of priority p only when p is given (`sched`: the scheduled ones by
 -- priority, read once): at least the k oldest, when that many wait, and

@@ -12,8 +12,9 @@
 --              its due index, its index of oldest messages, its marker ledger and
 --              its usage hash; then the request's upload of its documents (a staged
 --              send's: send_keys.send_staging), the name its journal keeps them under
---              (send_keys.journal_documents) and (last) its destinations' reservation
---              (send_keys.send_reservation); a reserved call gives no destination's keys
+--              (send_keys.journal_documents), its destinations' reservation
+--              (send_keys.send_reservation) and (last) the tenant's ordered destinations owed by
+--              chunked sends (send_keys.send_owed); a reserved call gives no destination's keys
 -- ARGV[1]      the topic patterns' version the caller matched with ('' for a send)
 -- ARGV[2]      number of queues
 -- ARGV[3]      de-duplication window in ms
@@ -105,10 +106,17 @@
 -- both, and the prepare renames it to the journal, whose destinations it lists already. A reserved
 -- call that stores nothing (a refusal, every message a repeat) leaves the reservation to its caller,
 -- which releases it (send_release.lua).
+-- Exclusive and group-ordered queues deliver in send order, which a chunked send's ids fix at its
+-- prepare: until its steps copy to such a destination, the owed set names the journal there (a
+-- reserved send's reservation put it: send_reserve.lua). A call to a destination owed by another
+-- prepared journal would land before its earlier messages: it stores nothing and refuses with
+-- ORDERWAIT <journal names>; the caller goes on with them, then calls again. A chunked prepare
+-- waits for a reservation there too, since the reserved send's prepare, later, reads no
+-- destination; a whole send does not (its ids come first).
 
 local RECORD, record_field, digest = KEYS[7], ARGV[7], ARGV[8]
-local NK = #KEYS - 3     -- the keys before the upload's two and the reservation
-local STAGE, JDOCS, RESERVATION = KEYS[NK + 1], KEYS[NK + 2], KEYS[NK + 3]
+local NK = #KEYS - 4     -- the keys before the upload's two, the reservation and the owed set
+local STAGE, JDOCS, RESERVATION, OWED = KEYS[NK + 1], KEYS[NK + 2], KEYS[NK + 3], KEYS[NK + 4]
 local JOURNAL, JOURNALS, PENDING = KEYS[NK - 6], KEYS[NK - 5], KEYS[NK - 4]
 local earlier = redis.call('HMGET', RECORD, '#b', record_field)
 if earlier[1] and earlier[1] ~= digest then
@@ -147,6 +155,7 @@ local quota = tonumber(ARGV[5])
 local queues = {}         -- each: cfg, gen, ttl, dests, members (names in the indexes)
 local kpos, apos, copies = 8, 13, 0
 local sync = false        -- a queue's sends wait for the disk: the caller waits (WAITAOF) after this
+local waits, waited = {}, {} -- the journals that owe this call's ordered destinations copies (ORDERWAIT)
 for qi = 1, nqueue do
   local cfg = KEYS[kpos]
   local c = redis.call('HMGET', cfg, 'model', 'gen', 'subv', 'message_ttl_ms', 'lv', 'lv_key', 'max_messages',
@@ -170,12 +179,20 @@ for qi = 1, nqueue do
   for i = 1, ndest do
     qd.dests[i] = dest_at(kpos + 2 + (i - 1) * DEST_KEYS)
     qd.members[i] = ARGV[apos + 1 + i]
+    if qd.exclusive or qd.grouped then
+      for _, name in ipairs(owed_by(OWED, qd.members[i], ARGV[10])) do
+        if not waited[name] and (staged or redis.call('ZSCORE', JOURNALS, name)) then
+          waited[name], waits[#waits + 1] = true, name
+        end
+      end
+    end
   end
   copies = copies + qd.ndest
   queues[qi] = qd
   kpos = kpos + 2 + ndest * DEST_KEYS
   apos = apos + 2 + ndest
 end
+if #waits > 0 then return redis.error_reply('ORDERWAIT ' .. table.concat(waits, ' ')) end
 if reserved and tonumber(reservation[2]) ~= copies then
   return redis.error_reply('RESERVELOST the reservation is of other destinations')
 end
@@ -433,6 +450,7 @@ if staged and #fresh > 0 then
       di = di + 1
       j[#j + 1], j[#j + 2] = 'd' .. di, qi .. '|' .. qd.gen .. '|' .. qd.members[i]
       pend(PENDING, qd.members[i], qd.gen, #fresh, qd.add_b)
+      if qd.exclusive or qd.grouped then redis.call('ZADD', OWED, 0, qd.members[i] .. '|' .. ARGV[10]) end
     end
   end
   for f, m in ipairs(fresh) do

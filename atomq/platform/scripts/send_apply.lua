@@ -23,7 +23,8 @@
 -- KEYS[8]      the request's record
 -- KEYS[9..12]  the tenant's usage hash, due index, index of oldest messages, marker ledger
 -- KEYS[13]     the journal's documents (a staged send's upload: send_keys.journal_documents)
--- KEYS[14..]   per destination of the step: its queue's cfg, subs, then DEST_KEYS keys
+-- KEYS[14]     the tenant's ordered destinations owed by chunked sends (send_keys.send_owed)
+-- KEYS[15..]   per destination of the step: its queue's cfg, subs, then DEST_KEYS keys
 -- ARGV[1]      the destinations done when the caller read the journal
 -- ARGV[2]      the destinations of this step (the next ones, in the journal's order);
 --              0 for a step that only moves documents or writes their reference counts
@@ -38,7 +39,10 @@
 -- against what the destination holds now. A destination whose queue was
 -- removed (or made again: another generation), or whose subscriber left, gets
 -- none: what the journal reserved for it (pending copies and bytes, the usage,
--- a reference to each document) is released. Returns {'c', destinations done}
+-- a reference to each document) is released. Either way the destination leaves the owed set (a
+-- send to an exclusive or group-ordered one waits no more: send.lua, ORDERWAIT). A step never
+-- waits for another journal: one owes an ordered destination only after every earlier one there
+-- was done. Returns {'c', destinations done}
 -- after a step; {'d', the record's answer} after the last, which writes the
 -- record and deletes the journal ({'c', done, 1} after a step that moved documents or wrote
 -- their counts and leaves such a step owed, {'c', done, 0} after the last of those); {'m', destinations done} when another caller
@@ -46,7 +50,7 @@
 -- journal is gone (finished: the record answers).
 
 local JOURNAL, JOURNALS, PENDING, RECORD = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local USAGE, DUE, OLDEST, LEDGER, JDOCS = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local USAGE, DUE, OLDEST, LEDGER, JDOCS, OWED = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc', 'dm', 'sm',
                      'rv')
 if not j[1] then return {'g'} end
@@ -127,7 +131,7 @@ local dests = {}
 for i = 1, step do dests[i] = 'd' .. (done + i) end
 dests = redis.call('HMGET', JOURNAL, unpack(dests))
 local batches = {}        -- queue index -> its copies' batch (store_copies)
-local dropped, kpos = 0, 14
+local dropped, kpos = 0, 15
 for i = 1, step do
   local qi, gen, member = string.match(dests[i], '^(%d+)|([^|]*)|(.*)$')
   local cfg, subs, d = KEYS[kpos], KEYS[kpos + 1], dest_at(kpos + 2)
@@ -150,6 +154,7 @@ for i = 1, step do
   local owed_n, owed_b = pending_of(PENDING, member, gen)
   owed_n, owed_b = owed_n - q.res_n + nfresh, owed_b - q.res_b + q.bytes
   pend(PENDING, member, gen, -q.res_n, -q.res_b)
+  redis.call('ZREM', OWED, member .. '|' .. ARGV[3])
   if c[1] ~= gen or (subscriber and redis.call('SISMEMBER', subs, subscriber) == 0) then
     redis.call('HINCRBY', USAGE, 'bytes', -(q.copy_b + release_documents(ids, ndocs)))
   else

@@ -10,7 +10,8 @@
 -- KEYS[4]      the tenant's index of journals (the reservation's name there, scored by when a
 --              step last touched it: the maintenance releases one left untouched)
 -- KEYS[5]      the tenant's pending hash (_lib_send.lua)
--- KEYS[6..]    per destination of the step: its queue's cfg, then DEST_KEYS keys
+-- KEYS[6]      the tenant's ordered destinations owed by chunked sends (send_keys.send_owed)
+-- KEYS[7..]    per destination of the step: its queue's cfg, then DEST_KEYS keys
 -- ARGV[1]      the destinations reserved when the caller planned the step
 -- ARGV[2]      the destinations of this step (the next ones)
 -- ARGV[3]      all of the call's destinations
@@ -27,11 +28,18 @@
 -- (a queue that drops waiting messages to make room refuses only when they cannot make it): the
 -- step then reserves nothing, and the caller releases the steps before it. STALESUBS <queue
 -- index> when a route changed since the caller read it.
+-- An exclusive or group-ordered destination is recorded in the owed set under the journal's name
+-- (the prepare, which reads no destination, keeps it there until a step copies there or the
+-- reservation is released), so that no send there overtakes the call once prepared (send.lua). A
+-- destination another journal or reservation owes already refuses the step with ORDERWAIT <their
+-- names>: the caller releases its reservation, goes on with or waits for them, and reserves again
+-- (holding nothing while it waits, no two reservations wait for each other).
 -- Returns {'c', destinations reserved}; {'j'} when the call's journal or answer exists (a retry:
 -- its prepare answers); {'m', reserved} when another caller stepped since this one planned (it
 -- plans again from there; 0 when the reservation is gone); {'x'} when it is being released.
 
-local RESERVATION, JOURNAL, RECORD, JOURNALS, PENDING = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local RESERVATION, JOURNAL, RECORD, JOURNALS, PENDING, OWED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local own = string.sub(ARGV[5], #'r.' + 1)  -- the journal's name (send_keys.reservation_name)
 if redis.call('EXISTS', JOURNAL) == 1 or redis.call('HEXISTS', RECORD, ARGV[6]) == 1 then return {'j'} end
 local r = redis.call('HMGET', RESERVATION, 'c', 'dg', 'x')
 local planned, step, total, digest = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -44,8 +52,8 @@ if done ~= planned or done + step > total then return {'m', done} end
 local top_new, n, b = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- Reads only: every destination of the step can take its copies.
-local plan, cfgs = {}, {}
-local kpos, apos = 6, 10
+local plan, cfgs, waits, waited = {}, {}, {}, {}
+local kpos, apos = 7, 10
 for i = 1, step do
   local cfg, d = KEYS[kpos], dest_at(kpos + 1)
   local qi, member = ARGV[apos], ARGV[apos + 2]
@@ -77,13 +85,22 @@ for i = 1, step do
       end
     end
   end
-  plan[i] = {qi = qi, gen = c[2], member = member}
+  local ordered = c[4] == 'exclusive' or c[5] == 'group'
+  if ordered then
+    for _, name in ipairs(owed_by(OWED, member, own)) do
+      if not waited[name] then waited[name], waits[#waits + 1] = true, name end
+    end
+  end
+  plan[i] = {qi = qi, gen = c[2], member = member, ordered = ordered}
   kpos, apos = kpos + 1 + DEST_KEYS, apos + 3
 end
+
+if #waits > 0 then return redis.error_reply('ORDERWAIT ' .. table.concat(waits, ' ')) end
 
 local fields = {'c', done + step, 'n', total, 'dg', digest, 'rv', n .. '|' .. b}
 for i, p in ipairs(plan) do
   pend(PENDING, p.member, p.gen, n, b)
+  if p.ordered then redis.call('ZADD', OWED, 0, p.member .. '|' .. own) end
   fields[#fields + 1], fields[#fields + 2] = 'd' .. (done + i), p.qi .. '|' .. p.gen .. '|' .. p.member
 end
 call_batched('HSET', RESERVATION, fields)

@@ -42,3 +42,11 @@ def send_reservation(tk: TenantKeys, journal: str) -> str:
     """Hash: a wide send's destinations, checked and reserved in steps before its prepare
     (``send_reserve.lua``), which renames it to the journal."""
     return f"{tenant_prefix(tk.tenant)}:jrs:{journal}"
+
+
+def send_owed(tk: TenantKeys) -> str:
+    """Sorted set, every score 0: "<destination member>|<journal name>" for each exclusive or
+    group-ordered destination a chunked send (or a wide send's reservation, under its journal's
+    name) still owes copies, so a send there made meanwhile waits for it rather than landing first
+    (``send_journal.SendJournals.in_order``); a destination's journals are one ZRANGEBYLEX apart."""
+    return f"{tenant_prefix(tk.tenant)}:owd"

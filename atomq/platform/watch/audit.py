@@ -151,17 +151,23 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     return out
 
 
-def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int, set[str]]:
+def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int, set[str], set[str]]:
     """What the chunked sends under way (``send_journal``) still owe: the pending hash's fields
     they account for, a reference to each of their documents per destination not yet copied to, the
     usage bytes of those copies, which their first step counted, with those of the documents a
-    staged send has not moved yet into the tenant's, and those documents."""
+    staged send has not moved yet into the tenant's, those documents, and the entries of the owed
+    set (``send_keys.send_owed``) they may hold: "<member>|<journal>" per destination not yet copied
+    to or still reserved."""
+    owes: set[str] = set()
     pending: Counter[str] = Counter()
     refs: Counter[str] = Counter()
     reserved, unmoved = 0, set[str]()
     for name in client.zrange(tk.send_journals, 0, -1):
         if name.decode().startswith(send_keys.RESERVATION_NAME_PREFIX):
-            pending.update(_reserved(client, tk, name.decode()[len(send_keys.RESERVATION_NAME_PREFIX):]))
+            journal_name = name.decode()[len(send_keys.RESERVATION_NAME_PREFIX):]
+            reserved_here = _reserved(client, tk, journal_name)
+            pending.update(reserved_here)
+            owes.update(f"{field.split('|', 1)[0]}|{journal_name}" for field in reserved_here)
             continue
         journal = {f.decode(): v.decode() for f, v in client.hgetall(tk.send_journal(name.decode())).items()}
         if not journal:
@@ -176,6 +182,7 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
         counts_owed = "dc" in journal
         for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
             queue, gen, member = journal[f"d{i}"].split("|", 2)
+            owes.add(f"{member}|{name.decode()}")
             _, add_b, copy_b = journal[f"q{queue}"].split("|")
             pending[f"{member}|{gen}"] += int(reserved_n)
             pending[f"{member}|{gen}|b"] += int(reserved_b or add_b)
@@ -184,7 +191,7 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
                 refs.update(docs)
         if counts_owed:
             refs.update(docs)
-    return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved
+    return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved, owes
 
 
 def _reserved(client: Any, tk: k.TenantKeys, journal: str) -> Counter[str]:
@@ -314,8 +321,11 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
         for msg_id, env in envs.items():
             for n in range(1, _doc_count(env) + 1):
                 refs[f"{msg_id}.{n}"] += 1
-    owed, journal_refs, _, unmoved = _journals(r, tk)
+    owed, journal_refs, _, unmoved, owes = _journals(r, tk)
     refs.update(journal_refs)
+    stale = {e.decode() for e in r.zrange(send_keys.send_owed(tk), 0, -1)} - owes
+    if stale:
+        problems.append(f"the owed set names destinations no chunked send under way owes: {sorted(stale)[:5]}")
     pending = {f.decode(): int(v) for f, v in r.hgetall(tk.pending_copies).items()}
     if pending != owed:
         problems.append(f"pending copies say {pending}, the chunked sends under way owe {owed}")
