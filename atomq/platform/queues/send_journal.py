@@ -262,13 +262,12 @@ class SendJournals:
                 if reservation is not None:
                     self.release(reservation.tk, reservation.journal)
 
-    def in_order(self, tk: k.TenantKeys, run: Callable[[], Any], release: Callable[[], None] | None = None,
-                 deadline: float | None = None) -> Any:
+    def in_order(self, tk: k.TenantKeys, run: Callable[[], Any], release: Callable[[], None] | None = None) -> Any:
         """Runs ``run``, a send script's call, again after going on with the chunked sends that owe its
         ordered destinations copies (:exc:`OrderWait`; their steps check their cursor, so their own
         requests may step too), first calling ``release`` (a reservation's step gives back what its
-        reservation holds); while none is a journal yet (reservations), waits, until ``deadline``."""
-        deadline = deadline or time.monotonic() + ORDER_WAIT_MS / 1000
+        reservation holds); while none is a journal yet (reservations), waits, :data:`ORDER_WAIT_MS` at most."""
+        deadline = time.monotonic() + ORDER_WAIT_MS / 1000
         while True:
             try:
                 return run()
@@ -279,7 +278,8 @@ class SendJournals:
                 for name in wait.journals:
                     record = self._shared.storage.call(self._shared.client.hget, tk.send_journal(name), "rk")
                     if record is not None:
-                        finished = self.finish(tk, name, record.decode()) is not None
+                        self.finish(tk, name, record.decode())
+                        finished = True
                 if not finished:
                     if time.monotonic() > deadline:
                         raise StorageError("an earlier send to an ordered queue is still reserving; try again") from None
@@ -290,7 +290,7 @@ class SendJournals:
         the reservation is (a retry's goes on with it). A refusal is raised as it is: :meth:`prepare`
         gives the reservation back before its caller hears of it."""
         r, tk = reservation, reservation.tk
-        done, total, deadline = 0, len(r.destinations), time.monotonic() + ORDER_WAIT_MS / 1000
+        done, total = 0, len(r.destinations)
         while done < total:
             step = r.destinations[done:done + RESERVE_DESTINATIONS]
             keys = [send_keys.send_reservation(tk, r.journal), tk.send_journal(r.journal), r.record, tk.send_journals,
@@ -304,7 +304,7 @@ class SendJournals:
             # 0: it starts again), no two reservations wait for each other.
             reply = self.in_order(tk, lambda: self._shared.storage.run("send_reserve", keys, args, r.errors,
                                                                       writes_once=True),
-                                  lambda: self.release(tk, r.journal), deadline)
+                                  lambda: self.release(tk, r.journal))
             kind = reply[0].decode()
             if kind == "j":
                 return
