@@ -14,6 +14,7 @@ from atomq.errors import QueueFull, StorageError
 from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.queues import send_journal
+from atomq.platform.queues.routes import Routes
 from atomq.platform.store import keys as k
 from atomq.platform.store import send_keys
 from atomq.platform.store.storage import Storage
@@ -223,4 +224,26 @@ def test_a_route_changed_mid_reservation_is_reserved_again(
     for queue, sub in [*destinations, ("s", "late")]:
         assert held(qs, tenant, queue, sub) == published.ids
     assert "send_release" in names(scripts), "the first reservation, of the old route, was given back"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_retry_whose_route_changed_since_the_dead_request_reserved_stores_each_destination_once(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry is another node's, which reads the routes afresh."""
+    destinations = twelve_destinations(qs, tenant)
+    with monkeypatch.context() as dying:
+        dies_mid_reservation(dying, 2)
+        with pytest.raises(StorageError):
+            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-3")
+    qs.put_subscriber(tenant, "s", "late")  # sorts first among s's subscribers: every later one moves
+    real_route = Routes.route
+    monkeypatch.setattr(Routes, "route", lambda self, tenant, queue, qk, refresh: real_route(self, tenant, queue, qk, True))
+    again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-3")
+    assert again.copies == 13
+    for queue, sub in [*destinations, ("s", "late")]:
+        assert held(qs, tenant, queue, sub) == again.ids, f"{queue} {sub} holds the message"
+    assert_audit_clean(qs.client, {tenant})
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    qs.maintain(tenant)  # gives back the dead request's reservation, of the other list
     nothing_reserved(qs, tenant)

@@ -38,6 +38,10 @@ step touched for :data:`STALE_MS` is released by the maintenance. A destination 
 every message of the call with its envelope at its longest (the prepare, later, finds which are
 repeats): the steps that copy to it release what was reserved, not what they copied.
 
+A reservation is named by its call's journal, body and destinations in order
+(``send_keys.reservation_of_plan``): a retry goes on with one under way to the same destinations,
+and one that read other routes reserves its own, whose prepare alone makes a journal.
+
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
 untouched for :data:`STALE_MS` (a node died mid-request), so nothing is lost or left reserved.
@@ -119,7 +123,9 @@ class Reservation:
 
     tk: k.TenantKeys
     journal: str
-    """The call's journal's name, which names the reservation too."""
+    """The call's journal's name."""
+    name: str
+    """The reservation's own (``send_keys.reservation_of_plan``): the journal's, its body's and its destinations'."""
     record: str
     call_field: str
     digest: str
@@ -150,7 +156,9 @@ def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str,
         size += len(str(ndocs)) + HEAD_MOST + sum(map(_length, args_tail[pos + 1:pos + 2]))
         size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
         pos += 3 + 2 * ndocs
-    return Reservation(tk, journal, record, call_field, digest, top, int(args_tail[0]), size, destinations, errors)
+    name = send_keys.reservation_of_plan(journal, digest, [f"{qi}|{route}|{d.member}" for qi, route, _, d in destinations])
+    return Reservation(tk, journal, name, record, call_field, digest, top, int(args_tail[0]), size, destinations,
+                       errors)
 
 
 def _length(value: str | bytes) -> int:
@@ -251,7 +259,7 @@ class SendJournals:
                     storage.call(client.delete, upload.key)
             with contextlib.suppress(StorageError):
                 if reservation is not None:
-                    self.release(reservation.tk, reservation.journal)
+                    self.release(reservation.tk, reservation.name)
 
     def _reserve(self, reservation: Reservation) -> None:
         """Checks and reserves the destinations in steps of :data:`RESERVE_DESTINATIONS`, from where
@@ -261,9 +269,9 @@ class SendJournals:
         done, total = 0, len(r.destinations)
         while done < total:
             step = r.destinations[done:done + RESERVE_DESTINATIONS]
-            keys = [send_keys.send_reservation(tk, r.journal), tk.send_journal(r.journal), r.record, tk.send_journals,
+            keys = [send_keys.send_reservation(tk, r.name), tk.send_journal(r.journal), r.record, tk.send_journals,
                     tk.pending_copies]
-            args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.journal), r.call_field,
+            args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.name), r.call_field,
                                r.top, r.copies, r.size]
             for qi, route, qk, d in step:
                 keys += [qk.config, *d.as_list()]
@@ -273,18 +281,18 @@ class SendJournals:
             if kind == "j":
                 return
             if kind == "x":
-                self.release(tk, r.journal)  # help the release under way, then start again
+                self.release(tk, r.name)  # help the release under way, then start again
                 done = 0
             else:
                 done = int(reply[1])
 
-    def release(self, tk: k.TenantKeys, journal: str, budget: ChunkBudget | None = None) -> None:
-        """Gives back, in steps, what the reservation of journal ``journal`` holds, and deletes it
-        (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
-        keys = [send_keys.send_reservation(tk, journal), tk.send_journals, tk.pending_copies]
+    def release(self, tk: k.TenantKeys, reservation: str, budget: ChunkBudget | None = None) -> None:
+        """Gives back, in steps, what reservation ``reservation`` (its name, ``Reservation.name``) holds,
+        and deletes it (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
+        keys = [send_keys.send_reservation(tk, reservation), tk.send_journals, tk.pending_copies]
         while budget is None or budget.take():
             if not self._shared.storage.run("send_release", keys,
-                                            [RELEASE_DESTINATIONS, send_keys.reservation_name(journal)],
+                                            [RELEASE_DESTINATIONS, send_keys.reservation_name(reservation)],
                                             writes_once=True):
                 return
 

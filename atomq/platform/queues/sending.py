@@ -335,12 +335,13 @@ class Sending:
                                       any(ORDERED in r for r in route_args[:1]))
         keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
-                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, journal)]
+                 send_keys.journal_documents(tk, journal),
+                 send_keys.send_reservation(tk, reservation.name if reservation else journal)]
         settings = self._shared.settings
         staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
                 marker_gen, call.field, call.digest, call.token.window_ms, staged, upload.size if upload else "",
-                send_keys.reservation_name(journal) if reservation else "", *route_args, *args_tail[1:]]
+                send_keys.reservation_name(reservation.name) if reservation else "", *route_args, *args_tail[1:]]
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
         synced: Any = None

@@ -1,7 +1,8 @@
 -- One step of the reservation of a wide send's destinations (atomq.platform.queues.send_journal):
 -- a call to more destinations than one script checks within its budget checks and reserves them
 -- in steps before its prepare (send.lua, ARGV[12]), which renames the reservation to its journal.
--- KEYS[1]      the reservation (hash: c the destinations reserved, n all of them, dg the
+-- KEYS[1]      the reservation (send_keys.reservation_of_plan: one a body and list of
+--              destinations; hash: c the destinations reserved, n all of them, dg the
 --              request's body digest, x set once it is being released, d<i> per destination
 --              "<queue index>|<generation>|<name in the indexes>" as the journal lists them,
 --              rv "<copies>|<bytes>" reserved each destination)
