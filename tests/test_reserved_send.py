@@ -5,6 +5,7 @@ maintenance, so nothing stays held and a retry stores once."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -246,4 +247,14 @@ def test_a_retry_whose_route_changed_since_the_dead_request_reserved_stores_each
     assert_audit_clean(qs.client, {tenant})
     monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
     qs.maintain(tenant)  # gives back the dead request's reservation, of the other list
+    nothing_reserved(qs, tenant)
+
+
+def test_a_reservation_makes_room_only_below_the_priority_of_the_messages_sent(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=1, overflow="drop_lowest_priority")
+    waiting = qs.send(tenant, "b", [msg("of the default priority")])
+    with pytest.raises(QueueFull):
+        qs.publish(tenant, "x/1", [dataclasses.replace(msg("low"), priority=0)])
+    assert held(qs, tenant, "b") == waiting, "a message of priority 0 makes no room from one of 4"
     nothing_reserved(qs, tenant)

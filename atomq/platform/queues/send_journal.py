@@ -148,11 +148,12 @@ def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str,
     destinations = [(qi, route, qk, d) for qi, (qk, route, dests) in enumerate(plan, 1) for d in dests]
     if len(destinations) <= RESERVE_DESTINATIONS:
         return None
-    top, size, pos = DEFAULT_PRIORITY, 0, 1
+    top, size, pos = -1, 0, 1
     for _ in range(int(args_tail[0])):
         timing, ndocs = str(args_tail[pos]).split(","), int(args_tail[pos + 2])
-        if len(timing) > 1:
-            top = max(top, int(timing[1]))
+        # A message of the defaults gives its dedupe key's index alone. A drop_lowest_priority
+        # queue makes room only below the highest priority sent: no higher than the messages'.
+        top = max(top, int(timing[1]) if len(timing) > 1 else DEFAULT_PRIORITY)
         size += len(str(ndocs)) + HEAD_MOST + sum(map(_length, args_tail[pos + 1:pos + 2]))
         size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
         pos += 3 + 2 * ndocs
