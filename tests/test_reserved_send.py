@@ -258,3 +258,52 @@ def test_a_reservation_makes_room_only_below_the_priority_of_the_messages_sent(
         qs.publish(tenant, "x/1", [dataclasses.replace(msg("low"), priority=0)])
     assert held(qs, tenant, "b") == waiting, "a message of priority 0 makes no room from one of 4"
     nothing_reserved(qs, tenant)
+
+
+def test_a_wide_publish_of_repeats_only_answers_the_originals_from_a_full_queue(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=1)
+    first = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    again = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    assert again.ids == first.ids, "a repeat stores nothing, so b's limit does not refuse it (as a narrow send's)"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_repeat_of_a_higher_priority_makes_no_room_for_the_new_messages_of_a_lower(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=2, overflow="drop_lowest_priority")
+    high = dataclasses.replace(msg("high", dedupe_id="high"), priority=9)
+    first = qs.publish(tenant, "x/1", [high])
+    qs.get(tenant, "b")
+    qs.ack(tenant, "b", first.ids)  # b holds none, and the marker answers a repeat of high
+    waiting = qs.send(tenant, "b", [msg("w1"), msg("w2")])
+    with pytest.raises(QueueFull):
+        qs.publish(tenant, "x/1", [high, dataclasses.replace(msg("low"), priority=0)])
+    assert held(qs, tenant, "b") == waiting, "a message of priority 0 makes no room from ones of 4"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_marker_gone_between_the_reservation_and_the_prepare_has_the_reservation_made_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    first = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    for queue, sub in destinations:
+        qs.get(tenant, queue, subscriber=sub)
+        qs.ack(tenant, queue, first.ids, subscriber=sub)
+    real_run = Storage.run
+    expired: list[int] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name == "send" and args[11] and not expired:  # the marker expires after the reservation
+            expired.append(qs.client.delete(k.TenantKeys(tenant).topic_dedupe("x/1", "a")))
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    scripts.clear()
+    again = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    assert expired == [1] and again.ids != first.ids, "stored anew: its marker had expired"
+    assert names(scripts).count("send") == 2, "the prepare found a new message the reservation had not counted"
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == again.ids
+    nothing_reserved(qs, tenant)

@@ -35,8 +35,9 @@ in a reservation, which the prepare renames to its journal; the prepare itself t
 destination. A refusal releases the reservation in steps (``send_release.lua``) before it is
 answered, so a refused send has stored nothing once its caller hears of it; a reservation no
 step touched for :data:`STALE_MS` is released by the maintenance. A destination is reserved for
-every message of the call with its envelope at its longest (the prepare, later, finds which are
-repeats): the steps that copy to it release what was reserved, not what they copied.
+the messages its first step found no repeats, each with its envelope's head at its longest; the
+prepare finds the same messages new, or the reservation is made again (a marker came or went
+between them). The steps that copy to a destination release what was reserved, not what they copied.
 
 A reservation is named by its call's journal, body and destinations in order
 (``send_keys.reservation_of_plan``): a retry goes on with one under way to the same destinations,
@@ -129,11 +130,13 @@ class Reservation:
     record: str
     call_field: str
     digest: str
-    top: int
-    """The highest priority of the call's messages."""
-    copies: int
-    size: int
-    """The copies and bytes reserved each destination."""
+    messages: list[str]
+    """Each message's "<dedupe key index>,<priority>,<bytes at most in a destination>": its first step
+    reserves for the messages not repeats then (send_reserve.lua)."""
+    dedupe: list[str]
+    """The call's de-duplication markers, which its messages' dedupe key indexes name."""
+    marker_gen: str
+    """The generation its markers belong to (send.lua's ARGV[6])."""
     destinations: list[tuple[int, str, k.QueueKeys, k.DestinationKeys]]
     """Each destination's queue index in the call, the route its caller read, its queue's keys and its keys."""
     errors: Errors
@@ -141,25 +144,24 @@ class Reservation:
 
 def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str, digest: str,
                    plan: list[tuple[k.QueueKeys, str, list[k.DestinationKeys]]], args_tail: list[Any],
-                   errors: Errors) -> Reservation | None:
+                   errors: Errors, dedupe: list[str], marker_gen: str) -> Reservation | None:
     """The reservation of a call to more than :data:`RESERVE_DESTINATIONS` destinations (None for
-    another), from the routes its caller read (``plan``: each queue's keys, route and destinations)
-    and its messages as ``send.lua`` takes them (``args_tail``, documents included)."""
+    another), from the routes its caller read (``plan``: each queue's keys, route and destinations),
+    its messages as ``send.lua`` takes them (``args_tail``, documents included) and their markers."""
     destinations = [(qi, route, qk, d) for qi, (qk, route, dests) in enumerate(plan, 1) for d in dests]
     if len(destinations) <= RESERVE_DESTINATIONS:
         return None
-    top, size, pos = -1, 0, 1
+    messages, pos = [], 1
     for _ in range(int(args_tail[0])):
+        # A message of the defaults gives its dedupe key's index alone; its envelope's head is
+        # counted at its longest.
         timing, ndocs = str(args_tail[pos]).split(","), int(args_tail[pos + 2])
-        # A message of the defaults gives its dedupe key's index alone. A drop_lowest_priority
-        # queue makes room only below the highest priority sent: no higher than the messages'.
-        top = max(top, int(timing[1]) if len(timing) > 1 else DEFAULT_PRIORITY)
-        size += len(str(ndocs)) + HEAD_MOST + sum(map(_length, args_tail[pos + 1:pos + 2]))
+        size = len(str(ndocs)) + HEAD_MOST + _length(args_tail[pos + 1])
         size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
+        messages.append(f"{timing[0]},{timing[1] if len(timing) > 1 else DEFAULT_PRIORITY},{size}")
         pos += 3 + 2 * ndocs
     name = send_keys.reservation_of_plan(journal, digest, [f"{qi}|{route}|{d.member}" for qi, route, _, d in destinations])
-    return Reservation(tk, journal, name, record, call_field, digest, top, int(args_tail[0]), size, destinations,
-                       errors)
+    return Reservation(tk, journal, name, record, call_field, digest, messages, dedupe, marker_gen, destinations, errors)
 
 
 def _length(value: str | bytes) -> int:
@@ -252,6 +254,10 @@ class SendJournals:
                 except (UploadLost, ReservationLost):
                     if again:
                         raise StorageError("the request's upload or reservation kept expiring; try again") from None
+                    if reservation is not None:
+                        # Released meanwhile, or made for other messages than the prepare found new
+                        # (a marker came or went): it is made again, from the start.
+                        self.release(reservation.tk, reservation.name)
         finally:
             # The prepare's own answer or error is the caller's: an upload left expires, and the
             # maintenance gives back a reservation left.
@@ -272,11 +278,13 @@ class SendJournals:
             step = r.destinations[done:done + RESERVE_DESTINATIONS]
             keys = [send_keys.send_reservation(tk, r.name), tk.send_journal(r.journal), r.record, tk.send_journals,
                     tk.pending_copies]
+            messages = r.messages if done == 0 else []  # what a reservation's first step reserves for
             args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.name), r.call_field,
-                               r.top, r.copies, r.size]
+                               r.marker_gen, len(messages), *messages]
             for qi, route, qk, d in step:
                 keys += [qk.config, *d.as_list()]
                 args += [qi, route, d.member]
+            keys += r.dedupe if messages else []
             reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
             kind = reply[0].decode()
             if kind == "j":

@@ -324,7 +324,8 @@ class Sending:
                          else [*map(qk.destination, subs)]))
         destinations = sum(len(dests) for _, _, dests in plan)  # each message's, once the script checked the routes
         journal, errors = tk.send_journal_name(call.token.token, call.field), self._errors(targets, call)
-        reservation = reservation_of(tk, journal, keys[6], call.field, call.digest, plan, args_tail, errors)
+        reservation = reservation_of(tk, journal, keys[6], call.field, call.digest, plan, args_tail, errors,
+                                     dedupe_keys, marker_gen)
         route_args: list[Any] = []
         for qk, expected, dests in plan:
             keys += [qk.config, qk.subscribers]
