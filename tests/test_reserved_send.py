@@ -146,14 +146,19 @@ def dies_mid_reservation(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
     monkeypatch.setattr(send_journal.SendJournals, "release", release)
 
 
+def died_mid_reservation(qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """A wide publish with Idempotency-Key ``key`` whose node died after two steps of its reservation."""
+    with monkeypatch.context() as dying:
+        dies_mid_reservation(dying, 2)
+        with pytest.raises(StorageError):
+            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key=key)
+
+
 def test_a_reservation_a_dead_request_left_is_given_back_by_the_maintenance(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant, max_messages=1)
-    with monkeypatch.context() as dying:
-        dies_mid_reservation(dying, 2)
-        with pytest.raises(StorageError):
-            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-1")
     tk = k.TenantKeys(tenant)
     assert len(qs.client.hgetall(tk.pending_copies)) == 2 * 8, "two steps of 4 destinations reserved"
     assert_audit_clean(qs.client, {tenant})
@@ -175,10 +180,7 @@ def test_a_retry_goes_on_with_the_reservation_and_stores_once(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant)
-    with monkeypatch.context() as dying:
-        dies_mid_reservation(dying, 2)
-        with pytest.raises(StorageError):
-            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-2")
     scripts.clear()
     again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
     assert names(scripts)[:3] == ["send_reserve", "send_reserve", "send"], \
@@ -233,10 +235,7 @@ def test_a_retry_whose_route_changed_since_the_dead_request_reserved_stores_each
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The retry is another node's, which reads the routes afresh."""
     destinations = twelve_destinations(qs, tenant)
-    with monkeypatch.context() as dying:
-        dies_mid_reservation(dying, 2)
-        with pytest.raises(StorageError):
-            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-3")
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-3")
     qs.put_subscriber(tenant, "s", "late")  # sorts first among s's subscribers: every later one moves
     real_route = Routes.route
     monkeypatch.setattr(Routes, "route", lambda self, tenant, queue, qk, refresh: real_route(self, tenant, queue, qk, True))
