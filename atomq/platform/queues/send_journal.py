@@ -58,6 +58,7 @@ from typing import Any, Callable
 
 from atomq.defaults import DEFAULT_PRIORITY
 from atomq.errors import AtomqError, StorageError
+from atomq.platform.queues.request_records import RecordedCall
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
 from atomq.platform.store import send_keys
@@ -142,7 +143,7 @@ class Reservation:
     errors: Errors
 
 
-def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str, digest: str,
+def reservation_of(tk: k.TenantKeys, journal: str, record: str, call: RecordedCall,
                    plan: list[tuple[k.QueueKeys, str, list[k.DestinationKeys]]], args_tail: list[Any],
                    errors: Errors, dedupe: list[str], marker_gen: str) -> Reservation | None:
     """The reservation of a call to more than :data:`RESERVE_DESTINATIONS` destinations (None for
@@ -160,8 +161,10 @@ def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str,
         size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
         messages.append(f"{timing[0]},{timing[1] if len(timing) > 1 else DEFAULT_PRIORITY},{size}")
         pos += 3 + 2 * ndocs
-    name = send_keys.reservation_of_plan(journal, digest, [f"{qi}|{route}|{d.member}" for qi, route, _, d in destinations])
-    return Reservation(tk, journal, name, record, call_field, digest, messages, dedupe, marker_gen, destinations, errors)
+    name = send_keys.reservation_of_plan(journal, call.digest,
+                                         [f"{qi}|{route}|{d.member}" for qi, route, _, d in destinations])
+    return Reservation(tk, journal, name, record, call.field, call.digest, messages, dedupe, marker_gen, destinations,
+                       errors)
 
 
 def _length(value: str | bytes) -> int:
