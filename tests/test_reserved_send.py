@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from atomq.errors import QueueFull, StorageError
+from atomq.errors import QueueFull, StorageError, StorageFull
 from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.queues import send_journal
@@ -305,4 +305,39 @@ def test_a_marker_gone_between_the_reservation_and_the_prepare_has_the_reservati
     assert names(scripts).count("send") == 2, "the prepare found a new message the reservation had not counted"
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == again.ids
+    nothing_reserved(qs, tenant)
+
+
+def test_a_store_at_maxmemory_refusing_a_step_has_the_steps_before_given_back(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params["backend"] != "valkey":
+        pytest.skip("maxmemory of the one real server")
+    twelve_destinations(qs, tenant)
+    real_run = Storage.run
+    most = qs.client.config_get("maxmemory")["maxmemory"]
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name == "send_reserve" and args[0] == 8:  # the third step: the store is full
+            qs.client.config_set("maxmemory", 1)
+            try:
+                return real_run(self, name, keys, args, *rest, **kwargs)
+            finally:
+                if names(scripts).count("send_release") == 0:
+                    monkeypatch.setattr(Storage, "run", release_full)
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    def release_full(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)  # the release runs at maxmemory too
+        finally:
+            qs.client.config_set("maxmemory", most)
+
+    monkeypatch.setattr(Storage, "run", run)
+    try:
+        with pytest.raises(StorageFull):
+            qs.publish(tenant, "x/1", [msg("wide")])
+    finally:
+        qs.client.config_set("maxmemory", most)
+    assert [qs.get_queue(tenant, q).depth for q in ("a", "b", "s")] == [0, 0, 0]
     nothing_reserved(qs, tenant)
