@@ -254,10 +254,10 @@ class SendJournals:
                     self._upload(upload)
                 try:
                     return run()
-                except (UploadLost, ReservationLost):
+                except (UploadLost, ReservationLost) as lost:
                     if again:
                         raise StorageError("the request's upload or reservation kept expiring; try again") from None
-                    if reservation is not None:
+                    if isinstance(lost, ReservationLost) and reservation is not None:
                         # Released meanwhile, or made for other messages than the prepare found new
                         # (a marker came or went): it is made again, from the start.
                         self.release(reservation.tk, reservation.name)
