@@ -341,3 +341,46 @@ def test_a_store_at_maxmemory_refusing_a_step_has_the_steps_before_given_back(
         qs.client.config_set("maxmemory", most)
     assert [qs.get_queue(tenant, q).depth for q in ("a", "b", "s")] == [0, 0, 0]
     nothing_reserved(qs, tenant)
+
+
+def test_a_retry_racing_the_reservation_of_the_original_stores_once(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    real_run = Storage.run
+    retried: list[Any] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        reply = real_run(self, name, keys, args, *rest, **kwargs)
+        if name == "send_reserve" and args[0] == 4 and not retried:  # the original has reserved 8
+            retried.append(None)
+            retried[0] = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race")
+        return reply
+
+    monkeypatch.setattr(Storage, "run", run)
+    original = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race")
+    assert retried[0].ids == original.ids
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == original.ids
+    nothing_reserved(qs, tenant)
+
+
+def test_a_reservation_the_maintenance_gave_back_before_the_prepare_is_made_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    real_run = Storage.run
+    maintained: list[Any] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name == "send" and args[11] and not maintained:  # the request seemed dead: its prepare is late
+            maintained.append(qs.maintain(tenant))
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    assert names(scripts).count("send") == 2 and names(scripts).count("send_reserve") == 6
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == published.ids
+    nothing_reserved(qs, tenant)
