@@ -173,6 +173,13 @@ than that still comes alone, within ``MAX_REPLY_BYTES``)."""
 SETTLE_PART_IDS = 500
 """Ids or receipts one script call of an ack, nack, release or extend settles (as ``CHUNK_SIZE``): a
 settle of ``MAX_SELECTORS`` runs as parts of this many."""
+SWEEP_PART = 50
+"""Messages of each kind (expired messages, expired deliveries, due redeliveries and delayed copies)
+the sweep of one get or settle part handles at most before its own work: an expired message of ten
+documents that its dead_letter_queue takes costs the store some 130-150 us, a due redelivery some
+25 us (BENCHMARKS.md), so a part's sweep stays near 15 ms, within the budget beside its own work.
+What is left waits for the next part (a get's parts go on, delivering nothing, while expired
+deliveries or due redeliveries are left: those may come first) or the maintenance round."""
 MAX_WAIT_MS = 20_000
 """As SQS's longest wait: below the idle time-outs of proxies and load balancers, so a long-poll is not cut."""
 CHUNK_SIZE = 500

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from atomq import defaults
 from atomq.errors import InvalidInput
 from atomq.platform import QueueServer
 from atomq.platform.shared import docs_and_config, queue_keys
@@ -58,7 +59,7 @@ def test_the_settle_script_itself_counts_one_delivery_once(qs, tenant, queue) ->
     record = tk.request_record("settle-test")
     done, _ = qs.storage.run("settle", docs_and_config(tk, qk) + dest.as_list() + [qk.subscribers, tk.usage, tk.due,
                                                                                   record],
-                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "", "", "", 1, 60_000,
+                             ["ack", "", qs.settings.delays_ms_arg, "receipt", "", "", "", 1, 60_000, defaults.SWEEP_PART,
                               f"{d.id}~1", f"{d.id}~01", f"{d.id}~001"])
     assert done == 1
     usage = qs.usage(tenant)

@@ -125,7 +125,8 @@ class Deliveries:
             first message of at most ``first_most`` bytes (-1: any, the get's first part)."""
             return [min(wanted, defaults.GET_PART_MESSAGES), s.delays_ms_arg, subscriber or "", s.max_subscribers,
                     min(left, defaults.GET_PART_BYTES), max_doc, d.member, consumer or "", s.max_consumers,
-                    CALL_RECORD_MS, consumer or holder or "", first_most, defaults.GET_PART_DOCUMENTS]
+                    CALL_RECORD_MS, consumer or holder or "", first_most, defaults.GET_PART_DOCUMENTS,
+                    defaults.SWEEP_PART]
         args = part_args(max_messages, budget, -1)
         acks = None
         acked = None
@@ -176,6 +177,8 @@ class Deliveries:
                     taken += self._later_parts(tk, qk, queue, subscriber, part_args, max_messages - count,
                                                budget - int(reply[6]))
                 return Taken(taken, active, acked)
+            if reply[5] and not (stop is not None and stop.is_set()):
+                continue  # the part did work (a sweep's bound, expired candidates) the next goes on from
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
                 return Taken([], active, acked)
@@ -215,7 +218,7 @@ class Deliveries:
                 break
             count = int(reply[0])
             out += decode_messages(reply, HEAD, count, Delivery)
-            wanted, left, more = wanted - count, left - int(reply[6]), bool(count and reply[5])
+            wanted, left, more = wanted - count, left - int(reply[6]), bool(reply[5])
         return out
 
     def _give_back(self, tenant: str, queue: str, reply: Any, subscriber: str | None, consumer: str | None) -> None:
@@ -323,7 +326,7 @@ class Deliveries:
         return ("settle", docs_and_config(tk, qk) + d.as_list() + [qk.subscribers, tk.usage, tk.due, record, tk.seq,
                                                                     *target],
                 [action, arg, s.delays_ms_arg, mode, subscriber or "", d.member, consumer or "", s.max_consumers,
-                 CALL_RECORD_MS, *items],
+                 CALL_RECORD_MS, defaults.SWEEP_PART, *items],
                 self._shared.queue_errors(queue, UNKNOWNSUBSCRIBER=lambda _: NotFound(
                     f"subscriber {subscriber!r} of queue {queue!r} does not exist", queue=queue,
                     subscriber=subscriber), **STALE_ERRORS))

@@ -31,18 +31,26 @@ end
 -- Moves due redeliveries and delayed copies to ready, fails expired deliveries
 -- and expires messages whose time to live ran out, at most `limit` of each
 -- (`usage`: the tenant's usage hash; `seq`: its message counter, see arrive).
--- Returns the number of messages moved.
+-- Returns the number of messages moved, then whether it left expired deliveries
+-- (`late`) or due redeliveries and delayed copies (`behind`) for a later call: what
+-- it leaves of those may come before what is ready, so a get delivers nothing
+-- while either is left. Expired messages it leaves hide nothing: a get checks
+-- what it takes (get.lua), and the due index keeps the destination due.
 local function sweep_destination(d, q, delays, now, limit, usage, seq)
   if q.exclusive then expire_consumers(d, q, now, usage) end
   local moved = expire_due(d, q, now, limit, usage)
-  local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit)
+  local expired = redis.call('ZRANGEBYSCORE', d.inflight, '-inf', now, 'LIMIT', 0, limit + 1)
+  local late = #expired > limit
+  if late then expired[#expired] = nil end
   for _, id in ipairs(expired) do
     local dc, fails = parse_state(redis.call('HGET', d.state, id))
     fail_delivery(d, q, delays, id, dc, fails, 'ack timeout', now, usage)
     moved = moved + 1
   end
   count('ack_timeouts', #expired)
-  local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', d.sched, '-inf', now, 'LIMIT', 0, limit + 1)
+  local behind = #due > limit
+  if behind then due[#due] = nil end
   if #due > 0 then
     redis.call('ZREM', d.sched, unpack(due))
     local arrivals = {}
@@ -57,7 +65,7 @@ local function sweep_destination(d, q, delays, now, limit, usage, seq)
     if #arrivals > 0 then arrive(d, arrivals, seq, q.grouped) end
     moved = moved + #due
   end
-  return moved
+  return moved, late, behind
 end
 
 -- The earliest time (ms) anything of the destination falls due: a scheduled

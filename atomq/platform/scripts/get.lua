@@ -26,10 +26,14 @@
 -- ARGV[12]     most document bytes a first message may bring (-1: any; a later part of a get,
 --              whose whole reply must stay within its bound)
 -- ARGV[13]     most documents in the reply (a first message with more comes alone)
+-- ARGV[14]     most messages of each kind the call's sweep handles (sweep_destination)
 -- Returns {n, wake, last_id, last_wake_id, active, more, bytes, then per message: id, delivery
 --          count, envelope, then per document: data, properties ("" = none)}.
 -- more: 1 when the call stopped at its own bounds (ARGV[1] candidates, or the bytes or documents
--- of its reply) and more may be ready, 0 when it found fewer ready than it could take;
+-- of its reply) and more may be ready, 0 when it found fewer ready than it could take; with
+-- n = 0, 1 when the call did work a next one goes on from at once: its sweep stopped at its bound
+-- before every expired delivery or due redelivery was handled (those may come first, so it
+-- delivers nothing), or every candidate it looked at had expired or was gone;
 -- bytes: the document bytes of the reply.
 -- active: 1 the consumer is the exclusive queue's active one, 0 a standby
 -- (it gets nothing), -1 the queue is not exclusive. An exclusive queue
@@ -95,13 +99,14 @@ local d = dest_at(5)
 local delays = parse_delays(ARGV[2])
 local now = now_ms()
 local usage = KEYS[EXTRA + 1]
-sweep_destination(d, q, delays, now, 1000, usage, KEYS[EXTRA + 4])
+local _, late, behind = sweep_destination(d, q, delays, now, tonumber(ARGV[14]), usage, KEYS[EXTRA + 4])
 local active = -1
 if q.exclusive then
   local turn = consumer_turn(d, q, ARGV[8], now, tonumber(ARGV[9]))
   if type(turn) == 'table' then return turn end
   active = turn and 1 or 0
 end
+if (late or behind) and active ~= 0 then return {0, 0, '0-0', '0-0', active, 1, 0} end
 local barrier = order_barrier(d, q)
 
 local max = tonumber(ARGV[1])
@@ -229,7 +234,8 @@ if last_entry then
              string.sub(last_entry, 1, dash) .. (tonumber(string.sub(last_entry, dash + 1)) + 1))
 end
 if #taken_ranked > 0 then call_batched('ZREM', d.rz, taken_ranked) end
-local out = {kept, -1, '0-0', '0-0', active, kept > 0 and more or 0, used}
+if kept == 0 then more = #live == 0 and 1 or 0 end  -- each candidate expired or gone: look further
+local out = {kept, -1, '0-0', '0-0', active, more, used}
 if kept == 0 then return out end
 local deadline = now + q.ack_timeout_ms
 local state_args, flight_args = {}, {}

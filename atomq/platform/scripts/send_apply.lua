@@ -196,6 +196,7 @@ if done < total then
 end
 local stored = (tonumber(j[7]) + dropped) .. ':' .. j[6]
 write_record(RECORD, j[8], stored, j[9], tonumber(j[10]), LEDGER, USAGE, now_ms())
-redis.call('DEL', JOURNAL)
+-- UNLINK: a journal of 100,000 destinations freed here held the store some 60 ms (bench/request_bounds.py).
+redis.call('UNLINK', JOURNAL)
 redis.call('ZREM', JOURNALS, ARGV[3])
 return {'d', stored}

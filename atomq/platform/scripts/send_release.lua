@@ -27,7 +27,7 @@ for _, raw in ipairs(hmget_batched(RESERVATION, names)) do
   pend(PENDING, member, gen, -tonumber(n), -tonumber(b))
 end
 if low == 0 then
-  redis.call('DEL', RESERVATION)
+  redis.call('UNLINK', RESERVATION)  -- freed off the store's thread: it may list 100,000 destinations
   redis.call('ZREM', JOURNALS, ARGV[2])
   return 0
 end

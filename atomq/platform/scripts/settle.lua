@@ -18,7 +18,8 @@
 --              a release without one is an operator's, which any consumer's deliveries yield to)
 -- ARGV[8]      most consumers an exclusive queue may have
 -- ARGV[9]      how long the record is kept, in ms
--- ARGV[10..]   message ids or receipts ("<id>~<delivery count>")
+-- ARGV[10]     most messages of each kind the call's sweep handles (sweep_destination)
+-- ARGV[11..]   message ids or receipts ("<id>~<delivery count>")
 -- Only a message in flight is touched, and with a receipt only the delivery
 -- that receipt was issued for; on an exclusive queue, only by its active
 -- consumer. Returns {done, dead} (dead: nack only).
@@ -51,14 +52,15 @@ local function settle()
   local action = ARGV[1]
   local now = now_ms()
   local delays = parse_delays(ARGV[3])
-  -- A delivery past its deadline has failed, whether or not a sweep saw it yet.
-  sweep_destination(d, q, delays, now, 1000, KEYS[EXTRA + 1], KEYS[EXTRA + 4])
+  -- A delivery past its deadline has failed, whether or not a sweep saw it yet: this one's,
+  -- bounded, or below, for one of those this call names that the sweep left.
+  local _, late = sweep_destination(d, q, delays, now, tonumber(ARGV[10]), KEYS[EXTRA + 1], KEYS[EXTRA + 4])
   if not (action == 'release' and ARGV[7] == '') then
     local turn = consumer_turn(d, q, ARGV[7], now, tonumber(ARGV[8]))
     if type(turn) == 'table' then return turn end
     if not turn then return {0, 0} end
   end
-  local ids, wants = selected(ARGV[4], 10)
+  local ids, wants = selected(ARGV[4], 11)
   if #ids == 0 then return {0, 0} end
   local states = hmget_batched(d.state, ids)
   local hits, hit_dc, hit_fails, taken = {}, {}, {}, {}
@@ -76,6 +78,19 @@ local function settle()
         hit_fails[#hits] = fails
       end
     end
+  end
+  if late and #hits > 0 then
+    local kept, kept_dc, kept_fails = {}, {}, {}
+    for i, id in ipairs(hits) do
+      local deadline = redis.call('ZSCORE', d.inflight, id)
+      if deadline and tonumber(deadline) <= now then
+        fail_delivery(d, q, delays, id, hit_dc[i], hit_fails[i], 'ack timeout', now, KEYS[EXTRA + 1])
+        count('ack_timeouts', 1)
+      else
+        kept[#kept + 1], kept_dc[#kept + 1], kept_fails[#kept + 1] = id, hit_dc[i], hit_fails[i]
+      end
+    end
+    hits, hit_dc, hit_fails = kept, kept_dc, kept_fails
   end
   if #hits == 0 then return {0, 0} end
   if action == 'ack' then
