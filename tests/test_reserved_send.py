@@ -384,3 +384,14 @@ def test_a_reservation_the_maintenance_gave_back_before_the_prepare_is_made_agai
     for queue, sub in destinations:
         assert held(qs, tenant, queue, sub) == published.ids
     nothing_reserved(qs, tenant)
+
+
+def test_a_reserved_call_is_stored_in_steps_whatever_the_chunk_bounds(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 100)  # 12 destinations would be one script's
+    destinations = twelve_destinations(qs, tenant)
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == published.ids
+    nothing_reserved(qs, tenant)

@@ -82,7 +82,8 @@ RESERVE_DESTINATIONS = 100
 """A call to more destinations than this reserves them in steps of this many before its prepare,
 which no longer reads them: the prepare of one message to 100,000 destinations, two store calls and
 17 keys a destination, held the store 3.6 to 5.7 s (bench/request_bounds.py,
-publish_100000_destinations)."""
+publish_100000_destinations). Such a call is stored in steps whatever :data:`CHUNK_DESTINATIONS` is:
+its prepare, given no destination, could copy to none."""
 
 RELEASE_DESTINATIONS = 1_000
 """The most destinations one step of a reservation's release gives back (two store calls each)."""

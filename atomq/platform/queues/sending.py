@@ -338,7 +338,7 @@ class Sending:
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
                  send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, reserved_as)]
         settings = self._shared.settings
-        staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
+        staged = journal if upload or reservation or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
                 marker_gen, call.field, call.digest, call.token.window_ms, staged, upload.size if upload else "",
                 send_keys.reservation_name(reservation.name) if reservation else "", *route_args, *args_tail[1:]]
