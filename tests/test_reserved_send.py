@@ -6,7 +6,7 @@ maintenance, so nothing stays held and a retry stores once."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -59,8 +59,30 @@ def held(qs: QueueServer, tenant: str, queue: str, subscriber: str | None = None
     return [m.id for m in qs.browse(tenant, queue, limit=1000, subscriber=subscriber).items]
 
 
+def every_one_holds(qs: QueueServer, tenant: str, destinations: list[tuple[str, str | None]], ids: list[str]) -> None:
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == ids, f"{queue} {sub or ''} holds the messages"
+
+
 def names(ran: list[tuple[str, list[str], list[Any]]]) -> list[str]:
     return [name for name, _, _ in ran]
+
+
+def once_before(monkeypatch: pytest.MonkeyPatch, when: Callable[[str, list[Any]], bool],
+                action: Callable[[], Any]) -> list[Any]:
+    """Runs ``action`` once, before the first script run whose name and arguments ``when`` matches;
+    returns a list that holds what it returned once it ran."""
+    real_run = Storage.run
+    ran: list[Any] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if not ran and when(name, args):
+            ran.append(None)  # the action's own scripts run as they are
+            ran[0] = action()
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    return ran
 
 
 def nothing_reserved(qs: QueueServer, tenant: str) -> None:
@@ -82,8 +104,7 @@ def test_a_wide_publish_reserves_in_steps_and_its_prepare_reads_no_destination(
     assert [len(keys) for name, keys, _ in scripts if name == "send_reserve"] == [5 + 4 * per_destination] * 3
     prepare = next(keys for name, keys, _ in scripts if name == "send")
     assert len(prepare) == 7 + 2 * 3 + 10, "each queue's cfg and subscribers, no destination's keys"
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -171,8 +192,7 @@ def test_a_reservation_a_dead_request_left_is_given_back_by_the_maintenance(
     nothing_reserved(qs, tenant)
     again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
     assert again.copies == 12
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == again.ids
+    every_one_holds(qs, tenant, destinations, again.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -186,8 +206,7 @@ def test_a_retry_goes_on_with_the_reservation_and_stores_once(
     assert names(scripts)[:3] == ["send_reserve", "send_reserve", "send"], \
         "planned from 0, told where the reservation is, then its last step"
     assert [args[0] for name, _, args in scripts if name == "send_reserve"] == [0, 8]
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == again.ids
+    every_one_holds(qs, tenant, destinations, again.ids)
     assert qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2").ids == again.ids
     nothing_reserved(qs, tenant)
 
@@ -224,8 +243,7 @@ def test_a_route_changed_mid_reservation_is_reserved_again(
     monkeypatch.setattr(Storage, "run", run)
     published = qs.publish(tenant, "x/1", [msg("wide")])
     assert published.copies == 13
-    for queue, sub in [*destinations, ("s", "late")]:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, [*destinations, ("s", "late")], published.ids)
     assert "send_release" in names(scripts), "the first reservation, of the old route, was given back"
     nothing_reserved(qs, tenant)
 
@@ -241,8 +259,7 @@ def test_a_retry_whose_route_changed_since_the_dead_request_reserved_stores_each
     monkeypatch.setattr(Routes, "route", lambda self, tenant, queue, qk, refresh: real_route(self, tenant, queue, qk, True))
     again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-3")
     assert again.copies == 13
-    for queue, sub in [*destinations, ("s", "late")]:
-        assert held(qs, tenant, queue, sub) == again.ids, f"{queue} {sub} holds the message"
+    every_one_holds(qs, tenant, [*destinations, ("s", "late")], again.ids)
     assert_audit_clean(qs.client, {tenant})
     monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
     qs.maintain(tenant)  # gives back the dead request's reservation, of the other list
@@ -290,21 +307,13 @@ def test_a_marker_gone_between_the_reservation_and_the_prepare_has_the_reservati
     for queue, sub in destinations:
         qs.get(tenant, queue, subscriber=sub)
         qs.ack(tenant, queue, first.ids, subscriber=sub)
-    real_run = Storage.run
-    expired: list[int] = []
-
-    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
-        if name == "send" and args[11] and not expired:  # the marker expires after the reservation
-            expired.append(qs.client.delete(k.TenantKeys(tenant).topic_dedupe("x/1", "a")))
-        return real_run(self, name, keys, args, *rest, **kwargs)
-
-    monkeypatch.setattr(Storage, "run", run)
+    expired = once_before(monkeypatch, lambda name, args: name == "send" and bool(args[11]),  # the prepare
+                          lambda: qs.client.delete(k.TenantKeys(tenant).topic_dedupe("x/1", "a")))
     scripts.clear()
     again = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
     assert expired == [1] and again.ids != first.ids, "stored anew: its marker had expired"
     assert names(scripts).count("send") == 2, "the prepare found a new message the reservation had not counted"
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == again.ids
+    every_one_holds(qs, tenant, destinations, again.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -347,21 +356,11 @@ def test_a_retry_racing_the_reservation_of_the_original_stores_once(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant, max_messages=1)
-    real_run = Storage.run
-    retried: list[Any] = []
-
-    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
-        reply = real_run(self, name, keys, args, *rest, **kwargs)
-        if name == "send_reserve" and args[0] == 4 and not retried:  # the original has reserved 8
-            retried.append(None)
-            retried[0] = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race")
-        return reply
-
-    monkeypatch.setattr(Storage, "run", run)
+    retried = once_before(monkeypatch, lambda name, args: name == "send_reserve" and args[0] == 8,  # 8 reserved
+                          lambda: qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race"))
     original = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race")
     assert retried[0].ids == original.ids
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == original.ids
+    every_one_holds(qs, tenant, destinations, original.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -370,19 +369,11 @@ def test_a_reservation_the_maintenance_gave_back_before_the_prepare_is_made_agai
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant, max_messages=1)
     monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
-    real_run = Storage.run
-    maintained: list[Any] = []
-
-    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
-        if name == "send" and args[11] and not maintained:  # the request seemed dead: its prepare is late
-            maintained.append(qs.maintain(tenant))
-        return real_run(self, name, keys, args, *rest, **kwargs)
-
-    monkeypatch.setattr(Storage, "run", run)
+    # The request seemed dead: its prepare comes after the maintenance's round.
+    once_before(monkeypatch, lambda name, args: name == "send" and bool(args[11]), lambda: qs.maintain(tenant))
     published = qs.publish(tenant, "x/1", [msg("wide")])
     assert names(scripts).count("send") == 2 and names(scripts).count("send_reserve") == 6
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -392,6 +383,5 @@ def test_a_reserved_call_is_stored_in_steps_whatever_the_chunk_bounds(
     monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 100)  # 12 destinations would be one script's
     destinations = twelve_destinations(qs, tenant)
     published = qs.publish(tenant, "x/1", [msg("wide")])
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)
