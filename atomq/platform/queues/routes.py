@@ -9,10 +9,12 @@ never a wrong send.
 
 from __future__ import annotations
 
+import random
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
-from atomq.errors import AtomqError
+from atomq.errors import AtomqError, StorageError
 from atomq.platform.models import Durability, QueueModel
 from atomq.platform.queues.dead_letter_targets import NAME_FIELD as DEAD_LETTER_QUEUE_FIELD
 from atomq.platform.shared import Shared, queue_not_found
@@ -62,6 +64,34 @@ class OrderWait(AtomqError):
     def __init__(self, journals: list[str]) -> None:
         super().__init__("an earlier chunked send owes the queue its messages")
         self.journals = journals
+
+
+ORDER_WAIT_MS = 10_000
+"""The longest a send waits for the reservations that owe its ordered destinations to become journals
+(which it then finishes): past it, the send stores nothing and answers 503."""
+
+
+def in_order(run: Callable[[], Any], go_on: Callable[[list[str]], bool],
+             release: Callable[[], None] | None = None) -> Any:
+    """Runs ``run``, a send script's call or a reservation's steps, until no chunked send owes its
+    ordered destinations copies (:exc:`OrderWait`): each time first ``release`` (what the steps
+    reserved: no two reservations wait for each other), then ``go_on`` with the journals named (True
+    when it finished one); while none is a journal yet (reservations), waits, :data:`ORDER_WAIT_MS`
+    at most from the first wait since one was finished."""
+    deadline = None
+    while True:
+        try:
+            return run()
+        except OrderWait as wait:
+            if release is not None:
+                release()
+            if go_on(wait.journals):
+                deadline = None
+            else:
+                deadline = deadline or time.monotonic() + ORDER_WAIT_MS / 1000
+                if time.monotonic() > deadline:
+                    raise StorageError("an earlier send to an ordered queue is still reserving; try again") from None
+                time.sleep(0.005 + random.random() * 0.02)  # jittered: two reservations that met start apart
 
 
 class Routes:

@@ -63,6 +63,15 @@ local function owed_by(owed, member, own)
   return names
 end
 
+-- Whether the journal of owed entry `name` was prepared: a journal's name, or a reservation's
+-- ("<journal>.<plan>", send_keys.reservation_of_plan) its prepare made the journal, so no longer
+-- listed as reserving ("r.<name>", send_keys.reservation_name) in the tenant's index `journals`.
+local function owed_prepared(journals, name)
+  local journal = string.match(name, '^([^.]*)%.')
+  local reserving = journal and redis.call('ZSCORE', journals, 'r.' .. name)
+  return not reserving and redis.call('ZSCORE', journals, journal or name) ~= false
+end
+
 -- The oldest waiting (ready or scheduled) messages of destination d in send
 -- order, of priority p only when p is given (`sched`: the scheduled ones by
 -- priority, read once): at least the k oldest, when that many wait, and

@@ -9,7 +9,8 @@
 --              first step writes them), sy 1 when a queue's sends wait for the disk (the caller
 --              waits after the last step, whose writes cover the others); q<i> per
 --              queue "<message_ttl_ms>|<bytes a destination holds more>|<usage
---              bytes of a destination's copies>"; rv, a reserved send's (send_reserve.lua),
+--              bytes of a destination's copies>"; rv and ow (the reservation's name, which
+--              names the journal in the owed set), a reserved send's (send_reserve.lua),
 --              "<copies>|<bytes>" reserved each destination, which may be more than it gets
 --              (messages found repeats after, heads shorter); d<i> per destination "<queue
 --              index>|<generation>|<name in the indexes>"; m<j> per new message
@@ -52,7 +53,7 @@
 local JOURNAL, JOURNALS, PENDING, RECORD = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local USAGE, DUE, OLDEST, LEDGER, JDOCS, OWED = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local j = redis.call('HMGET', JOURNAL, 'c', 'n', 'nf', 'st', 'mx', 'an', 'dr', 'rf', 'dg', 'rms', 'dc', 'dm', 'sm',
-                     'rv')
+                     'rv', 'ow')
 if not j[1] then return {'g'} end
 local done, total, nfresh, at, top_new = tonumber(j[1]), tonumber(j[2]), tonumber(j[3]), tonumber(j[4]), tonumber(j[5])
 local step = tonumber(ARGV[2])
@@ -154,7 +155,7 @@ for i = 1, step do
   local owed_n, owed_b = pending_of(PENDING, member, gen)
   owed_n, owed_b = owed_n - q.res_n + nfresh, owed_b - q.res_b + q.bytes
   pend(PENDING, member, gen, -q.res_n, -q.res_b)
-  redis.call('ZREM', OWED, member .. '|' .. ARGV[3])
+  redis.call('ZREM', OWED, member .. '|' .. (j[15] or ARGV[3]))
   if c[1] ~= gen or (subscriber and redis.call('SISMEMBER', subs, subscriber) == 0) then
     redis.call('HINCRBY', USAGE, 'bytes', -(q.copy_b + release_documents(ids, ndocs)))
   else

@@ -182,7 +182,7 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
         counts_owed = "dc" in journal
         for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
             queue, gen, member = journal[f"d{i}"].split("|", 2)
-            owes.add(f"{member}|{name.decode()}")
+            owes.add(f"{member}|{journal.get('ow', name.decode())}")  # a reserved send's: its reservation's name
             _, add_b, copy_b = journal[f"q{queue}"].split("|")
             pending[f"{member}|{gen}"] += int(reserved_n)
             pending[f"{member}|{gen}|b"] += int(reserved_b or add_b)
@@ -194,9 +194,9 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
     return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved, owes
 
 
-def _reserved(client: Any, tk: k.TenantKeys, journal: str) -> Counter[str]:
+def _reserved(client: Any, tk: k.TenantKeys, name: str) -> Counter[str]:
     """The pending hash's fields a wide send's reservation (``send_reserve.lua``) accounts for."""
-    reservation = {f.decode(): v.decode() for f, v in client.hgetall(send_keys.send_reservation(tk, journal)).items()}
+    reservation = {f.decode(): v.decode() for f, v in client.hgetall(send_keys.send_reservation(tk, name)).items()}
     pending: Counter[str] = Counter()
     if reservation:
         copies, size = reservation["rv"].split("|")
