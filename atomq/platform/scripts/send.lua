@@ -110,7 +110,7 @@
 -- which releases it (send_release.lua).
 -- Exclusive and group-ordered queues deliver in send order, which a chunked send's ids fix at its
 -- prepare: until its steps copy to such a destination, the owed set names the journal there (a
--- reserved send's reservation put it: send_reserve.lua). A call to a destination owed by another
+-- reserved send's, under its reservation's name: send_reserve.lua). A call to a destination owed by another
 -- prepared journal would land before its earlier messages: it stores nothing and refuses with
 -- ORDERWAIT <journal names>; the caller goes on with them, then calls again. A chunked prepare
 -- waits for a reservation there too, since the reserved send's prepare, later, reads no

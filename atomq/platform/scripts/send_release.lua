@@ -6,7 +6,7 @@
 -- KEYS[2]      the tenant's index of journals
 -- KEYS[3]      the tenant's pending hash (_lib_send.lua)
 -- KEYS[4]      the tenant's ordered destinations owed by chunked sends (send_keys.send_owed), where
---              the reservation's journal name leaves each released destination
+--              the reservation's name leaves each released destination
 -- ARGV[1]      the most destinations this step releases
 -- ARGV[2]      the reservation's name in the index
 -- Marks the reservation as being released (x), so no step reserves more in it; leaves its score in
@@ -14,7 +14,7 @@
 -- destinations still reserved (0: none; the reservation is gone).
 
 local RESERVATION, JOURNALS, PENDING, OWED = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local own = string.sub(ARGV[2], #'r.' + 1)  -- the journal's name (send_keys.reservation_name)
+local own = string.sub(ARGV[2], #'r.' + 1)  -- the reservation's name (send_keys.reservation_name)
 local reserved = redis.call('HGET', RESERVATION, 'c')
 if not reserved then
   redis.call('ZREM', JOURNALS, ARGV[2])
