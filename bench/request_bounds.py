@@ -100,6 +100,7 @@ from atomq.platform.store import keys as k
 PARTS = ("scripts", "bystander", "matcher", "changes", "slow")
 KIB = b"x" * 1024
 HEAVY, PUBLISHER, BYSTANDER = "t_000000bea7y0", "t_0000publ1sh", "t_00000b7s7and"
+WIDEST = "t_0000w1de5t00"  # a tenant of its own: the widest fan-out takes all of a tenant's queues
 
 
 def one_kib(n: int, docs: int = 1, size: int = 1024) -> list[OutgoingMessage]:
@@ -333,13 +334,13 @@ def heavy_gets(url: str, stop: Any) -> None:
 
 
 def widest_queues(url: str) -> None:
-    """The publisher's most queues, each publish/subscribe with its most subscribers, attracting
+    """A tenant's most queues, each publish/subscribe with its most subscribers, attracting
     one topic (untimed: it takes a minute or two)."""
     qs = QueueServer(redis.Redis.from_url(url))
     for q in range(defaults.MAX_QUEUES_PER_TENANT):
-        qs.put_queue(PUBLISHER, f"widest{q}", "publish_subscribe", topics=["widest/all"])
+        qs.put_queue(WIDEST, f"widest{q}", "publish_subscribe", topics=["widest/all"])
         for s in range(defaults.MAX_SUBSCRIBERS):
-            qs.put_subscriber(PUBLISHER, f"widest{q}", f"s{s}")
+            qs.put_subscriber(WIDEST, f"widest{q}", f"s{s}")
 
 
 def widest_publishes(url: str, stop: Any) -> None:
@@ -347,7 +348,7 @@ def widest_publishes(url: str, stop: Any) -> None:
     back to back (each is some thousands of steps)."""
     qs = QueueServer(redis.Redis.from_url(url))
     while not stop.is_set():
-        qs.publish(PUBLISHER, "widest/all", one_kib(1))
+        qs.publish(WIDEST, "widest/all", one_kib(1))
 
 
 def run_bystander(url: str, seconds: float) -> dict[str, Any]:

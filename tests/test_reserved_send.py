@@ -5,15 +5,17 @@ maintenance, so nothing stays held and a retry stores once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from atomq.errors import QueueFull, StorageError
+from atomq.errors import QueueFull, StorageError, StorageFull
 from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.queues import send_journal
+from atomq.platform.queues.routes import Routes
 from atomq.platform.store import keys as k
 from atomq.platform.store import send_keys
 from atomq.platform.store.storage import Storage
@@ -57,8 +59,30 @@ def held(qs: QueueServer, tenant: str, queue: str, subscriber: str | None = None
     return [m.id for m in qs.browse(tenant, queue, limit=1000, subscriber=subscriber).items]
 
 
+def every_one_holds(qs: QueueServer, tenant: str, destinations: list[tuple[str, str | None]], ids: list[str]) -> None:
+    for queue, sub in destinations:
+        assert held(qs, tenant, queue, sub) == ids, f"{queue} {sub or ''} holds the messages"
+
+
 def names(ran: list[tuple[str, list[str], list[Any]]]) -> list[str]:
     return [name for name, _, _ in ran]
+
+
+def once_before(monkeypatch: pytest.MonkeyPatch, when: Callable[[str, list[Any]], bool],
+                action: Callable[[], Any]) -> list[Any]:
+    """Runs ``action`` once, before the first script run whose name and arguments ``when`` matches;
+    returns a list that holds what it returned once it ran."""
+    real_run = Storage.run
+    ran: list[Any] = []
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if not ran and when(name, args):
+            ran.append(None)  # the action's own scripts run as they are
+            ran[0] = action()
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    monkeypatch.setattr(Storage, "run", run)
+    return ran
 
 
 def nothing_reserved(qs: QueueServer, tenant: str) -> None:
@@ -80,8 +104,7 @@ def test_a_wide_publish_reserves_in_steps_and_its_prepare_reads_no_destination(
     assert [len(keys) for name, keys, _ in scripts if name == "send_reserve"] == [5 + 4 * per_destination] * 3
     prepare = next(keys for name, keys, _ in scripts if name == "send")
     assert len(prepare) == 7 + 2 * 3 + 10, "each queue's cfg and subscribers, no destination's keys"
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -144,14 +167,19 @@ def dies_mid_reservation(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
     monkeypatch.setattr(send_journal.SendJournals, "release", release)
 
 
+def died_mid_reservation(qs: QueueServer, tenant: str, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """A wide publish with Idempotency-Key ``key`` whose node died after two steps of its reservation."""
+    with monkeypatch.context() as dying:
+        dies_mid_reservation(dying, 2)
+        with pytest.raises(StorageError):
+            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key=key)
+
+
 def test_a_reservation_a_dead_request_left_is_given_back_by_the_maintenance(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant, max_messages=1)
-    with monkeypatch.context() as dying:
-        dies_mid_reservation(dying, 2)
-        with pytest.raises(StorageError):
-            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-1")
     tk = k.TenantKeys(tenant)
     assert len(qs.client.hgetall(tk.pending_copies)) == 2 * 8, "two steps of 4 destinations reserved"
     assert_audit_clean(qs.client, {tenant})
@@ -164,8 +192,7 @@ def test_a_reservation_a_dead_request_left_is_given_back_by_the_maintenance(
     nothing_reserved(qs, tenant)
     again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-1")
     assert again.copies == 12
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == again.ids
+    every_one_holds(qs, tenant, destinations, again.ids)
     nothing_reserved(qs, tenant)
 
 
@@ -173,17 +200,13 @@ def test_a_retry_goes_on_with_the_reservation_and_stores_once(
         qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     destinations = twelve_destinations(qs, tenant)
-    with monkeypatch.context() as dying:
-        dies_mid_reservation(dying, 2)
-        with pytest.raises(StorageError):
-            qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-2")
     scripts.clear()
     again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2")
     assert names(scripts)[:3] == ["send_reserve", "send_reserve", "send"], \
         "planned from 0, told where the reservation is, then its last step"
     assert [args[0] for name, _, args in scripts if name == "send_reserve"] == [0, 8]
-    for queue, sub in destinations:
-        assert held(qs, tenant, queue, sub) == again.ids
+    every_one_holds(qs, tenant, destinations, again.ids)
     assert qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-2").ids == again.ids
     nothing_reserved(qs, tenant)
 
@@ -220,7 +243,145 @@ def test_a_route_changed_mid_reservation_is_reserved_again(
     monkeypatch.setattr(Storage, "run", run)
     published = qs.publish(tenant, "x/1", [msg("wide")])
     assert published.copies == 13
-    for queue, sub in [*destinations, ("s", "late")]:
-        assert held(qs, tenant, queue, sub) == published.ids
+    every_one_holds(qs, tenant, [*destinations, ("s", "late")], published.ids)
     assert "send_release" in names(scripts), "the first reservation, of the old route, was given back"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_retry_whose_route_changed_since_the_dead_request_reserved_stores_each_destination_once(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry is another node's, which reads the routes afresh."""
+    destinations = twelve_destinations(qs, tenant)
+    died_mid_reservation(qs, tenant, monkeypatch, "wide-3")
+    qs.put_subscriber(tenant, "s", "late")  # sorts first among s's subscribers: every later one moves
+    real_route = Routes.route
+    monkeypatch.setattr(Routes, "route", lambda self, tenant, queue, qk, refresh: real_route(self, tenant, queue, qk, True))
+    again = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="wide-3")
+    assert again.copies == 13
+    every_one_holds(qs, tenant, [*destinations, ("s", "late")], again.ids)
+    assert_audit_clean(qs.client, {tenant})
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    qs.maintain(tenant)  # gives back the dead request's reservation, of the other list
+    nothing_reserved(qs, tenant)
+
+
+def test_a_reservation_makes_room_only_below_the_priority_of_the_messages_sent(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=1, overflow="drop_lowest_priority")
+    waiting = qs.send(tenant, "b", [msg("of the default priority")])
+    with pytest.raises(QueueFull):
+        qs.publish(tenant, "x/1", [dataclasses.replace(msg("low"), priority=0)])
+    assert held(qs, tenant, "b") == waiting, "a message of priority 0 makes no room from one of 4"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_wide_publish_of_repeats_only_answers_the_originals_from_a_full_queue(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=1)
+    first = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    again = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    assert again.ids == first.ids, "a repeat stores nothing, so b's limit does not refuse it (as a narrow send's)"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_repeat_of_a_higher_priority_makes_no_room_for_the_new_messages_of_a_lower(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]]) -> None:
+    twelve_destinations(qs, tenant, max_messages=2, overflow="drop_lowest_priority")
+    high = dataclasses.replace(msg("high", dedupe_id="high"), priority=9)
+    first = qs.publish(tenant, "x/1", [high])
+    qs.get(tenant, "b")
+    qs.ack(tenant, "b", first.ids)  # b holds none, and the marker answers a repeat of high
+    waiting = qs.send(tenant, "b", [msg("w1"), msg("w2")])
+    with pytest.raises(QueueFull):
+        qs.publish(tenant, "x/1", [high, dataclasses.replace(msg("low"), priority=0)])
+    assert held(qs, tenant, "b") == waiting, "a message of priority 0 makes no room from ones of 4"
+    nothing_reserved(qs, tenant)
+
+
+def test_a_marker_gone_between_the_reservation_and_the_prepare_has_the_reservation_made_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    first = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    for queue, sub in destinations:
+        qs.get(tenant, queue, subscriber=sub)
+        qs.ack(tenant, queue, first.ids, subscriber=sub)
+    expired = once_before(monkeypatch, lambda name, args: name == "send" and bool(args[11]),  # the prepare
+                          lambda: qs.client.delete(k.TenantKeys(tenant).topic_dedupe("x/1", "a")))
+    scripts.clear()
+    again = qs.publish(tenant, "x/1", [msg("a", dedupe_id="a")])
+    assert expired == [1] and again.ids != first.ids, "stored anew: its marker had expired"
+    assert names(scripts).count("send") == 2, "the prepare found a new message the reservation had not counted"
+    every_one_holds(qs, tenant, destinations, again.ids)
+    nothing_reserved(qs, tenant)
+
+
+def test_a_store_at_maxmemory_refusing_a_step_has_the_steps_before_given_back(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params["backend"] != "valkey":
+        pytest.skip("maxmemory of the one real server")
+    twelve_destinations(qs, tenant)
+    real_run = Storage.run
+    most = qs.client.config_get("maxmemory")["maxmemory"]
+
+    def run(self: Storage, name: str, keys: list[str], args: list[Any], *rest: Any, **kwargs: Any) -> Any:
+        if name == "send_reserve" and args[0] == 8:  # the third step: the store is full
+            qs.client.config_set("maxmemory", 1)
+            try:
+                return real_run(self, name, keys, args, *rest, **kwargs)
+            finally:
+                if names(scripts).count("send_release") == 0:
+                    monkeypatch.setattr(Storage, "run", release_full)
+        return real_run(self, name, keys, args, *rest, **kwargs)
+
+    def release_full(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)  # the release runs at maxmemory too
+        finally:
+            qs.client.config_set("maxmemory", most)
+
+    monkeypatch.setattr(Storage, "run", run)
+    try:
+        with pytest.raises(StorageFull):
+            qs.publish(tenant, "x/1", [msg("wide")])
+    finally:
+        qs.client.config_set("maxmemory", most)
+    assert [qs.get_queue(tenant, q).depth for q in ("a", "b", "s")] == [0, 0, 0]
+    nothing_reserved(qs, tenant)
+
+
+def test_a_retry_racing_the_reservation_of_the_original_stores_once(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    retried = once_before(monkeypatch, lambda name, args: name == "send_reserve" and args[0] == 8,  # 8 reserved
+                          lambda: qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race"))
+    original = qs.publish(tenant, "x/1", [msg("wide")], idempotency_key="race")
+    assert retried[0].ids == original.ids
+    every_one_holds(qs, tenant, destinations, original.ids)
+    nothing_reserved(qs, tenant)
+
+
+def test_a_reservation_the_maintenance_gave_back_before_the_prepare_is_made_again(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    destinations = twelve_destinations(qs, tenant, max_messages=1)
+    monkeypatch.setattr(maintenance_module, "STALE_MS", 0)
+    # The request seemed dead: its prepare comes after the maintenance's round.
+    once_before(monkeypatch, lambda name, args: name == "send" and bool(args[11]), lambda: qs.maintain(tenant))
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    assert names(scripts).count("send") == 2 and names(scripts).count("send_reserve") == 6
+    every_one_holds(qs, tenant, destinations, published.ids)
+    nothing_reserved(qs, tenant)
+
+
+def test_a_reserved_call_is_stored_in_steps_whatever_the_chunk_bounds(
+        qs: QueueServer, tenant: str, scripts: list[tuple[str, list[str], list[Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 100)  # 12 destinations would be one script's
+    destinations = twelve_destinations(qs, tenant)
+    published = qs.publish(tenant, "x/1", [msg("wide")])
+    every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)

@@ -35,8 +35,13 @@ in a reservation, which the prepare renames to its journal; the prepare itself t
 destination. A refusal releases the reservation in steps (``send_release.lua``) before it is
 answered, so a refused send has stored nothing once its caller hears of it; a reservation no
 step touched for :data:`STALE_MS` is released by the maintenance. A destination is reserved for
-every message of the call with its envelope at its longest (the prepare, later, finds which are
-repeats): the steps that copy to it release what was reserved, not what they copied.
+the messages its first step found no repeats, each with its envelope's head at its longest; the
+prepare finds the same messages new, or the reservation is made again (a marker came or went
+between them). The steps that copy to a destination release what was reserved, not what they copied.
+
+A reservation is named by its call's journal, body and destinations in order
+(``send_keys.reservation_of_plan``): a retry goes on with one under way to the same destinations,
+and one that read other routes reserves its own, whose prepare alone makes a journal.
 
 Whoever finds a journal goes on with it: the request itself, a retry of it (the store's client,
 or the sender with the same Idempotency-Key), or the maintenance, which finishes a journal left
@@ -53,6 +58,7 @@ from typing import Any, Callable
 
 from atomq.defaults import DEFAULT_PRIORITY
 from atomq.errors import AtomqError, StorageError
+from atomq.platform.queues.request_records import RecordedCall
 from atomq.platform.shared import ChunkBudget, Shared
 from atomq.platform.store import keys as k
 from atomq.platform.store import send_keys
@@ -76,7 +82,8 @@ RESERVE_DESTINATIONS = 100
 """A call to more destinations than this reserves them in steps of this many before its prepare,
 which no longer reads them: the prepare of one message to 100,000 destinations, two store calls and
 17 keys a destination, held the store 3.6 to 5.7 s (bench/request_bounds.py,
-publish_100000_destinations)."""
+publish_100000_destinations). Such a call is stored in steps whatever :data:`CHUNK_DESTINATIONS` is:
+its prepare, given no destination, could copy to none."""
 
 RELEASE_DESTINATIONS = 1_000
 """The most destinations one step of a reservation's release gives back (two store calls each)."""
@@ -119,38 +126,46 @@ class Reservation:
 
     tk: k.TenantKeys
     journal: str
-    """The call's journal's name, which names the reservation too."""
+    """The call's journal's name."""
+    name: str
+    """The reservation's own (``send_keys.reservation_of_plan``): the journal's, its body's and its destinations'."""
     record: str
     call_field: str
     digest: str
-    top: int
-    """The highest priority of the call's messages."""
-    copies: int
-    size: int
-    """The copies and bytes reserved each destination."""
+    messages: list[str]
+    """Each message's "<dedupe key index>,<priority>,<bytes at most in a destination>": its first step
+    reserves for the messages not repeats then (send_reserve.lua)."""
+    dedupe: list[str]
+    """The call's de-duplication markers, which its messages' dedupe key indexes name."""
+    marker_gen: str
+    """The generation its markers belong to (send.lua's ARGV[6])."""
     destinations: list[tuple[int, str, k.QueueKeys, k.DestinationKeys]]
     """Each destination's queue index in the call, the route its caller read, its queue's keys and its keys."""
     errors: Errors
 
 
-def reservation_of(tk: k.TenantKeys, journal: str, record: str, call_field: str, digest: str,
+def reservation_of(tk: k.TenantKeys, journal: str, record: str, call: RecordedCall,
                    plan: list[tuple[k.QueueKeys, str, list[k.DestinationKeys]]], args_tail: list[Any],
-                   errors: Errors) -> Reservation | None:
+                   errors: Errors, dedupe: list[str], marker_gen: str) -> Reservation | None:
     """The reservation of a call to more than :data:`RESERVE_DESTINATIONS` destinations (None for
-    another), from the routes its caller read (``plan``: each queue's keys, route and destinations)
-    and its messages as ``send.lua`` takes them (``args_tail``, documents included)."""
+    another), from the routes its caller read (``plan``: each queue's keys, route and destinations),
+    its messages as ``send.lua`` takes them (``args_tail``, documents included) and their markers."""
     destinations = [(qi, route, qk, d) for qi, (qk, route, dests) in enumerate(plan, 1) for d in dests]
     if len(destinations) <= RESERVE_DESTINATIONS:
         return None
-    top, size, pos = DEFAULT_PRIORITY, 0, 1
+    messages, pos = [], 1
     for _ in range(int(args_tail[0])):
+        # A message of the defaults gives its dedupe key's index alone; its envelope's head is
+        # counted at its longest.
         timing, ndocs = str(args_tail[pos]).split(","), int(args_tail[pos + 2])
-        if len(timing) > 1:
-            top = max(top, int(timing[1]))
-        size += len(str(ndocs)) + HEAD_MOST + sum(map(_length, args_tail[pos + 1:pos + 2]))
+        size = len(str(ndocs)) + HEAD_MOST + _length(args_tail[pos + 1])
         size += sum(map(_length, args_tail[pos + 3:pos + 3 + 2 * ndocs]))
+        messages.append(f"{timing[0]},{timing[1] if len(timing) > 1 else DEFAULT_PRIORITY},{size}")
         pos += 3 + 2 * ndocs
-    return Reservation(tk, journal, record, call_field, digest, top, int(args_tail[0]), size, destinations, errors)
+    name = send_keys.reservation_of_plan(journal, call.digest,
+                                         [f"{qi}|{route}|{d.member}" for qi, route, _, d in destinations])
+    return Reservation(tk, journal, name, record, call.field, call.digest, messages, dedupe, marker_gen, destinations,
+                       errors)
 
 
 def _length(value: str | bytes) -> int:
@@ -240,9 +255,13 @@ class SendJournals:
                     self._upload(upload)
                 try:
                     return run()
-                except (UploadLost, ReservationLost):
+                except (UploadLost, ReservationLost) as lost:
                     if again:
                         raise StorageError("the request's upload or reservation kept expiring; try again") from None
+                    if isinstance(lost, ReservationLost) and reservation is not None:
+                        # Released meanwhile, or made for other messages than the prepare found new
+                        # (a marker came or went): it is made again, from the start.
+                        self.release(reservation.tk, reservation.name)
         finally:
             # The prepare's own answer or error is the caller's: an upload left expires, and the
             # maintenance gives back a reservation left.
@@ -251,7 +270,7 @@ class SendJournals:
                     storage.call(client.delete, upload.key)
             with contextlib.suppress(StorageError):
                 if reservation is not None:
-                    self.release(reservation.tk, reservation.journal)
+                    self.release(reservation.tk, reservation.name)
 
     def _reserve(self, reservation: Reservation) -> None:
         """Checks and reserves the destinations in steps of :data:`RESERVE_DESTINATIONS`, from where
@@ -261,30 +280,32 @@ class SendJournals:
         done, total = 0, len(r.destinations)
         while done < total:
             step = r.destinations[done:done + RESERVE_DESTINATIONS]
-            keys = [send_keys.send_reservation(tk, r.journal), tk.send_journal(r.journal), r.record, tk.send_journals,
+            keys = [send_keys.send_reservation(tk, r.name), tk.send_journal(r.journal), r.record, tk.send_journals,
                     tk.pending_copies]
-            args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.journal), r.call_field,
-                               r.top, r.copies, r.size]
+            messages = r.messages if done == 0 else []  # what a reservation's first step reserves for
+            args: list[Any] = [done, len(step), total, r.digest, send_keys.reservation_name(r.name), r.call_field,
+                               r.marker_gen, len(messages), *messages]
             for qi, route, qk, d in step:
                 keys += [qk.config, *d.as_list()]
                 args += [qi, route, d.member]
+            keys += r.dedupe if messages else []
             reply = self._shared.storage.run("send_reserve", keys, args, r.errors, writes_once=True)
             kind = reply[0].decode()
             if kind == "j":
                 return
             if kind == "x":
-                self.release(tk, r.journal)  # help the release under way, then start again
+                self.release(tk, r.name)  # help the release under way, then start again
                 done = 0
             else:
                 done = int(reply[1])
 
-    def release(self, tk: k.TenantKeys, journal: str, budget: ChunkBudget | None = None) -> None:
-        """Gives back, in steps, what the reservation of journal ``journal`` holds, and deletes it
-        (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
-        keys = [send_keys.send_reservation(tk, journal), tk.send_journals, tk.pending_copies]
+    def release(self, tk: k.TenantKeys, reservation: str, budget: ChunkBudget | None = None) -> None:
+        """Gives back, in steps, what reservation ``reservation`` (its name, ``Reservation.name``) holds,
+        and deletes it (nothing once a prepare made it its journal), or as much as ``budget`` lets."""
+        keys = [send_keys.send_reservation(tk, reservation), tk.send_journals, tk.pending_copies]
         while budget is None or budget.take():
             if not self._shared.storage.run("send_release", keys,
-                                            [RELEASE_DESTINATIONS, send_keys.reservation_name(journal)],
+                                            [RELEASE_DESTINATIONS, send_keys.reservation_name(reservation)],
                                             writes_once=True):
                 return
 

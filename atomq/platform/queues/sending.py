@@ -324,8 +324,9 @@ class Sending:
                          else [*map(qk.destination, subs)]))
         destinations = sum(len(dests) for _, _, dests in plan)  # each message's, once the script checked the routes
         journal, errors = tk.send_journal_name(call.token.token, call.field), self._errors(targets, call)
-        reservation = reservation_of(tk, journal, keys[6], call.field, call.digest, plan, args_tail, errors)
+        reservation = reservation_of(tk, journal, keys[6], call, plan, args_tail, errors, dedupe_keys, marker_gen)
         route_args: list[Any] = []
+        reserved_as = reservation.name if reservation else journal  # the reservation's key names it
         for qk, expected, dests in plan:
             keys += [qk.config, qk.subscribers]
             if reservation is None:  # else the reservation reads the destinations, not the prepare
@@ -335,12 +336,12 @@ class Sending:
                                       any(ORDERED in r for r in route_args[:1]))
         keys += [*dedupe_keys, tk.send_journal(journal), tk.send_journals, tk.pending_copies, tk.due, tk.oldest,
                  tk.marker_ledger, tk.usage, send_keys.send_staging(tk, journal, call.digest),
-                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, journal)]
+                 send_keys.journal_documents(tk, journal), send_keys.send_reservation(tk, reserved_as)]
         settings = self._shared.settings
-        staged = journal if upload or chunked(int(args_tail[0]), destinations) else ""
+        staged = journal if upload or reservation or chunked(int(args_tail[0]), destinations) else ""
         args = [topics_version, len(targets), round(settings.dedupe_window_s * 1000), args_tail[0], quota_bytes,
                 marker_gen, call.field, call.digest, call.token.window_ms, staged, upload.size if upload else "",
-                send_keys.reservation_name(journal) if reservation else "", *route_args, *args_tail[1:]]
+                send_keys.reservation_name(reservation.name) if reservation else "", *route_args, *args_tail[1:]]
         storage = self._shared.storage
         sync = any(isinstance(r, str) and r.endswith("|sync") for r in route_args)
         synced: Any = None
@@ -390,10 +391,9 @@ class Sending:
     def _errors(targets: list[k.QueueKeys], call: RecordedCall) -> Errors:
         """What the send script's and its reservation's refusals raise."""
         return {"NOQUEUE": lambda _: queue_not_found(targets[0].name), "STALESUBS": lambda _: StaleRoute("stale"),
-                "IDEMREUSED": lambda _: key_reused(call.token),
-                "STALETOPICS": lambda _: _StaleTopics("stale"), "QUOTA": lambda _: _QuotaRefused("quota"),
-                "STAGELOST": lambda _: UploadLost("lost"), "RESERVELOST": lambda _: ReservationLost("lost"),
-                "QUEUEFULL": lambda words: queue_full_error(targets, words),
+                "IDEMREUSED": lambda _: key_reused(call.token), "STALETOPICS": lambda _: _StaleTopics("stale"),
+                "QUOTA": lambda _: _QuotaRefused("quota"), "STAGELOST": lambda _: UploadLost("lost"),
+                "RESERVELOST": lambda _: ReservationLost("lost"), "QUEUEFULL": lambda words: queue_full_error(targets, words),
                 "DELAYEXCLUSIVE": lambda words: InvalidInput(
                     f"queue {targets[int(words[0]) - 1].name} is exclusive: it delivers in send order, so it "
                     "takes no delayed message", field="delay_s", queue=targets[int(words[0]) - 1].name),

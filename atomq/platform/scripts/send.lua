@@ -102,7 +102,9 @@
 -- A refused staged send leaves the upload to expire (the caller deletes it at once).
 -- A reserved send (ARGV[12]) is a prepare that checks no destination's limits and reserves nothing:
 -- its reservation, complete (else RESERVELOST: released meanwhile; the caller reserves again), did
--- both, and the prepare renames it to the journal, whose destinations it lists already. A reserved
+-- both, and the prepare renames it to the journal, whose destinations it lists already; it was made
+-- for the messages its first step found new, which must be those the prepare finds new (else
+-- RESERVELOST: a marker came or went between them). A reserved
 -- call that stores nothing (a refusal, every message a repeat) leaves the reservation to its caller,
 -- which releases it (send_release.lua).
 
@@ -129,7 +131,7 @@ end
 local staged = ARGV[10] ~= ''
 local uploaded = ARGV[11] ~= ''
 local reserved = ARGV[12] ~= ''
-local reservation = reserved and redis.call('HMGET', RESERVATION, 'c', 'n', 'dg', 'x')
+local reservation = reserved and redis.call('HMGET', RESERVATION, 'c', 'n', 'dg', 'x', 'nw')
 if reserved and (not reservation[1] or reservation[1] ~= reservation[2] or reservation[3] ~= digest
                  or reservation[4]) then
   return redis.error_reply('RESERVELOST the reservation of the destinations was released')
@@ -288,6 +290,16 @@ for m = 1, nmsg do
     end
   end
   pos = pos + 3 + (uploaded and 0 or ndocs * 2)
+end
+if reserved then
+  -- The reservation was made for the messages its first step found new: this call's must be those.
+  local new = {}
+  for m = 1, nmsg do
+    if not original[m] and not repeat_of[m] then new[#new + 1] = m end
+  end
+  if table.concat(new, ',') ~= reservation[5] then
+    return redis.error_reply('RESERVELOST the reservation was made for other messages than are new')
+  end
 end
 for _, c in ipairs(classes) do
   for _, qi in ipairs(c.queues) do

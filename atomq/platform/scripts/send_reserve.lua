@@ -1,7 +1,8 @@
 -- One step of the reservation of a wide send's destinations (atomq.platform.queues.send_journal):
 -- a call to more destinations than one script checks within its budget checks and reserves them
 -- in steps before its prepare (send.lua, ARGV[12]), which renames the reservation to its journal.
--- KEYS[1]      the reservation (hash: c the destinations reserved, n all of them, dg the
+-- KEYS[1]      the reservation (send_keys.reservation_of_plan: one a body and list of
+--              destinations; hash: c the destinations reserved, n all of them, dg the
 --              request's body digest, x set once it is being released, d<i> per destination
 --              "<queue index>|<generation>|<name in the indexes>" as the journal lists them,
 --              rv "<copies>|<bytes>" reserved each destination)
@@ -17,11 +18,17 @@
 -- ARGV[4]      the digest of the request's body
 -- ARGV[5]      the reservation's name in the index
 -- ARGV[6]      the call's field in the request's record
--- ARGV[7]      the highest priority of the call's messages
--- ARGV[8..9]   the copies and the bytes to reserve each destination: at least what the call
---              stores there (every message counted new, every envelope's head at its longest)
--- ARGV[10..]   per destination: its queue's index in the call, the route the caller read
+-- ARGV[7]      the generation the call's de-duplication markers belong to ('' for its queue's own:
+--              send.lua's ARGV[6])
+-- ARGV[8]      the call's messages given (all of them in a step planned from 0, else none)
+-- ARGV[9..]    per message given: "<dedupe key index>,<priority>,<bytes at most in a destination>"
+-- ARGV[..]     then per destination: its queue's index in the call, the route the caller read
 --              (route_of) and its name in the indexes
+-- KEYS[..]     after the destinations', the call's de-duplication markers (with its messages)
+-- The step that makes the reservation finds which messages are repeats, as send.lua's first pass
+-- does, and reserves each destination the others' copies and bytes (rv) and records their
+-- highest priority (tp) and which they are (nw: their indexes, "<m>,<m>..."); the later steps
+-- reserve as it did, and the prepare finds the same messages new or makes it again (RESERVELOST).
 -- A destination's limits (max_messages, max_bytes) count what it holds and what chunked sends
 -- owe it; one that cannot take the copies refuses the step whole with QUEUEFULL, as send.lua does
 -- (a queue that drops waiting messages to make room refuses only when they cannot make it): the
@@ -33,7 +40,7 @@
 
 local RESERVATION, JOURNAL, RECORD, JOURNALS, PENDING = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if redis.call('EXISTS', JOURNAL) == 1 or redis.call('HEXISTS', RECORD, ARGV[6]) == 1 then return {'j'} end
-local r = redis.call('HMGET', RESERVATION, 'c', 'dg', 'x')
+local r = redis.call('HMGET', RESERVATION, 'c', 'dg', 'x', 'rv', 'tp', 'nw')
 local planned, step, total, digest = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if r[3] then return {'x'} end
 if r[1] and r[2] ~= digest then
@@ -41,11 +48,36 @@ if r[1] and r[2] ~= digest then
 end
 local done = tonumber(r[1] or '0')
 if done ~= planned or done + step > total then return {'m', done} end
-local top_new, n, b = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local nmsg = tonumber(ARGV[8])
+local top_new, n, b, news = tonumber(r[5]), 0, 0, r[6]
+if r[1] then
+  n, b = string.match(r[4], '^(%d+)|(%d+)$')
+  n, b = tonumber(n), tonumber(b)
+else
+  -- The first step: the messages not repeats now (a repeated dedupe id of the queue's generation,
+  -- or one the call gave before) are what each destination is reserved for.
+  local gen, dd_base, seen, new = ARGV[7], 5 + step * (1 + DEST_KEYS), {}, {}
+  if gen == '' then gen = redis.call('HGET', KEYS[6], 'gen') end
+  top_new = -1
+  for m = 1, nmsg do
+    local dd, p, size = string.match(ARGV[8 + m], '^(%d+),(%d+),(%d+)$')
+    local key, fresh = KEYS[dd_base + tonumber(dd)], true
+    if dd ~= '0' then
+      local old = not seen[key] and redis.call('GET', key)
+      fresh = not seen[key] and not (old and string.sub(old, 1, string.find(old, '|', 1, true) - 1) == gen)
+      seen[key] = true
+    end
+    if fresh then
+      n, b, top_new = n + 1, b + tonumber(size), math.max(top_new, tonumber(p))
+      new[#new + 1] = m
+    end
+  end
+  news = table.concat(new, ',')
+end
 
 -- Reads only: every destination of the step can take its copies.
 local plan, cfgs = {}, {}
-local kpos, apos = 6, 10
+local kpos, apos = 6, 9 + nmsg
 for i = 1, step do
   local cfg, d = KEYS[kpos], dest_at(kpos + 1)
   local qi, member = ARGV[apos], ARGV[apos + 2]
@@ -59,7 +91,7 @@ for i = 1, step do
     return redis.error_reply('STALESUBS ' .. qi)
   end
   local max_n, max_b, overflow = tonumber(c[7] or '0'), tonumber(c[8] or '0'), c[9] or 'reject_new'
-  if max_n > 0 or max_b > 0 then
+  if (max_n > 0 or max_b > 0) and n > 0 then
     local owed_n, owed_b = pending_of(PENDING, member, c[2])
     local held_n, held_b = held_count(d) + owed_n, tonumber(redis.call('GET', d.held) or '0') + owed_b
     local need_n = max_n > 0 and held_n + n - max_n or 0
@@ -81,7 +113,7 @@ for i = 1, step do
   kpos, apos = kpos + 1 + DEST_KEYS, apos + 3
 end
 
-local fields = {'c', done + step, 'n', total, 'dg', digest, 'rv', n .. '|' .. b}
+local fields = {'c', done + step, 'n', total, 'dg', digest, 'rv', n .. '|' .. b, 'tp', top_new, 'nw', news}
 for i, p in ipairs(plan) do
   pend(PENDING, p.member, p.gen, n, b)
   fields[#fields + 1], fields[#fields + 2] = 'd' .. (done + i), p.qi .. '|' .. p.gen .. '|' .. p.member

@@ -33,12 +33,23 @@ RESERVATION_NAME_PREFIX = "r."
 hexadecimal: the maintenance releases a stale reservation and finishes a stale journal."""
 
 
-def reservation_name(journal: str) -> str:
-    """A wide send's reservation's name in the tenant's index of journals (``TenantKeys.send_journals``)."""
-    return RESERVATION_NAME_PREFIX + journal
+def reservation_of_plan(journal: str, digest: str, plan: list[str]) -> str:
+    """What names the reservation of the call of journal ``journal`` for a body (its digest) and
+    the destinations it was planned to (``plan``, in order): a retry that read other routes (a
+    subscriber came or left) reserves in a reservation of its own, never on from the steps of
+    another list, which would reserve one destination twice and another never. The first
+    prepare renames its own to the journal; the other's caller gives its own back."""
+    body = hashlib.sha1("\n".join([digest, *plan]).encode("utf-8")).hexdigest()[:16]
+    return f"{journal}.{body}"
 
 
-def send_reservation(tk: TenantKeys, journal: str) -> str:
+def reservation_name(reservation: str) -> str:
+    """A wide send's reservation's name in the tenant's index of journals (``TenantKeys.send_journals``),
+    from :func:`reservation_of_plan`'s."""
+    return RESERVATION_NAME_PREFIX + reservation
+
+
+def send_reservation(tk: TenantKeys, reservation: str) -> str:
     """Hash: a wide send's destinations, checked and reserved in steps before its prepare
-    (``send_reserve.lua``), which renames it to the journal."""
-    return f"{tenant_prefix(tk.tenant)}:jrs:{journal}"
+    (``send_reserve.lua``), which renames it to the journal; named by :func:`reservation_of_plan`."""
+    return f"{tenant_prefix(tk.tenant)}:jrs:{reservation}"

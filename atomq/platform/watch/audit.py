@@ -187,9 +187,9 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
     return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved
 
 
-def _reserved(client: Any, tk: k.TenantKeys, journal: str) -> Counter[str]:
+def _reserved(client: Any, tk: k.TenantKeys, name: str) -> Counter[str]:
     """The pending hash's fields a wide send's reservation (``send_reserve.lua``) accounts for."""
-    reservation = {f.decode(): v.decode() for f, v in client.hgetall(send_keys.send_reservation(tk, journal)).items()}
+    reservation = {f.decode(): v.decode() for f, v in client.hgetall(send_keys.send_reservation(tk, name)).items()}
     pending: Counter[str] = Counter()
     if reservation:
         copies, size = reservation["rv"].split("|")
