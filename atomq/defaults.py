@@ -170,9 +170,11 @@ GET_PART_DOCUMENTS = 1000
 GET_PART_BYTES = _MIB
 """As ``GET_PART_MESSAGES``, for the document bytes one call reads and answers (a first message bigger
 than that still comes alone, within ``MAX_REPLY_BYTES``)."""
-SETTLE_PART_IDS = 500
+SETTLE_PART_IDS = 250
 """Ids or receipts one script call of an ack, nack, release or extend settles (as ``CHUNK_SIZE``): a
-settle of ``MAX_SELECTORS`` runs as parts of this many."""
+settle of ``MAX_SELECTORS`` runs as parts of this many. An ack part of 500 messages of ten documents
+took 15-46 ms of the store's thread on a loaded machine, and its sweep up to some 15 more
+(BENCHMARKS.md): past the 50 ms a call should keep to."""
 SWEEP_PART = 50
 """Messages of each kind (expired messages, expired deliveries, due redeliveries and delayed copies)
 the sweep of one get or settle part handles at most before its own work: an expired message of ten
@@ -182,8 +184,10 @@ What is left waits for the next part (a get's parts go on, delivering nothing, w
 deliveries or due redeliveries are left: those may come first) or the maintenance round."""
 MAX_WAIT_MS = 20_000
 """As SQS's longest wait: below the idle time-outs of proxies and load balancers, so a long-poll is not cut."""
-CHUNK_SIZE = 500
-"""Messages one bulk-action script handles per call: a few milliseconds of the store's single thread."""
+CHUNK_SIZE = 250
+"""Messages one bulk-action script handles per call (a delete, a purge, the maintenance's sweep of a
+destination): a chunk of 500 cost 41-89 ms of the store's single thread in the maintenance's sweep of
+expired messages going to a dead letter queue, on a loaded machine (BENCHMARKS.md)."""
 MAX_SUBSCRIBERS = 100
 MAX_CONSUMERS = 100
 """Consumers an exclusive queue keeps in line at once (each call reads them all)."""

@@ -343,7 +343,7 @@ def test_an_interrupted_queue_deletion_resumes(node, tenant, reuse_name, monkeyp
     monkeypatch.setattr(qs._shared, "drain", one_chunk_then_crash)
     with pytest.raises(SimulatedCrash):
         qs.delete_queue(tenant, "big")
-    assert chunks == [500]
+    assert chunks == [qs.settings.chunk_size]
     node.wait_for_fsync()
     node.crash_and_restart()
     qs = node.qs

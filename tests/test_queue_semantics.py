@@ -346,7 +346,7 @@ def test_delete_selected_and_all_messages(qs, tenant, queue, backend) -> None:
     qs.get(tenant, queue, max_messages=3)
     assert qs.delete_messages(tenant, queue, ids=[ids[0], ids[5], "1-000000000000"]) == 2
     assert qs.get_queue(tenant, queue).depth + qs.get_queue(tenant, queue).in_flight == 1198
-    assert qs.delete_messages(tenant, queue, all=True) == 1198, "in bounded chunks of 500"
+    assert qs.delete_messages(tenant, queue, all=True) == 1198, "in bounded chunks"
     info = qs.get_queue(tenant, queue)
     assert (info.depth, info.in_flight) == (0, 0)
     assert backend.hlen(f"aq:{{{tenant}}}:doc") == 0

@@ -193,7 +193,7 @@ def test_acks_and_nacks_of_1000_run_in_parts_and_settle_exactly_those(
     receipts = [d.receipt for d in got]
     # 300 receipts of a message not in flight, and the first again: they settle nothing.
     assert qs.ack(tenant, queue, receipts=receipts[:700] + [f"{ids[1400]}~1"] * 300 + [receipts[0]]) == 700
-    assert [list(map(int, r)) for r in calls.of("settle")] == [[500, 0], [200, 0], [0, 0]]
+    assert [list(map(int, r)) for r in calls.of("settle")] == [[250, 0], [250, 0], [200, 0], [0, 0], [0, 0]]
     assert qs.nack(tenant, queue, ids=[d.id for d in got], reason="bad").requeued == 300
     assert counts(qs, tenant, queue) == (800, 0, 0)
     seen: list[Any] = []
@@ -214,8 +214,8 @@ def test_a_get_with_acks_of_1000_acks_them_all_in_parts(
     calls = Calls(qs, monkeypatch)
     taken = qs.take(tenant, queue, 1000, ack_receipts=[d.receipt for d in got])
     assert taken.acked == 1000 and [d.id for d in taken.deliveries] == ids[1000:]
-    # The first 500 alone, the last 500 in one round trip with the get's first part.
-    assert [int(r[0]) for r in calls.of("settle")] == [500]
+    # The first 750 alone, in parts of 250, the last 250 in one round trip with the get's first part.
+    assert [int(r[0]) for r in calls.of("settle")] == [250, 250, 250]
     assert counts(qs, tenant, queue) == (0, 1000, 0)
 
 
