@@ -18,12 +18,11 @@ from atomq.errors import NotDurable, QueueFull, QuotaExceeded, StorageError, Too
 from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.queues import send_journal
-from atomq.platform.queues.routes import OrderWait
 from atomq.platform.shared import ChunkBudget
 from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
 from support.audit import assert_audit_clean
-from support.queues import FAST, die_after_steps, msg
+from support.queues import FAST, die_after_steps, msg, send_after_script
 
 P2P, PUBSUB = "point_to_point", "publish_subscribe"
 
@@ -395,20 +394,8 @@ def test_a_send_between_the_steps_of_a_fan_out_reaching_an_ordered_queue_lands_a
     of copies (a and b) waits for the publish's copies in z, which it makes itself."""
     five_destinations(qs, tenant)
     qs.put_queue(tenant, "z", P2P, topics=["x/>"], **order)
-    real_run, later = Storage.run, []
-    refused: list[str] = []
-
-    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return real_run(self, name, *args, **kwargs)
-        except OrderWait:
-            refused.append(name)
-            raise
-        finally:
-            if name == "send_apply" and steps.count("send_apply") == 2 and not later:
-                later.append(qs.send(tenant, "z", [msg("later")]))
-
-    monkeypatch.setattr(Storage, "run", run)
+    later, refused = send_after_script(qs, tenant, "z", [msg("later")], monkeypatch,
+                                       lambda name: name == "send_apply" and steps.count("send_apply") == 2)
     published = qs.publish(tenant, "x/1", [msg(f"m{i}") for i in range(4)])
     assert published.queues == ["a", "b", "s", "z"] and refused == ["send"], "the send waited once"
     assert held(qs, tenant, "z") == published.ids + later[0]

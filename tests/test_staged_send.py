@@ -20,12 +20,11 @@ from atomq.platform import QueueServer
 from atomq.platform import maintenance as maintenance_module
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues import send_journal
-from atomq.platform.queues.routes import OrderWait
 from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch import store_sizes
 from support.audit import assert_audit_clean
-from support.queues import FAST, die_after_steps
+from support.queues import FAST, die_after_steps, send_after_script
 
 DOCS, BYTES = 5, 200
 UNMOVED_FIELDS = 2 * 4 + 4
@@ -109,25 +108,10 @@ def test_a_send_within_the_bounds_carries_its_documents_in_one_script(
 
 
 def sends_between_steps(qs: QueueServer, tenant: str, queue: str, after: str, monkeypatch: pytest.MonkeyPatch,
-                        messages: list[OutgoingMessage]) -> list[list[str]]:
+                        messages: list[OutgoingMessage]) -> tuple[list[list[str]], list[str]]:
     """Once, right after the first script ``after`` of a call, another call sends ``messages`` to
-    ``queue``; the ids it got, filled once it returns."""
-    real_run, sent, refused = Storage.run, [], []
-
-    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return real_run(self, name, *args, **kwargs)
-        except OrderWait:
-            refused.append(name)
-            raise
-        finally:
-            if name == after and not sent:
-                sent.append([])
-                sent[0] += qs.send(tenant, queue, messages)
-                assert refused, "the send between the steps waited for the journal"
-
-    monkeypatch.setattr(Storage, "run", run)
-    return sent
+    ``queue``: the ids it got, filled once it returns, and the scripts refused while it waited."""
+    return send_after_script(qs, tenant, queue, messages, monkeypatch, lambda name: name == after)
 
 
 def nothing_owed(qs: QueueServer, tenant: str) -> None:
@@ -145,12 +129,13 @@ def test_a_big_send_to_a_queue_that_keeps_send_order_is_staged_and_a_send_betwee
     """The staged call's ids, given at its prepare, come first in send order: a send made between
     its steps (after the prepare, or after its first move of documents) waits for its copies."""
     qs.put_queue(tenant, "work", "point_to_point", **order)
-    later = sends_between_steps(qs, tenant, "work", after, monkeypatch, [message(4)])
+    later, waited = sends_between_steps(qs, tenant, "work", after, monkeypatch, [message(4)])
     ids = qs.send(tenant, "work", [message(i) for i in range(4)])
     names = [name for name, _ in scripts]
     assert names[:3] == ["send_stage", "send_stage", "send"] and "send_apply" in names, "staged in steps"
     assert next(held for name, held in scripts if name == "send_apply") == 6, "a bounded move of documents"
     assert len(later) == 1 and [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later[0]
+    assert waited, "the send between the steps waited for the journal"
     assert bodies(qs, tenant, "work", consumer="c") == expected(5)
     nothing_owed(qs, tenant)
 
@@ -160,9 +145,9 @@ def test_a_staged_send_between_the_steps_of_another_waits_for_it_and_keeps_its_o
         qs: QueueServer, tenant: str, scripts: list[tuple[str, int]], order: dict[str, str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     qs.put_queue(tenant, "work", "point_to_point", **order)
-    later = sends_between_steps(qs, tenant, "work", "send", monkeypatch, [message(i) for i in range(4, 8)])
+    later, waited = sends_between_steps(qs, tenant, "work", "send", monkeypatch, [message(i) for i in range(4, 8)])
     ids = qs.send(tenant, "work", [message(i) for i in range(4)])
-    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later[0]
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items] == ids + later[0] and waited
     assert bodies(qs, tenant, "work", consumer="c") == expected(8)
     nothing_owed(qs, tenant)
 
@@ -202,10 +187,10 @@ def test_a_queue_made_exclusive_after_its_route_was_read_still_keeps_a_big_send_
     qs.send(tenant, "work", [message(0, docs=1, size=10)])  # the route is read and kept: not ordered
     qs.put_queue(tenant, "work", "point_to_point", access="exclusive")
     scripts.clear()
-    later = sends_between_steps(qs, tenant, "work", "send_apply", monkeypatch, [message(5)])
+    later, waited = sends_between_steps(qs, tenant, "work", "send_apply", monkeypatch, [message(5)])
     ids = qs.send(tenant, "work", [message(i) for i in range(1, 5)])
     assert [name for name, _ in scripts][:3] == ["send_stage", "send_stage", "send"], "staged"
-    assert [m.id for m in qs.browse(tenant, "work", limit=10).items][1:] == ids + later[0]
+    assert [m.id for m in qs.browse(tenant, "work", limit=10).items][1:] == ids + later[0] and waited
     assert not list(qs.client.scan_iter(match=f"{k.tenant_prefix(tenant)}:stg:*")), "a first try's upload deleted"
     nothing_owed(qs, tenant)
 

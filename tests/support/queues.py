@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from atomq.errors import StorageError
 from atomq.platform import OutgoingDocument, OutgoingMessage, QueueServer, QueueSettings
 from atomq.platform.queues import send_journal
+from atomq.platform.queues.routes import OrderWait
 from atomq.platform.shared import ChunkBudget
 from atomq.platform.store import keys as k
+from atomq.platform.store.storage import Storage
 
 FAST = QueueSettings(redelivery_delays_s=(0.05, 0.1, 0.15), dedupe_window_s=60)
 """A fast redelivery schedule: 0.05, 0.1 and 0.15 s, the last repeating."""
@@ -61,3 +64,25 @@ def die_after_steps(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
         return real(self, tk, name, record, budget)
 
     monkeypatch.setattr(send_journal.SendJournals, "finish", some_steps)
+
+
+def send_after_script(qs: QueueServer, tenant: str, queue: str, messages: list[OutgoingMessage],
+                      monkeypatch: pytest.MonkeyPatch, when: Callable[[str], bool]) -> tuple[list[list[str]], list[str]]:
+    """Once, right after the first script call whose name ``when`` takes, another call sends ``messages``
+    to ``queue``. Returns the ids that send got (filled once it returns) and the scripts the store
+    refused with ORDERWAIT (an ordered destination a stepped send still owed), in order."""
+    real_run, sent, refused = Storage.run, [], []
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)
+        except OrderWait:
+            refused.append(name)
+            raise
+        finally:
+            if when(name) and not sent:
+                sent.append([])
+                sent[0] += qs.send(tenant, queue, messages)
+
+    monkeypatch.setattr(Storage, "run", run)
+    return sent, refused
