@@ -28,7 +28,7 @@ from atomq.api import create_app
 from atomq.api.auth import METRICS_PUBLIC
 from atomq.api.metrics import METRICS_MAX_QUEUES, METRICS_MAX_TENANTS, METRICS_WAIT_S
 from atomq.api.services import LongPollLimiter, Services
-from atomq.node import keepalive, refusals, slow_clients
+from atomq.node import answer_date, keepalive, refusals, slow_clients
 from atomq.node.request_buffers import BodyBudget
 from atomq.node.config import NodeConfig
 from atomq.node.master import NodeArbiter
@@ -73,6 +73,7 @@ class NodeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type in
 
     def init_process(self) -> None:
         refusals.install()
+        answer_date.install()
         self.open_by_address = Counter()
         c = self.app.config
         self.limits = slow_clients.Limits(head_deadline_s=c.head_deadline_s, body_deadline_s=c.body_deadline_s,
