@@ -16,9 +16,12 @@ import marshmallow as ma
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from werkzeug.test import EnvironBuilder
+from werkzeug.wrappers import Response
 
 from atomq.api import create_app
-from atomq.api.hot_path import HOT_PATH, route_of
+from atomq.api.blueprint import MEMORY_STATE_HEADER
+from atomq.api.hot_path import HOT_PATH, PlainAnswer, route_of
 from atomq.api.key_checks import MAX_FAILED_KEY_CHECKS
 from atomq.api.schemas.common import Selector
 from atomq.api.schemas.messages import ExtendSchema, GetSchema, NackSchema, ReleaseSchema
@@ -340,3 +343,55 @@ def test_the_requests_clients_make_are_served_without_flask(sides: tuple[Side, S
         assert handed == [f"{Q}/ack"]
     finally:
         front.flask = flask  # type: ignore[attr-defined]
+
+
+def raw_answer(side: Side, case: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+    """What the app hands the server for ``case``: the status line, every header in its order, the body."""
+    headers = {"Authorization": f"Bearer {side.key}", "Content-Type": "application/json", **case.get("headers", {})}
+    environ = EnvironBuilder(path=case["path"], method="POST", data=json.dumps(case["body"]), headers=headers,
+                             environ_base={"REMOTE_ADDR": "127.0.0.1"}).get_environ()
+    started: list[Any] = []
+    chunks = side.app(environ, lambda status, headers, exc_info=None: started.append((status, list(headers))))
+    try:
+        body = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    return started[0][0], started[0][1], body
+
+
+@pytest.mark.parametrize("case", [
+    {"path": f"{Q}/ack", "body": {"receipts": [RECEIPT]}},
+    {"path": f"{Q}/release", "body": {"ids": ["x"]}},
+    {"path": "/v1/queues/empty/get", "body": {"max": 1}},
+    {"path": f"{Q}/messages", "body": send(properties={"é": "😀"})},
+    {"path": "/v1/topics/nowhere/messages", "body": send()},
+    {"path": f"{Q}/messages", "body": {"messages": []}},
+], ids=["ack", "release", "get", "send", "publish", "refused"])
+def test_the_hot_path_writes_the_bytes_flask_writes(sides: tuple[Side, Side], case: dict[str, Any]) -> None:
+    """Byte for byte, the status line and every header in order (``PlainAnswer`` in place of werkzeug's
+    ``Response``), the body with its ids masked."""
+    hot, flask = sides
+    for side in sides:
+        side.services.queues.put_queue(side.tenants[0].id, "empty", "point_to_point")
+    (got_status, got_headers, got_body), (want_status, want_headers, want_body) = (
+        raw_answer(hot, case), raw_answer(flask, case))
+    masked = [MESSAGE_ID.sub(b"<id>", body).replace(b"hot-path", b"<name>").replace(b"flask-fo", b"<name>")
+              for body in (got_body, want_body)]
+    assert (got_status, masked[0]) == (want_status, masked[1])
+    assert [name for name, _ in got_headers] == [name for name, _ in want_headers]
+    assert dict(got_headers)["Content-Length"] == str(len(got_body))
+    assert ({k: v for k, v in got_headers if k != "Content-Length"}
+            == {k: v for k, v in want_headers if k != "Content-Length"})
+
+
+@pytest.mark.parametrize("status, body", [(200, b'{"messages":[]}'), (201, '{"ids":["é"]}'.encode()), (200, b"")])
+def test_a_plain_answer_is_what_werkzeugs_response_writes(status: int, body: bytes) -> None:
+    want = Response(body, status=status, mimetype="application/json")
+    want.headers[MEMORY_STATE_HEADER] = "high"
+    got = PlainAnswer(status, body)
+    got.headers.append((MEMORY_STATE_HEADER, "high"))
+    seen: list[Any] = []
+    environ = EnvironBuilder(method="POST").get_environ()
+    want_body = b"".join(want(environ, lambda s, h, exc_info=None: seen.append((s, list(h)))))
+    got_body = b"".join(got(environ, lambda s, h, exc_info=None: seen.append((s, list(h)))))
+    assert seen[0] == seen[1] and want_body == got_body == body

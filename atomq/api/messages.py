@@ -76,8 +76,8 @@ class Messages(MethodView):
         queue's limits in the store; a refused send takes no room in either window.
         """
         tenant = current_tenant()
-        return answer_send(services(), tenant, name, parse_send(json_body()), request.content_length or 0,
-                    idempotency_key())
+        return render.json_response(*answer_send(services(), tenant, name, parse_send(json_body()),
+                                                 request.content_length or 0, idempotency_key()))
 
     @blp.arguments(BrowseArgs, location="query")
     @blp.response(200, BrowsePageSchema)
@@ -105,7 +105,7 @@ class Get(MethodView):
     @blp.doc(**links.AFTER_GET)
     def post(self, body: dict[str, Any], name: str) -> Response:
         """Delivers up to ``max`` messages, waiting up to ``wait_ms`` for the first; acks ``ack`` first."""
-        return answer_get(services(), current_tenant(), name, body, request_holder())
+        return render.json_response(*answer_get(services(), current_tenant(), name, body, request_holder()))
 
 
 @blp.route("/<qname:name>/ack")
@@ -151,17 +151,17 @@ class Release(MethodView):
 
 
 def answer_send(s: Services, tenant: str, name: str, messages: list[OutgoingMessage], incoming_bytes: int,
-         idempotency_key: str | None) -> Response:
+         idempotency_key: str | None) -> render.Answer:
     stamp_traceparents(messages)
     sent = s.send(tenant, name, messages, incoming_bytes, idempotency_key)
     out: dict[str, Any] = {"ids": sent.ids, "copies": sent.copies,
                            "warnings": [w.as_dict() for w in after_send(name, len(sent.ids), sent.copies)]}
     if sent.dropped:
         out["dropped"] = sent.dropped
-    return render.json_response(out, 201)
+    return out, 201
 
 
-def answer_get(s: Services, tenant: str, name: str, body: dict[str, Any], holder: str) -> Response:
+def answer_get(s: Services, tenant: str, name: str, body: dict[str, Any], holder: str) -> render.Answer:
     ack = body.get("ack", {})
     with s.longpolls.hold(tenant, body["wait_ms"]) as wait_ms:
         taken = s.queues.take(tenant, name, body["max"], wait_ms, body.get("subscriber"), stop=s.stopping,
@@ -172,7 +172,7 @@ def answer_get(s: Services, tenant: str, name: str, body: dict[str, Any], holder
         out["active"] = taken.active
     if taken.acked is not None:
         out["acked"] = taken.acked
-    return render.json_response(out)
+    return out, 200
 
 
 def answer_ack(s: Services, tenant: str, name: str, body: dict[str, Any]) -> dict[str, int]:

@@ -50,7 +50,8 @@ class TopicMessages(MethodView):
         """
         check_topic(topic)
         messages = parse_send(json_body())
-        return answer_publish(services(), current_tenant(), topic, messages, request.content_length or 0, idempotency_key())
+        return render.json_response(*answer_publish(services(), current_tenant(), topic, messages,
+                                                    request.content_length or 0, idempotency_key()))
 
 
 @blp.route("/messages")
@@ -71,15 +72,15 @@ class ManyTopicsMessages(MethodView):
         checked as one send.
         """
         topics, messages = parse_publish_many(json_body())
-        return answer_publish_many(services(), current_tenant(), topics, messages, request.content_length or 0,
-                            idempotency_key())
+        return render.json_response(*answer_publish_many(services(), current_tenant(), topics, messages,
+                                                         request.content_length or 0, idempotency_key()))
 
 
 # What the views do once the request is read: shared with ``atomq.api.hot_path``.
 
 
 def answer_publish(s: Services, tenant: str, topic: str, messages: list[OutgoingMessage], incoming_bytes: int,
-            idempotency_key: str | None) -> Response:
+            idempotency_key: str | None) -> render.Answer:
     stamp_traceparents(messages)
     published = s.publish(tenant, topic, messages, incoming_bytes, idempotency_key)
     return _created({"ids": published.ids, "queues": published.queues, "copies": published.copies},
@@ -87,17 +88,17 @@ def answer_publish(s: Services, tenant: str, topic: str, messages: list[Outgoing
 
 
 def answer_publish_many(s: Services, tenant: str, topics: list[str], messages: list[OutgoingMessage], incoming_bytes: int,
-                 idempotency_key: str | None) -> Response:
+                 idempotency_key: str | None) -> render.Answer:
     stamp_traceparents(messages)
     published = s.publish_many(tenant, topics, messages, incoming_bytes, idempotency_key)
     return _created({"ids": published.ids, "topics": published.topics, "copies": sum(published.copies.values())},
                     after_publish_many(topics, published), published.dropped)
 
 
-def _created(out: dict[str, Any], warnings: list[StoredNowhere], dropped: int) -> Response:
+def _created(out: dict[str, Any], warnings: list[StoredNowhere], dropped: int) -> render.Answer:
     """A publish's 201 with its ``warnings`` (empty when every message was stored somewhere), and
     ``dropped`` only when the queues' overflow dropped messages."""
     out["warnings"] = [w.as_dict() for w in warnings]
     if dropped:
         out["dropped"] = dropped
-    return render.json_response(out, 201)
+    return out, 201

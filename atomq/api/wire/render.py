@@ -21,6 +21,12 @@ TOTALS = ("sent", "delivered", "acked", "nacked", "dead_lettered", "expired", "s
 """The queue totals of the contract (the scripts keep a few more; /metrics has them all)."""
 
 
+Answer = tuple[Any, int]
+"""What a message route's work answers, before it is written: the JSON body's value and the
+status. The views make it a ``Response`` (:func:`json_response`); the hot path writes the same
+bytes without one (``atomq.api.hot_path``)."""
+
+
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(strict_json.dump_bytes(body), status=status, mimetype="application/json")
 
