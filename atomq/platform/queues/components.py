@@ -117,7 +117,7 @@ class Components:
         created = self._shared.storage.run(
             "queue_put",
             docs_and_config(tk, qk) + [tk.queues, qk.subscribers, qk.destination().msg, tk.seq, tk.topic_patterns,
-                                        tk.topic_changes] + ([target_cfg] if target_cfg else []),
+                                        tk.topic_changes, tk.pending_copies] + ([target_cfg] if target_cfg else []),
             [name, model.value, defaults.MAX_REDELIVERIES, round(defaults.ACK_TIMEOUT_S * 1000),
              self._shared.settings.max_queues_per_tenant, patterns, defaults.MAX_TOPIC_PATTERNS_PER_TENANT, *named],
             errors={
@@ -133,6 +133,9 @@ class Components:
                 "LASTVALUEPUBSUB": lambda _: InvalidInput(
                     "a last-value queue is point-to-point: set last_value false to make it publish/subscribe",
                     field="last_value"),
+                "ORDERPENDING": lambda _: Conflict(
+                    "a send in steps still owes the queue messages, which would lose their send order: "
+                    "try again in a moment", queue=name),
                 "TOOMANYPATTERNS": lambda words: Conflict(
                     f"a tenant's queues attract at most {defaults.MAX_TOPIC_PATTERNS_PER_TENANT} topic patterns "
                     f"together, and these would make {words[0]}: remove patterns from its queues first",

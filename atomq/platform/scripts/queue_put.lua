@@ -6,7 +6,8 @@
 -- KEYS[8]      seq (the tenant's counter: a new queue's generation comes from it)
 -- KEYS[9]      the tenant's topic patterns (hash queue -> JSON list; #v the version)
 -- KEYS[10]     their change log (topics_changed)
--- KEYS[11]     the cfg of the queue a setting dlq_to (the queue's dead_letter_queue) names, when the
+-- KEYS[11]     the tenant's hash of copies stepped sends still owe (send.lua's pending hash)
+-- KEYS[12]     the cfg of the queue a setting dlq_to (the queue's dead_letter_queue) names, when the
 --              call sets one
 -- ARGV[1..2]   name, model
 -- ARGV[3..4]   max_redeliveries, ack_timeout_ms of a new queue that names neither
@@ -19,6 +20,9 @@
 -- that holds messages or subscribers, LASTVALUEPUBSUB or EXCLUSIVEPUBSUB for a
 -- publish/subscribe queue that would be a last-value or exclusive queue, EXCLUSIVEDELAY for an
 -- exclusive queue with a delay (delay_ms: it delivers in send order), TOOMANYQUEUES for a new queue past ARGV[5],
+-- ORDERPENDING for a queue made exclusive or group-ordered while a stepped send still owes it copies (its
+-- prepare, to a queue not ordered then, named it in no owed set: a send after the change would land
+-- before that send's earlier messages; it finishes within seconds),
 -- TOOMANYPATTERNS <total> when the tenant's queues would attract more patterns than ARGV[7]
 -- (their count is kept in the patterns hash's #n, counted once where an older atomq kept none).
 -- A dead_letter_queue set must name a point-to-point queue that is not a last-value queue and whose
@@ -38,11 +42,12 @@ if model and model ~= ARGV[2] then
 end
 -- Last-value and exclusive queues are point-to-point, whether the PUT names
 -- the setting or the queue keeps it.
-local kept = redis.call('HMGET', CFG, 'lv', 'access', 'delay_ms')
-local last_value, access, delay = kept[1], kept[2], kept[3]
+local kept = redis.call('HMGET', CFG, 'lv', 'access', 'delay_ms', 'ordering', 'gen')
+local last_value, access, delay, ordering = kept[1], kept[2], kept[3], kept[4]
 for i = 8, #ARGV, 2 do
   if ARGV[i] == 'lv' then last_value = ARGV[i + 1] end
   if ARGV[i] == 'access' then access = ARGV[i + 1] end
+  if ARGV[i] == 'ordering' then ordering = ARGV[i + 1] end
   if ARGV[i] == 'delay_ms' then delay = ARGV[i + 1] end
 end
 if access == 'exclusive' and tonumber(delay or '0') > 0 then
@@ -54,6 +59,18 @@ end
 if ARGV[2] == 'publish_subscribe' and access == 'exclusive' then
   return redis.error_reply('EXCLUSIVEPUBSUB an exclusive queue is point-to-point')
 end
+if model and kept[2] ~= 'exclusive' and kept[4] ~= 'group' and (access == 'exclusive' or ordering == 'group') then
+  local members = {ARGV[1]}
+  if model == 'publish_subscribe' then
+    members = {}
+    for _, sub in ipairs(redis.call('SMEMBERS', KEYS[6])) do members[#members + 1] = ARGV[1] .. '/' .. sub end
+  end
+  for _, member in ipairs(members) do
+    if redis.call('HEXISTS', KEYS[11], member .. '|' .. kept[5]) == 1 then
+      return redis.error_reply('ORDERPENDING a stepped send still owes the queue copies')
+    end
+  end
+end
 -- A JSON list of patterns holds no comma but between them (a pattern has none).
 local function pattern_count(list)
   if list == '[]' then return 0 end
@@ -62,7 +79,7 @@ local function pattern_count(list)
 end
 local target = nil
 for i = 8, #ARGV, 2 do
-  if ARGV[i] == 'dlq_to' and ARGV[i + 1] ~= '' then target = KEYS[11] end
+  if ARGV[i] == 'dlq_to' and ARGV[i + 1] ~= '' then target = KEYS[12] end
 end
 if target then
   local t = redis.call('HMGET', target, 'model', 'lv', 'dlq_sources')

@@ -1,0 +1,58 @@
+"""The ordering barrier of stepped sends (``send_journal``): what an exclusive or group-ordered queue
+keeps in send order while a staged, chunked or reserved send to it is under way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from atomq.errors import Conflict
+from atomq.platform import QueueServer
+from atomq.platform.models import OutgoingDocument, OutgoingMessage
+from atomq.platform.queues import send_journal
+from atomq.platform.store.storage import Storage
+from support.audit import assert_audit_clean
+
+
+def message(i: int) -> OutgoingMessage:
+    """Message ``i``: three documents, enough with the test's bounds to be staged in a send of two."""
+    return OutgoingMessage(documents=tuple(OutgoingDocument(f"{i}.{d}:".ljust(30, "x")) for d in range(3)),
+                           properties={"i": i})
+
+
+@pytest.fixture
+def staged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sends of more than 5 documents are staged."""
+    monkeypatch.setattr(send_journal, "STAGE_DOCS", 5)
+    monkeypatch.setattr(send_journal, "STAGE_BYTES", 200)
+
+
+@pytest.mark.parametrize("order", [{"access": "exclusive"}, {"ordering": "group"}])
+def test_a_queue_made_ordered_while_a_staged_send_to_it_is_under_way_keeps_its_messages_first(
+        qs: QueueServer, tenant: str, staged: None, order: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged call's ids came first, and its prepare named the queue, not ordered then, in no
+    owed set: the queue is made ordered only once the call's copies are made, so that a send after
+    the change lands after them."""
+    qs.put_queue(tenant, "work", "point_to_point")
+    real_run, later, refused, tried = Storage.run, [], [], []
+
+    def run(self: Storage, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_run(self, name, *args, **kwargs)
+        finally:
+            if name == "send" and not tried:
+                tried.append(True)
+                try:
+                    qs.put_queue(tenant, "work", "point_to_point", **order)  # between the prepare and the copies
+                    later.extend(qs.send(tenant, "work", [message(9)]))
+                except Conflict:
+                    refused.append(True)
+
+    monkeypatch.setattr(Storage, "run", run)
+    ids = qs.send(tenant, "work", [message(i) for i in range(4)])
+    qs.put_queue(tenant, "work", "point_to_point", **order)
+    ids += later + qs.send(tenant, "work", [message(5)])
+    assert [d.id for d in qs.get(tenant, "work", max_messages=10, consumer="c")] == ids
+    assert refused, "made ordered only once the staged call's copies were made"
+    assert_audit_clean(qs.client, {tenant})
