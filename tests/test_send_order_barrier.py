@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 
-from atomq.errors import Conflict
+from atomq.errors import Conflict, StorageError
 from atomq.platform import QueueServer
 from atomq.platform.models import OutgoingDocument, OutgoingMessage
 from atomq.platform.queues import send_journal
+from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
+from atomq.platform.watch.audit import audit_tenant
 from support.audit import assert_audit_clean
+from support.queues import die_after_steps
 
 
 def message(i: int) -> OutgoingMessage:
@@ -55,4 +58,20 @@ def test_a_queue_made_ordered_while_a_staged_send_to_it_is_under_way_keeps_its_m
     ids += later + qs.send(tenant, "work", [message(5)])
     assert [d.id for d in qs.get(tenant, "work", max_messages=10, consumer="c")] == ids
     assert refused, "made ordered only once the staged call's copies were made"
+    assert_audit_clean(qs.client, {tenant})
+
+
+def test_the_audit_finds_an_ordered_destination_a_stepped_send_owes_missing_from_the_owed_set(
+        qs: QueueServer, tenant: str, staged: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without its entry a send to the queue would land before the stepped send's copies."""
+    qs.put_queue(tenant, "work", "point_to_point", access="exclusive")
+    die_after_steps(monkeypatch, 0)
+    with pytest.raises(StorageError):
+        qs.send(tenant, "work", [message(i) for i in range(4)])
+    owed = send_keys.send_owed(k.TenantKeys(tenant))
+    [entry] = qs.client.zrange(owed, 0, -1)
+    assert_audit_clean(qs.client, {tenant})
+    qs.client.zrem(owed, entry)
+    assert any("misses ordered destinations" in p and entry.decode() in p for p in audit_tenant(qs.client, tenant))
+    qs.client.zadd(owed, {entry: 0})
     assert_audit_clean(qs.client, {tenant})

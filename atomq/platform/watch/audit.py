@@ -151,14 +151,14 @@ def _destinations(client: Any, tk: k.TenantKeys) -> list[k.DestinationKeys]:
     return out
 
 
-def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int, set[str], set[str]]:
+def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[str], int, set[str], dict[str, str]]:
     """What the chunked sends under way (``send_journal``) still owe: the pending hash's fields
     they account for, a reference to each of their documents per destination not yet copied to, the
     usage bytes of those copies, which their first step counted, with those of the documents a
     staged send has not moved yet into the tenant's, those documents, and the entries of the owed
     set (``send_keys.send_owed``) they may hold: "<member>|<journal>" per destination not yet copied
-    to or still reserved."""
-    owes: set[str] = set()
+    to or still reserved, each with the generation of the destination's queue it was owed in."""
+    owes: dict[str, str] = {}
     pending: Counter[str] = Counter()
     refs: Counter[str] = Counter()
     reserved, unmoved = 0, set[str]()
@@ -167,7 +167,7 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
             journal_name = name.decode()[len(send_keys.RESERVATION_NAME_PREFIX):]
             reserved_here = _reserved(client, tk, journal_name)
             pending.update(reserved_here)
-            owes.update(f"{field.split('|', 1)[0]}|{journal_name}" for field in reserved_here)
+            owes.update((f"{field.split('|')[0]}|{journal_name}", field.split("|")[1]) for field in reserved_here)
             continue
         journal = {f.decode(): v.decode() for f, v in client.hgetall(tk.send_journal(name.decode())).items()}
         if not journal:
@@ -182,7 +182,7 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
         counts_owed = "dc" in journal
         for i in range(int(journal["c"]) + 1, int(journal["n"]) + 1):
             queue, gen, member = journal[f"d{i}"].split("|", 2)
-            owes.add(f"{member}|{journal.get('ow', name.decode())}")  # a reserved send's: its reservation's name
+            owes[f"{member}|{journal.get('ow', name.decode())}"] = gen  # a reserved send's: its reservation's name
             _, add_b, copy_b = journal[f"q{queue}"].split("|")
             pending[f"{member}|{gen}"] += int(reserved_n)
             pending[f"{member}|{gen}|b"] += int(reserved_b or add_b)
@@ -192,6 +192,13 @@ def _journals(client: Any, tk: k.TenantKeys) -> tuple[dict[str, int], Counter[st
         if counts_owed:
             refs.update(docs)
     return {f: n for f, n in pending.items() if n}, refs, reserved, unmoved, owes
+
+
+def _keeps_order(client: Any, tk: k.TenantKeys, member: str, gen: str) -> bool:
+    """Whether destination ``member`` is of an exclusive or group-ordered queue of generation ``gen``,
+    whose entry in the owed set holds back the sends that would land before a chunked send's copies."""
+    access, ordering, now = client.hmget(tk.destination_named(member)[0].config, "access", "ordering", "gen")
+    return now is not None and now.decode() == gen and (access == b"exclusive" or ordering == b"group")
 
 
 def _reserved(client: Any, tk: k.TenantKeys, name: str) -> Counter[str]:
@@ -323,9 +330,13 @@ def audit_tenant(client: RedisClient, tenant: str) -> list[str]:
                 refs[f"{msg_id}.{n}"] += 1
     owed, journal_refs, _, unmoved, owes = _journals(r, tk)
     refs.update(journal_refs)
-    stale = {e.decode() for e in r.zrange(send_keys.send_owed(tk), 0, -1)} - owes
+    entries = {e.decode() for e in r.zrange(send_keys.send_owed(tk), 0, -1)}
+    stale = entries - owes.keys()
     if stale:
         problems.append(f"the owed set names destinations no chunked send under way owes: {sorted(stale)[:5]}")
+    missing = sorted(e for e, gen in owes.items() if e not in entries and _keeps_order(r, tk, e.rsplit("|", 1)[0], gen))
+    if missing:
+        problems.append(f"the owed set misses ordered destinations chunked sends under way owe: {missing[:5]}")
     pending = {f.decode(): int(v) for f, v in r.hgetall(tk.pending_copies).items()}
     if pending != owed:
         problems.append(f"pending copies say {pending}, the chunked sends under way owe {owed}")
