@@ -15,7 +15,7 @@ from atomq.platform.store import keys as k, send_keys
 from atomq.platform.store.storage import Storage
 from atomq.platform.watch.audit import audit_tenant
 from support.audit import assert_audit_clean
-from support.queues import die_after_steps
+from support.queues import die_after_steps, send_after_script
 
 
 def message(i: int) -> OutgoingMessage:
@@ -74,4 +74,26 @@ def test_the_audit_finds_an_ordered_destination_a_stepped_send_owes_missing_from
     qs.client.zrem(owed, entry)
     assert any("misses ordered destinations" in p and entry.decode() in p for p in audit_tenant(qs.client, tenant))
     qs.client.zadd(owed, {entry: 0})
+    assert_audit_clean(qs.client, {tenant})
+
+
+def lv(i: int, group: str, key: str, priority: int | None = None) -> OutgoingMessage:
+    return OutgoingMessage(documents=tuple(OutgoingDocument(f"{i}.{d}:".ljust(30, "x")) for d in range(3)),
+                           properties={"i": i, "k": key}, group=group, priority=priority)
+
+
+@pytest.mark.parametrize("after", ["send", "send_apply"])
+@pytest.mark.parametrize("priority", [None, 7])
+def test_a_send_between_the_steps_of_a_staged_send_to_a_last_value_queue_ordered_by_group_supersedes_after_it(
+        qs: QueueServer, tenant: str, staged: None, after: str, priority: int | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The later send's message, of a key a staged message has, supersedes it, whatever the groups."""
+    qs.put_queue(tenant, "lv", "point_to_point", ordering="group", last_value=True, last_value_key="k")
+    later, waited = send_after_script(qs, tenant, "lv", [lv(9, "b", "x", priority)], monkeypatch,
+                                      lambda name: name == after)
+    ids = qs.send(tenant, "lv", [lv(0, "a", "x", priority), lv(1, "b", "y", priority), lv(2, "a", "z", priority)])
+    assert waited
+    assert sorted(m.id for m in qs.browse(tenant, "lv", limit=10).items) == sorted(ids[1:] + later[0])
+    got = qs.get(tenant, "lv", max_messages=10, consumer="c")
+    assert sorted(d.properties["i"] for d in got) == [1, 2], "9 waits behind 1, its group's head"
     assert_audit_clean(qs.client, {tenant})
