@@ -47,7 +47,8 @@ class QueueByName(MethodView):
     @blp.doc(**links.AFTER_QUEUE_PUT)
     def put(self, body: dict[str, Any], name: str) -> Response:
         """Creates (201) or updates (200) a queue: the settings named change, the others are kept.
-        Changing the model of a non-empty queue is 409."""
+        Changing the model of a non-empty queue is 409; so is making a queue exclusive or ordered by
+        group while a send stored in steps still owes it copies (again in a moment)."""
         settings = {field: body.get(field) for field in QUEUE_SETTINGS}
         s, tenant = services(), current_tenant()
         s.check_creation(f"queue {name}", lambda: s.queues.get_queue(tenant, name), tenant)
