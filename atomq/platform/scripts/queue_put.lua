@@ -63,6 +63,8 @@ if model and kept[2] ~= 'exclusive' and kept[4] ~= 'group' and (access == 'exclu
   local members = {ARGV[1]}
   if model == 'publish_subscribe' then
     members = {}
+    -- Each subscriber's name in the indexes and the pending hash ("<queue>/<subscriber>", as
+    -- keys.DestinationKeys.member names it), read here with the subscribers in the same step.
     for _, sub in ipairs(redis.call('SMEMBERS', KEYS[6])) do members[#members + 1] = ARGV[1] .. '/' .. sub end
   end
   for _, member in ipairs(members) do
