@@ -383,6 +383,7 @@ def test_a_reserved_call_is_stored_in_steps_whatever_the_chunk_bounds(
     monkeypatch.setattr(send_journal, "CHUNK_DESTINATIONS", 100)  # 12 destinations would be one script's
     destinations = twelve_destinations(qs, tenant)
     published = qs.publish(tenant, "x/1", [msg("wide")])
+    assert published.copies == 12 and "send_apply" in names(scripts), "reserved, so copied in steps"
     every_one_holds(qs, tenant, destinations, published.ids)
     nothing_reserved(qs, tenant)
 
