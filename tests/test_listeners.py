@@ -14,16 +14,13 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 import requests
 from rq import Queue, SimpleWorker
 
 from atomq import defaults
-from atomq.api.services import Services
 from atomq.client import AtomqClient, wire
 from atomq.errors import Forbidden, InvalidInput, NotFound, StorageError, Unauthorized
 from atomq.platform import QueueServer
@@ -34,21 +31,12 @@ from atomq.platform.store.lease import Lease
 from atomq.workers import execution, processes
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
 from atomq.workers.worker import TenantQueues, run_worker
-from support.in_process_node import InProcessNode, Tenant
+from support.in_process_node import InProcessNode, NodeHarness as Harness, Tenant
 from support.listener_processes import always_fail, registered, stall_first_delivery
 from support.queues import msg
 
 OWNER = "owner-key-for-listener-tests"
 TEST_PROCESSES = registered(fail=always_fail, stall=stall_first_delivery)
-
-
-@dataclass
-class Harness:
-    url: str
-    services: Services
-    supervisor: Supervisor
-    rq: redis.Redis
-    owner: AtomqClient
 
 
 @pytest.fixture(scope="module")

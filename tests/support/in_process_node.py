@@ -20,6 +20,7 @@ from atomq.client import AtomqClient
 from atomq.platform import QueueServer
 from atomq.platform.store.embedded import EmbeddedValkey
 from atomq.tenants import TenantStore
+from atomq.workers.supervisor import Supervisor
 from support.audit import assert_audit_clean
 from support.ports import free_port
 
@@ -30,6 +31,18 @@ class Tenant:
 
     id: str
     api: AtomqClient
+
+
+@dataclass
+class NodeHarness:
+    """An in-process node as the listener tests drive it: its address, its services, the supervisor
+    the test steps, the store the executions' jobs queue in, and the owner's client."""
+
+    url: str
+    services: Services
+    supervisor: Supervisor
+    rq: redis.Redis
+    owner: AtomqClient
 
 
 class InProcessNode:

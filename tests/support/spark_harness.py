@@ -10,24 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from rq import Queue, SimpleWorker
 
-from atomq.api.services import Services
-from atomq.client import AtomqClient
 from atomq.platform.store import listener_keys as lk
 from atomq.spark_workers.worker import SparkWorker
 from atomq.workers.supervisor import Supervisor, SupervisorConfig
-from support.in_process_node import InProcessNode
+from support.in_process_node import InProcessNode, NodeHarness
 
 
 @dataclass
-class Harness:
-    url: str
-    services: Services
-    supervisor: Supervisor
-    rq: redis.Redis
-    owner: AtomqClient
+class Harness(NodeHarness):
+    """The node's harness and the Spark worker that runs its Spark listeners' executions."""
+
     worker: SparkWorker
 
 
