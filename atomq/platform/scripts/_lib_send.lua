@@ -45,6 +45,17 @@ local function route_of(model, gen, subv, access, ordering, durability)
   return route
 end
 
+-- The id a de-duplication marker (key `key`, "<generation>|<id>", written by send.lua) answers
+-- with: a message sent before with that dedupe id, in generation `gen`; nil for none (no marker,
+-- or one of a removed queue's life).
+local function marker_original(key, gen)
+  local old = redis.call('GET', key)
+  if not old then return nil end
+  local bar = string.find(old, '|', 1, true)
+  if string.sub(old, 1, bar - 1) == gen then return string.sub(old, bar + 1) end
+  return nil
+end
+
 -- Adds dn copies and db bytes to what a destination is owed (negative: they were made or released).
 local function pend(pending, member, gen, dn, db)
   local field = member .. '|' .. gen

@@ -267,11 +267,7 @@ for m = 1, nmsg do
       repeat_of[m] = first[key]
     else
       first[key] = m
-      local old = redis.call('GET', key)
-      if old then
-        local bar = string.find(old, '|', 1, true)
-        if string.sub(old, 1, bar - 1) == marker_gen then original[m] = string.sub(old, bar + 1) end
-      end
+      original[m] = marker_original(key, marker_gen)
     end
   end
   if not original[m] and not repeat_of[m] then

@@ -72,8 +72,7 @@ else
     local dd, p, size = string.match(ARGV[8 + m], '^(%d+),(%d+),(%d+)$')
     local key, fresh = KEYS[dd_base + tonumber(dd)], true
     if dd ~= '0' then
-      local old = not seen[key] and redis.call('GET', key)
-      fresh = not seen[key] and not (old and string.sub(old, 1, string.find(old, '|', 1, true) - 1) == gen)
+      fresh = not seen[key] and not marker_original(key, gen)
       seen[key] = true
     end
     if fresh then
