@@ -133,6 +133,11 @@ for i = 1, step do dests[i] = 'd' .. (done + i) end
 dests = redis.call('HMGET', JOURNAL, unpack(dests))
 local batches = {}        -- queue index -> its copies' batch (store_copies)
 local dropped, kpos = 0, 15
+local reserved_n, reserved_b -- what a reserved send reserved each destination (rv), else its copies
+if j[14] then
+  local n, b = string.match(j[14], '^(%d+)|(%d+)$')
+  reserved_n, reserved_b = tonumber(n), tonumber(b)
+end
 for i = 1, step do
   local qi, gen, member = string.match(dests[i], '^(%d+)|([^|]*)|(.*)$')
   local cfg, subs, d = KEYS[kpos], KEYS[kpos + 1], dest_at(kpos + 2)
@@ -140,12 +145,8 @@ for i = 1, step do
   local q = batches[qi]
   if not q then
     local ttl, add_b, copy_b = string.match(redis.call('HGET', JOURNAL, 'q' .. qi), '^(%d+)|(%d+)|(%d+)$')
-    q = {ttl = tonumber(ttl), bytes = tonumber(add_b), copy_b = tonumber(copy_b), res_n = nfresh,
-         res_b = tonumber(add_b)}
-    if j[14] then
-      local n, b = string.match(j[14], '^(%d+)|(%d+)$')
-      q.res_n, q.res_b = tonumber(n), tonumber(b)
-    end
+    q = {ttl = tonumber(ttl), bytes = tonumber(add_b), copy_b = tonumber(copy_b), res_n = reserved_n or nfresh,
+         res_b = reserved_b or tonumber(add_b)}
     batches[qi] = q
   end
   local c = redis.call('HMGET', cfg, 'gen', 'lv', 'lv_key', 'max_messages', 'max_bytes', 'overflow', 'overflow_dl',
